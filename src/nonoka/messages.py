@@ -1,0 +1,110 @@
+"""Conversation entries and the tool-call pairing that crash repair relies on.
+
+A ``MemoryEntry`` is what a session stores; a ``Message`` is what crosses the wire (to a
+model, or between a provider and the bridge). An assistant entry lists its tool calls in
+``metadata["tool_calls"]``; a tool entry names the call it answers in
+``metadata["tool_call_id"]``. A call is complete when both halves exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    """One call the model asked for. ``arguments`` is the JSON text the model wrote."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class Message(BaseModel):
+    """A chat message in the OpenAI-style shape every front end speaks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap token estimate (about four characters a token), good enough for budgets."""
+    return (len(text) + 3) // 4
+
+
+class MemoryEntry(BaseModel):
+    """One stored conversation entry; immutable once written."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tokens: int = 0
+
+    @classmethod
+    def make(cls, role: Role, content: str, **metadata: Any) -> MemoryEntry:
+        """Build an entry with its token estimate filled in."""
+        meta = {k: v for k, v in metadata.items() if v is not None}
+        extra = sum(len(c.get("arguments", "")) for c in meta.get("tool_calls", []))
+        return cls(role=role, content=content, metadata=meta,
+                   tokens=estimate_tokens(content) + extra // 4 + 4)
+
+    @classmethod
+    def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = ()) -> MemoryEntry:
+        calls = [c.model_dump() for c in tool_calls] or None
+        return cls.make("assistant", content, tool_calls=calls)
+
+    @classmethod
+    def tool_result(
+        cls, call: ToolCall, content: str, *, is_error: bool = False, **metadata: Any
+    ) -> MemoryEntry:
+        return cls.make("tool", content, tool_call_id=call.id, tool_name=call.name,
+                        is_error=is_error or None, **metadata)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [ToolCall.model_validate(c) for c in self.metadata.get("tool_calls") or []]
+
+    @property
+    def tool_call_id(self) -> str | None:
+        value = self.metadata.get("tool_call_id")
+        return str(value) if value is not None else None
+
+    def to_message(self) -> Message:
+        return Message(
+            role=self.role,
+            content=self.content,
+            tool_calls=self.tool_calls or None,
+            tool_call_id=self.tool_call_id,
+        )
+
+    @classmethod
+    def from_message(cls, message: Message) -> MemoryEntry:
+        if message.role == "assistant":
+            return cls.assistant(message.content, message.tool_calls or [])
+        return cls.make(message.role, message.content, tool_call_id=message.tool_call_id)
+
+
+def dangling_tool_calls(entries: Sequence[MemoryEntry]) -> tuple[int | None, list[ToolCall]]:
+    """Find the last assistant entry with tool calls and the calls nothing answers yet.
+
+    Returns the entry's index (``None`` when there is none) and its unanswered calls in
+    the order the model made them.
+    """
+    for index in range(len(entries) - 1, -1, -1):
+        entry = entries[index]
+        if entry.role == "assistant" and entry.metadata.get("tool_calls"):
+            answered = {e.tool_call_id for e in entries[index + 1:] if e.role == "tool"}
+            return index, [c for c in entry.tool_calls if c.id not in answered]
+    return None, []
