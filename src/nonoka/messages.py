@@ -108,3 +108,13 @@ def dangling_tool_calls(entries: Sequence[MemoryEntry]) -> tuple[int | None, lis
             answered = {e.tool_call_id for e in entries[index + 1:] if e.role == "tool"}
             return index, [c for c in entry.tool_calls if c.id not in answered]
     return None, []
+
+
+class ToolResult(BaseModel):
+    """A result the host sends back for one of its pending tool calls."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool_call_id: str
+    content: str
+    is_error: bool = False

@@ -20,7 +20,7 @@ _PROMPT_REF = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+?)(?:\.([A-Za-z0-9_.]+))?\s*\}
 class Ref(BaseModel):
     """A reference to another step's output, optionally to a path inside it (``a.b.0``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True)
 
     ref: str = Field(alias="$ref")
     path: str | None = None

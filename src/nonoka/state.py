@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nonoka.errors import UnsupportedVersionError
+from nonoka.errors import CorruptSessionError, UnsupportedVersionError
 from nonoka.messages import MemoryEntry
 from nonoka.plan import Plan
 from nonoka.runtime import SessionRuntimeState
@@ -137,6 +137,8 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     for key in ("start_time", "end_time"):
         out[key] = _epoch(out.get(key))
     ledger = dict(out.get("runtime_state") or {})
+    if "started_at" not in ledger and out.get("start_time") is not None:
+        ledger["started_at"] = out["start_time"]  # not "now": loads must agree
     for key in ("started_at", "deadline_at", "cancelled_at"):
         if key in ledger:
             ledger[key] = _epoch(ledger[key])
@@ -167,7 +169,7 @@ def migrate_state_dict(raw: dict[str, Any]) -> dict[str, Any]:
     """Bring a decoded snapshot up to ``SCHEMA_VERSION``; refuse newer ones."""
     version = raw.get("schema_version", 1)
     if not isinstance(version, int) or version < 1:
-        raise UnsupportedVersionError(f"snapshot has an invalid schema_version: {version!r}")
+        raise CorruptSessionError(f"snapshot has an invalid schema_version: {version!r}")
     if version > SCHEMA_VERSION:
         raise UnsupportedVersionError(
             f"session {raw.get('session_id', '?')} was written with state schema version "

@@ -57,13 +57,17 @@ class Tool:
         return ToolSpec(self.name, self.description, self.parameters)
 
     async def run(self, arguments: str, ctx: RunContext[Any]) -> str:
-        """Validate the model's JSON arguments, call the function, render the result."""
-        if self.function is None:
-            raise ToolError(f"tool {self.name!r} is run by the host, not by nonoka")
+        """Run with the model's JSON arguments; the result rendered as text."""
         try:
             raw = json.loads(arguments or "{}")
         except ValueError as exc:
             raise ToolError(f"arguments for {self.name!r} are not valid JSON: {exc}") from exc
+        return render_result(await self.invoke(raw, ctx))
+
+    async def invoke(self, raw: Any, ctx: RunContext[Any]) -> Any:
+        """Validate decoded arguments and call the function; returns what it returned."""
+        if self.function is None:
+            raise ToolError(f"tool {self.name!r} is run by the host, not by nonoka")
         if not isinstance(raw, dict):
             raise ToolError(f"arguments for {self.name!r} must be a JSON object")
         kwargs = raw
@@ -75,10 +79,8 @@ class Tool:
             kwargs = {name: getattr(parsed, name) for name in self.args_model.model_fields}
         args = (ctx,) if self.takes_context else ()
         if inspect.iscoroutinefunction(self.function):
-            result = await self.function(*args, **kwargs)
-        else:
-            result = await asyncio.to_thread(self.function, *args, **kwargs)
-        return render_result(result)
+            return await self.function(*args, **kwargs)
+        return await asyncio.to_thread(self.function, *args, **kwargs)
 
 
 def host_tool(name: str, description: str = "", parameters: dict[str, Any] | None = None) -> Tool:
@@ -157,7 +159,7 @@ def make_tool(
         from pydantic import Field
 
         fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         f"{function.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields
     )
     schema = model.model_json_schema()

@@ -1,0 +1,63 @@
+"""What a run reports while it happens: the stream a front end shows or logs.
+
+Events are plain dataclasses; a run hands each one to the caller's ``on_event`` sink,
+which may be sync or async. The bridge turns them into protocol events.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nonoka.llm.base import Usage
+from nonoka.messages import ToolCall
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallRequested:
+    """The model asked for a call; ``executed_by`` says who will run it."""
+
+    call: ToolCall
+    executed_by: Literal["nonoka", "host"]
+
+
+@dataclass(frozen=True)
+class ToolCallFinished:
+    call: ToolCall
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class ModelCalled:
+    """One model call finished; usage is for this call alone."""
+
+    model: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class RunWarning:
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+RunEvent = TextDelta | ToolCallRequested | ToolCallFinished | ModelCalled | RunWarning
+EventSink = Callable[[RunEvent], Awaitable[None] | None]
+
+
+async def emit(sink: EventSink | None, event: RunEvent) -> None:
+    """Deliver an event to a sink that may be sync, async, or absent."""
+    if sink is None:
+        return
+    outcome = sink(event)
+    if inspect.isawaitable(outcome):
+        await outcome

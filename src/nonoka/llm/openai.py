@@ -1,0 +1,476 @@
+"""OpenAI-compatible Chat Completions adapter, built on the standard library only.
+
+Why no SDK: every model step may run in a freshly spawned process, so import time is paid
+on every step. The ``openai`` SDK costs ~370 ms to import and ``httpx`` ~100 ms, while
+``http.client`` plus ``ssl`` cost ~20 ms and are imported only when a request is made.
+
+The blocking HTTP exchange runs on a daemon worker thread (it never keeps a finished
+process alive). Parsed stream chunks cross to the event loop through an ``asyncio.Queue``,
+so ``on_text`` always runs on the loop thread. Cancelling the awaiting task shuts the
+socket down, which ends the worker at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from nonoka.errors import ConfigurationError, ModelError
+from nonoka.llm.base import ModelResponse, TextSink, ToolSpec, Usage
+from nonoka.messages import Message, ToolCall
+
+if TYPE_CHECKING:
+    import http.client
+    import socket
+    import ssl
+
+__all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every 5xx; the same set as the SDK
+MAX_RETRY_WAIT = 30.0  # seconds; a longer Retry-After is better handled by the caller
+MAX_ERROR_BODY = 64 * 1024
+EXCERPT_CHARS = 300
+
+
+class OpenAIChatModel:
+    """A ``ChatModel`` for any OpenAI-compatible endpoint (OpenAI, DeepSeek, vLLM, Ollama,
+    llama.cpp, OpenRouter), always streaming.
+
+    ``timeout`` bounds connecting and every wait for the next bytes, not the whole answer.
+    ``max_retries`` retries rate limits, 5xx, timeouts and dropped connections, but only
+    while no text has reached ``on_text`` yet, so streamed text is never duplicated.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        label: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff_base: float = 0.5,
+        input_price_per_mtok: float | None = None,
+        output_price_per_mtok: float | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        self._endpoint = _Endpoint.parse(
+            base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        )
+        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if not self._api_key and self._endpoint.host == "api.openai.com":
+            raise ConfigurationError(
+                "no API key for api.openai.com: set OPENAI_API_KEY, or set OPENAI_BASE_URL "
+                "to point at a local OpenAI-compatible server (which needs no key)"
+            )
+        self._label = label
+        self._timeout = timeout
+        self._max_retries = max(0, max_retries)
+        self._backoff_base = backoff_base
+        self._prices = (input_price_per_mtok, output_price_per_mtok)
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "User-Agent": "nonoka",
+            **(extra_headers or {}),
+        }
+        if self._api_key:
+            self._headers["Authorization"] = f"Bearer {self._api_key}"
+
+    @property
+    def name(self) -> str:
+        return self._label or f"openai:{self.model}"
+
+    @property
+    def endpoint(self) -> str:
+        """The chat completions URL this model posts to (without any query string)."""
+        return self._endpoint.url
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIChatModel(model={self.model!r}, endpoint={self._endpoint.url!r})"
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        on_text: TextSink | None = None,
+    ) -> ModelResponse:
+        body = json.dumps(self._payload(messages, tools)).encode()
+        attempt = 0
+        while True:
+            stream = _Stream()
+            try:
+                await self._attempt(body, stream, on_text)
+                return stream.response(self.model, self._cost)
+            except _Failure as failure:
+                if not failure.retryable or stream.delivered or attempt >= self._max_retries:
+                    raise self._error(failure, attempt + 1) from None
+                await asyncio.sleep(self._wait(attempt, failure.retry_after))
+                attempt += 1
+
+    def _payload(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_wire_message(m) for m in messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            payload["tools"] = [t.to_openai() for t in tools]
+        return payload
+
+    async def _attempt(self, body: bytes, stream: _Stream, on_text: TextSink | None) -> None:
+        """One HTTP exchange; raises ``_Failure`` when it did not yield a whole answer."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[object] = asyncio.Queue()
+
+        def post(item: object) -> None:
+            with suppress(RuntimeError):  # the loop is gone: nobody is listening any more
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        exchange = _Exchange(self._endpoint, body, self._headers, self._timeout, post)
+        worker = threading.Thread(target=exchange.run, name="nonoka-openai-http", daemon=True)
+        worker.start()
+        try:
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, _Failure):
+                    raise item
+                if item is _DONE:
+                    stream.done = True
+                elif isinstance(item, dict):
+                    await stream.feed(item, on_text)
+        finally:
+            exchange.abort()  # a no-op when the exchange already finished
+        if not stream.done and stream.finish_reason is None:
+            raise _Failure("the stream ended before the answer was complete", retryable=True)
+
+    def _wait(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), MAX_RETRY_WAIT)
+        delay = min(self._backoff_base * 2.0**attempt, MAX_RETRY_WAIT)
+        return delay * random.uniform(0.5, 1.0)  # jitter spreads out synchronized retries
+
+    def _cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        input_price, output_price = self._prices
+        if input_price is None and output_price is None:
+            return None
+        return (input_tokens * (input_price or 0.0) + output_tokens * (output_price or 0.0)) / 1e6
+
+    def _error(self, failure: _Failure, attempts: int) -> ModelError:
+        status = f" HTTP {failure.status}" if failure.status is not None else ""
+        message = f"model endpoint {self._endpoint.url} failed{status}: {failure.detail}"
+        if attempts > 1:
+            message += f" (gave up after {attempts} attempts)"
+        if self._api_key:
+            message = message.replace(self._api_key, "***")
+        return ModelError(message, endpoint=self._endpoint.url, status=failure.status,
+                          retryable=failure.retryable)
+
+
+def _wire_message(message: Message) -> dict[str, Any]:
+    """A message in the Chat Completions wire shape."""
+    if message.role == "assistant" and message.tool_calls:
+        return {
+            "role": "assistant",
+            "content": message.content or None,
+            "tool_calls": [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}}
+                for c in message.tool_calls
+            ],
+        }
+    if message.role == "tool":
+        if not message.tool_call_id:
+            raise ConfigurationError("a tool message must name the call it answers "
+                                     "(tool_call_id); every chat API rejects it otherwise")
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    return {"role": message.role, "content": message.content}
+
+
+class _Failure(Exception):
+    """Why one attempt failed; turned into a ``ModelError`` once retrying is over."""
+
+    def __init__(self, detail: str, *, status: int | None = None, retryable: bool = False,
+                 retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+_END = object()  # the worker is finished
+_DONE = object()  # the server sent ``data: [DONE]``
+
+
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Stream:
+    """Accumulates stream chunks into one ``ModelResponse``."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _PartialCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    model: str = ""
+    done: bool = False
+    delivered: bool = False  # text has reached on_text, so retrying would duplicate it
+
+    async def feed(self, chunk: dict[str, Any], on_text: TextSink | None) -> None:
+        if isinstance(chunk.get("error"), dict):  # some servers report errors mid-stream
+            error = chunk["error"]
+            code = error.get("code")
+            status = code if isinstance(code, int) else None
+            raise _Failure(_excerpt(str(error.get("message") or error)), status=status,
+                           retryable=status is not None and _retryable(status))
+        self.model = chunk.get("model") or self.model
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            for fragment in delta.get("tool_calls") or ():
+                self._add_call_fragment(fragment)
+            content = delta.get("content")
+            if content:
+                self.text.append(content)
+                if on_text is not None:
+                    self.delivered = True
+                    outcome = on_text(content)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def _add_call_fragment(self, fragment: dict[str, Any]) -> None:
+        index = fragment.get("index")
+        if not isinstance(index, int):  # a server that sends whole calls without an index
+            index = len(self.calls) if fragment.get("id") or not self.calls else max(self.calls)
+        call = self.calls.setdefault(index, _PartialCall())
+        call.id = call.id or fragment.get("id") or ""
+        function = fragment.get("function") or {}
+        call.name = call.name or function.get("name") or ""
+        if function.get("arguments"):
+            call.arguments.append(function["arguments"])
+
+    def response(self, model: str,
+                 cost: Callable[[int, int], float | None]) -> ModelResponse:
+        calls = [
+            ToolCall(id=c.id or f"call_{i}", name=c.name, arguments="".join(c.arguments) or "{}")
+            for i, c in sorted(self.calls.items())
+        ]
+        usage = self.usage or {}
+        input_tokens = int(usage.get("prompt_tokens") or 0)
+        output_tokens = int(usage.get("completion_tokens") or 0)
+        sent_cost = usage.get("cost")
+        cost_usd = (float(sent_cost) if isinstance(sent_cost, int | float)
+                    and not isinstance(sent_cost, bool) else cost(input_tokens, output_tokens))
+        return ModelResponse(
+            text="".join(self.text),
+            tool_calls=calls,
+            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens,
+                        cost_usd=cost_usd),
+            finish_reason=_finish_reason(self.finish_reason, bool(calls)),
+            model=self.model or model,
+        )
+
+
+def _finish_reason(reason: str | None, has_calls: bool) -> str:
+    """Normalise: some servers (Ollama) say ``stop`` even when the model called tools."""
+    if has_calls or reason == "function_call":
+        return "tool_calls"
+    return reason or "stop"
+
+
+def _retryable(status: int) -> bool:
+    return status in RETRYABLE_STATUSES or status >= 500
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """Where ``/chat/completions`` lives, parsed once from the base URL."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # request target, including any query string of the base URL
+    url: str  # for messages: no credentials, no query
+
+    @classmethod
+    def parse(cls, base_url: str) -> _Endpoint:
+        parts = urlsplit(base_url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigurationError(
+                f"model base URL {base_url!r} must look like https://host/v1 or http://host:port/v1"
+            )
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise ConfigurationError(f"model base URL {base_url!r} has a bad port") from exc
+        path = parts.path.rstrip("/") + "/chat/completions"
+        hostport = parts.netloc.rpartition("@")[2]
+        return cls(parts.scheme, parts.hostname, port,
+                   path + (f"?{parts.query}" if parts.query else ""),
+                   f"{parts.scheme}://{hostport}{path}")
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        import http.client
+
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                               context=_ssl_context())
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+
+@cache
+def _ssl_context() -> ssl.SSLContext:
+    import ssl
+
+    return ssl.create_default_context()
+
+
+class _Exchange:
+    """One blocking request/response on the worker thread; results go through ``post``."""
+
+    def __init__(self, endpoint: _Endpoint, body: bytes, headers: dict[str, str],
+                 timeout: float, post: Callable[[object], None]) -> None:
+        self._endpoint = endpoint
+        self._body = body
+        self._headers = headers
+        self._timeout = timeout
+        self._post = post
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._aborted = False
+
+    def abort(self) -> None:
+        """Wake the worker out of any blocking read (called from the loop thread)."""
+        import socket
+
+        with self._lock:
+            self._aborted = True
+            sock = self._sock
+        if sock is not None:
+            with suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def run(self) -> None:
+        try:
+            self._exchange()
+        except _Failure as failure:
+            self._post(failure)
+        except TimeoutError:
+            self._post(_Failure(f"no answer within {self._timeout:g}s (timeout)", retryable=True))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a chunk that is not JSON
+            self._post(_Failure(f"the server sent an invalid stream: {_excerpt(str(exc))}"))
+        except Exception as exc:  # connection refused/reset, TLS, protocol errors
+            self._post(_Failure(_connection_detail(exc), retryable=_retryable_exception(exc)))
+        finally:
+            self._post(_END)
+
+    def _exchange(self) -> None:
+        conn = self._endpoint.connection(self._timeout)
+        try:
+            conn.connect()
+            with self._lock:
+                self._sock = conn.sock
+                if self._aborted:
+                    return
+            conn.request("POST", self._endpoint.path, self._body, self._headers)
+            response = conn.getresponse()
+            if response.status != 200:
+                raise _http_failure(response)
+            self._read_events(response)
+        finally:
+            conn.close()
+
+    def _read_events(self, response: http.client.HTTPResponse) -> None:
+        """Parse Server-Sent Events; each ``data:`` payload is one JSON chunk."""
+        data: list[bytes] = []
+        for raw in response:
+            line = raw.rstrip(b"\r\n")
+            if line.startswith(b"data:"):
+                data.append(line[5:].strip())
+            elif not line and data:  # a blank line ends an event
+                if self._dispatch(b"\n".join(data)):
+                    return
+                data = []
+        if data:
+            self._dispatch(b"\n".join(data))
+
+    def _dispatch(self, payload: bytes) -> bool:
+        if payload == b"[DONE]":
+            self._post(_DONE)
+            return True
+        self._post(json.loads(payload))
+        return False
+
+
+def _http_failure(response: http.client.HTTPResponse) -> _Failure:
+    body = response.read(MAX_ERROR_BODY).decode("utf-8", "replace")
+    detail = body
+    try:
+        error = json.loads(body).get("error")
+        detail = str(error.get("message") or error) if isinstance(error, dict) else str(error)
+    except (ValueError, AttributeError):
+        pass
+    return _Failure(_excerpt(detail) or response.reason or "no details", status=response.status,
+                    retryable=_retryable(response.status),
+                    retry_after=_retry_after(response))
+
+
+def _retry_after(response: http.client.HTTPResponse) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` (OpenAI) or ``Retry-After`` in seconds."""
+    for header, scale in (("retry-after-ms", 1000.0), ("Retry-After", 1.0)):
+        value = response.getheader(header)
+        if value:
+            try:
+                return float(value) / scale
+            except ValueError:
+                continue  # an HTTP date; plain backoff is good enough
+    return None
+
+
+def _connection_detail(exc: Exception) -> str:
+    import http.client
+
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, http.client.IncompleteRead | http.client.RemoteDisconnected):
+        text = f"the server closed the connection ({type(exc).__name__})"
+    return f"could not talk to the server: {_excerpt(text)}"
+
+
+def _retryable_exception(exc: Exception) -> bool:
+    """Network trouble is worth retrying; a TLS certificate problem never fixes itself."""
+    import http.client
+    import ssl
+
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return False
+    return isinstance(exc, OSError | EOFError | http.client.HTTPException)
+
+
+def _excerpt(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"

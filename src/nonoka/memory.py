@@ -1,0 +1,116 @@
+"""Working memory: the conversation a session shows the model, within a token budget.
+
+Compaction keeps the leading system entries, never separates an assistant entry that
+called tools from the tool results answering it, and always keeps the newest exchange.
+Dropped entries are summarised through the model when the limits enable it, else
+trimmed. Any rewrite bumps ``generation`` so stores know to rewrite instead of append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from nonoka.messages import MemoryEntry, Message
+
+if TYPE_CHECKING:
+    from nonoka.store.base import CheckpointStore
+
+Summarizer = Callable[[Sequence[MemoryEntry]], Awaitable[str]]
+
+SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
+
+
+class WorkingMemory:
+    """An ordered list of entries with a running token count."""
+
+    def __init__(self, entries: Iterable[MemoryEntry] = (), *, generation: int = 0) -> None:
+        self._entries: list[MemoryEntry] = list(entries)
+        self._tokens = sum(e.tokens for e in self._entries)
+        self.generation = generation
+
+    @property
+    def entries(self) -> list[MemoryEntry]:
+        """A copy of the entries, oldest first."""
+        return list(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def total_tokens(self) -> int:
+        return self._tokens
+
+    def append(self, entry: MemoryEntry) -> None:
+        self._entries.append(entry)
+        self._tokens += entry.tokens
+
+    def messages(self) -> list[Message]:
+        return [e.to_message() for e in self._entries]
+
+    def units(self) -> list[list[MemoryEntry]]:
+        """Split into indivisible units: an assistant tool-calling entry with its results."""
+        units: list[list[MemoryEntry]] = []
+        for entry in self._entries:
+            if entry.role == "tool" and units and _open_call_unit(units[-1], entry):
+                units[-1].append(entry)
+            else:
+                units.append([entry])
+        return units
+
+    async def compact(self, max_tokens: int, summarizer: Summarizer | None = None) -> bool:
+        """Shrink to ``max_tokens`` if over it; returns whether anything changed."""
+        if self._tokens <= max_tokens:
+            return False
+        units = self.units()
+        pinned: list[MemoryEntry] = []
+        while units and units[0][0].role == "system" and len(units) > 1:
+            pinned.extend(units.pop(0))
+        budget = max_tokens - sum(e.tokens for e in pinned)
+        kept: list[list[MemoryEntry]] = [units.pop()]  # the newest exchange always stays
+        used = sum(e.tokens for e in kept[0])
+        while units and used + sum(e.tokens for e in units[-1]) <= budget:
+            unit = units.pop()
+            used += sum(e.tokens for e in unit)
+            kept.insert(0, unit)
+        dropped = [e for unit in units for e in unit]
+        if not dropped:
+            return False
+        replacement: list[MemoryEntry] = []
+        if summarizer is not None:
+            summary = await summarizer(dropped)
+            replacement = [MemoryEntry.make("user", SUMMARY_PREFIX + summary, summary=True,
+                                            replaces=len(dropped))]
+        self._entries = pinned + replacement + [e for unit in kept for e in unit]
+        self._tokens = sum(e.tokens for e in self._entries)
+        self.generation += 1
+        return True
+
+
+def _open_call_unit(unit: list[MemoryEntry], entry: MemoryEntry) -> bool:
+    head = unit[0]
+    return head.role == "assistant" and any(c.id == entry.tool_call_id for c in head.tool_calls)
+
+
+def summary_request(entries: Sequence[MemoryEntry]) -> list[Message]:
+    """The prompt that asks a model to summarise dropped entries."""
+    transcript = "\n".join(f"{e.role}: {e.content}" for e in entries if e.content)
+    return [
+        Message(role="system", content=(
+            "Summarise the conversation below for your own later reference. Keep facts, "
+            "decisions, names, numbers and open tasks; drop pleasantries. Be brief."
+        )),
+        Message(role="user", content=transcript),
+    ]
+
+
+class MemoryBackend:
+    """Programmatic reads of a stored session's conversation."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store = store
+
+    async def get_history(self, session_id: str) -> list[MemoryEntry]:
+        """The stored entries, oldest first; empty for an unknown session."""
+        state = await self.store.load_session(session_id)
+        return list(state.memory_entries) if state is not None else []

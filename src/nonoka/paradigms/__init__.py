@@ -1,0 +1,1 @@
+"""Execution paradigms: the ReAct loop and the plan executor."""

@@ -1,0 +1,270 @@
+"""``Runner``: the entry points that create, continue, resume and cancel sessions.
+
+Every method loads what it needs from the checkpoint store and writes back as it goes,
+so any of them can be called from a process that has never seen the session before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from nonoka.agent import Agent
+from nonoka.errors import ModelError, SessionConflictError, ToolResultMismatchError
+from nonoka.events import EventSink
+from nonoka.extensions.approval import apply_decision
+from nonoka.messages import MemoryEntry, Message, ToolResult, dangling_tool_calls
+from nonoka.paradigms.env import LoopEnv, RunResult, result_of
+from nonoka.paradigms.plan import PlanExecutor
+from nonoka.paradigms.react import ReActAgent
+from nonoka.plan import Plan
+from nonoka.runtime import RuntimeLimits, Termination
+from nonoka.session import Session, validate_session_id
+from nonoka.state import SessionStatus
+from nonoka.store.base import CheckpointStore
+
+FINISHED = (SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.CANCELLED)
+_CONFLICT_RETRIES = 5
+
+
+class _CancelledElsewhere(Exception):
+    """Another process cancelled the session while this one was running it."""
+
+
+class Runner:
+    """Runs agents against sessions kept in a checkpoint store."""
+
+    def __init__(self, store: CheckpointStore | None = None) -> None:
+        if store is None:
+            from nonoka.store.memory import MemoryCheckpointStore
+
+            store = MemoryCheckpointStore()
+        self.store = store
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run_react(
+        self,
+        agent: Agent,
+        prompt: str,
+        deps: Any = None,
+        session_id: str | None = None,
+        *,
+        limits: RuntimeLimits | None = None,
+        history: Sequence[Message] = (),
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """Send ``prompt`` in a new session, or continue ``session_id`` (memory restored).
+
+        An id that does not exist yet names the new session. ``history`` seeds a new
+        session with earlier messages; ``limits`` raise or lower the stored limits.
+        """
+        agent.get_model()  # a configuration error surfaces before anything is stored
+        session = await self.open_session(agent, session_id, limits=limits, history=history)
+        env = self._env(agent, deps, on_event)
+        return await self._guarded(session, lambda: ReActAgent(env).run(session, prompt))
+
+    async def run_plan(
+        self,
+        agent: Agent,
+        plan: Plan,
+        deps: Any = None,
+        session_id: str | None = None,
+        *,
+        limits: RuntimeLimits | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """Execute ``plan`` in a new session (or continue one); completed steps are skipped."""
+        session = await self.open_session(agent, session_id, limits=limits)
+        env = self._env(agent, deps, on_event)
+        return await self._guarded(session, lambda: PlanExecutor(env).execute(session, plan))
+
+    async def resume(
+        self, agent: Agent, session_id: str, deps: Any = None, *, on_event: EventSink | None = None
+    ) -> RunResult:
+        """Carry on a session from its checkpoint, repairing a turn cut by a crash.
+
+        An unknown id gives a failed result that says so; a finished session returns at once.
+        """
+        session = await self.load_session(session_id)
+        if session is None:
+            return RunResult(success=False, session_id=session_id, status=SessionStatus.FAILED,
+                             error=f"session {session_id!r} was not found in the checkpoint store")
+        if session.status in FINISHED:
+            return result_of(session, output=_last_answer(session))
+        env = self._env(agent, deps, on_event)
+        if session.current_plan is not None and session.current_plan.steps:
+            return await self._guarded(session, lambda: PlanExecutor(env).resume(session))
+        return await self._guarded(session, lambda: ReActAgent(env).resume(session))
+
+    async def submit_tool_results(
+        self,
+        agent: Agent,
+        session_id: str,
+        results: Sequence[ToolResult],
+        deps: Any = None,
+        *,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """Feed the host's results to the session's pending calls and continue the loop.
+
+        Raises ``ToolResultMismatchError`` (storing nothing) when a result answers no
+        pending call or answers one twice.
+        """
+        session = await self.load_session(session_id)
+        if session is None:
+            raise ToolResultMismatchError(f"session {session_id!r} does not exist")
+        _, dangling = dangling_tool_calls(session.memory.entries)
+        pending = {c.id: c for c in dangling}
+        seen: set[str] = set()
+        for result in results:
+            if result.tool_call_id not in pending or result.tool_call_id in seen:
+                twice = result.tool_call_id in seen
+                why = "answers it twice" if twice else "answers no pending call"
+                raise ToolResultMismatchError(
+                    f"tool result for {result.tool_call_id!r} {why}; the session is waiting "
+                    f"for: {', '.join(pending) or 'nothing'}")
+            seen.add(result.tool_call_id)
+        for result in results:
+            call = pending[result.tool_call_id]
+            session.memory.append(MemoryEntry.tool_result(call, result.content,
+                                                          is_error=result.is_error))
+        env = self._env(agent, deps, on_event)
+
+        async def go() -> RunResult:
+            session.begin()
+            await self._save(session)
+            return await ReActAgent(env).resume(session)
+
+        return await self._guarded(session, go)
+
+    # -- decisions from outside a run --------------------------------------------------------
+
+    async def approve_tool_call(
+        self, session_id: str, tool_call_id: str, approved: bool = True, note: str = ""
+    ) -> None:
+        """Record a decision for a call waiting for approval; ``resume`` then acts on it."""
+
+        def decide(session: Session) -> bool:
+            apply_decision(session.extension_state, tool_call_id, approved, note)
+            return True
+
+        if not await self._update(session_id, decide):
+            raise ToolResultMismatchError(f"session {session_id!r} does not exist")
+
+    async def cancel_session(self, session_id: str) -> bool:
+        """Persist a cancellation; ``False`` when the session is unknown or already over."""
+
+        def cancel(session: Session) -> bool:
+            if session.status in FINISHED:
+                return False
+            _close_open_calls(session, "cancelled: the session was cancelled before this "
+                                       "call finished")
+            session.terminate(Termination(reason="cancelled", detail="cancelled on request"),
+                              SessionStatus.CANCELLED)
+            return True
+
+        return await self._update(session_id, cancel)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def load_session(self, session_id: str) -> Session | None:
+        state = await self.store.load_session(validate_session_id(session_id))
+        return Session.from_state(state) if state is not None else None
+
+    async def open_session(
+        self,
+        agent: Agent,
+        session_id: str | None = None,
+        *,
+        limits: RuntimeLimits | None = None,
+        history: Sequence[Message] = (),
+    ) -> Session:
+        """Load ``session_id`` or build a new session (not stored until its first save)."""
+        if session_id is not None:
+            existing = await self.load_session(session_id)
+            if existing is not None:
+                existing.apply_limits(limits)
+                return existing
+        session = Session(session_id or str(uuid.uuid4()),
+                          limits=agent.limits.merged(limits),
+                          completion_contract=agent.completion_contract)
+        if agent.system_prompt:
+            session.memory.append(MemoryEntry.make("system", agent.system_prompt))
+        for message in history:
+            session.memory.append(MemoryEntry.from_message(message))
+        return session
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _env(self, agent: Agent, deps: Any, on_event: EventSink | None) -> LoopEnv:
+        return LoopEnv(agent=agent, store=self.store, deps=deps, on_event=on_event,
+                       save=self._save)
+
+    async def _save(self, session: Session) -> None:
+        try:
+            session.revision = await self.store.save_session(session.to_state())
+        except SessionConflictError:
+            stored = await self.store.load_session(session.session_id)
+            if stored is not None and stored.status == SessionStatus.CANCELLED:
+                raise _CancelledElsewhere from None
+            raise
+
+    async def _guarded(
+        self, session: Session, run: Callable[[], Awaitable[RunResult]]
+    ) -> RunResult:
+        """Run a paradigm; persist what a failure or a cancellation leaves behind."""
+        try:
+            return await run()
+        except _CancelledElsewhere:
+            stored = await self.load_session(session.session_id)
+            return result_of(stored or session)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._persist_cancel(session))
+            raise
+        except ModelError as exc:
+            _close_open_calls(session, f"not run: the model call failed ({exc})")
+            session.terminate(Termination(reason="error", detail=str(exc)), SessionStatus.FAILED)
+            await self._save(session)
+            return result_of(session, error=str(exc))
+
+    async def _persist_cancel(self, session: Session) -> None:
+        _close_open_calls(session, "cancelled: the run was cancelled before this call finished")
+        session.terminate(Termination(reason="cancelled", detail="the run was cancelled"),
+                          SessionStatus.CANCELLED)
+        # If someone else wrote the session after us, theirs stands.
+        with contextlib.suppress(SessionConflictError, _CancelledElsewhere):
+            await self._save(session)
+
+    async def _update(self, session_id: str, change: Callable[[Session], bool]) -> bool:
+        """Load, change and save a session, retrying when another writer got there first."""
+        for _ in range(_CONFLICT_RETRIES):
+            session = await self.load_session(session_id)
+            if session is None or not change(session):
+                return False
+            try:
+                session.revision = await self.store.save_session(session.to_state())
+                return True
+            except SessionConflictError:
+                await asyncio.sleep(0.01)
+        raise SessionConflictError(
+            f"session {session_id!r} kept changing under this update; try again"
+        )
+
+
+def _close_open_calls(session: Session, content: str) -> None:
+    """Give every open tool call a result, so the stored history stays valid for any API."""
+    _, dangling = dangling_tool_calls(session.memory.entries)
+    for call in dangling:
+        session.memory.append(MemoryEntry.tool_result(call, content, is_error=True))
+        session.clear_intent(call.id)
+
+
+def _last_answer(session: Session) -> str | None:
+    for entry in reversed(session.memory.entries):
+        if entry.role == "assistant" and not entry.tool_calls:
+            return entry.content
+    return None

@@ -1,0 +1,134 @@
+"""The in-memory reference engine.
+
+It keeps what the SQLite engine keeps, as JSON text rather than object references, so a
+round trip through it is as faithful (and as lossy) as one through a database, and it
+follows the same rules: revision checks, entries appended between compactions, step
+updates with a strictly increasing time. Tests, and runs that need no persistence, use
+it. Several store instances can share one ``MemoryDatabase`` to stand in for processes
+reopening the same file.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from nonoka.state import SessionState, StepFailure, StepResult, StepStatus
+from nonoka.store.base import (
+    EntryPlan,
+    conflict_error,
+    decode_session,
+    entry_json,
+    next_update_time,
+    snapshot_json,
+    step_payload,
+)
+
+
+@dataclass
+class CheckpointRow:
+    state_json: str
+    revision: int
+    memory_generation: int
+    entries: list[str]
+    created_at: float
+    updated_at: float
+
+
+@dataclass
+class StepRow:
+    payload_json: str
+    updated_at: float
+    order: int
+    """Insertion order of the key, the stand-in for SQLite's rowid."""
+
+
+@dataclass
+class MemoryDatabase:
+    """The rows of every session; share one between stores to mimic a reopened file."""
+
+    checkpoints: dict[str, CheckpointRow] = field(default_factory=dict)
+    step_updates: dict[tuple[str, str, str], StepRow] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    next_order: int = 0
+
+
+class MemoryCheckpointStore:
+    """A ``CheckpointStore`` over a ``MemoryDatabase`` (a fresh one by default)."""
+
+    def __init__(self, database: MemoryDatabase | None = None) -> None:
+        self.database = database if database is not None else MemoryDatabase()
+
+    async def save_session(self, state: SessionState) -> int:
+        snapshot = snapshot_json(state)
+        db = self.database
+        with db.lock:
+            row = db.checkpoints.get(state.session_id)
+            stored = 0 if row is None else row.revision
+            if state.revision != stored:
+                raise conflict_error(state, None if row is None else stored)
+            now = time.time()
+            if row is None:
+                row = CheckpointRow(snapshot, 0, state.memory_generation, [], now, now)
+            plan = EntryPlan(state, len(row.entries), row.memory_generation)
+            new = [entry_json(e) for e in plan.new_entries]
+            entries = new if plan.rewrite else row.entries + new
+            db.checkpoints[state.session_id] = CheckpointRow(
+                snapshot, stored + 1, state.memory_generation, entries, row.created_at, now
+            )
+            return stored + 1
+
+    async def load_session(self, session_id: str) -> SessionState | None:
+        db = self.database
+        with db.lock:
+            row = db.checkpoints.get(session_id)
+            if row is None:
+                return None
+            steps = sorted(
+                (
+                    (step_id, kind, step.payload_json, step.updated_at, step.order)
+                    for (sid, step_id, kind), step in db.step_updates.items()
+                    if sid == session_id
+                ),
+                key=lambda r: (r[3], r[4]),
+            )
+            snapshot, entries, revision = row.state_json, list(row.entries), row.revision
+        return decode_session(
+            session_id, snapshot, entries, revision, [r[:4] for r in steps]
+        )
+
+    async def save_step_status(self, session_id: str, step_id: str, status: StepStatus) -> None:
+        self._save_step(session_id, step_id, "status", step_payload("status", status))
+
+    async def save_step_result(self, session_id: str, step_id: str, result: StepResult) -> None:
+        self._save_step(session_id, step_id, "result", step_payload("result", result))
+
+    async def save_step_error(self, session_id: str, step_id: str, failure: StepFailure) -> None:
+        self._save_step(session_id, step_id, "error", step_payload("error", failure))
+
+    def _save_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
+        db = self.database
+        with db.lock:
+            times = [s.updated_at for k, s in db.step_updates.items() if k[0] == session_id]
+            at = next_update_time(max(times, default=None))
+            key = (session_id, step_id, kind)
+            old = db.step_updates.get(key)
+            if old is None:
+                order, db.next_order = db.next_order, db.next_order + 1
+            else:
+                order = old.order  # an upsert keeps its rowid
+            db.step_updates[key] = StepRow(payload, at, order)
+
+    async def delete_session(self, session_id: str) -> bool:
+        db = self.database
+        with db.lock:
+            found = db.checkpoints.pop(session_id, None) is not None
+            keys = [k for k in db.step_updates if k[0] == session_id]
+            for key in keys:
+                del db.step_updates[key]
+            return found or bool(keys)
+
+    async def close(self) -> None:
+        """Nothing to release; the data lives as long as the ``MemoryDatabase``."""
+

@@ -1,0 +1,147 @@
+"""The session index and the event log: what people review after the fact.
+
+The index (``cli_sessions``) has one row per session with what a listing shows and the
+``conversation_key`` that recovers a session whose id was lost. The event log is the
+timeline of each session: requests, model calls with usage, tool calls, warnings,
+errors, recoveries. Both live next to the checkpoints, in the same database.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SessionRecord(BaseModel):
+    """One row of the session index."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    title: str = ""
+    model: str = ""
+    created_at: float = Field(default_factory=time.time)
+    last_active: float = Field(default_factory=time.time)
+    status: str = "created"
+    turn_count: int = 0
+    message_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form; ``conversation_key``, ``purpose`` (chat | title) and ``cwd`` live here."""
+
+    @property
+    def conversation_key(self) -> str | None:
+        value = self.metadata.get("conversation_key")
+        return str(value) if value else None
+
+    @property
+    def purpose(self) -> str:
+        return str(self.metadata.get("purpose", "chat"))
+
+
+class EventRecord(BaseModel):
+    """One entry of a session's timeline."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    kind: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    at: float = Field(default_factory=time.time)
+    seq: int = 0
+    """Assigned by the store: increasing within a session."""
+
+
+class UsageSummary(BaseModel):
+    """Totals over a session's logged model calls."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    errors: int = 0
+    warnings: int = 0
+
+
+@runtime_checkable
+class SessionIndex(Protocol):
+    """The ``cli_sessions`` table."""
+
+    async def upsert_session(self, record: SessionRecord) -> None:
+        """Insert or replace the row (``created_at`` of an existing row is kept)."""
+        ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    async def find_sessions_by_prefix(self, prefix: str, limit: int = 10) -> list[SessionRecord]:
+        """Rows whose id starts with ``prefix`` (for ``sessions show <prefix>``)."""
+        ...
+
+    async def find_by_conversation_key(
+        self, key: str, *, purpose: str = "chat"
+    ) -> list[SessionRecord]:
+        """Rows tagged with ``key``, most recently active first."""
+        ...
+
+    async def list_sessions(
+        self, limit: int = 50, *, purpose: str | None = "chat"
+    ) -> list[SessionRecord]:
+        """Most recently active first; ``purpose=None`` lists every kind."""
+        ...
+
+    async def delete_session_record(self, session_id: str) -> bool: ...
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    """Each session's timeline. Secrets are redacted before anything is written."""
+
+    async def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> None: ...
+
+    async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
+        """The newest ``limit`` events, oldest first."""
+        ...
+
+    async def usage_summary(self, session_id: str) -> UsageSummary:
+        """Totals over ``model_call`` events (``input_tokens``, ``output_tokens``,
+        ``cost_usd`` in their data), ``tool_call`` events, ``error`` and ``warning`` events."""
+        ...
+
+
+_SECRET_PATTERNS = [
+    re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
+    re.compile(r"(?i)\b(api[_-]?key|authorization|token|secret|password)"
+               r"(\"?\s*[:=]\s*\"?)[^\s\"',}]{4,}"),
+]
+_SECRET_KEYS = re.compile(r"(?i)(api[_-]?key|authorization|secret|password|token)$")
+
+
+def redact(value: Any) -> Any:
+    """Replace API keys and bearer tokens anywhere in a JSON-like value."""
+    if isinstance(value, str):
+        for pattern in _SECRET_PATTERNS:
+            value = pattern.sub(_mask, value)
+        return value
+    if isinstance(value, dict):
+        return {k: "[redacted]" if isinstance(k, str) and _SECRET_KEYS.search(k)
+                and isinstance(v, str) else redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def _mask(match: re.Match[str]) -> str:
+    if match.re is _SECRET_PATTERNS[0]:
+        return f"{match.group(1)} [redacted]"
+    if match.re is _SECRET_PATTERNS[2]:
+        return f"{match.group(1)}{match.group(2)}[redacted]"
+    return "[redacted]"

@@ -1,0 +1,504 @@
+"""A scripted OpenAI-compatible HTTP server, to test agents over real sockets.
+
+``ScriptedModel`` tests an agent without any network; this server tests the real path
+(adapter, HTTP, streaming, retries) and can run in its own process next to the processes
+under test. It speaks the Chat Completions wire format closely enough for the official
+``openai`` SDK: streamed chunks (text and tool-call arguments split over several chunks,
+plus the usage chunk when ``stream_options.include_usage`` is set) and plain JSON answers.
+
+Script steps are ``ModelResponse`` objects (build them with ``nonoka.testing.text``,
+``call`` and ``calls``), plain strings (text), or the faults below: ``HttpError``,
+``Delay`` and ``DropConnection``. Instead of a list, a script may be a function from the
+request body to a step.
+
+In process::
+
+    with ScriptedOpenAIServer(["hello", HttpError(429), text("again")]) as server:
+        model = OpenAIChatModel("m", base_url=server.base_url)
+        ...
+        server.assert_done()
+
+As a process (``--script`` is a JSON list; see ``step_from_json`` for the step forms)::
+
+    python -m nonoka.testing.server --script steps.json --port-file port.txt --log log.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from nonoka.llm.base import ModelResponse, Usage
+from nonoka.messages import ToolCall
+from nonoka.testing import text
+
+__all__ = [
+    "Delay",
+    "DropConnection",
+    "HttpError",
+    "ScriptedOpenAIServer",
+    "Step",
+    "load_script",
+    "main",
+    "step_from_json",
+]
+
+
+@dataclass(frozen=True)
+class HttpError:
+    """Answer with an HTTP error. ``body`` is a JSON object or raw text; by default an
+    OpenAI-style ``{"error": {...}}`` body is sent."""
+
+    status: int
+    body: dict[str, Any] | str | None = None
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Wait ``seconds`` before answering with ``then`` (timeouts, cancellation)."""
+
+    seconds: float
+    then: Step = ""
+
+
+@dataclass(frozen=True)
+class DropConnection:
+    """Start a streamed answer, send ``partial_text``, then close the connection mid-stream."""
+
+    partial_text: str = ""
+
+
+Step: TypeAlias = "ModelResponse | str | HttpError | Delay | DropConnection"
+Script: TypeAlias = "Sequence[Step] | Callable[[dict[str, Any]], Step]"
+
+
+class ScriptedOpenAIServer:
+    """Serves ``POST /v1/chat/completions`` from a script and ``GET /v1/models``.
+
+    Every chat request is recorded: ``requests`` holds the JSON bodies and ``headers`` the
+    matching headers (lower-case names). A request beyond the end of a list script gets
+    HTTP 500 and is noted in ``failures``; ``assert_done`` then fails.
+    """
+
+    def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0,
+                 model: str = "scripted-model", chunk_size: int = 8,
+                 log_path: str | os.PathLike[str] | None = None) -> None:
+        self._script = script if callable(script) else list(script)
+        self._address = (host, port)
+        self.model = model
+        self.chunk_size = max(1, chunk_size)
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.failures: list[str] = []
+        self._log_path = Path(log_path) if log_path is not None else None
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> ScriptedOpenAIServer:
+        self._httpd = _HTTPServer(self._address, _Handler, self)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={
+            "poll_interval": 0.05}, name="scripted-openai-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving; pending ``Delay`` steps end at once and their clients are dropped."""
+        if self._httpd is None:
+            return
+        self._closing.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()  # joins the request threads
+        if self._thread is not None:
+            self._thread.join()
+        self._httpd = None
+
+    def __enter__(self) -> ScriptedOpenAIServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the scripted server is not running; use it as a context manager")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self._address[0]}:{self.port}/v1"
+
+    # script ---------------------------------------------------------------------------
+
+    @property
+    def remaining(self) -> int:
+        """Unused steps of a list script (0 for a function script)."""
+        if callable(self._script):
+            return 0
+        return max(0, len(self._script) - len(self.requests))
+
+    def assert_done(self) -> None:
+        """Fail when the script ran out or when scripted steps were never used."""
+        if self.failures:
+            raise AssertionError(f"scripted server: {self.failures[0]}")
+        if self.remaining:
+            total = len(self._script) if not callable(self._script) else 0
+            raise AssertionError(f"scripted server has {self.remaining} unused step(s) "
+                                 f"of {total}; it got {len(self.requests)} request(s)")
+
+    def _take_step(self, body: dict[str, Any], headers: dict[str, str]) -> Step | None:
+        """Record a chat request and pick its step; ``None`` when the script ran out."""
+        with self._lock:
+            index = len(self.requests)
+            self.requests.append(body)
+            self.headers.append(headers)
+            if callable(self._script):
+                try:
+                    return self._script(body)
+                except Exception as exc:  # answer 500 and let assert_done() report it
+                    self.failures.append(f"the script function raised {exc!r}")
+                    return None
+            if index < len(self._script):
+                return self._script[index]
+            self.failures.append(
+                f"scripted server has no step left: got request #{index + 1} but the script "
+                f"has {len(self._script)} step(s)"
+            )
+            return None
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if self._log_path is None:
+            return
+        line = json.dumps(record, ensure_ascii=False)
+        with self._lock, self._log_path.open("a", encoding="utf-8") as log:
+            log.write(line + "\n")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 owner: ScriptedOpenAIServer) -> None:
+        self.owner = owner
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up (timeouts, cancellation) are part of the tests: stay quiet."""
+        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One HTTP exchange. Every answer closes the connection, which keeps shutdown simple."""
+
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    timeout = 10  # an idle client never holds up shutdown for longer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # requests are recorded (and logged to --log) instead
+
+    def do_GET(self) -> None:
+        self.server.owner._log({"time": time.time(), "method": "GET", "path": self.path})
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            model = {"id": self.server.owner.model, "object": "model", "created": 0,
+                     "owned_by": "nonoka-testing"}
+            self._send_json(200, {"object": "list", "data": [model]})
+        else:
+            self._send_error(HttpError(404, _error_body(f"no route GET {self.path}", 404)))
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        record = {"time": time.time(), "method": "POST", "path": self.path,
+                  "headers": _redacted(headers)}
+        if self.path.split("?")[0].rstrip("/") not in ("/v1/chat/completions",
+                                                        "/chat/completions"):
+            owner._log(record)
+            self._send_error(HttpError(404, _error_body(f"no route POST {self.path}", 404)))
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            owner._log(record)
+            self._send_error(HttpError(400, _error_body("request body is not JSON", 400)))
+            return
+        step = owner._take_step(body, headers)
+        owner._log({**record, "body": body, "step": _describe(step)})
+        self._answer(step, body)
+
+    def _answer(self, step: Step | None, request: dict[str, Any]) -> None:
+        owner = self.server.owner
+        while isinstance(step, Delay):
+            if owner._closing.wait(step.seconds):
+                return  # shutting down: hang up without an answer
+            step = step.then
+        if step is None:
+            message = owner.failures[-1] if owner.failures else "the script gave no step"
+            self._send_error(HttpError(500, _error_body(message, 500)))
+        elif isinstance(step, HttpError):
+            self._send_error(step)
+        elif isinstance(step, DropConnection):
+            self._drop(step, request)
+        else:
+            response = text(step) if isinstance(step, str) else step
+            if request.get("stream"):
+                include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+                self._stream(_chunks(response, self._model(request, response),
+                                     include_usage, owner.chunk_size))
+            else:
+                self._send_json(200, _completion(response, self._model(request, response)))
+
+    def _model(self, request: dict[str, Any], response: ModelResponse) -> str:
+        return response.model or str(request.get("model") or self.server.owner.model)
+
+    # writing ----------------------------------------------------------------------------
+
+    def _send_json(self, status: int, payload: dict[str, Any],
+                   extra: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _send_error(self, error: HttpError) -> None:
+        extra = {} if error.retry_after is None else {"Retry-After": f"{error.retry_after:g}"}
+        body = error.body if error.body is not None else _error_body(
+            f"scripted HTTP {error.status}", error.status)
+        if isinstance(body, str):
+            data = body.encode()
+            self.send_response(error.status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+            self.close_connection = True
+        else:
+            self._send_json(error.status, body, extra)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _event(self, payload: str) -> None:
+        data = f"data: {payload}\n\n".encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _stream(self, chunks: Iterator[dict[str, Any]]) -> None:
+        self._start_stream()
+        for chunk in chunks:
+            self._event(json.dumps(chunk))
+        self._event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _drop(self, step: DropConnection, request: dict[str, Any]) -> None:
+        self._start_stream()
+        partial = ModelResponse(text=step.partial_text)
+        size = self.server.owner.chunk_size
+        for chunk in _chunks(partial, self._model(request, partial), False, size):
+            if chunk["choices"][0]["finish_reason"]:
+                break
+            self._event(json.dumps(chunk))
+        self.connection.shutdown(socket.SHUT_RDWR)  # no final chunk, no [DONE]
+
+
+# the wire shapes -------------------------------------------------------------------------
+
+_ids = itertools.count(1)
+
+
+def _chunks(response: ModelResponse, model: str, include_usage: bool,
+            size: int) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects OpenAI streams for ``response``."""
+    head = {"id": f"chatcmpl-scripted-{next(_ids)}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model, "system_fingerprint": "fp_scripted"}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**head, "choices": [choice], **({"usage": None} if include_usage else {})}
+
+    first_content = "" if response.text or not response.tool_calls else None
+    yield chunk({"role": "assistant", "content": first_content, "refusal": None})
+    for piece in _pieces(response.text, size):
+        yield chunk({"content": piece})
+    for index, call in enumerate(response.tool_calls):
+        opening = {"index": index, "id": call.id, "type": "function",
+                   "function": {"name": call.name, "arguments": ""}}
+        yield chunk({"tool_calls": [opening]})
+        for piece in _pieces(call.arguments, max(1, len(call.arguments) // 3)):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, response.finish_reason)
+    if include_usage:
+        yield {**head, "choices": [], "usage": _usage(response.usage)}
+
+
+def _completion(response: ModelResponse, model: str) -> dict[str, Any]:
+    """The ``chat.completion`` object OpenAI returns when not streaming."""
+    message: dict[str, Any] = {"role": "assistant",
+                               "content": response.text or (None if response.tool_calls else ""),
+                               "refusal": None}
+    if response.tool_calls:
+        message["tool_calls"] = [_tool_call(c) for c in response.tool_calls]
+    return {
+        "id": f"chatcmpl-scripted-{next(_ids)}", "object": "chat.completion",
+        "created": int(time.time()), "model": model, "system_fingerprint": "fp_scripted",
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": response.finish_reason}],
+        "usage": _usage(response.usage),
+    }
+
+
+def _tool_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    wire: dict[str, Any] = {"prompt_tokens": usage.input_tokens,
+                            "completion_tokens": usage.output_tokens,
+                            "total_tokens": usage.input_tokens + usage.output_tokens}
+    if usage.cost_usd is not None:
+        wire["cost"] = usage.cost_usd  # as OpenRouter reports it
+    return wire
+
+
+def _error_body(message: str, status: int) -> dict[str, Any]:
+    kind = "server_error" if status >= 500 else (
+        "rate_limit_error" if status == 429 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _pieces(value: str, size: int) -> Iterator[str]:
+    for start in range(0, len(value), size):
+        yield value[start:start + size]
+
+
+def _redacted(headers: dict[str, str]) -> dict[str, str]:
+    """Headers for the log file: keys never end up on disk."""
+    return {k: ("<redacted>" if k in ("authorization", "api-key", "x-api-key") else v)
+            for k, v in headers.items()}
+
+
+def _describe(step: Step | None) -> str:
+    if step is None:
+        return "exhausted"
+    if isinstance(step, str):
+        return "text"
+    if isinstance(step, ModelResponse):
+        return "tool_calls" if step.tool_calls else "text"
+    if isinstance(step, HttpError):
+        return f"error {step.status}"
+    if isinstance(step, Delay):
+        return f"delay {step.seconds:g}s then {_describe(step.then)}"
+    return "drop"
+
+
+# the script as JSON, and the command line ---------------------------------------------------
+
+
+def step_from_json(value: Any) -> Step:
+    """Read one step of a JSON script.
+
+    ``"hi"`` or ``{"text": "hi"}`` (optional ``input_tokens``, ``output_tokens``,
+    ``cost_usd``); ``{"tool_calls": [{"id", "name", "arguments"}], "text": ""}`` where
+    ``arguments`` is an object or JSON text; ``{"error": 429, "body": ..., "retry_after": 0}``;
+    ``{"delay": 1.5, ...}`` waits, then answers with the rest of the object;
+    ``{"drop": true, "text": "partial"}``.
+    """
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"a script step must be a string or an object, not {value!r}")
+    if "delay" in value:
+        rest = {k: v for k, v in value.items() if k != "delay"}
+        return Delay(float(value["delay"]), step_from_json(rest) if rest else "")
+    if "error" in value:
+        return HttpError(int(value["error"]), value.get("body"), value.get("retry_after"))
+    if value.get("drop"):
+        return DropConnection(str(value.get("text", "")))
+    usage = Usage(input_tokens=int(value.get("input_tokens", 10)),
+                  output_tokens=int(value.get("output_tokens", 5)),
+                  cost_usd=value.get("cost_usd"))
+    if value.get("tool_calls"):
+        calls = [ToolCall(id=str(c.get("id") or f"call_{i}"), name=str(c["name"]),
+                          arguments=c["arguments"] if isinstance(c.get("arguments"), str)
+                          else json.dumps(c.get("arguments") or {}))
+                 for i, c in enumerate(value["tool_calls"], 1)]
+        return ModelResponse(text=str(value.get("text", "")), tool_calls=calls, usage=usage,
+                             finish_reason="tool_calls")
+    if "text" in value:
+        return ModelResponse(text=str(value["text"]), usage=usage, finish_reason="stop")
+    raise ValueError(f"unknown script step {value!r}")
+
+
+def load_script(path: str | os.PathLike[str]) -> list[Step]:
+    """Read a JSON script file: a list of steps in the forms ``step_from_json`` accepts."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: a script must be a JSON list of steps")
+    return [step_from_json(step) for step in data]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m nonoka.testing.server",
+        description="Serve a scripted OpenAI-compatible API until SIGTERM or Ctrl-C.")
+    parser.add_argument("--script", required=True, help="JSON list of steps")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--port-file", help="write the chosen port here once listening")
+    parser.add_argument("--log", help="append one JSON line per request here")
+    parser.add_argument("--model", default="scripted-model")
+    args = parser.parse_args(argv)
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server = ScriptedOpenAIServer(load_script(args.script), host=args.host, port=args.port,
+                                  model=args.model, log_path=args.log)
+    with server:
+        if args.port_file:  # write then rename, so a reader never sees a partial number
+            tmp = Path(f"{args.port_file}.tmp")
+            tmp.write_text(f"{server.port}\n", encoding="utf-8")
+            os.replace(tmp, args.port_file)
+        print(server.base_url, flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""One behaviour suite for every checkpoint engine (see ``engines.py`` to add one)."""

@@ -1,0 +1,38 @@
+"""The ``engine`` fixture: every conformance test runs once per engine in ``ENGINES``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from nonoka.store.base import CheckpointStore
+from tests.conformance.engines import ENGINES, SHARED_ENGINES, EngineHarness
+
+
+@pytest.fixture(params=sorted(ENGINES))
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EngineHarness]:
+    harness = await ENGINES[request.param](tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.aclose()
+
+
+@pytest.fixture(params=SHARED_ENGINES)
+async def shared_engine(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[EngineHarness]:
+    """An engine whose data other OS processes can open (``process_url`` is set)."""
+    harness = await ENGINES[request.param](tmp_path)
+    assert harness.process_url is not None
+    try:
+        yield harness
+    finally:
+        await harness.aclose()
+
+
+@pytest.fixture
+def store(engine: EngineHarness) -> CheckpointStore:
+    return engine.store

@@ -1,0 +1,193 @@
+"""Engine harnesses: how the conformance suite drives each checkpoint engine.
+
+A harness owns a store plus the back doors the suite needs: reopening the same data in a
+new store instance, writing raw rows (as a corrupting disk, an older or a newer nonoka
+would), and dumping everything stored for a session to prove a failed call changed
+nothing. A new engine (PostgreSQL) joins the whole suite by adding a harness class and
+one entry to ``ENGINES``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from nonoka.store.base import CheckpointStore
+from nonoka.store.memory import CheckpointRow, MemoryCheckpointStore, MemoryDatabase
+from nonoka.store.sqlite import SQLiteCheckpointStore
+
+
+@dataclass(frozen=True)
+class StoredRows:
+    """Everything an engine holds for one session, as text."""
+
+    snapshot: str
+    revision: int
+    entries: tuple[str, ...]
+    steps: tuple[tuple[str, str, str, float], ...]
+
+
+class EngineHarness(Protocol):
+    name: str
+    store: CheckpointStore
+
+    @property
+    def process_url(self) -> str | None:
+        """How another OS process opens the same data (``None``: it cannot)."""
+        ...
+
+    async def reopen(self) -> CheckpointStore:
+        """A new store instance over the same data; closed by ``aclose``."""
+        ...
+
+    def corrupt_snapshot(self, session_id: str, text: str) -> None: ...
+
+    def corrupt_entry(self, session_id: str, seq: int, text: str) -> None: ...
+
+    def corrupt_step_update(self, session_id: str, step_id: str, kind: str, text: str) -> None:
+        ...
+
+    def write_raw_snapshot(self, session_id: str, json_text: str) -> None:
+        """Store ``json_text`` as the snapshot row; a new row gets revision 1, no entries."""
+        ...
+
+    def dump(self, session_id: str) -> StoredRows | None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryHarness:
+    name = "memory"
+    process_url = None
+
+    def __init__(self, _tmp: Path) -> None:
+        self.database = MemoryDatabase()
+        self.store: CheckpointStore = MemoryCheckpointStore(self.database)
+
+    async def reopen(self) -> CheckpointStore:
+        return MemoryCheckpointStore(self.database)
+
+    def corrupt_snapshot(self, session_id: str, text: str) -> None:
+        self.database.checkpoints[session_id].state_json = text
+
+    def corrupt_entry(self, session_id: str, seq: int, text: str) -> None:
+        self.database.checkpoints[session_id].entries[seq] = text
+
+    def corrupt_step_update(self, session_id: str, step_id: str, kind: str, text: str) -> None:
+        self.database.step_updates[(session_id, step_id, kind)].payload_json = text
+
+    def write_raw_snapshot(self, session_id: str, json_text: str) -> None:
+        row = self.database.checkpoints.get(session_id)
+        if row is None:
+            now = time.time()
+            self.database.checkpoints[session_id] = CheckpointRow(json_text, 1, 0, [], now, now)
+        else:
+            row.state_json = json_text
+
+    def dump(self, session_id: str) -> StoredRows | None:
+        row = self.database.checkpoints.get(session_id)
+        if row is None:
+            return None
+        steps = sorted(
+            (k[1], k[2], s.payload_json, s.updated_at)
+            for k, s in self.database.step_updates.items()
+            if k[0] == session_id
+        )
+        return StoredRows(row.state_json, row.revision, tuple(row.entries), tuple(steps))
+
+    async def aclose(self) -> None:
+        await self.store.close()
+
+
+class SQLiteHarness:
+    name = "sqlite"
+
+    def __init__(self, tmp: Path) -> None:
+        self.path = tmp / "nonoka.db"
+        self.store: CheckpointStore = SQLiteCheckpointStore(self.path)
+        self._opened: list[CheckpointStore] = []
+
+    @property
+    def process_url(self) -> str:
+        return f"sqlite:{self.path}"
+
+    async def reopen(self) -> CheckpointStore:
+        store = SQLiteCheckpointStore(self.path)
+        self._opened.append(store)
+        return store
+
+    def _raw(self) -> closing[sqlite3.Connection]:
+        return closing(sqlite3.connect(self.path, isolation_level=None, timeout=5))
+
+    def corrupt_snapshot(self, session_id: str, text: str) -> None:
+        with self._raw() as db:
+            db.execute("UPDATE checkpoints SET state_json = ? WHERE session_id = ?",
+                       (text, session_id))
+
+    def corrupt_entry(self, session_id: str, seq: int, text: str) -> None:
+        with self._raw() as db:
+            db.execute("UPDATE session_entries SET entry_json = ? WHERE session_id = ? "
+                       "AND seq = ?", (text, session_id, seq))
+
+    def corrupt_step_update(self, session_id: str, step_id: str, kind: str, text: str) -> None:
+        with self._raw() as db:
+            db.execute("UPDATE step_updates SET payload_json = ? WHERE session_id = ? "
+                       "AND step_id = ? AND update_type = ?", (text, session_id, step_id, kind))
+
+    def write_raw_snapshot(self, session_id: str, json_text: str) -> None:
+        now = time.time()
+        with self._raw() as db:
+            db.execute(
+                "INSERT INTO checkpoints VALUES (?, ?, 1, 0, 0, ?, ?) ON CONFLICT (session_id) "
+                "DO UPDATE SET state_json = excluded.state_json",
+                (session_id, json_text, now, now),
+            )
+
+    def dump(self, session_id: str) -> StoredRows | None:
+        with self._raw() as db:
+            row = db.execute("SELECT state_json, revision FROM checkpoints WHERE session_id = ?",
+                             (session_id,)).fetchone()
+            if row is None:
+                return None
+            entries = db.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
+                                 "ORDER BY seq", (session_id,)).fetchall()
+            steps = db.execute("SELECT step_id, update_type, payload_json, updated_at "
+                               "FROM step_updates WHERE session_id = ? ORDER BY step_id, "
+                               "update_type", (session_id,)).fetchall()
+        return StoredRows(row[0], row[1], tuple(e[0] for e in entries),
+                          tuple(tuple(s) for s in steps))
+
+    async def aclose(self) -> None:
+        for store in [self.store, *self._opened]:
+            await store.close()
+
+
+HarnessFactory = Callable[[Path], Awaitable[EngineHarness]]
+
+
+async def _memory(tmp: Path) -> EngineHarness:
+    return MemoryHarness(tmp)
+
+
+async def _sqlite(tmp: Path) -> EngineHarness:
+    return SQLiteHarness(tmp)
+
+
+ENGINES: dict[str, HarnessFactory] = {"memory": _memory, "sqlite": _sqlite}
+"""Every engine the suite runs against."""
+
+SHARED_ENGINES = ["sqlite"]
+"""Engines whose data several OS processes can open at once."""
+
+
+def open_store(url: str) -> CheckpointStore:
+    """Open a store from a harness ``process_url`` (used by worker processes)."""
+    scheme, _, rest = url.partition(":")
+    if scheme == "sqlite":
+        return SQLiteCheckpointStore(rest)
+    raise ValueError(f"no engine for {url!r}")

@@ -1,0 +1,84 @@
+"""A process that runs one step of a session, for tests that kill it with SIGKILL.
+
+Usage: python crash_worker.py '<json job>'. The job names the database, the session, what
+to do (react, resume, plan), the model's script, a directory where tools log each start,
+and which tool should hang (so the parent can kill the process mid-call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nonoka import Agent, Plan, Runner, Step, tool
+from nonoka.errors import ModelError
+from nonoka.events import RunEvent, RunWarning
+from nonoka.llm.base import ModelResponse
+from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.testing import ScriptedModel, calls, text
+
+
+def build_tools(markers: Path, hang_on: str | None) -> list[Any]:
+    def started(name: str, key: str) -> None:
+        with (markers / f"{name}.log").open("a") as log:
+            log.write(f"{key}\n")
+        if hang_on in (name, f"{name}:{key}"):
+            time.sleep(3600)
+
+    @tool(idempotent=True)
+    def lookup(key: str) -> str:
+        """Look a key up (safe to repeat)."""
+        started("lookup", key)
+        return f"value-{key}"
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email (not safe to repeat)."""
+        started("send_email", to)
+        return f"sent to {to}"
+
+    return [lookup, send_email]
+
+
+def build_step(raw: dict[str, Any]) -> ModelResponse | BaseException:
+    if "error" in raw:
+        return ModelError(raw["error"], endpoint="http://model.invalid", status=503)
+    if "calls" in raw:
+        return calls(*[tuple(c) for c in raw["calls"]])
+    return text(raw["text"])
+
+
+async def main(job: dict[str, Any]) -> dict[str, Any]:
+    markers = Path(job["markers"])
+    store = SQLiteCheckpointStore(job["db"])
+    model = ScriptedModel([build_step(s) for s in job["script"]])
+    agent = Agent(model=model, tools=build_tools(markers, job.get("hang_on")))
+    warnings: list[str] = []
+
+    def on_event(event: RunEvent) -> None:
+        if isinstance(event, RunWarning):
+            warnings.append(event.code)
+
+    runner = Runner(store)
+    try:
+        if job["mode"] == "react":
+            result = await runner.run_react(agent, job["prompt"], session_id=job["session_id"],
+                                            on_event=on_event)
+        elif job["mode"] == "plan":
+            plan = Plan(steps=[Step.model_validate(s) for s in job["plan"]])
+            result = await runner.run_plan(agent, plan, session_id=job["session_id"],
+                                           on_event=on_event)
+        else:
+            result = await runner.resume(agent, job["session_id"], on_event=on_event)
+    finally:
+        await store.close()
+    return {"success": result.success, "status": str(result.status), "output": result.output,
+            "error": result.error, "warnings": warnings}
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))))

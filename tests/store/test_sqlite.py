@@ -1,0 +1,240 @@
+"""What only the SQLite engine has: the file, its modes, its pragmas, its migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from nonoka.errors import StoreError, UnsupportedVersionError
+from nonoka.messages import MemoryEntry
+from nonoka.state import SessionState
+from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite_schema import MIGRATIONS, apply_migrations
+
+
+def _raw(path: Path) -> closing[sqlite3.Connection]:
+    return closing(sqlite3.connect(path, isolation_level=None, timeout=5))
+
+
+def _bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+
+
+def _state(session_id: str = "s1", entries: int = 4) -> SessionState:
+    return SessionState(session_id=session_id, memory_entries=[
+        MemoryEntry.make("user", f"entry {i} " + "x" * 300) for i in range(entries)
+    ])
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    """A permissive umask, to show the modes do not depend on the caller's."""
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+async def test_wal_and_pragmas(tmp_path: Path) -> None:
+    store = SQLiteCheckpointStore(tmp_path / "s.db")
+    try:
+        db = store.connection
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert db.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
+        assert store.path == tmp_path / "s.db"
+    finally:
+        await store.close()
+    with _raw(tmp_path / "s.db") as db:  # WAL is a property of the file
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.usefixtures("open_umask")
+async def test_new_files_are_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "sessions.db"
+    store = SQLiteCheckpointStore(path)
+    try:
+        await store.save_session(_state())
+        files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
+        for file in files:
+            assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    finally:
+        await store.close()
+
+
+async def test_existing_file_mode_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await SQLiteCheckpointStore(path).close()
+    path.chmod(0o640)
+    store = SQLiteCheckpointStore(path)
+    await store.close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await SQLiteCheckpointStore(path).close()
+    with _raw(path) as db:
+        first = db.execute("SELECT name, applied_at FROM nonoka_migrations").fetchall()
+    assert [name for name, _ in first] == [m.__name__ for m in MIGRATIONS]
+    store = SQLiteCheckpointStore(path)
+    try:
+        assert apply_migrations(store.connection, str(path)) == []
+    finally:
+        await store.close()
+    with _raw(path) as db:
+        assert db.execute("SELECT name, applied_at FROM nonoka_migrations").fetchall() == first
+
+
+async def test_database_from_a_newer_nonoka_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteCheckpointStore(path)
+    await store.save_session(_state())
+    await store.close()
+    with _raw(path) as db:
+        db.execute("INSERT INTO nonoka_migrations VALUES ('m999_from_the_future', 0)")
+    before = _bytes(path)
+    with pytest.raises(UnsupportedVersionError, match=r"m999_from_the_future") as info:
+        SQLiteCheckpointStore(path)
+    assert str(path) in str(info.value)
+    assert _bytes(path) == before
+
+
+@pytest.mark.parametrize(
+    "content",
+    [os.urandom(8192), b"hello, I am a text file\n", b"SQLite format 3\x00" + b"\x00" * 20],
+    ids=["random", "text", "short-header"],
+)
+def test_not_a_database_is_refused_untouched(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(content)
+    with pytest.raises(StoreError, match=str(path)):
+        SQLiteCheckpointStore(path)
+    assert path.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]  # no -wal, no -shm
+
+
+async def _database_with_data(path: Path) -> bytes:
+    store = SQLiteCheckpointStore(path)
+    await store.save_session(_state(entries=200))
+    await store.close()
+    return _bytes(path)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9, 50])
+async def test_truncated_file_is_refused_untouched(tmp_path: Path, keep: float) -> None:
+    path = tmp_path / "s.db"
+    data = await _database_with_data(path)
+    cut = data[: int(len(data) * keep) if keep < 1 else int(keep)]
+    _write(path, cut)
+    with pytest.raises(StoreError, match=r"truncated|not a SQLite database"):
+        SQLiteCheckpointStore(path)
+    assert _bytes(path) == cut
+
+
+async def _damage(path: Path, first_bad: float) -> None:
+    """Overwrite the pages from ``first_bad`` (a fraction of the file) on, page 1 kept."""
+    data = bytearray(await _database_with_data(path))
+    page = int.from_bytes(data[16:18], "big")
+    start = max(page, int(len(data) * first_bad) // page * page)
+    data[start:] = b"\xa5" * (len(data) - start)
+    _write(path, bytes(data))
+
+
+async def test_damaged_schema_is_refused_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await _damage(path, 0.0)
+    with pytest.raises(StoreError, match=rf"{path} is not a usable SQLite database"):
+        SQLiteCheckpointStore(path)
+
+
+async def test_damaged_data_pages_give_store_errors_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await _damage(path, 0.5)
+    store = SQLiteCheckpointStore(path)
+    try:
+        with pytest.raises(StoreError, match=str(path)):
+            await store.load_session("s1")
+    finally:
+        await store.close()
+
+
+async def test_closed_store_says_so(tmp_path: Path) -> None:
+    store = SQLiteCheckpointStore(tmp_path / "s.db")
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        await store.load_session("s1")
+
+
+async def test_transaction_is_shared_and_rolls_back(tmp_path: Path) -> None:
+    """Other components (the CLI's index) write through the same connection and lock."""
+    store = SQLiteCheckpointStore(tmp_path / "s.db")
+    try:
+        with store.transaction() as db:
+            db.execute("CREATE TABLE extra (x INTEGER)")
+        def insert_then_fail() -> None:
+            with store.transaction() as db:
+                db.execute("INSERT INTO extra VALUES (1)")
+                raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            insert_then_fail()
+        with store.transaction(write=False) as db:
+            assert db.execute("SELECT count(*) FROM extra").fetchone()[0] == 0
+        with pytest.raises(StoreError, match="no such table"), store.transaction() as db:
+            db.execute("SELECT * FROM missing")
+        assert not store.connection.in_transaction
+    finally:
+        await store.close()
+
+
+OPENER = """
+import sys, time, asyncio
+from nonoka.state import SessionState
+from nonoka.store.sqlite import SQLiteCheckpointStore
+path, name, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+while time.time() < start_at:
+    time.sleep(0.0005)
+async def main():
+    store = SQLiteCheckpointStore(path)
+    await store.save_session(SessionState(session_id=name))
+    await store.close()
+asyncio.run(main())
+"""
+
+
+async def test_processes_opening_a_fresh_file_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "fresh" / "s.db"
+    start_at = time.time() + 1.5
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", OPENER, str(path), f"p{n}", str(start_at),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for n in range(8)
+    ]
+    outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 60)
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err.decode()
+    with _raw(path) as db:
+        names = [r[0] for r in db.execute("SELECT name FROM nonoka_migrations")]
+        sessions = {r[0] for r in db.execute("SELECT session_id FROM checkpoints")}
+    assert names == [m.__name__ for m in MIGRATIONS]
+    assert sessions == {f"p{n}" for n in range(8)}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
