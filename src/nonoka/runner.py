@@ -83,7 +83,13 @@ class Runner:
         return await self._guarded(session, lambda: PlanExecutor(env).execute(session, plan))
 
     async def resume(
-        self, agent: Agent, session_id: str, deps: Any = None, *, on_event: EventSink | None = None
+        self,
+        agent: Agent,
+        session_id: str,
+        deps: Any = None,
+        *,
+        limits: RuntimeLimits | None = None,
+        on_event: EventSink | None = None,
     ) -> RunResult:
         """Carry on a session from its checkpoint, repairing a turn cut by a crash.
 
@@ -95,6 +101,7 @@ class Runner:
                              error=f"session {session_id!r} was not found in the checkpoint store")
         if session.status in FINISHED:
             return result_of(session, output=_last_answer(session))
+        session.apply_limits(limits)
         env = self._env(agent, deps, on_event)
         if session.current_plan is not None and session.current_plan.steps:
             return await self._guarded(session, lambda: PlanExecutor(env).resume(session))
@@ -107,12 +114,15 @@ class Runner:
         results: Sequence[ToolResult],
         deps: Any = None,
         *,
+        prompt: str | None = None,
+        limits: RuntimeLimits | None = None,
         on_event: EventSink | None = None,
     ) -> RunResult:
         """Feed the host's results to the session's pending calls and continue the loop.
 
-        Raises ``ToolResultMismatchError`` (storing nothing) when a result answers no
-        pending call or answers one twice.
+        ``prompt`` is a user message that arrived together with the results. Raises
+        ``ToolResultMismatchError`` (storing nothing) when a result answers no pending
+        call or answers one twice.
         """
         session = await self.load_session(session_id)
         if session is None:
@@ -128,6 +138,7 @@ class Runner:
                     f"tool result for {result.tool_call_id!r} {why}; the session is waiting "
                     f"for: {', '.join(pending) or 'nothing'}")
             seen.add(result.tool_call_id)
+        session.apply_limits(limits)
         for result in results:
             call = pending[result.tool_call_id]
             session.memory.append(MemoryEntry.tool_result(call, result.content,
@@ -136,6 +147,9 @@ class Runner:
 
         async def go() -> RunResult:
             session.begin()
+            if prompt is not None:
+                session.memory.append(MemoryEntry.make("user", prompt))
+                session.turn_count += 1
             await self._save(session)
             return await ReActAgent(env).resume(session)
 
@@ -170,6 +184,10 @@ class Runner:
         return await self._update(session_id, cancel)
 
     # -- sessions ----------------------------------------------------------------------------
+
+    async def save_session(self, session: Session) -> None:
+        """Checkpoint a session (e.g. a new one before announcing its id)."""
+        await self._save(session)
 
     async def load_session(self, session_id: str) -> Session | None:
         state = await self.store.load_session(validate_session_id(session_id))
@@ -229,7 +247,9 @@ class Runner:
             _close_open_calls(session, f"not run: the model call failed ({exc})")
             session.terminate(Termination(reason="error", detail=str(exc)), SessionStatus.FAILED)
             await self._save(session)
-            return result_of(session, error=str(exc))
+            result = result_of(session, error=str(exc))
+            result.retryable = exc.retryable
+            return result
 
     async def _persist_cancel(self, session: Session) -> None:
         _close_open_calls(session, "cancelled: the run was cancelled before this call finished")

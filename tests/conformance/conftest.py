@@ -1,4 +1,5 @@
-"""The ``engine`` fixture: every conformance test runs once per engine in ``ENGINES``."""
+"""The ``engine`` fixture: every conformance test runs once per engine in ``ENGINES``;
+``records`` does the same for the session index and event log (``RECORD_ENGINES``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from nonoka.store.base import CheckpointStore
-from tests.conformance.engines import ENGINES, SHARED_ENGINES, EngineHarness
+from tests.conformance.engines import (
+    ENGINES,
+    RECORD_ENGINES,
+    SHARED_ENGINES,
+    EngineHarness,
+    RecordsHarness,
+)
 
 
 @pytest.fixture(params=sorted(ENGINES))
@@ -36,3 +43,14 @@ async def shared_engine(
 @pytest.fixture
 def store(engine: EngineHarness) -> CheckpointStore:
     return engine.store
+
+
+@pytest.fixture(params=sorted(RECORD_ENGINES))
+async def records(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[RecordsHarness]:
+    harness = await RECORD_ENGINES[request.param](tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.aclose()

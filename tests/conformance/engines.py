@@ -4,7 +4,8 @@ A harness owns a store plus the back doors the suite needs: reopening the same d
 new store instance, writing raw rows (as a corrupting disk, an older or a newer nonoka
 would), and dumping everything stored for a session to prove a failed call changed
 nothing. A new engine (PostgreSQL) joins the whole suite by adding a harness class and
-one entry to ``ENGINES``.
+one entry to ``ENGINES`` (and, for the session index and event log, to
+``RECORD_ENGINES``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Protocol
 
 from nonoka.store.base import CheckpointStore
 from nonoka.store.memory import CheckpointRow, MemoryCheckpointStore, MemoryDatabase
+from nonoka.store.memory_records import MemoryRecordDatabase, MemoryRecordStore
+from nonoka.store.records import EventLog, SessionIndex
 from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite_records import SQLiteRecordStore
 
 
 @dataclass(frozen=True)
@@ -191,3 +195,70 @@ def open_store(url: str) -> CheckpointStore:
     if scheme == "sqlite":
         return SQLiteCheckpointStore(rest)
     raise ValueError(f"no engine for {url!r}")
+
+
+# -- session index and event log ----------------------------------------------------------
+
+
+class RecordStore(SessionIndex, EventLog, Protocol):
+    """What a record engine implements: both protocols, plus ``close``."""
+
+    async def close(self) -> None: ...
+
+
+class RecordsHarness(Protocol):
+    name: str
+    store: RecordStore
+
+    async def reopen(self) -> RecordStore:
+        """A new store instance over the same data; closed by ``aclose``."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryRecordsHarness:
+    name = "memory"
+
+    def __init__(self, _tmp: Path) -> None:
+        self.database = MemoryRecordDatabase()
+        self.store: RecordStore = MemoryRecordStore(self.database)
+
+    async def reopen(self) -> RecordStore:
+        return MemoryRecordStore(self.database)
+
+    async def aclose(self) -> None:
+        await self.store.close()
+
+
+class SQLiteRecordsHarness:
+    name = "sqlite"
+
+    def __init__(self, tmp: Path) -> None:
+        self.path = tmp / "nonoka.db"
+        self.store: RecordStore = SQLiteRecordStore(self.path)
+        self._opened: list[RecordStore] = []
+
+    async def reopen(self) -> RecordStore:
+        store = SQLiteRecordStore(self.path)
+        self._opened.append(store)
+        return store
+
+    async def aclose(self) -> None:
+        for store in [self.store, *self._opened]:
+            await store.close()
+
+
+async def _memory_records(tmp: Path) -> RecordsHarness:
+    return MemoryRecordsHarness(tmp)
+
+
+async def _sqlite_records(tmp: Path) -> RecordsHarness:
+    return SQLiteRecordsHarness(tmp)
+
+
+RECORD_ENGINES: dict[str, Callable[[Path], Awaitable[RecordsHarness]]] = {
+    "memory": _memory_records,
+    "sqlite": _sqlite_records,
+}
+"""Every engine the session index / event log suite runs against."""

@@ -87,6 +87,8 @@ PURPOSE_TITLE: Final = "title"
 
 RECOVERY_SESSION_ID_MISSING: Final = "session_id_missing"
 RECOVERY_SESSION_NOT_FOUND: Final = "session_not_found"
+RECOVERY_SESSION_MISMATCH: Final = "session_mismatch"
+"""The sent id belongs to another conversation (two conversations share one id file)."""
 
 EXECUTED_BY_HOST: Final = "host"
 EXECUTED_BY_NONOKA: Final = "nonoka"
@@ -103,7 +105,12 @@ FINISH_REASONS: Final = (FINISH_STOP, FINISH_TOOL_CALLS, FINISH_CANCELLED, FINIS
 
 WARNING_SESSION_NOT_FOUND_STARTING_NEW: Final = "session_not_found_starting_new"
 WARNING_SESSION_ID_MISSING_STARTING_FRESH: Final = "session_id_missing_starting_fresh"
+WARNING_SESSION_MISMATCH_STARTING_NEW: Final = "session_mismatch_starting_new"
 WARNING_CODES: Final[Mapping[str, str]] = MappingProxyType({
+    WARNING_SESSION_MISMATCH_STARTING_NEW:
+        "the sent session_id belongs to a different conversation (its stored history does "
+        "not match the request's) and no session matched conversation_key; a new session "
+        "was started (seeded with the history)",
     WARNING_SESSION_NOT_FOUND_STARTING_NEW:
         "the requested session_id is not in this project's database and no session "
         "matched conversation_key; a new session was started (seeded with the history)",

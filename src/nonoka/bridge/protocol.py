@@ -135,7 +135,7 @@ __all__ = [
 ]
 
 FinishReason = Literal["stop", "tool_calls", "cancelled", "error", "limit"]
-RecoveryReason = Literal["session_id_missing", "session_not_found"]
+RecoveryReason = Literal["session_id_missing", "session_not_found", "session_mismatch"]
 
 
 class _Frame(BaseModel):

@@ -30,6 +30,8 @@ class RunResult:
     usage: RuntimeUsage = field(default_factory=RuntimeUsage)
     pending_tool_calls: list[ToolCall] = field(default_factory=list)
     pending_approvals: list[ToolCall] = field(default_factory=list)
+    retryable: bool = False
+    """For a failed run: whether trying again later may help (e.g. a rate-limited model)."""
 
     @property
     def paused(self) -> bool:

@@ -1,13 +1,13 @@
 """The SQLite schema, as an ordered list of named migrations.
 
-Every nonoka table in a database file (the checkpoint tables here; the CLI's session
-index and event log later) is created by a migration in ``MIGRATIONS``. The runner
+Every nonoka table in a database file (the checkpoint tables, the CLI's session index
+and the event log) is created by a migration in ``MIGRATIONS``. The runner
 records applied names in ``nonoka_migrations`` and applies the missing ones, in order,
 inside one ``BEGIN IMMEDIATE`` transaction, so two processes opening a fresh file at once
 apply each migration exactly once. A file that lists a name this code does not know was
 written by a newer nonoka and is refused before anything is changed.
 
-Adding a migration is one decorated function at the end of this module. Never rename,
+Adding a migration is one decorated function after the last one below. Never rename,
 reorder or edit one that has shipped: its name is what databases remember.
 """
 
@@ -64,6 +64,51 @@ def m001_checkpoint_tables(db: sqlite3.Connection) -> None:
             payload_json TEXT NOT NULL,
             updated_at REAL NOT NULL,
             PRIMARY KEY (session_id, step_id, update_type)
+        )"""
+    )
+
+
+@migration
+def m002_session_index_and_events(db: sqlite3.Connection) -> None:
+    """The CLI's session index and each session's event log (see ``nonoka.store.records``).
+
+    ``IF NOT EXISTS`` keeps the step idempotent. The conversation-key index is on the
+    same ``json_extract`` expression the lookup uses (SQLite only uses an expression
+    index for an identical expression), with ``last_active`` so the newest comes first
+    without a sort.
+    """
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS cli_sessions (
+            session_id TEXT PRIMARY KEY,
+            title TEXT NOT NULL DEFAULT '',
+            model TEXT NOT NULL DEFAULT '',
+            created_at REAL NOT NULL,
+            last_active REAL NOT NULL,
+            status TEXT NOT NULL DEFAULT 'created',
+            turn_count INTEGER NOT NULL DEFAULT 0,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata))
+        )"""
+    )
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS cli_sessions_last_active ON cli_sessions (last_active)"
+    )
+    db.execute(
+        """CREATE INDEX IF NOT EXISTS cli_sessions_conversation_key ON cli_sessions (
+            json_extract(metadata, '$.conversation_key'), last_active
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS events (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            data_json TEXT NOT NULL CHECK (json_valid(data_json)),
+            PRIMARY KEY (session_id, seq)
         )"""
     )
 

@@ -1,0 +1,5 @@
+"""``python -m nonoka`` is the ``nonoka`` command."""
+
+from nonoka.cli.main import main
+
+main()

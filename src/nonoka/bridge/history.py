@@ -1,0 +1,93 @@
+"""Reconcile the history a host resends every turn with what the session has stored.
+
+The stored conversation is authoritative; the request's history only tells what is new:
+the trailing user message(s) after the host's last assistant message, or the trailing
+tool results. A resent tail that is already stored (the previous process died after
+saving it) is recognised and not added twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from nonoka.messages import MemoryEntry, Message, ToolResult
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """What a request asks of a session.
+
+    ``prompt``: a new user message; ``tool_results``: results for pending host calls
+    (optionally with a user message that came along); ``resume``: nothing new — carry on.
+    """
+
+    kind: Literal["prompt", "tool_results", "resume"]
+    prompt: str | None = None
+    results: list[ToolResult] = field(default_factory=list)
+
+
+def _tail(messages: Sequence[Message]) -> list[Message]:
+    """The messages after the last assistant message (the whole list if there is none)."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "assistant":
+            return list(messages[index + 1:])
+    return list(messages)
+
+
+def _joined_prompt(messages: Sequence[Message]) -> str | None:
+    users = [m.content for m in messages if m.role == "user"]
+    return "\n\n".join(users) if users else None
+
+
+def plan_turn(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> TurnPlan:
+    """Decide what the request adds to the stored conversation."""
+    tail = _tail(messages)
+    prompt = _joined_prompt(tail)
+    tool_messages = [m for m in tail if m.role == "tool"]
+    if tool_messages:
+        answered = {e.tool_call_id for e in stored if e.role == "tool"}
+        fresh = [ToolResult(tool_call_id=m.tool_call_id or "", content=m.content)
+                 for m in tool_messages if m.tool_call_id not in answered]
+        if fresh or prompt is not None:
+            return TurnPlan("tool_results", prompt=prompt, results=fresh)
+        return TurnPlan("resume")
+    if prompt is None:
+        return TurnPlan("resume")
+    if stored and stored[-1].role == "user" and stored[-1].content == prompt:
+        return TurnPlan("resume")  # saved by a process that died before answering
+    return TurnPlan("prompt", prompt=prompt)
+
+
+def split_for_new_session(messages: Sequence[Message]) -> tuple[list[Message], str | None]:
+    """History to seed a new session with, and the prompt to run (``None``: just resume)."""
+    if messages and messages[-1].role == "user":
+        tail = _tail(messages)
+        users_at_end = len(tail) - next(
+            (i for i in range(len(tail) - 1, -1, -1) if tail[i].role != "user"), -1) - 1
+        cut = len(messages) - users_at_end
+        return list(messages[:cut]), _joined_prompt(messages[cut:])
+    return list(messages), None
+
+
+def matches_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> bool:
+    """Whether a request's history plausibly continues a stored conversation.
+
+    Every user message the session stored must appear, in order, at the start of the
+    request's user messages (anywhere, once compaction dropped the oldest). Two
+    conversations that both began with "hi" share a conversation key but diverge at their
+    second user message, so neither is mistaken for the other.
+    """
+    stored_users = [e.content for e in stored
+                    if e.role == "user" and not e.metadata.get("contract_repair")
+                    and not e.metadata.get("summary")]
+    request_users = [m.content for m in messages if m.role == "user"]
+    if not stored_users or len(stored_users) > len(request_users):
+        return False
+    if not any(e.metadata.get("summary") for e in stored):
+        return request_users[: len(stored_users)] == stored_users
+    # After a compaction the oldest user messages are gone: the rest must still line up.
+    width = len(stored_users)
+    return any(request_users[i:i + width] == stored_users
+               for i in range(len(request_users) - width + 1))

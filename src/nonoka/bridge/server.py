@@ -1,0 +1,232 @@
+"""The stdio loop of ``nonoka bridge``: NDJSON requests in, events out.
+
+A provider spawns this process for every model step, so the order of work is chosen for
+start-up time: the first line is read and checked, and ``protocol_ack`` is written, with
+nothing but ``json`` imported; only then are pydantic, the runtime and the store loaded.
+
+End of input after a request does not cancel it: the request finishes, then the process
+exits 0. ``cancel``, SIGTERM and SIGINT stop the running request; the runtime saves the
+session as it stands and the request finishes ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from nonoka import __version__
+from nonoka.bridge import frames
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import asyncio
+    from typing import Any, BinaryIO
+
+_CHUNK = 1 << 20
+
+
+class LineReader:
+    """Reads NDJSON lines with a size bound; an oversized line is drained, not buffered."""
+
+    def __init__(self, stream: BinaryIO, max_frame_bytes: int) -> None:
+        self._stream = stream
+        self._max = max_frame_bytes
+
+    def read(self) -> bytes | frames.ProtocolError | None:
+        """The next line, an error for an oversized one, or ``None`` at end of input."""
+        while True:
+            line = self._stream.readline(self._max + 2)
+            if not line:
+                return None
+            if line.strip():
+                break  # blank lines between frames are ignored
+        if len(line) <= self._max + 1 or line.endswith(b"\n"):
+            return line
+        size = len(line)
+        while not line.endswith(b"\n"):
+            line = self._stream.readline(_CHUNK)
+            if not line:
+                break
+            size += len(line.rstrip(b"\n"))
+        return frames.ProtocolError(
+            frames.ERROR_FRAME_TOO_LARGE,
+            f"the line is {size} bytes, over the {self._max} byte frame limit; send a "
+            "shorter history (compact it or start a new conversation)",
+            {"size": size, "max_frame_bytes": self._max})
+
+
+class Output:
+    """Writes event lines to stdout; a provider that went away must not stop the run."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self._stream.write(data)
+            self._stream.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            self.closed = True
+
+
+def _first_request(reader: LineReader, out: Output) -> tuple[bytes, dict[str, object]] | None:
+    """Read until a usable chat request (acknowledged) or end of input."""
+    while True:
+        line = reader.read()
+        if line is None:
+            return None
+        if isinstance(line, frames.ProtocolError):
+            out.write(frames.rejection_lines(line))
+            continue
+        try:
+            obj = frames.check_request_frame(line)
+        except frames.ProtocolError as error:
+            out.write(frames.rejection_lines(error))
+            continue
+        if obj.get("type") == frames.REQUEST_CANCEL:
+            continue  # nothing is running; there is nothing to cancel
+        rid = obj.get("request_id")
+        out.write(frames.ack_line(server_version=__version__,
+                                  request_id=rid if isinstance(rid, str) else None))
+        return line, obj
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve requests from stdin until end of input; returns the exit code."""
+    max_frame = int(os.environ.get("NONOKA_MAX_FRAME_BYTES", frames.DEFAULT_MAX_FRAME_BYTES))
+    reader = LineReader(sys.stdin.buffer, max_frame)
+    out = Output(sys.stdout.buffer)
+    first = _first_request(reader, out)
+    if first is None:
+        return 0
+    import asyncio
+
+    return asyncio.run(_serve(first[0], reader, out))
+
+
+async def _serve(first: bytes, reader: LineReader, out: Output) -> int:
+    return await _Server(reader, out).run(first)
+
+
+Item = bytes | frames.ProtocolError | None
+
+
+class _Server:
+    """Serves acknowledged requests one after another while watching stdin for ``cancel``."""
+
+    def __init__(self, reader: LineReader, out: Output) -> None:
+        import asyncio
+
+        self.reader, self.out = reader, out
+        self.lines: asyncio.Queue[Item] = asyncio.Queue()
+        self.queued: list[bytes] = []
+        self.task: asyncio.Future[None] | None = None
+        self.stopping = False
+        self.eof = False
+
+    async def run(self, first: bytes) -> int:
+        self._start_pump()
+        self._install_signal_handlers()
+        self.queued.append(first)
+        acknowledged = True
+        while self.queued and not self.stopping:
+            line = self.queued.pop(0)
+            if not acknowledged:
+                self._acknowledge(line)
+            acknowledged = False
+            await self._handle(line)
+            if not self.queued and not self.eof and not self.stopping:
+                self._take(await self.lines.get())
+        return 0
+
+    def _start_pump(self) -> None:
+        import asyncio
+        import threading
+
+        loop = asyncio.get_running_loop()
+
+        def pump() -> None:
+            while True:
+                item = self.reader.read()
+                loop.call_soon_threadsafe(self.lines.put_nowait, item)
+                if item is None:
+                    return
+
+        threading.Thread(target=pump, name="nonoka-stdin", daemon=True).start()
+
+    def _install_signal_handlers(self) -> None:
+        import asyncio
+        import signal
+
+        def on_signal() -> None:
+            self.stopping = True
+            if self.task is not None:
+                self.task.cancel()
+
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal)
+
+    async def _handle(self, line: bytes) -> None:
+        import asyncio
+
+        from nonoka.bridge.handler import BridgeHandler
+        from nonoka.bridge.protocol import BaseEvent, ChatRequest, decode_request, encode_event
+
+        try:
+            request = decode_request(line)
+        except frames.ProtocolError as error:
+            self.out.write(frames.rejection_lines(error))
+            return
+        if not isinstance(request, ChatRequest):
+            return
+
+        def send(event: BaseEvent) -> None:
+            self.out.write(encode_event(event))
+
+        self.task = asyncio.ensure_future(BridgeHandler(request, send).handle())
+        await self._drive(self.task)
+        self.task = None
+
+    async def _drive(self, task: asyncio.Future[None]) -> None:
+        """Wait for the request while serving ``cancel`` lines and noting end of input."""
+        import asyncio
+
+        while not task.done():
+            if self.eof:
+                await asyncio.wait({task})
+                return
+            getter: asyncio.Future[Item] = asyncio.ensure_future(self.lines.get())
+            waiting: set[asyncio.Future[Any]] = {task, getter}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                self._take(getter.result())
+            else:
+                getter.cancel()
+
+    def _take(self, item: Item) -> None:
+        """Handle a line that arrived while (or after) a request ran."""
+        if item is None:
+            self.eof = True
+            return
+        if isinstance(item, frames.ProtocolError):
+            self.out.write(frames.rejection_lines(item))
+            return
+        try:
+            obj = frames.check_request_frame(item)
+        except frames.ProtocolError as error:
+            self.out.write(frames.rejection_lines(error))
+            return
+        if obj.get("type") == frames.REQUEST_CANCEL:
+            if self.task is not None and not self.task.done():
+                self.task.cancel()
+            return
+        self.queued.append(item)
+
+    def _acknowledge(self, line: bytes) -> None:
+        rid = frames.check_request_frame(line).get("request_id")
+        self.out.write(frames.ack_line(server_version=__version__,
+                                       request_id=rid if isinstance(rid, str) else None))

@@ -1,0 +1,174 @@
+"""A project's stores: checkpoints, session index and event log, from one database URL.
+
+Every turn runs in a fresh process that starts here, so this module imports no engine:
+``open_project_stores`` imports only the one the URL names, when called. By default each
+workspace has its own file, ``<cwd>/.nonoka/sessions.db``, so projects never contend or
+see each other's history; the SQLite engine opens that file once and all three stores
+share the connection.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from nonoka.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nonoka.store.base import CheckpointStore
+    from nonoka.store.records import EventLog, SessionIndex
+
+ENV_VAR = "NONOKA_DATABASE_URL"
+DEFAULT_DATABASE = Path(".nonoka") / "sessions.db"
+"""Relative to the project directory (the request's ``cwd``)."""
+
+URL_FORMS = (
+    "a file path (relative to the project), sqlite:///absolute/path.db, "
+    "sqlite:relative/path.db, memory: (nothing kept; for tests) or postgresql://..."
+)
+
+
+@runtime_checkable
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+@dataclass
+class ProjectStores:
+    """The stores one process uses for a project. ``url`` names the database opened."""
+
+    checkpoints: CheckpointStore
+    index: SessionIndex
+    events: EventLog
+    url: str
+
+    async def close(self) -> None:
+        """Close the index and log first (they may borrow the checkpoints' connection)."""
+        parts: list[object] = [self.index, self.events]
+        try:
+            for part in {id(p): p for p in parts}.values():  # often one object
+                if isinstance(part, _Closable):
+                    await part.close()
+        finally:
+            await self.checkpoints.close()
+
+    async def __aenter__(self) -> ProjectStores:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+
+def database_url_from_env() -> str | None:
+    """``NONOKA_DATABASE_URL``, or ``None`` when unset or blank."""
+    return os.environ.get(ENV_VAR, "").strip() or None
+
+
+def open_project_stores(cwd: Path, database_url: str | None = None) -> ProjectStores:
+    """Open the stores for the project at ``cwd``.
+
+    No URL means ``<cwd>/.nonoka/sessions.db`` (``.nonoka/`` is created ``0700`` if
+    missing; the file ``0600``). Relative paths are relative to ``cwd``, not to the
+    process's working directory. A URL that names no known engine is a
+    ``ConfigurationError`` listing the accepted forms.
+    """
+    project = Path(os.path.abspath(cwd))
+    if database_url is None:
+        _make_private_dir(project)
+        engine, target = "sqlite", str(project / DEFAULT_DATABASE)
+    else:
+        engine, target = _parse(database_url, project)
+    return _OPENERS[engine](target)
+
+
+def _parse(url: str, project: Path) -> tuple[str, str]:
+    """``(engine, target)``: an absolute file for SQLite, the URL itself otherwise."""
+    text = url.strip()
+    if not text:
+        raise ConfigurationError(f"the database URL is empty; use {URL_FORMS}")
+    scheme, colon, rest = text.partition(":")
+    # One letter before the colon is a drive, not a scheme; "./a:b" is a path.
+    is_url = colon and len(scheme) > 1 and scheme[0].isalpha() and all(
+        c.isalnum() or c in "+.-" for c in scheme
+    )
+    if not is_url:
+        return "sqlite", _file(text, project)
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        if rest.startswith("//"):
+            rest = rest[2:]
+            if not rest.startswith("/"):
+                raise ConfigurationError(
+                    f"database URL {url!r}: sqlite:// takes an absolute path "
+                    "(sqlite:///abs/path.db); for a path relative to the project use "
+                    "sqlite:relative/path.db"
+                )
+        if not rest:
+            raise ConfigurationError(f"database URL {url!r} names no file; use {URL_FORMS}")
+        return "sqlite", _file(rest, project)
+    if scheme == "memory" and not rest:
+        return "memory", "memory:"
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql", text
+    # Name only the scheme: the rest of a URL may hold a password.
+    raise ConfigurationError(
+        f"unknown database URL scheme {scheme + ':'!r}; use {URL_FORMS} "
+        "(prefix a path that contains a colon with ./)"
+    )
+
+
+def _file(path: str, project: Path) -> str:
+    absolute = os.path.abspath(project / os.path.expanduser(path))
+    # POSIX keeps a leading "//" (sqlite:////abs); on Linux and macOS it is just "/".
+    return "/" + absolute.lstrip("/") if absolute.startswith("//") else absolute
+
+
+def _make_private_dir(project: Path) -> None:
+    """Create ``<project>/.nonoka`` owner-only; the project directory itself must exist."""
+    if not project.is_dir():
+        raise ConfigurationError(f"project directory {project} does not exist")
+    folder = project / DEFAULT_DATABASE.parent
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        return  # left as it is: it may hold other files with their own modes
+    os.chmod(folder, 0o700)  # mkdir's mode is filtered by the umask
+
+
+# -- engines: one opener each, importing its engine only when called -----------------------
+
+
+def _open_sqlite(path: str) -> ProjectStores:
+    from nonoka.store.sqlite import SQLiteCheckpointStore
+    from nonoka.store.sqlite_records import SQLiteRecordStore
+
+    checkpoints = SQLiteCheckpointStore(path)
+    records = SQLiteRecordStore.from_checkpoints(checkpoints)
+    return ProjectStores(checkpoints, records, records, f"sqlite://{path}")
+
+
+def _open_memory(url: str) -> ProjectStores:
+    from nonoka.store.memory import MemoryCheckpointStore
+    from nonoka.store.memory_records import MemoryRecordStore
+
+    records = MemoryRecordStore()
+    return ProjectStores(MemoryCheckpointStore(), records, records, url)
+
+
+def _open_postgresql(url: str) -> ProjectStores:
+    raise ConfigurationError(
+        "this nonoka has no PostgreSQL engine yet (it will need "
+        "`pip install 'nonoka[postgres]'`); use a SQLite file for now, e.g. unset "
+        f"{ENV_VAR} to use <project>/{DEFAULT_DATABASE}"
+    )
+
+
+_OPENERS: dict[str, Callable[[str], ProjectStores]] = {
+    "sqlite": _open_sqlite,
+    "memory": _open_memory,
+    "postgresql": _open_postgresql,
+}

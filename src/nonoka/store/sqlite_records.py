@@ -1,0 +1,180 @@
+"""The session index and event log in SQLite, next to the checkpoints.
+
+The tables come from migration ``m002_session_index_and_events``, so every opener of the
+file (checkpoint store or this one) brings them up to date. A process that already has
+a ``SQLiteCheckpointStore`` open shares its connection through ``from_checkpoints`` and
+writes through its ``transaction()``: the per-turn bridge opens (and checks and
+migrates) the file once, and one lock serialises everything it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from nonoka.store.memory_records import event_json
+from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+from nonoka.store.sqlite import SQLiteCheckpointStore
+
+_COLUMNS = (
+    "session_id", "title", "model", "created_at", "last_active", "status", "turn_count",
+    "message_count", "input_tokens", "output_tokens", "cost_usd", "metadata",
+)
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions"
+_UPSERT = (
+    f"INSERT INTO cli_sessions ({', '.join(_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _COLUMNS)}) ON CONFLICT (session_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("session_id", "created_at"))
+)
+# Must match the index expression in m002 exactly, or SQLite will not use the index.
+_KEY = "json_extract(metadata, '$.conversation_key')"
+_PURPOSE = "coalesce(json_extract(metadata, '$.purpose'), 'chat')"
+_ORDER = "ORDER BY last_active DESC, session_id"
+
+_APPEND = """
+INSERT INTO events (session_id, seq, at, kind, data_json)
+SELECT ?1, coalesce(max(seq), 0) + 1, ?2, ?3, ?4 FROM events WHERE session_id = ?1
+"""
+
+
+def _number(field: str, *, integer: bool = False) -> str:
+    """The sum of a model-call data field over the values that are JSON numbers.
+
+    ``json_type`` tells ``true`` from ``1`` (``json_extract`` does not); integers are
+    truncated per value, as ``int()`` does in the memory engine.
+    """
+    value = f"json_extract(data_json, '$.{field}')"
+    if integer:
+        value = f"CAST({value} AS INTEGER)"
+    picked = (f"CASE WHEN kind = 'model_call' AND json_type(data_json, '$.{field}') "
+              f"IN ('integer', 'real') THEN {value} END")
+    return f"coalesce(sum({picked}), 0)" if integer else f"total({picked})"
+
+
+_SUMMARY = f"""
+SELECT sum(kind = 'model_call'), {_number('input_tokens', integer=True)},
+       {_number('output_tokens', integer=True)}, {_number('cost_usd')},
+       sum(kind = 'tool_call'), sum(kind = 'error'), sum(kind = 'warning')
+FROM events WHERE session_id = ?
+"""
+
+
+class SQLiteRecordStore:
+    """``SessionIndex`` and ``EventLog`` over the nonoka SQLite file at ``path``.
+
+    ``SQLiteRecordStore(path)`` opens its own connection (closed by ``close()``);
+    ``from_checkpoints(store)`` borrows an open checkpoint store's, which then stays the
+    owner. Like the checkpoint store, calls run synchronously: each is one short
+    transaction.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._store = SQLiteCheckpointStore(path)
+        self._owned = True
+
+    @classmethod
+    def from_checkpoints(cls, store: SQLiteCheckpointStore) -> SQLiteRecordStore:
+        """A record store on ``store``'s connection; closing it leaves ``store`` open."""
+        self = cls.__new__(cls)
+        self._store = store
+        self._owned = False
+        return self
+
+    @property
+    def path(self) -> Path:
+        return self._store.path
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The connection in use (the checkpoint store's when shared)."""
+        return self._store.connection
+
+    # -- SessionIndex ---------------------------------------------------------------------
+
+    async def upsert_session(self, record: SessionRecord) -> None:
+        row = record.model_dump(mode="json")
+        row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False, allow_nan=False)
+        with self._store.transaction() as db:
+            db.execute(_UPSERT, [row[c] for c in _COLUMNS])
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        found = self._select("WHERE session_id = ?", session_id)
+        return found[0] if found else None
+
+    async def find_sessions_by_prefix(self, prefix: str, limit: int = 10) -> list[SessionRecord]:
+        # GLOB is case-sensitive and can use the primary key; escape its wildcards.
+        pattern = "".join(f"[{c}]" if c in "*?[" else c for c in prefix) + "*"
+        return self._select(f"WHERE session_id GLOB ? {_ORDER} LIMIT ?", pattern,
+                            max(limit, 0))
+
+    async def find_by_conversation_key(
+        self, key: str, *, purpose: str = "chat"
+    ) -> list[SessionRecord]:
+        if not key:
+            return []
+        return self._select(f"WHERE {_KEY} = ? AND {_PURPOSE} = ? {_ORDER}", key, purpose)
+
+    async def list_sessions(
+        self, limit: int = 50, *, purpose: str | None = "chat"
+    ) -> list[SessionRecord]:
+        if purpose is None:
+            return self._select(f"{_ORDER} LIMIT ?", max(limit, 0))
+        return self._select(f"WHERE {_PURPOSE} = ? {_ORDER} LIMIT ?", purpose, max(limit, 0))
+
+    async def delete_session_record(self, session_id: str) -> bool:
+        """Remove the row and the session's events; ``False`` when neither existed."""
+        with self._store.transaction() as db:
+            removed = sum(
+                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
+                for table in ("cli_sessions", "events")
+            )
+        return removed > 0
+
+    def _select(self, where: str, *params: object) -> list[SessionRecord]:
+        with self._store.transaction(write=False) as db:
+            rows = db.execute(f"{_SELECT} {where}", params).fetchall()
+        return [
+            SessionRecord.model_validate({**dict(zip(_COLUMNS, r, strict=True)),
+                                          "metadata": json.loads(r[-1])})
+            for r in rows
+        ]
+
+    # -- EventLog -------------------------------------------------------------------------
+
+    async def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
+        """Append with the next ``seq``; computing it inside the write makes it unique."""
+        text = event_json(data)
+        with self._store.transaction() as db:
+            db.execute(_APPEND, (session_id, time.time(), kind, text))
+
+    async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
+        with self._store.transaction(write=False) as db:
+            rows = db.execute(
+                "SELECT seq, at, kind, data_json FROM events WHERE session_id = ? "
+                "ORDER BY seq DESC LIMIT ?",
+                (session_id, max(limit, 0)),
+            ).fetchall()
+        return [
+            EventRecord(session_id=session_id, seq=seq, at=at, kind=kind, data=json.loads(data))
+            for seq, at, kind, data in reversed(rows)
+        ]
+
+    async def usage_summary(self, session_id: str) -> UsageSummary:
+        """Aggregated in SQL: only the numbers leave the database, however long the log."""
+        with self._store.transaction(write=False) as db:
+            calls, tin, tout, cost, tools, errors, warnings = db.execute(
+                _SUMMARY, (session_id,)
+            ).fetchone()
+        return UsageSummary(
+            model_calls=calls or 0, input_tokens=tin, output_tokens=tout,
+            cost_usd=cost, tool_calls=tools or 0, errors=errors or 0, warnings=warnings or 0,
+        )
+
+    async def close(self) -> None:
+        """Close the connection if this store opened it (idempotent)."""
+        if self._owned:
+            await self._store.close()
