@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nonoka import Agent, Plan, Runner, Step, tool
+from nonoka import Agent, Plan, Runner, Step, ToolApproval, tool
 from nonoka.errors import ModelError
 from nonoka.events import RunEvent, RunWarning
 from nonoka.llm.base import ModelResponse
@@ -41,7 +41,13 @@ def build_tools(markers: Path, hang_on: str | None) -> list[Any]:
         started("send_email", to)
         return f"sent to {to}"
 
-    return [lookup, send_email]
+    @tool(requires_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file (needs a person's approval)."""
+        started("delete_file", path)
+        return f"deleted {path}"
+
+    return [lookup, send_email, delete_file]
 
 
 def build_step(raw: dict[str, Any]) -> ModelResponse | BaseException:
@@ -56,7 +62,8 @@ async def main(job: dict[str, Any]) -> dict[str, Any]:
     markers = Path(job["markers"])
     store = SQLiteCheckpointStore(job["db"])
     model = ScriptedModel([build_step(s) for s in job["script"]])
-    agent = Agent(model=model, tools=build_tools(markers, job.get("hang_on")))
+    agent = Agent(model=model, tools=build_tools(markers, job.get("hang_on")),
+                  extensions=[ToolApproval()])
     warnings: list[str] = []
 
     def on_event(event: RunEvent) -> None:
@@ -68,6 +75,11 @@ async def main(job: dict[str, Any]) -> dict[str, Any]:
         if job["mode"] == "react":
             result = await runner.run_react(agent, job["prompt"], session_id=job["session_id"],
                                             on_event=on_event)
+        elif job["mode"] == "approve":
+            await runner.approve_tool_call(job["session_id"], job["call_id"],
+                                           approved=job["approved"])
+            return {"success": True, "status": "decided", "output": None, "error": None,
+                    "warnings": []}
         elif job["mode"] == "plan":
             plan = Plan(steps=[Step.model_validate(s) for s in job["plan"]])
             result = await runner.run_plan(agent, plan, session_id=job["session_id"],

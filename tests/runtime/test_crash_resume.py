@@ -148,3 +148,19 @@ def test_plan_resume_after_sigkill_in_a_later_layer(harness: Harness) -> None:
     assert not result["success"] and "not idempotent" in result["error"]
     assert result["warnings"] == ["tool_outcome_unknown"]
     assert harness.started("send_email") == ["team"]
+
+
+def test_approval_decided_in_another_process_and_counters_survive(harness: Harness) -> None:
+    first = harness.run(mode="react", prompt="clean up",
+                        script=[{"calls": [["delete_file", {"path": "a"}, "d1"]]}])
+    assert first["status"] == "paused" and harness.started("delete_file") == []
+    harness.run(mode="approve", call_id="d1", approved=True, script=[])
+    second = harness.run(mode="resume",
+                         script=[{"calls": [["delete_file", {"path": "b"}, "d2"]]}])
+    assert second["status"] == "paused" and harness.started("delete_file") == ["a"]
+    harness.run(mode="approve", call_id="d2", approved=False, script=[])
+    third = harness.run(mode="resume", script=[{"text": "kept b"}])
+    assert third["success"] and harness.started("delete_file") == ["a"]
+    counters = harness.state().extension_state["approval"]["counters"]
+    assert counters == {"requested": 2, "approved": 1, "denied": 1}, (
+        "extension counters were reset by a process restart")

@@ -1,0 +1,139 @@
+"""Smoke tests: ``NonokaProvider`` driving the real ``nonoka bridge`` end to end.
+
+Each call spawns ``python -m nonoka bridge``; the model is a local scripted
+OpenAI-compatible server, so everything but the model is the real thing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from nonoka.messages import Message
+from nonoka.provider import MessageLike, NonokaProvider, id_file_path
+from nonoka.testing import call, text
+from nonoka.testing.server import Delay, ScriptedOpenAIServer, Step
+
+READ_TOOL = {"name": "read", "description": "Read a file",
+             "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                            "required": ["path"]}}
+
+
+Serve = Callable[[Sequence[Step]], ScriptedOpenAIServer]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """Start a scripted model server; at teardown it is closed and must have used its script."""
+    servers: list[ScriptedOpenAIServer] = []
+
+    def start(script: Sequence[Step]) -> ScriptedOpenAIServer:
+        servers.append(ScriptedOpenAIServer(script).start())
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+    for server in servers:
+        server.assert_done()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+def make_provider(workspace: Path, server: ScriptedOpenAIServer, *,
+                  cancel_grace: float = 5.0) -> NonokaProvider:
+    env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test",
+           "NONOKA_MODEL": "openai:test-model"}
+    return NonokaProvider(workspace, env=env, timeout=60, cancel_grace=cancel_grace)
+
+
+async def test_a_conversation_continues_across_processes_and_providers(
+        workspace: Path, serve: Serve) -> None:
+    server = serve([text("Hello there!"), text("Still me.")])
+    first = make_provider(workspace, server)
+    history: list[MessageLike] = [Message(role="user", content="Say hi")]
+    result = await first.chat(history)
+    assert result.finish_reason == "stop", result.errors
+    assert result.text == "Hello there!"
+    assert result.session_id is not None and not result.recovered
+    assert first.session_id == result.session_id
+    assert id_file_path(workspace).read_text().strip() == result.session_id
+
+    history += [result.assistant_message(), Message(role="user", content="Again?")]
+    second = make_provider(workspace, server)  # the host restarted: only the file remains
+    again = await second.chat(history)
+    assert again.finish_reason == "stop", again.errors
+    assert again.text == "Still me."
+    assert again.session_id == result.session_id
+    sent = [m["content"] for m in server.requests[1]["messages"] if m["role"] != "system"]
+    assert sent == ["Say hi", "Hello there!", "Again?"]
+
+
+async def test_a_host_tool_round_trip(
+        workspace: Path, serve: Serve) -> None:
+    server = serve([call("read", {"path": "README.md"}, id="call_1"),
+                    text("README.md introduces nonoka.")])
+    provider = make_provider(workspace, server)
+    history: list[MessageLike] = [Message(role="user", content="What is in README.md?")]
+    paused = await provider.chat(history, tools=[READ_TOOL])
+    assert paused.finish_reason == "tool_calls", paused.errors
+    assert [(c.tool_name, c.executed_by) for c in paused.host_tool_calls] == [("read", "host")]
+
+    history += [paused.assistant_message(),
+                Message(role="tool", content="# nonoka\nAn agent runtime.",
+                        tool_call_id=paused.host_tool_calls[0].tool_call_id)]
+    done = await provider.chat(history, tools=[READ_TOOL])
+    assert done.finish_reason == "stop", done.errors
+    assert done.text == "README.md introduces nonoka."
+    assert done.session_id == paused.session_id
+    tool_messages = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == ["# nonoka\nAn agent runtime."]
+
+
+async def test_titles_stay_apart_and_a_lost_id_file_is_recovered(
+        workspace: Path, serve: Serve) -> None:
+    server = serve([text("Hi!"), text("A greeting"), text("Recovered.")])
+    provider = make_provider(workspace, server)
+    chat = await provider.chat([Message(role="user", content="hi there")])
+    title = await provider.chat([Message(role="user", content="hi there")], purpose="title")
+    assert title.finish_reason == "stop", title.errors
+    assert title.session_id not in (None, chat.session_id)
+    assert provider.session_id == chat.session_id
+    assert id_file_path(workspace).read_text().strip() == chat.session_id
+
+    id_file_path(workspace).unlink()
+    restarted = make_provider(workspace, server)
+    assert restarted.session_id is None
+    history: list[MessageLike] = [Message(role="user", content="hi there"),
+                                  chat.assistant_message(),
+                                  Message(role="user", content="and now?")]
+    recovered = await restarted.chat(history)
+    assert recovered.finish_reason == "stop", recovered.errors
+    assert recovered.recovered and recovered.recovery_reason == "session_id_missing"
+    assert recovered.session_id == chat.session_id
+    assert restarted.session_id == chat.session_id
+
+
+async def test_cancel_stops_the_real_bridge(
+        workspace: Path, serve: Serve) -> None:
+    server = serve([Delay(30, "too late")])
+    provider = make_provider(workspace, server, cancel_grace=10)
+    task = asyncio.create_task(provider.chat([Message(role="user", content="take your time")]))
+    for _ in range(1000):
+        if server.requests:  # the bridge is waiting for the model
+            break
+        await asyncio.sleep(0.01)
+    await provider.cancel()
+    result = await task
+    assert result.finish_reason == "cancelled"
+    assert not result.killed
+    assert result.exit_code == 0
+    assert provider.session_id == result.session_id is not None
