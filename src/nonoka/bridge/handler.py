@@ -17,17 +17,14 @@ continuation is seeded with the request's history, so nothing the user said is l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import sys
-import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nonoka.agent import Agent
+from nonoka.bookkeeping import SessionBook, failure_of, finish_reason_of, title_from
 from nonoka.bridge import frames
 from nonoka.bridge.history import matches_stored, plan_turn, split_for_new_session
 from nonoka.bridge.protocol import (
@@ -45,16 +42,7 @@ from nonoka.bridge.protocol import (
     WarningEvent,
 )
 from nonoka.config import configured_model
-from nonoka.errors import (
-    ConfigurationError,
-    CorruptSessionError,
-    NonokaError,
-    SessionBusyError,
-    SessionConflictError,
-    StoreError,
-    ToolResultMismatchError,
-    UnsupportedVersionError,
-)
+from nonoka.errors import ConfigurationError
 from nonoka.events import (
     ModelCalled,
     RunEvent,
@@ -69,13 +57,10 @@ from nonoka.paradigms.env import RunResult
 from nonoka.runner import Runner
 from nonoka.runtime import RuntimeLimits
 from nonoka.session import Session
-from nonoka.state import SessionStatus
 from nonoka.store.project import ProjectStores, database_url_from_env, open_project_stores
-from nonoka.store.records import SessionRecord
 from nonoka.tools import host_tool
 
 Send = Callable[[BaseEvent], None]
-LOGGED_TEXT = 2000
 
 
 @dataclass
@@ -101,10 +86,9 @@ class BridgeHandler:
     def __init__(self, request: ChatRequest, send: Send) -> None:
         self.request = request
         self._send = send
-        self._usage = [0, 0, 0.0, False]  # input, output, cost, cost known
         self._stores: ProjectStores | None = None
-        self._session_id: str | None = None
-        self._log_buffer: list[tuple[str, dict[str, Any]]] = []
+        self.book = SessionBook(title=_title(request))
+        """The session's index row and timeline, written as ``nonoka run`` writes them."""
 
     def send(self, event: BaseEvent) -> None:
         self._send(event.model_copy(update={"request_id": self.request.request_id}))
@@ -113,7 +97,11 @@ class BridgeHandler:
         """Run the request; always ends with exactly one ``finish`` event."""
         try:
             model = self._model()
-            self._stores = open_project_stores(self._cwd(), database_url_from_env())
+            cwd = self._cwd()
+            self._stores = open_project_stores(cwd, database_url_from_env())
+            self.book.attach(self._stores, metadata={
+                "conversation_key": self.request.conversation_key,
+                "purpose": self.request.purpose, "cwd": str(cwd)})
             try:
                 await self._finish_run(await self._run(model))
             except asyncio.CancelledError:
@@ -162,7 +150,7 @@ class BridgeHandler:
         runner = Runner(self.stores.checkpoints)
         tools = [host_tool(t.name, t.description, t.parameters) for t in request.tools]
         agent = Agent(model=model, tools=tools)
-        await self._log_event("request", {
+        await self.book.log("request", {
             "purpose": request.purpose, "messages": len(request.messages),
             "tools": [t.name for t in request.tools], "request_id": request.request_id,
             "model": model.name})
@@ -172,18 +160,18 @@ class BridgeHandler:
             seed, prompt = split_for_new_session(messages)
             session = await runner.open_session(agent, limits=limits, history=seed)
             await runner.save_session(session)
-            await self._index(session, model.name, created=True)
+            await self.book.index(session, model=model.name, created=True)
         else:
             session, prompt = decision.session, None
-        self._session_id = session.session_id
+        self.book.start(session.session_id)
         self.send(SessionInit(session_id=session.session_id,
                               recovered=decision.recovery_reason is not None,
                               recovery_reason=decision.recovery_reason))
-        await self._log_event("session", {
+        await self.book.log("session", {
             "new": decision.session is None, "recovery_reason": decision.recovery_reason})
         for warning in decision.warnings:
             self.send(warning)
-            await self._log_event("warning", {"code": warning.code, "message": warning.message})
+            await self.book.log("warning", {"code": warning.code, "message": warning.message})
         sid, on_event = session.session_id, self._on_run_event
         if decision.session is None:
             if prompt is not None:
@@ -194,6 +182,10 @@ class BridgeHandler:
             return await runner.run_react(agent, plan.prompt, session_id=sid, limits=limits,
                                           on_event=on_event)
         if plan.kind == "tool_results":
+            for result in plan.results:
+                await self.book.log("tool_result", {
+                    "tool_call_id": result.tool_call_id, "content": result.content[:2000],
+                    "is_error": result.is_error, "executed_by": "host"})
             return await runner.submit_tool_results(agent, sid, plan.results, prompt=plan.prompt,
                                                     limits=limits, on_event=on_event)
         return await runner.resume(agent, sid, limits=limits, on_event=on_event)
@@ -262,65 +254,35 @@ class BridgeHandler:
     # -- events -----------------------------------------------------------------------------
 
     async def _on_run_event(self, event: RunEvent) -> None:
+        """Tell the provider first, then record it in the timeline."""
         if isinstance(event, RunTextDelta):
             self.send(TextDelta(text=event.text))
         elif isinstance(event, ToolCallRequested):
             call = event.call
             self.send(ToolCallEvent(tool_call_id=call.id, tool_name=call.name,
                                     arguments=call.arguments, executed_by=event.executed_by))
-            await self._log_event("tool_call", {"tool_call_id": call.id, "tool_name": call.name,
-                                                "arguments": call.arguments[:LOGGED_TEXT],
-                                                "executed_by": event.executed_by})
         elif isinstance(event, ToolCallFinished):
             call = event.call
             self.send(ToolResultEvent(tool_call_id=call.id, tool_name=call.name,
                                       content=event.content, is_error=event.is_error))
-            await self._log_event("tool_result", {"tool_call_id": call.id, "tool_name": call.name,
-                                                  "content": event.content[:LOGGED_TEXT],
-                                                  "is_error": event.is_error})
         elif isinstance(event, ModelCalled):
             usage = event.usage
-            self._usage[0] += usage.input_tokens
-            self._usage[1] += usage.output_tokens
-            if usage.cost_usd is not None:
-                self._usage[2] += usage.cost_usd
-                self._usage[3] = True
             self.send(UsageEvent(input_tokens=usage.input_tokens,
                                  output_tokens=usage.output_tokens, cost_usd=usage.cost_usd))
-            await self._log_event("model_call", {
-                "model": event.model, "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd or 0.0})
         elif isinstance(event, RunWarning):
             self.send(WarningEvent(code=event.code, message=event.message,
                                    details=event.details))
-            await self._log_event("warning", {"code": event.code, "message": event.message})
-
-    async def _log_event(self, kind: str, data: dict[str, Any]) -> None:
-        """Append to the session's timeline; held back until the session is known."""
-        self._log_buffer.append((kind, data))
-        if self._stores is None or self._session_id is None:
-            return
-        pending, self._log_buffer = self._log_buffer, []
-        for pending_kind, pending_data in pending:
-            await self.stores.events.append_event(self._session_id, pending_kind, pending_data)
+        await self.book.on_event(event)
 
     # -- finishing --------------------------------------------------------------------------
 
-    def _totals(self) -> UsageTotals:
-        return UsageTotals(input_tokens=self._usage[0], output_tokens=self._usage[1],
-                           cost_usd=self._usage[2] if self._usage[3] else None)
-
     async def _finish(self, reason: str, termination: FinishTermination | None = None) -> None:
-        totals = self._totals()
-        await self._record_finish_state()
-        with contextlib.suppress(Exception):  # the timeline must not stop the finish
-            await self._log_event("finish", {"finish_reason": reason, **totals.model_dump()})
-        self.send(Finish(finish_reason=reason, usage=totals,
+        await self.book.finish(reason)
+        self.send(Finish(finish_reason=reason, usage=UsageTotals(**self.book.usage.as_dict()),
                          termination=termination))
 
     async def _fail(self, failure: _Failure) -> None:
-        with contextlib.suppress(Exception):
-            await self._log_event("error", {"code": failure.code, "message": failure.message})
+        await self.book.error(failure.code, failure.message)
         self.send(ErrorEvent(code=failure.code, message=failure.message,
                              retryable=failure.retryable, details=failure.details))
         await self._finish(frames.FINISH_ERROR)
@@ -329,77 +291,24 @@ class BridgeHandler:
         term = result.termination
         termination = (FinishTermination(reason=term.reason, detail=term.detail, limit=term.limit)
                        if term is not None else None)
-        if result.status == SessionStatus.COMPLETED:
-            await self._finish(frames.FINISH_STOP, termination)
-        elif result.status == SessionStatus.PAUSED:
-            await self._finish(frames.FINISH_TOOL_CALLS if result.pending_tool_calls
-                               else frames.FINISH_STOP, termination)
-        elif result.status == SessionStatus.CANCELLED:
-            await self._finish(frames.FINISH_CANCELLED, termination)
-        elif term is not None and term.reason == "limit":
-            await self._finish(frames.FINISH_LIMIT, termination)
-        else:
+        reason = finish_reason_of(result)
+        if reason == frames.FINISH_ERROR:
             failure = _Failure(frames.ERROR_MODEL_ERROR, result.error or "the run failed",
                                retryable=result.retryable)
-            with contextlib.suppress(Exception):
-                await self._log_event("error", {"code": failure.code, "message": failure.message})
+            await self.book.error(failure.code, failure.message)
             self.send(ErrorEvent(code=failure.code, message=failure.message,
                                  retryable=failure.retryable))
-            await self._finish(frames.FINISH_ERROR, termination)
-
-    async def _record_finish_state(self) -> None:
-        """Bring the index row up to date with the stored session (never raises)."""
-        if self._stores is None or self._session_id is None:
-            return
-        try:
-            state = await self.stores.checkpoints.load_session(self._session_id)
-            if state is not None:
-                await self._index(Session.from_state(state), None, created=False)
-        except Exception:  # the run's outcome matters more than the index row
-            traceback.print_exc(file=sys.stderr)
-
-    async def _index(self, session: Session, model: str | None, *, created: bool) -> None:
-        index = self.stores.index
-        existing = None if created else await index.get_session(session.session_id)
-        usage = session.usage
-        title = existing.title if existing is not None else _title(self.request)
-        metadata = dict(existing.metadata) if existing is not None else {
-            "conversation_key": self.request.conversation_key,
-            "purpose": self.request.purpose, "cwd": str(self._cwd())}
-        await index.upsert_session(SessionRecord(
-            session_id=session.session_id, title=title,
-            model=model or (existing.model if existing is not None else ""),
-            created_at=existing.created_at if existing is not None else time.time(),
-            last_active=time.time(), status=str(session.status),
-            turn_count=session.turn_count, message_count=len(session.memory),
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-            cost_usd=usage.cost_usd, metadata=metadata))
+        await self._finish(reason, termination)
 
 
 def _title(request: ChatRequest) -> str:
     for message in request.messages:
         if message.role == "user" and message.content.strip():
-            text = " ".join(message.content.split())
-            return text if len(text) <= 80 else text[:77] + "..."
+            return title_from(message.content)
     return ""
 
 
 def _classify(exc: Exception) -> _Failure:
     """Map an exception to the protocol's error codes."""
-    if isinstance(exc, ToolResultMismatchError):
-        return _Failure(frames.ERROR_TOOL_RESULT_MISMATCH, str(exc))
-    if isinstance(exc, SessionBusyError):
-        return _Failure(frames.ERROR_SESSION_BUSY, str(exc), retryable=True)
-    if isinstance(exc, SessionConflictError):
-        return _Failure(frames.ERROR_SESSION_CONFLICT, str(exc), retryable=True)
-    if isinstance(exc, CorruptSessionError | UnsupportedVersionError):
-        return _Failure(frames.ERROR_SESSION_CORRUPT, str(exc))
-    if isinstance(exc, StoreError):
-        return _Failure(frames.ERROR_STORE_ERROR, str(exc))
-    if isinstance(exc, ConfigurationError):
-        return _Failure(frames.ERROR_INVALID_REQUEST, str(exc))
-    if isinstance(exc, NonokaError):
-        return _Failure(frames.ERROR_INTERNAL_ERROR, str(exc))
-    traceback.print_exc(file=sys.stderr)
-    return _Failure(frames.ERROR_INTERNAL_ERROR,
-                    f"{type(exc).__name__}: {exc} (a bug in nonoka; stderr has the traceback)")
+    failure = failure_of(exc)
+    return _Failure(failure.code, failure.message, retryable=failure.retryable)

@@ -115,40 +115,20 @@ class ReActAgent:
         limit_hit: Termination | None = None
         for call in dangling:
             tool = self.env.agent.tool_map.get(call.name)
-            if tool is None:
+            if limit_hit is None and tool is not None and tool.executed_by == "nonoka":
+                limit_hit = await self._settle_local(session, call, tool, abandon_waiting,
+                                                     approval_wait)
+            elif limit_hit is not None:
+                await self._record(session, call, f"not run: {limit_hit.detail}", is_error=True)
+            elif abandon_waiting:
+                await self._record(session, call, "no result: the call was still open when "
+                                   "the conversation continued", is_error=True)
+            elif tool is None:
                 known = ", ".join(self.env.agent.tool_map) or "none"
                 await self._record(session, call, f"unknown tool {call.name!r}; available: {known}",
                                    is_error=True)
-                continue
-            if tool.executed_by == "host":
-                if abandon_waiting:
-                    await self._record(session, call, "no result: the host did not return one "
-                                       "before the conversation continued", is_error=True)
-                else:
-                    host_wait.append(call)
-                continue
-            if session.has_intent(call.id) and not tool.idempotent:
-                await self._record_unknown_outcome(session, call)
-                continue
-            decision = await self._decide(session, call, tool)
-            if decision.action == "pause":
-                if abandon_waiting:
-                    await self._record(session, call, "not run: it was still waiting for "
-                                       "approval when the conversation continued", is_error=True)
-                else:
-                    approval_wait.append(call)
-                continue
-            if decision.action == "deny":
-                await self._record(session, call, decision.reason, is_error=True)
-                continue
-            limit_hit = limit_hit or session.reserve_tool_call()
-            if limit_hit is not None:
-                await self._record(session, call, f"not run: {limit_hit.detail}", is_error=True)
-                continue
-            session.record_intent(call)
-            await self.env.save(session)
-            content, is_error = await self._run_tool(session, tool, call)
-            await self._record(session, call, content, is_error=is_error)
+            else:
+                host_wait.append(call)
         if limit_hit is not None:
             return await self._stop(session, limit_hit, SessionStatus.FAILED)
         if host_wait or approval_wait:
@@ -158,6 +138,34 @@ class ReActAgent:
             result.pending_tool_calls = host_wait
             result.pending_approvals = approval_wait
             return result
+        return None
+
+    async def _settle_local(self, session: Session, call: ToolCall, tool: Tool,
+                            abandon_waiting: bool, approval_wait: list[ToolCall],
+                            ) -> Termination | None:
+        """Settle one call of a tool nonoka runs; returns the limit that stopped it, if any."""
+        if session.has_intent(call.id) and not tool.idempotent:
+            await self._record_unknown_outcome(session, call)
+            return None
+        decision = await self._decide(session, call, tool)
+        if decision.action == "pause":
+            if abandon_waiting:
+                await self._record(session, call, "not run: it was still waiting for "
+                                   "approval when the conversation continued", is_error=True)
+            else:
+                approval_wait.append(call)
+            return None
+        if decision.action == "deny":
+            await self._record(session, call, decision.reason, is_error=True)
+            return None
+        limit_hit = session.reserve_tool_call()
+        if limit_hit is not None:
+            await self._record(session, call, f"not run: {limit_hit.detail}", is_error=True)
+            return limit_hit
+        session.record_intent(call)
+        await self.env.save(session)
+        content, is_error = await self._run_tool(session, tool, call)
+        await self._record(session, call, content, is_error=is_error)
         return None
 
     async def _decide(self, session: Session, call: ToolCall, tool: Tool) -> ToolDecision:

@@ -1,0 +1,220 @@
+"""The session index row and the event-log timeline, written the same way by every front end.
+
+The bridge (one process per model step) and ``nonoka run`` (one turn in-process) both
+record what a turn did, so ``nonoka sessions list`` and ``sessions show`` read one format
+whoever wrote it. ``SessionBook`` is that shared writer: it holds the turn's events back
+until the session is known, keeps the index row (``cli_sessions``) in step with the stored
+session, logs the runtime's events (model calls with usage, tool calls and results,
+warnings) and ends the turn with a ``finish`` entry.
+
+It is on the bridge's per-turn path: it imports nothing a bridge turn does not already load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nonoka.bridge import frames
+from nonoka.errors import (
+    ConfigurationError,
+    CorruptSessionError,
+    NonokaError,
+    SessionBusyError,
+    SessionConflictError,
+    StoreError,
+    ToolResultMismatchError,
+    UnsupportedVersionError,
+)
+from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
+from nonoka.paradigms.env import RunResult
+from nonoka.session import Session
+from nonoka.state import SessionStatus
+from nonoka.store.project import ProjectStores
+from nonoka.store.records import SessionRecord
+
+LOGGED_TEXT = 2000
+"""Tool arguments and results are cut to this many characters in the timeline."""
+
+
+@dataclass
+class TurnUsage:
+    """What one turn (request) used, summed over its model calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    """``None`` until a model call reports a cost."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cost_usd": self.cost_usd}
+
+
+def finish_reason_of(result: RunResult) -> str:
+    """How a run ended, in the protocol's finish reasons (also used in the timeline)."""
+    term = result.termination
+    if result.status == SessionStatus.COMPLETED:
+        return frames.FINISH_STOP
+    if result.status == SessionStatus.PAUSED:
+        return frames.FINISH_TOOL_CALLS if result.pending_tool_calls else frames.FINISH_STOP
+    if result.status == SessionStatus.CANCELLED:
+        return frames.FINISH_CANCELLED
+    if term is not None and term.reason == "limit":
+        return frames.FINISH_LIMIT
+    return frames.FINISH_ERROR
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An error as the protocol and the timeline name it."""
+
+    code: str
+    message: str
+    retryable: bool = False
+
+
+def failure_of(exc: Exception) -> Failure:
+    """Map an exception to the protocol's error codes (a traceback goes to stderr for bugs)."""
+    if isinstance(exc, ToolResultMismatchError):
+        return Failure(frames.ERROR_TOOL_RESULT_MISMATCH, str(exc))
+    if isinstance(exc, SessionBusyError):
+        return Failure(frames.ERROR_SESSION_BUSY, str(exc), retryable=True)
+    if isinstance(exc, SessionConflictError):
+        return Failure(frames.ERROR_SESSION_CONFLICT, str(exc), retryable=True)
+    if isinstance(exc, CorruptSessionError | UnsupportedVersionError):
+        return Failure(frames.ERROR_SESSION_CORRUPT, str(exc))
+    if isinstance(exc, StoreError):
+        return Failure(frames.ERROR_STORE_ERROR, str(exc))
+    if isinstance(exc, ConfigurationError):
+        return Failure(frames.ERROR_INVALID_REQUEST, str(exc))
+    if isinstance(exc, NonokaError):
+        return Failure(frames.ERROR_INTERNAL_ERROR, str(exc))
+    traceback.print_exc(file=sys.stderr)
+    return Failure(frames.ERROR_INTERNAL_ERROR,
+                   f"{type(exc).__name__}: {exc} (a bug in nonoka; stderr has the traceback)")
+
+
+class SessionBook:
+    """Writes one turn's index row and timeline entries into a project's stores.
+
+    ``title`` and ``metadata`` (``conversation_key``, ``purpose``, ``cwd``, ...) go into
+    a session's row when the row is created; an existing row keeps its own. Events logged
+    before ``attach`` and ``start`` are buffered, so the timeline of a session begins with
+    the request that created it.
+    """
+
+    def __init__(self, stores: ProjectStores | None = None, *, title: str = "",
+                 metadata: Mapping[str, Any] | None = None) -> None:
+        self.stores = stores
+        self.title = title
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.session_id: str | None = None
+        self.usage = TurnUsage()
+        self._pending: list[tuple[str, dict[str, Any]]] = []
+
+    def attach(self, stores: ProjectStores, *, metadata: Mapping[str, Any] | None = None) -> None:
+        """Use ``stores`` from now on (opened after the book was made, e.g. once the
+        request proved valid); ``metadata`` replaces the defaults for new rows."""
+        self.stores = stores
+        if metadata is not None:
+            self.metadata = dict(metadata)
+
+    def start(self, session_id: str) -> None:
+        """The turn runs in ``session_id``; what was held back is written with the next entry."""
+        self.session_id = session_id
+
+    # -- the timeline -----------------------------------------------------------------
+
+    async def log(self, kind: str, data: dict[str, Any]) -> None:
+        """Append to the session's timeline; held back until the session is known."""
+        self._pending.append((kind, data))
+        await self._flush()
+
+    async def _flush(self) -> None:
+        if self.stores is None or self.session_id is None:
+            return
+        pending, self._pending = self._pending, []
+        for kind, data in pending:
+            await self.stores.events.append_event(self.session_id, kind, data)
+
+    async def on_event(self, event: RunEvent) -> None:
+        """Log a runtime event and add its usage to the turn's (text deltas are not logged)."""
+        if isinstance(event, ToolCallRequested):
+            call = event.call
+            await self.log("tool_call", {"tool_call_id": call.id, "tool_name": call.name,
+                                         "arguments": call.arguments[:LOGGED_TEXT],
+                                         "executed_by": event.executed_by})
+        elif isinstance(event, ToolCallFinished):
+            call = event.call
+            await self.log("tool_result", {"tool_call_id": call.id, "tool_name": call.name,
+                                           "content": event.content[:LOGGED_TEXT],
+                                           "is_error": event.is_error})
+        elif isinstance(event, ModelCalled):
+            usage = event.usage
+            self.usage.input_tokens += usage.input_tokens
+            self.usage.output_tokens += usage.output_tokens
+            if usage.cost_usd is not None:
+                self.usage.cost_usd = (self.usage.cost_usd or 0.0) + usage.cost_usd
+            await self.log("model_call", {
+                "model": event.model, "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd or 0.0})
+        elif isinstance(event, RunWarning):
+            await self.log("warning", {"code": event.code, "message": event.message})
+
+    async def error(self, code: str, message: str) -> None:
+        """Log an error; a failing log must not hide the error itself."""
+        with contextlib.suppress(Exception):
+            await self.log("error", {"code": code, "message": message})
+
+    async def finish(self, reason: str) -> None:
+        """End the turn: bring the index row up to date and log ``finish`` (never raises)."""
+        await self.refresh()
+        with contextlib.suppress(Exception):  # the timeline must not stop the finish
+            await self.log("finish", {"finish_reason": reason, **self.usage.as_dict()})
+
+    # -- the index row ----------------------------------------------------------------
+
+    async def index(self, session: Session, *, model: str | None = None,
+                    created: bool = False) -> None:
+        """Write the session's row from its current state.
+
+        A row that exists keeps its title, model (unless ``model`` is given), metadata
+        and creation time; ``created=True`` skips the look-up for a brand-new session.
+        """
+        assert self.stores is not None, "attach the stores before indexing"
+        index = self.stores.index
+        existing = None if created else await index.get_session(session.session_id)
+        usage = session.usage
+        await index.upsert_session(SessionRecord(
+            session_id=session.session_id,
+            title=existing.title if existing is not None else self.title,
+            model=model or (existing.model if existing is not None else ""),
+            created_at=existing.created_at if existing is not None else time.time(),
+            last_active=time.time(), status=str(session.status),
+            turn_count=session.turn_count, message_count=len(session.memory),
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+            cost_usd=usage.cost_usd,
+            metadata=dict(existing.metadata) if existing is not None else dict(self.metadata)))
+
+    async def refresh(self) -> None:
+        """Bring the row up to date with the stored session (never raises)."""
+        if self.stores is None or self.session_id is None:
+            return
+        try:
+            state = await self.stores.checkpoints.load_session(self.session_id)
+            if state is not None:
+                await self.index(Session.from_state(state))
+        except Exception:  # the run's outcome matters more than the index row
+            traceback.print_exc(file=sys.stderr)
+
+
+def title_from(text: str) -> str:
+    """A one-line title from the first user message (80 characters at most)."""
+    line = " ".join(text.split())
+    return line if len(line) <= 80 else line[:77] + "..."

@@ -1,0 +1,318 @@
+"""How the human commands print: rich tables and colour on a terminal, plain text in a pipe.
+
+Piped output is for ``grep`` and scripts, so it has no escape codes and no box drawing;
+``--json`` is for programs. ``rich`` is imported only when a terminal is there to use it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import click
+
+from nonoka.events import (
+    RunEvent,
+    RunWarning,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallRequested,
+)
+from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+
+SHORT_ID = 8
+TITLE_WIDTH = 48
+EVENT_TEXT_WIDTH = 100
+
+
+def is_terminal(stream: TextIO | None = None) -> bool:
+    stream = stream if stream is not None else sys.stdout
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+# -- small formats -----------------------------------------------------------------------
+
+
+def short_id(session_id: str) -> str:
+    return session_id[:SHORT_ID]
+
+
+def ago(timestamp: float, now: float | None = None) -> str:
+    """``"3m ago"``: how long since ``timestamp``, in the largest unit that fits."""
+    seconds = max(0.0, (time.time() if now is None else now) - timestamp)
+    if seconds < 5:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            if unit == "d" and seconds >= 30 * 86400:
+                return time.strftime("%Y-%m-%d", time.localtime(timestamp))
+            return f"{int(seconds // size)}{unit} ago"
+    return "just now"
+
+
+def tokens(count: int) -> str:
+    if count < 1000:
+        return str(count)
+    if count < 1_000_000:
+        return f"{count / 1000:.1f}k"
+    return f"{count / 1_000_000:.1f}M"
+
+
+def cost(usd: float | None) -> str:
+    if not usd:
+        return "-"
+    if usd >= 1:
+        return f"${usd:.2f}"
+    return f"${usd:.4f}" if usd >= 0.001 else f"${usd:.6f}"
+
+
+def clip(text: str, width: int) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
+def clock(timestamp: float, now: float | None = None) -> str:
+    """The time of day for today's events, with the date for older ones."""
+    today = time.strftime("%Y-%m-%d", time.localtime(now if now is not None else time.time()))
+    day = time.strftime("%Y-%m-%d", time.localtime(timestamp))
+    return time.strftime("%H:%M:%S" if day == today else "%Y-%m-%d %H:%M:%S",
+                         time.localtime(timestamp))
+
+
+# -- sessions list -------------------------------------------------------------------------
+
+LIST_COLUMNS = ("ID", "TITLE", "STATUS", "TURNS", "TOKENS", "COST", "LAST ACTIVE")
+_RIGHT = {"TURNS", "TOKENS", "COST"}
+STATUS_STYLES = {"completed": "green", "failed": "red", "running": "yellow",
+                 "paused": "cyan", "cancelled": "magenta", "created": "dim"}
+
+
+def session_row(record: SessionRecord, now: float | None = None) -> tuple[str, ...]:
+    title = record.title or "(untitled)"
+    if record.purpose != "chat":
+        title = f"[{record.purpose}] {title}"
+    return (short_id(record.session_id), clip(title, TITLE_WIDTH), record.status,
+            str(record.turn_count), tokens(record.input_tokens + record.output_tokens),
+            cost(record.cost_usd), ago(record.last_active, now))
+
+
+def print_sessions(records: Sequence[SessionRecord], now: float | None = None) -> None:
+    rows = [session_row(r, now) for r in records]
+    if is_terminal():
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        console = Console(highlight=False)
+        # Only the title gives way on a narrow terminal; the other cells are short.
+        widths = [max([len(name), *(len(row[i]) for row in rows)])
+                  for i, name in enumerate(LIST_COLUMNS)]
+        room = max(10, console.width - (sum(widths) - widths[1]) - 2 * (len(widths) - 1))
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for name in LIST_COLUMNS:
+            table.add_column(name, justify="right" if name in _RIGHT else "left",
+                             no_wrap=True, style="dim" if name == "ID" else None)
+        for row in rows:
+            cells = (*row[:1], clip(row[1], room), *row[2:])
+            table.add_row(*(Text(cell, style=STATUS_STYLES.get(cell, "") if i == 2 else "")
+                            for i, cell in enumerate(cells)))
+        console.print(table)
+    else:
+        _plain_table(LIST_COLUMNS, rows)
+
+
+def _plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows,
+                                                                           strict=False)]
+    for row in (header, *rows):
+        cells = [str(cell).rjust(width) if name in _RIGHT else str(cell).ljust(width)
+                 for cell, width, name in zip(row, widths, header, strict=True)]
+        click.echo("  ".join(cells).rstrip())
+
+
+def print_candidates(candidates: Sequence[SessionRecord]) -> None:
+    """The sessions an ambiguous prefix matched, on stderr, full ids first."""
+    for record in candidates:
+        click.echo(f"  {record.session_id}  {clip(record.title or '(untitled)', 40)}  "
+                   f"({ago(record.last_active)})", err=True)
+
+
+# -- sessions show --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionDetail:
+    """One session as ``sessions show`` presents it."""
+
+    record: SessionRecord
+    events: list[EventRecord]
+    usage: UsageSummary
+
+    def as_json(self) -> dict[str, Any]:
+        return {"session": self.record.model_dump(mode="json"),
+                "events": [e.model_dump(mode="json") for e in self.events],
+                "usage": self.usage.model_dump(mode="json")}
+
+
+EVENT_STYLES = {"request": "bold", "recovered": "magenta", "model call": "cyan",
+                "tool call": "blue", "tool result": "green", "tool error": "red",
+                "warning": "yellow", "error": "bold red", "finish": "bold",
+                "interrupted": "bold yellow"}
+
+
+def describe_event(event: EventRecord) -> tuple[str, str]:
+    """``(label, text)``: one timeline line for an event-log entry."""
+    data, kind = event.data, event.kind
+    if kind == "request":
+        tools = ", ".join(str(t) for t in data.get("tools") or []) or "none"
+        purpose = "" if data.get("purpose", "chat") == "chat" else f" · {data['purpose']}"
+        return "request", (f"{data.get('source', 'bridge')}{purpose} · "
+                           f"{data.get('messages', 0)} message(s) · tools: {tools}")
+    if kind == "session":
+        if data.get("recovery_reason"):
+            return "recovered", f"session recovered ({data['recovery_reason']})"
+        return "session", "new session" if data.get("new") else "continued"
+    if kind == "model_call":
+        spent = f"{data.get('model', '?')} · {data.get('input_tokens', 0)} in / " \
+                f"{data.get('output_tokens', 0)} out tokens"
+        if data.get("cost_usd"):
+            spent += f" · {cost(float(data['cost_usd']))}"
+        return "model call", spent
+    if kind == "tool_call":
+        return "tool call", (f"{data.get('tool_name', '?')} {data.get('arguments', '')} "
+                             f"(run by {data.get('executed_by', '?')})")
+    if kind == "tool_result":
+        label = "tool error" if data.get("is_error") else "tool result"
+        return label, f"{data.get('tool_name', '?')}: {data.get('content', '')}"
+    if kind in ("warning", "error"):
+        return kind, f"{data.get('code', '?')}: {data.get('message', '')}"
+    if kind == "finish":
+        return "finish", (f"{data.get('finish_reason', '?')} · {data.get('input_tokens', 0)} in"
+                          f" / {data.get('output_tokens', 0)} out tokens")
+    return kind, json.dumps(data, ensure_ascii=False)
+
+
+def _timeline(events: Sequence[EventRecord], now: float | None) -> list[tuple[str, str, str]]:
+    """``(time, label, text)`` rows; a request that never logged ``finish`` before the next
+    one began is marked, since that is what a killed process leaves behind."""
+    rows: list[tuple[str, str, str]] = []
+    open_request = False
+    for event in events:
+        if event.kind == "request":
+            if open_request:
+                rows.append(("", "interrupted", "the request above never finished (its "
+                             "process ended mid-turn)"))
+            open_request = True
+        elif event.kind == "finish":
+            open_request = False
+        rows.append((clock(event.at, now), *describe_event(event)))
+    return rows
+
+
+def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]:
+    record = detail.record
+    rows = [("session", record.session_id), ("title", record.title or "(untitled)"),
+            ("status", record.status), ("model", record.model or "-"),
+            ("created", f"{clock(record.created_at, now)} ({ago(record.created_at, now)})"),
+            ("last active", f"{clock(record.last_active, now)} ({ago(record.last_active, now)})"),
+            ("turns", f"{record.turn_count} ({record.message_count} messages stored)"),
+            ("tokens", f"{record.input_tokens} in / {record.output_tokens} out"),
+            ("cost", cost(record.cost_usd))]
+    if record.purpose != "chat":
+        rows.append(("purpose", record.purpose))
+    if record.conversation_key:
+        rows.append(("conversation key", record.conversation_key[:16] + "..."))
+    return rows
+
+
+def _usage_line(usage: UsageSummary) -> str:
+    return (f"{usage.model_calls} model call(s) · {usage.input_tokens} in / "
+            f"{usage.output_tokens} out tokens · {cost(usage.cost_usd)} · "
+            f"{usage.tool_calls} tool call(s) · {usage.warnings} warning(s) · "
+            f"{usage.errors} error(s)")
+
+
+def print_detail(detail: SessionDetail, now: float | None = None) -> None:
+    meta = _metadata(detail, now)
+    timeline = _timeline(detail.events, now)
+    heading = (f"timeline (last {len(detail.events)} event(s))" if detail.events
+               else "timeline: empty")
+    if is_terminal():
+        _rich_detail(meta, heading, timeline, _usage_line(detail.usage))
+        return
+    width = max(len(name) for name, _ in meta)
+    for name, value in meta:
+        click.echo(f"{name.ljust(width)}  {value}")
+    click.echo(f"\n{heading}")
+    at_width = max((len(at) for at, _, _ in timeline), default=0)
+    label_width = max((len(label) for _, label, _ in timeline), default=0)
+    for at, label, text in timeline:
+        click.echo(f"  {at.ljust(at_width)}  {label.ljust(label_width)}  "
+                   f"{clip(text, EVENT_TEXT_WIDTH)}")
+    click.echo(f"\nusage  {_usage_line(detail.usage)}")
+
+
+def _rich_detail(meta: list[tuple[str, str]], heading: str,
+                 timeline: list[tuple[str, str, str]], usage: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for name, value in meta:
+        grid.add_row(name, Text(value, style=STATUS_STYLES.get(value, "")))
+    console.print(grid)
+    console.print(Text("\n" + heading, style="bold"))
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+    for at, label, text in timeline:
+        style = EVENT_STYLES.get(label, "")
+        table.add_row(at, Text(label, style=style), Text(clip(text, EVENT_TEXT_WIDTH * 2)))
+    console.print(table)
+    console.print(Text.assemble("\n", ("usage", "bold"), "  ", usage))
+
+
+# -- nonoka run --------------------------------------------------------------------------
+
+
+class StreamPrinter:
+    """Shows a turn as it happens: the answer on stdout, tool activity on stderr."""
+
+    def __init__(self) -> None:
+        self._mid_line = False
+
+    def __call__(self, event: RunEvent) -> None:
+        if isinstance(event, TextDelta):
+            click.echo(event.text, nl=False)
+            sys.stdout.flush()
+            self._mid_line = not event.text.endswith("\n")
+        elif isinstance(event, ToolCallRequested):
+            self.end_line()
+            click.secho(f"[tool] {event.call.name} {clip(event.call.arguments, 120)}",
+                        fg="blue", err=True)
+        elif isinstance(event, ToolCallFinished):
+            first = clip(event.content, 100)
+            click.secho(f"[tool] {event.call.name} -> {first}", err=True,
+                        fg="red" if event.is_error else None, dim=not event.is_error)
+        elif isinstance(event, RunWarning):
+            self.end_line()
+            click.secho(f"warning: {event.code}: {event.message}", fg="yellow", err=True)
+
+    def end_line(self) -> None:
+        """Finish a half-written answer line before anything else is printed."""
+        if self._mid_line:
+            click.echo()
+            self._mid_line = False
