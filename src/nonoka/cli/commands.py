@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
+from nonoka.cli.opencode_cmd import opencode
+
 T = TypeVar("T")
 
 
@@ -188,3 +190,6 @@ def demo(directory: Path | None) -> None:
 
     ok = _call(lambda: run_demo(directory, click.echo))
     raise SystemExit(0 if ok else 1)
+
+
+cli.add_command(opencode)

@@ -1,0 +1,33 @@
+/**
+ * nonoka's AI SDK provider for OpenCode: each model step runs in a fresh `nonoka bridge`.
+ *
+ * OpenCode calls the first export whose name starts with `create`, so `createNonoka` must
+ * stay the only one. The rest is exported for tests and scripts.
+ */
+
+export { createNonoka, DEFAULT_CANCEL_GRACE_MS, DEFAULT_COMMAND, DEFAULT_TIMEOUT_MS } from "./provider.js";
+export type { NonokaProvider, NonokaProviderSettings } from "./provider.js";
+export { mapFinishReason, mapUsage, NonokaError, NonokaLanguageModel } from "./model.js";
+export { BridgeError, commandText, STDERR_TAIL_BYTES } from "./bridge.js";
+export { SessionTracker } from "./session.js";
+export type { SessionHint } from "./session.js";
+export { detectPurpose, toHostTools, toolOutputText, toProtocolMessages } from "./prompt.js";
+export {
+  clearSessionId,
+  ID_FILE_NAME,
+  idFilePath,
+  isPlausibleSessionId,
+  readSessionId,
+  STATE_DIR_NAME,
+  writeSessionId,
+} from "./idfile.js";
+export {
+  conversationKey,
+  decodeEvent,
+  DEFAULT_MAX_FRAME_BYTES,
+  encodeRequest,
+  EventDecodeError,
+  isContinuation,
+  PROTOCOL_VERSION,
+} from "./protocol.js";
+export type * from "./protocol.js";

@@ -1,0 +1,234 @@
+/**
+ * The bridge protocol, version "1", as the provider side sees it (docs/protocol.md).
+ *
+ * Only what a provider writes or reads is typed here. Names are the wire names: other
+ * programs are written against them, so nothing is renamed on the way.
+ */
+
+import { createHash } from "node:crypto";
+
+export const PROTOCOL_VERSION = "1";
+/** One frame (line) may be this long, terminator not counted: the bridge's default. */
+export const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;
+
+export type Role = "system" | "user" | "assistant" | "tool";
+export type Purpose = "chat" | "title";
+export type FinishReason = "stop" | "tool_calls" | "cancelled" | "error" | "limit";
+
+export interface ProtocolToolCall {
+  id: string;
+  name: string;
+  /** The JSON text of the arguments (a string, not an object). */
+  arguments: string;
+}
+
+export interface ProtocolMessage {
+  role: Role;
+  content: string;
+  tool_calls?: ProtocolToolCall[];
+  tool_call_id?: string;
+}
+
+export interface HostTool {
+  name: string;
+  description: string;
+  /** JSON Schema of the arguments. */
+  parameters: Record<string, unknown>;
+}
+
+export interface RequestLimits {
+  max_model_turns?: number;
+  max_tool_calls?: number;
+  wall_timeout_seconds?: number;
+  max_total_tokens?: number;
+  max_cost_usd?: number;
+}
+
+export interface ChatRequest {
+  type: "chat";
+  protocol: { version: string; required_capabilities: string[] };
+  request_id: string;
+  purpose: Purpose;
+  messages: ProtocolMessage[];
+  tools: HostTool[];
+  session_id?: string;
+  new_session: boolean;
+  conversation_key?: string;
+  cwd: string;
+  model?: string;
+  limits?: RequestLimits;
+}
+
+export interface CancelRequest {
+  type: "cancel";
+  request_id?: string;
+}
+
+export interface UsageTotals {
+  input_tokens: number;
+  output_tokens: number;
+  cost_usd?: number | null;
+}
+
+interface EventBase {
+  request_id?: string | null;
+}
+
+export interface ProtocolAckEvent extends EventBase {
+  type: "protocol_ack";
+  version: string;
+  capabilities: string[];
+  server_version: string;
+}
+export interface SessionInitEvent extends EventBase {
+  type: "session_init";
+  session_id: string;
+  recovered: boolean;
+  recovery_reason?: string | null;
+}
+export interface WarningEvent extends EventBase {
+  type: "warning";
+  code: string;
+  message: string;
+  details?: Record<string, unknown>;
+}
+export interface TextDeltaEvent extends EventBase {
+  type: "text_delta";
+  text: string;
+}
+export interface ToolCallEvent extends EventBase {
+  type: "tool_call";
+  tool_call_id: string;
+  tool_name: string;
+  arguments: string;
+  executed_by: "host" | "nonoka";
+}
+export interface ToolResultEvent extends EventBase {
+  type: "tool_result";
+  tool_call_id: string;
+  tool_name: string;
+  content: string;
+  is_error: boolean;
+}
+export interface UsageEvent extends EventBase {
+  type: "usage";
+  input_tokens: number;
+  output_tokens: number;
+  cost_usd?: number | null;
+}
+export interface ErrorEvent extends EventBase {
+  type: "error";
+  code: string;
+  message: string;
+  retryable: boolean;
+  details?: Record<string, unknown>;
+}
+export interface FinishEvent extends EventBase {
+  type: "finish";
+  finish_reason: FinishReason;
+  usage: UsageTotals;
+  termination?: { reason: string; detail?: string | null; limit?: string | null } | null;
+}
+
+export type BridgeEvent =
+  | ProtocolAckEvent
+  | SessionInitEvent
+  | WarningEvent
+  | TextDeltaEvent
+  | ToolCallEvent
+  | ToolResultEvent
+  | UsageEvent
+  | ErrorEvent
+  | FinishEvent;
+
+/** The field each event type must carry, with its JSON type; checked on every line read. */
+const REQUIRED: Record<BridgeEvent["type"], Record<string, "string" | "boolean" | "number" | "object">> = {
+  protocol_ack: { version: "string" },
+  session_init: { session_id: "string", recovered: "boolean" },
+  warning: { code: "string", message: "string" },
+  text_delta: { text: "string" },
+  tool_call: { tool_call_id: "string", tool_name: "string", arguments: "string" },
+  tool_result: { tool_call_id: "string", tool_name: "string", content: "string" },
+  usage: { input_tokens: "number", output_tokens: "number" },
+  error: { code: "string", message: "string" },
+  finish: { finish_reason: "string", usage: "object" },
+};
+
+/** Why a line from the bridge could not be used. `unknown_event_type` lines are skipped. */
+export class EventDecodeError extends Error {
+  readonly code: "unknown_event_type" | "invalid_event" | "invalid_json";
+  constructor(code: EventDecodeError["code"], message: string) {
+    super(message);
+    this.name = "EventDecodeError";
+    this.code = code;
+  }
+}
+
+/**
+ * Parse one line (without its terminator) into an event.
+ *
+ * Only what the provider relies on is checked; unknown fields are ignored, as the
+ * protocol asks, so a newer bridge may add optional ones.
+ */
+export function decodeEvent(line: string): BridgeEvent {
+  let value: unknown;
+  try {
+    value = JSON.parse(line.charCodeAt(0) === 0xfeff ? line.slice(1) : line);
+  } catch (error) {
+    throw new EventDecodeError("invalid_json", `not JSON (${(error as Error).message})`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new EventDecodeError("invalid_event", "the line is JSON but not an object");
+  }
+  const event = value as Record<string, unknown>;
+  const kind = event["type"];
+  if (typeof kind !== "string" || !Object.hasOwn(REQUIRED, kind)) {
+    throw new EventDecodeError("unknown_event_type", `unknown event type ${JSON.stringify(kind)}`);
+  }
+  for (const [field, expected] of Object.entries(REQUIRED[kind as BridgeEvent["type"]])) {
+    const got = event[field];
+    if (typeof got !== expected || got === null) {
+      throw new EventDecodeError(
+        "invalid_event",
+        `a ${kind} event needs ${field} (a ${expected}), got ${got === undefined ? "nothing" : typeof got}`,
+      );
+    }
+  }
+  return event as unknown as BridgeEvent;
+}
+
+/**
+ * One request as a frame: compact JSON plus `\n`.
+ *
+ * U+2028/U+2029/U+0085 are escaped (JSON.stringify leaves them raw) so no line splitter
+ * can cut the frame in two; JSON.stringify already escapes unpaired surrogates.
+ */
+export function encodeRequest(request: ChatRequest | CancelRequest): string {
+  return JSON.stringify(request).replace(/[\u2028\u2029\u0085]/g, (c) =>
+    `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  ) + "\n";
+}
+
+/** The characters Python's `str.strip()` removes, so a blank text means the same on both sides. */
+const PY_BLANK = /^[\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$/;
+
+/**
+ * SHA-256 (lower-case hex) of the first user message's text, exactly as sent.
+ *
+ * The host resends the whole history every call, so this fingerprint is stable for a
+ * conversation and needs no storage. `undefined` when there is no user message or its text
+ * is blank: such a key would match every conversation that starts the same empty way.
+ * Node encodes unpaired surrogates as U+FFFD, as the Python twin does.
+ */
+export function conversationKey(messages: readonly ProtocolMessage[]): string | undefined {
+  const first = messages.find((m) => m.role === "user");
+  if (first === undefined || PY_BLANK.test(first.content)) {
+    return undefined;
+  }
+  return createHash("sha256").update(first.content, "utf8").digest("hex");
+}
+
+/** A history that already holds a reply (assistant or tool message) continues a conversation. */
+export function isContinuation(messages: readonly ProtocolMessage[]): boolean {
+  return messages.some((m) => m.role === "assistant" || m.role === "tool");
+}

@@ -1,0 +1,239 @@
+import assert from "node:assert/strict";
+import { afterEach, beforeEach, describe, test } from "node:test";
+
+import { BridgeError, createNonoka, NonokaError, readSessionId, idFilePath, writeSessionId } from "nonoka-opencode-provider";
+
+import { assistantText, chatCall, collect, fakeProvider, ofType, sentFrames, tempDir, titleCall, user } from "./helpers.js";
+
+let tmp: { dir: string; done: () => void };
+beforeEach(() => {
+  tmp = tempDir();
+});
+afterEach(() => tmp.done());
+
+describe("a chat step", () => {
+  test("streams text, usage and a v3 finish reason, and sends a new-conversation request", async () => {
+    const model = fakeProvider("text", tmp.dir).languageModel("default");
+    assert.equal(model.specificationVersion, "v3");
+    const { stream } = await model.doStream(chatCall([user("Say hi")]));
+    const parts = await collect(stream);
+    assert.deepEqual(
+      parts.map((p) => p.type),
+      ["stream-start", "response-metadata", "text-start", "text-delta", "text-delta", "text-end", "finish"],
+    );
+    assert.equal(ofType(parts, "text-delta").map((p) => p.delta).join(""), "Hello");
+    const finish = ofType(parts, "finish")[0];
+    assert.deepEqual(finish?.finishReason, { unified: "stop", raw: "stop" });
+    assert.equal(finish?.usage.inputTokens.total, 12);
+    assert.equal(finish?.usage.outputTokens.total, 7);
+    assert.equal(finish?.providerMetadata?.["nonoka"]?.["costUsd"], 0.001);
+
+    const [request] = sentFrames(tmp.dir);
+    assert.equal(request?.["type"], "chat");
+    assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: [] });
+    assert.equal(request?.["purpose"], "chat");
+    assert.equal(request?.["new_session"], true);
+    assert.equal(request?.["session_id"], undefined);
+    assert.equal(request?.["conversation_key"], "71d5b298ee9f050ce4ae9a5ec072511edf42011b2b0ea56c0afda41980fd4194");
+    assert.equal(request?.["cwd"], tmp.dir);
+    assert.equal(request?.["model"], undefined);
+    assert.deepEqual((request?.["tools"] as Array<{ name: string }>).map((t) => t.name), ["write"]);
+    // The id the bridge reported is held and persisted for the next process.
+    assert.match(readSessionId(idFilePath(tmp.dir)) ?? "", /^fake-chat-/);
+  });
+
+  test("a continuation sends the held session id; the model id and options shape the request", async () => {
+    writeSessionId(idFilePath(tmp.dir), "sess-from-file");
+    const provider = fakeProvider("text", tmp.dir, { model: "openai:gpt-4o-mini", limits: { max_model_turns: 3 } });
+    await collect((await provider("default").doStream(chatCall([user("Say hi"), assistantText("Hello"), user("again")]))).stream);
+    await collect((await provider.languageModel("openai:other").doStream(chatCall([user("Say hi"), assistantText("Hello"), user("more")]))).stream);
+    const [first, second] = sentFrames(tmp.dir);
+    assert.equal(first?.["new_session"], false);
+    assert.equal(first?.["session_id"], "sess-from-file");
+    assert.equal(first?.["model"], "openai:gpt-4o-mini");
+    assert.deepEqual(first?.["limits"], { max_model_turns: 3 });
+    assert.equal(second?.["model"], "openai:other");
+    assert.equal(readSessionId(idFilePath(tmp.dir)), "sess-from-file");
+  });
+
+  test("a host tool call ends the step with tool-calls, for the host to run", async () => {
+    const { stream } = await fakeProvider("tool", tmp.dir).languageModel("default").doStream(chatCall([user("write a.txt")]));
+    const parts = await collect(stream);
+    assert.deepEqual(
+      parts.map((p) => p.type),
+      ["stream-start", "response-metadata", "text-start", "text-delta", "text-end", "tool-input-start", "tool-input-delta", "tool-input-end", "tool-call", "finish"],
+    );
+    assert.deepEqual(ofType(parts, "tool-call")[0], {
+      type: "tool-call",
+      toolCallId: "call_9",
+      toolName: "write",
+      input: '{"filePath":"a.txt","content":"x"}',
+    });
+    assert.deepEqual(ofType(parts, "finish")[0]?.finishReason, { unified: "tool-calls", raw: "tool_calls" });
+  });
+
+  test("tools nonoka ran itself are reported as provider-executed, with their results", async () => {
+    const parts = await collect((await fakeProvider("nonoka-tool", tmp.dir).languageModel().doStream(chatCall([user("time?")]))).stream);
+    const call = ofType(parts, "tool-call")[0];
+    assert.equal(call?.providerExecuted, true);
+    assert.equal(call?.input, "{}");
+    assert.equal(ofType(parts, "tool-result")[0]?.result, "12:00");
+    const finish = ofType(parts, "finish")[0];
+    assert.equal(finish?.usage.inputTokens.total, 24, "the request total from finish, not a sum");
+    assert.equal((finish?.providerMetadata?.["nonoka"]?.["calls"] as unknown[]).length, 2);
+  });
+
+  test("a limit ends with length; unknown events and other requests' events are skipped", async () => {
+    const limit = await collect((await fakeProvider("limit", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    assert.deepEqual(ofType(limit, "finish")[0]?.finishReason, { unified: "length", raw: "limit" });
+
+    const parts = await collect((await fakeProvider("warning-unknown-other", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    assert.equal(ofType(parts, "text-delta").map((p) => p.delta).join(""), "mine");
+    const meta = ofType(parts, "finish")[0]?.providerMetadata?.["nonoka"];
+    assert.deepEqual(meta?.["warnings"], [{ code: "session_id_missing_starting_fresh", message: "started fresh" }]);
+  });
+
+  test("CRLF lines, U+2028 in text and a last line without newline are read", async () => {
+    const parts = await collect((await fakeProvider("crlf-no-final-newline", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    assert.equal(ofType(parts, "text-delta")[0]?.delta, "a\u2028b");
+    assert.deepEqual(ofType(parts, "finish")[0]?.finishReason, { unified: "stop", raw: "stop" });
+  });
+
+  test("doGenerate gathers the same call", async () => {
+    const result = await fakeProvider("tool", tmp.dir).languageModel().doGenerate(chatCall([user("write")]));
+    assert.deepEqual(result.content.map((c) => c.type), ["text", "tool-call"]);
+    assert.deepEqual(result.content[0], { type: "text", text: "Writing it." });
+    assert.equal(result.finishReason.unified, "tool-calls");
+  });
+});
+
+describe("title requests", () => {
+  test("run in their own session and never overwrite the chat id", async () => {
+    const provider = fakeProvider("text", tmp.dir, { env: { FAKE_BRIDGE_LOG: `${tmp.dir}/requests.jsonl`, FAKE_SESSION_ID: "" } });
+    await collect((await provider.languageModel().doStream(chatCall([user("write a file")]))).stream);
+    const chatId = readSessionId(idFilePath(tmp.dir));
+    assert.match(chatId ?? "", /^fake-chat-/);
+    await collect((await provider.languageModel().doStream(titleCall("write a file"))).stream);
+    const [, title] = sentFrames(tmp.dir);
+    assert.equal(title?.["purpose"], "title");
+    assert.equal(title?.["new_session"], true);
+    assert.equal(title?.["conversation_key"], undefined);
+    assert.equal(readSessionId(idFilePath(tmp.dir)), chatId);
+    assert.equal(provider.sessions().sessionId, chatId);
+    assert.match(provider.sessions().titleSessionId ?? "", /^fake-title-/);
+  });
+});
+
+describe("failures reach the user", () => {
+  test("a bridge error becomes an error part with its code and message", async () => {
+    const parts = await collect((await fakeProvider("error", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    const error = ofType(parts, "error")[0]?.error;
+    assert.ok(error instanceof NonokaError);
+    assert.equal(error.code, "model_error");
+    assert.equal(error.retryable, true);
+    assert.equal(error.message, "nonoka model_error: the model endpoint answered 503");
+    assert.deepEqual(ofType(parts, "finish")[0]?.finishReason, { unified: "error", raw: "error" });
+  });
+
+  test("a bridge that dies names the command, its exit code and the tail of its stderr", async () => {
+    const parts = await collect((await fakeProvider("die", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    const error = ofType(parts, "error")[0]?.error;
+    assert.ok(error instanceof BridgeError);
+    assert.match(error.message, /closed its output before finishing the request/);
+    assert.match(error.message, /fake-bridge\.mjs die/);
+    assert.match(error.message, /exit code 3/);
+    assert.match(error.message, /RuntimeError: the fake bridge fell over/);
+    assert.equal(error.exitCode, 3);
+    assert.equal(ofType(parts, "finish")[0]?.finishReason.unified, "error");
+  });
+
+  test("a bridge that cannot start says which command failed", async () => {
+    const provider = createNonoka({ command: ["/nonexistent/nonoka", "bridge"], cwd: tmp.dir });
+    const parts = await collect((await provider.languageModel().doStream(chatCall([user("go")]))).stream);
+    const error = ofType(parts, "error")[0]?.error;
+    assert.ok(error instanceof BridgeError);
+    assert.match(error.message, /could not start the bridge: .*ENOENT/);
+    assert.match(error.message, /`\/nonexistent\/nonoka bridge`/);
+  });
+
+  test("a line that is not a protocol event stops the bridge with a readable error", async () => {
+    const parts = await collect((await fakeProvider("garbage", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    const error = ofType(parts, "error")[0]?.error;
+    assert.ok(error instanceof BridgeError);
+    assert.match(error.message, /not a protocol event \(invalid_json/);
+    assert.match(error.message, /this is not json/);
+  });
+
+  test("a bridge that runs past the timeout is stopped", async () => {
+    const started = Date.now();
+    const provider = fakeProvider("ignore-cancel", tmp.dir, { timeoutMs: 300 });
+    const parts = await collect((await provider.languageModel().doStream(chatCall([user("go")]))).stream);
+    const error = ofType(parts, "error")[0]?.error;
+    assert.ok(error instanceof BridgeError);
+    assert.match(error.message, /did not finish the request within 0.3 s/);
+    assert.ok(Date.now() - started < 5000);
+  });
+
+  test("bad provider options are refused up front", () => {
+    assert.throws(() => createNonoka({ command: [] }), /command/);
+    assert.throws(() => createNonoka({ timeoutMs: -1 }), /timeoutMs/);
+    assert.throws(() => createNonoka().embeddingModel("x"), /no embedding models/);
+  });
+});
+
+describe("aborting", () => {
+  test("sends cancel, lets the bridge finish, and ends the stream with the abort reason", async () => {
+    const abort = new AbortController();
+    const { stream } = await fakeProvider("hang", tmp.dir).languageModel().doStream(chatCall([user("go")], { abortSignal: abort.signal }));
+    const reader = stream.getReader();
+    const seen: string[] = [];
+    for (;;) {
+      const { value } = await reader.read();
+      seen.push(value?.type ?? "end");
+      if (value?.type === "text-delta") break;
+    }
+    abort.abort();
+    await assert.rejects(async () => {
+      for (;;) if ((await reader.read()).done) return;
+    }, { name: "AbortError" });
+    const frames = sentFrames(tmp.dir);
+    assert.deepEqual(frames.map((f) => f["type"]), ["chat", "cancel"]);
+    assert.equal(frames[1]?.["request_id"], frames[0]?.["request_id"]);
+    // The session the bridge reported before the cancel is still adopted.
+    assert.match(readSessionId(idFilePath(tmp.dir)) ?? "", /^fake-chat-/);
+  });
+
+  test("escalates to SIGTERM and SIGKILL when the bridge ignores the cancel", async () => {
+    const abort = new AbortController();
+    const started = Date.now();
+    const { stream } = await fakeProvider("ignore-sigterm", tmp.dir, { cancelGraceMs: 200 })
+      .languageModel()
+      .doStream(chatCall([user("go")], { abortSignal: abort.signal }));
+    const reader = stream.getReader();
+    while ((await reader.read()).value?.type !== "text-delta") {
+      // wait until the bridge is running the request
+    }
+    abort.abort();
+    await assert.rejects(async () => {
+      for (;;) if ((await reader.read()).done) return;
+    });
+    assert.ok(Date.now() - started < 5000, "the bridge was killed within the grace periods");
+  });
+
+  test("cancelling the reader stops the bridge too", async () => {
+    const { stream } = await fakeProvider("hang", tmp.dir).languageModel().doStream(chatCall([user("go")]));
+    const reader = stream.getReader();
+    while ((await reader.read()).value?.type !== "text-delta") {
+      // running
+    }
+    await reader.cancel();
+    assert.deepEqual(sentFrames(tmp.dir).map((f) => f["type"]), ["chat", "cancel"]);
+  });
+
+  test("an already aborted call starts no bridge", async () => {
+    const abort = new AbortController();
+    abort.abort();
+    await assert.rejects(async () => fakeProvider("text", tmp.dir).languageModel().doStream(chatCall([user("go")], { abortSignal: abort.signal })));
+    assert.deepEqual(sentFrames(tmp.dir), []);
+  });
+});

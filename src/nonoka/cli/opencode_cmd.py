@@ -1,0 +1,278 @@
+"""``nonoka opencode init``: set a project up so OpenCode runs its model steps through nonoka.
+
+OpenCode loads a provider from a local folder when ``opencode.json`` names it as
+``"npm": "file:/absolute/path"``. The provider ships inside this Python package
+(``nonoka/opencode/provider/``, built from ``packages/nonoka-opencode-provider``), so
+``pip install nonoka`` alone brings it; ``init`` copies it into ``<project>/.nonoka/`` (a
+stable path that survives reinstalls and virtualenv moves) and points OpenCode at it, with
+the bridge command set to this very interpreter so it works from a virtualenv.
+
+Re-running is harmless: the copy is refreshed only when it differs, and the provider block
+is merged into ``opencode.json`` without touching the user's other settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["CONFIG_FILE", "DEFAULT_MODEL", "INSTALL_DIR", "PROVIDER_ID", "InitError",
+           "InitReport", "init_project", "opencode", "shipped_provider_dir"]
+
+PROVIDER_ID = "nonoka"
+MODEL_ID = "default"
+DEFAULT_MODEL = f"{PROVIDER_ID}/{MODEL_ID}"
+CONFIG_FILE = "opencode.json"
+INSTALL_DIR = Path(".nonoka") / "opencode-provider"
+SCHEMA_URL = "https://opencode.ai/config.json"
+
+
+class InitError(Exception):
+    """Something ``init`` refuses to do; the message says what to do instead."""
+
+
+@dataclass
+class InitReport:
+    """What ``init_project`` did, one line per action, for people."""
+
+    config_path: Path
+    provider_dir: Path
+    actions: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+    changed: bool = False
+
+
+def shipped_provider_dir() -> Path:
+    """The compiled provider inside the installed package (``nonoka/opencode/provider``)."""
+    return Path(__file__).resolve().parent.parent / "opencode" / "provider"
+
+
+def bridge_command(python: str | None = None) -> list[str]:
+    """``nonoka bridge`` run by this interpreter: works from a virtualenv, activated or not."""
+    return [python or sys.executable, "-m", "nonoka", "bridge"]
+
+
+def init_project(project: Path, *, python: str | None = None, model: str | None = None,
+                 make_default: bool | None = None) -> InitReport:
+    """Install the provider into ``project`` and merge its block into ``opencode.json``.
+
+    ``model`` (a nonoka model spec such as ``openai:gpt-4o-mini``) is written to the
+    provider's options; without it nonoka's own configuration decides. ``make_default``:
+    ``True`` sets OpenCode's ``model`` to ``nonoka/default``, ``False`` never does, ``None``
+    only when the config names no model yet.
+    """
+    project = project.resolve()
+    if not project.is_dir():
+        raise InitError(f"{project} is not a directory")
+    report = InitReport(config_path=project / CONFIG_FILE, provider_dir=project / INSTALL_DIR)
+    _install_provider(report)
+    _merge_config(report, python=python, model=model, make_default=make_default)
+    _suggest(report, project, model)
+    return report
+
+
+# -- the provider files ------------------------------------------------------------------
+
+
+def _install_provider(report: InitReport) -> None:
+    source = shipped_provider_dir()
+    files = sorted(p for p in source.glob("*") if p.is_file()) if source.is_dir() else []
+    if not any(p.name == "package.json" for p in files):
+        raise InitError(f"the OpenCode provider is missing from this installation ({source}); "
+                        "reinstall nonoka, or build it with "
+                        "bash packages/nonoka-opencode-provider/build.sh")
+    target = report.provider_dir
+    shown = INSTALL_DIR.as_posix() + "/"
+    if _same_files(files, target):
+        report.actions.append(f"provider in {shown} is up to date")
+        return
+    state_dir = target.parent
+    if not state_dir.exists():
+        state_dir.mkdir(mode=0o700)  # the bridge keeps the session database here too
+    # Assemble next to the target, then swap, so OpenCode never loads half a provider.
+    staging = Path(tempfile.mkdtemp(prefix=".opencode-provider.", dir=state_dir))
+    try:
+        for path in files:
+            shutil.copy2(path, staging / path.name)
+        staging.chmod(0o755)
+        old = None
+        if target.exists():
+            old = state_dir / f".opencode-provider.old.{os.getpid()}"
+            target.rename(old)
+        staging.rename(target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    report.changed = True
+    report.actions.append(f"installed the OpenCode provider in {shown} ({len(files)} files)")
+
+
+def _same_files(files: list[Path], target: Path) -> bool:
+    if not target.is_dir():
+        return False
+    present = sorted(p.name for p in target.iterdir())
+    if present != [p.name for p in files]:
+        return False
+    return all((target / p.name).read_bytes() == p.read_bytes() for p in files)
+
+
+# -- opencode.json -----------------------------------------------------------------------
+
+
+def _merge_config(report: InitReport, *, python: str | None, model: str | None,
+                  make_default: bool | None) -> None:
+    path = report.config_path
+    jsonc = path.with_name(CONFIG_FILE + "c")
+    existed = path.exists()
+    if not existed and jsonc.exists():
+        raise InitError(f"{jsonc.name} exists and its comments would be lost if nonoka "
+                        f"rewrote it; add this to its \"provider\" object yourself:\n"
+                        + json.dumps({PROVIDER_ID: _provider_block({}, report, python, model)},
+                                     indent=2))
+    config: dict[str, Any] = _read_config(path) if existed else {"$schema": SCHEMA_URL}
+    before = json.dumps(config, sort_keys=True)
+    providers = config.setdefault("provider", {})
+    if not isinstance(providers, dict):
+        raise InitError(f'{path.name}: "provider" is not an object; fix it and re-run')
+    current = providers.get(PROVIDER_ID)
+    if current is not None and not isinstance(current, dict):
+        raise InitError(f'{path.name}: provider "{PROVIDER_ID}" is not an object; fix it and '
+                        "re-run")
+    providers[PROVIDER_ID] = _provider_block(current or {}, report, python, model)
+    chosen = config.get("model")
+    if make_default or (make_default is None and chosen is None):
+        config["model"] = DEFAULT_MODEL
+    if json.dumps(config, sort_keys=True) == before:
+        report.actions.append(f"{path.name} already configures provider \"{PROVIDER_ID}\"; "
+                              "left unchanged")
+    else:
+        _write_json(path, config)
+        report.changed = True
+        verb = "updated" if existed else "created"
+        report.actions.append(f"{verb} {path.name}: provider \"{PROVIDER_ID}\" loads "
+                              f"file:{report.provider_dir} and runs "
+                              f"`{' '.join(bridge_command(python))}`")
+    if config.get("model") == DEFAULT_MODEL:
+        report.actions.append(f"OpenCode's default model is {DEFAULT_MODEL}")
+    else:
+        report.next_steps.append(f"OpenCode's default model stays {config.get('model')}; pick "
+                                 f"nonoka with --model {DEFAULT_MODEL} (or re-run with "
+                                 "--make-default)")
+
+
+def _provider_block(current: dict[str, Any], report: InitReport, python: str | None,
+                    model: str | None) -> dict[str, Any]:
+    """The nonoka block, keeping whatever the user added to it (other options, models)."""
+    block = dict(current)
+    block["npm"] = f"file:{report.provider_dir}"
+    block.setdefault("name", "nonoka")
+    options = current.get("options")
+    options = dict(options) if isinstance(options, dict) else {}
+    options["command"] = bridge_command(python)
+    if model:
+        options["model"] = model
+    block["options"] = options
+    models = current.get("models")
+    models = dict(models) if isinstance(models, dict) else {}
+    models.setdefault(MODEL_ID, {"name": "nonoka (configured model)"})
+    block["models"] = models
+    return block
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InitError(f"cannot read {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise InitError(f"{path} is not plain JSON ({exc.msg} at line {exc.lineno}); nonoka "
+                        "merges only into plain JSON, so fix it (comments belong in "
+                        "opencode.jsonc) and re-run") from exc
+    if not isinstance(data, dict):
+        raise InitError(f"{path} does not hold a JSON object; fix it and re-run")
+    return data
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` atomically, keeping its permissions when it exists."""
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _suggest(report: InitReport, project: Path, model: str | None) -> None:
+    configured = (model or os.environ.get("NONOKA_MODEL", "").strip()
+                  or (project / ".nonoka" / "config.toml").is_file())
+    if not configured:
+        report.next_steps.append(
+            "choose nonoka's model: export NONOKA_MODEL=openai:gpt-4o-mini (plus "
+            "OPENAI_API_KEY, and OPENAI_BASE_URL for another endpoint), or add "
+            'model = "openai:gpt-4o-mini" to .nonoka/config.toml, or re-run with --model')
+    gitignore = project / ".gitignore"
+    ignored = gitignore.is_file() and any(
+        line.strip().rstrip("/") in (".nonoka", "/.nonoka")
+        for line in gitignore.read_text(encoding="utf-8", errors="replace").splitlines())
+    if not ignored:
+        report.next_steps.append("add .nonoka/ to .gitignore: it holds the session database "
+                                 "and the provider copy")
+    report.next_steps.append(f'run: opencode run --model {DEFAULT_MODEL} "hello"   '
+                             "(continue with: opencode run --continue \"...\")")
+
+
+# -- the commands ------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def opencode() -> None:
+    """Use nonoka as OpenCode's model provider."""
+
+
+@opencode.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("."), show_default="the current directory",
+              help="The project to set up.")
+@click.option("--model", metavar="PROVIDER:MODEL",
+              help="nonoka's model for nonoka/default, e.g. openai:gpt-4o-mini (default: "
+                   "NONOKA_MODEL or .nonoka/config.toml when OpenCode runs).")
+@click.option("--make-default/--no-make-default", default=None,
+              help="Make nonoka/default OpenCode's model (default: only if none is set).")
+def init(directory: Path, model: str | None, make_default: bool | None) -> None:
+    """Set up this project so OpenCode runs every model step through nonoka.
+
+    Copies the bundled provider into .nonoka/opencode-provider/ and merges a provider
+    block "nonoka" (model nonoka/default) into opencode.json, with the bridge command
+    set to this Python's nonoka. Safe to re-run: other settings are kept.
+    """
+    try:
+        report = init_project(directory, model=model, make_default=make_default)
+    except InitError as exc:
+        click.secho(f"nonoka: {exc}", fg="red", err=True)
+        raise SystemExit(1) from None
+    for line in report.actions:
+        click.echo(f"  {line}")
+    if report.next_steps:
+        click.echo("next:")
+        for line in report.next_steps:
+            click.echo(f"  - {line}")
+
+
+if __name__ == "__main__":  # ``python -m nonoka.cli.opencode_cmd init`` works before wiring
+    opencode()

@@ -1,0 +1,436 @@
+/**
+ * The language model: one `nonoka bridge` process per call, its events as AI SDK v3 stream parts.
+ *
+ * The host (OpenCode) calls `doStream` once per model step with the full history. The request
+ * is shaped by the session tracker (SPEC §2.2), written to a fresh bridge, and the bridge's
+ * events are mapped as they arrive: text deltas to text parts, host tool calls to `tool-call`
+ * parts with `finishReason.unified = "tool-calls"` (the host runs the tool and calls again), usage
+ * and the finish reason to the `finish` part, bridge errors to an `error` part the host shows.
+ */
+import { randomBytes } from "node:crypto";
+import { BridgeError, BridgeProcess } from "./bridge.js";
+import { detectPurpose, toHostTools, toProtocolMessages } from "./prompt.js";
+import { decodeEvent, encodeRequest, EventDecodeError, PROTOCOL_VERSION, } from "./protocol.js";
+/** An `error` event from the bridge, as the host sees it: code and message together. */
+export class NonokaError extends Error {
+    code;
+    retryable;
+    details;
+    constructor(code, message, retryable = false, details = {}) {
+        super(`nonoka ${code}: ${message}`);
+        this.name = "NonokaError";
+        this.code = code;
+        this.retryable = retryable;
+        this.details = details;
+    }
+}
+/** The protocol's finish reasons in the v3 shape (a v2-style string makes OpenCode loop). */
+export function mapFinishReason(reason) {
+    switch (reason) {
+        case "stop":
+            return { unified: "stop", raw: reason };
+        case "tool_calls":
+            return { unified: "tool-calls", raw: reason };
+        case "limit":
+            return { unified: "length", raw: reason };
+        case "error":
+            return { unified: "error", raw: reason };
+        default: // "cancelled", and anything a newer bridge adds
+            return { unified: "other", raw: reason };
+    }
+}
+/** A request's token counts in the v3 usage shape; nonoka reports no cache or reasoning split. */
+export function mapUsage(totals) {
+    const raw = { input_tokens: totals.input_tokens, output_tokens: totals.output_tokens };
+    if (typeof totals.cost_usd === "number")
+        raw["cost_usd"] = totals.cost_usd;
+    return {
+        inputTokens: { total: totals.input_tokens, noCache: totals.input_tokens, cacheRead: undefined, cacheWrite: undefined },
+        outputTokens: { total: totals.output_tokens, text: totals.output_tokens, reasoning: undefined },
+        raw,
+    };
+}
+export class NonokaLanguageModel {
+    specificationVersion = "v3";
+    provider;
+    modelId;
+    supportedUrls = {};
+    config;
+    constructor(modelId, config) {
+        this.modelId = modelId;
+        this.provider = config.providerName;
+        this.config = config;
+    }
+    async doStream(options) {
+        const call = this.prepare(options);
+        return { stream: call.stream, request: { body: { request_id: call.request.request_id, purpose: call.request.purpose } } };
+    }
+    /** The same call, gathered: hosts that do not stream get the whole result at once. */
+    async doGenerate(options) {
+        const call = this.prepare(options);
+        const content = [];
+        const texts = new Map();
+        let warnings = [];
+        let finish;
+        const reader = call.stream.getReader();
+        for (;;) {
+            const { done, value: part } = await reader.read();
+            if (done)
+                break;
+            switch (part.type) {
+                case "stream-start":
+                    warnings = part.warnings;
+                    break;
+                case "text-start": {
+                    const text = { type: "text", text: "" };
+                    texts.set(part.id, text);
+                    content.push(text);
+                    break;
+                }
+                case "text-delta": {
+                    const text = texts.get(part.id);
+                    if (text !== undefined)
+                        text.text += part.delta;
+                    break;
+                }
+                case "tool-call":
+                case "tool-result":
+                    content.push(part);
+                    break;
+                case "error":
+                    await reader.cancel();
+                    throw part.error;
+                case "finish":
+                    finish = part;
+                    break;
+                default:
+                    break;
+            }
+        }
+        if (finish === undefined) {
+            throw new Error("the nonoka bridge stream ended without a finish");
+        }
+        const result = { content, finishReason: finish.finishReason, usage: finish.usage, warnings };
+        if (finish.providerMetadata !== undefined)
+            result.providerMetadata = finish.providerMetadata;
+        return result;
+    }
+    prepare(options) {
+        const config = this.config;
+        options.abortSignal?.throwIfAborted();
+        const purpose = detectPurpose(options, config.providerName);
+        const messages = toProtocolMessages(options.prompt);
+        if (messages.length === 0) {
+            throw new Error("nonoka needs at least one message in the prompt");
+        }
+        const { tools, warnings } = toHostTools(options.tools);
+        const cwd = config.cwd();
+        const tracker = config.tracker(cwd);
+        const hint = tracker.prepare(messages, purpose);
+        const request = {
+            type: "chat",
+            protocol: { version: PROTOCOL_VERSION, required_capabilities: config.requiredCapabilities },
+            request_id: `req-${randomBytes(8).toString("hex")}`,
+            purpose,
+            messages,
+            tools,
+            new_session: hint.newSession,
+            cwd,
+        };
+        if (hint.sessionId !== undefined)
+            request.session_id = hint.sessionId;
+        if (hint.conversationKey !== undefined)
+            request.conversation_key = hint.conversationKey;
+        if (config.model !== undefined)
+            request.model = config.model;
+        if (config.limits !== undefined)
+            request.limits = config.limits;
+        return new BridgeCall(config, request, tracker, warnings, this.modelId, options.abortSignal);
+    }
+}
+/** One request in flight: its process, what it produced so far, and how it is ending. */
+class BridgeCall {
+    request;
+    stream;
+    config;
+    tracker;
+    warnings;
+    modelId;
+    signal;
+    controller;
+    process;
+    closed = false;
+    finished = false;
+    cancelRequested = false;
+    cancelSent = false;
+    deadline;
+    openText;
+    textCount = 0;
+    callUsage = [];
+    bridgeWarnings = [];
+    errors = [];
+    session;
+    onAbort = () => void this.escalate();
+    constructor(config, request, tracker, warnings, modelId, signal) {
+        this.config = config;
+        this.request = request;
+        this.tracker = tracker;
+        this.warnings = warnings;
+        this.modelId = modelId;
+        this.signal = signal;
+        this.stream = new ReadableStream({
+            start: (controller) => {
+                this.controller = controller;
+                this.emit({ type: "stream-start", warnings: this.warnings });
+                void this.run();
+            },
+            cancel: async () => {
+                // The reader gave up (the host stopped listening): stop the request, reap the bridge.
+                this.closed = true;
+                await this.escalate();
+            },
+        });
+    }
+    emit(part) {
+        if (!this.closed)
+            this.controller.enqueue(part);
+    }
+    async run() {
+        const config = this.config;
+        const env = { ...process.env, ...config.env };
+        const bridge = BridgeProcess.spawn(config.command, { env, cwd: this.request.cwd, maxFrameBytes: config.maxFrameBytes });
+        this.process = bridge;
+        if (config.timeoutMs > 0)
+            this.deadline = Date.now() + config.timeoutMs;
+        this.signal?.addEventListener("abort", this.onAbort, { once: true });
+        try {
+            bridge.write(encodeRequest(this.request));
+            while (!this.finished) {
+                const line = await this.nextLine(bridge);
+                if (line === null) {
+                    await this.endedEarly(bridge);
+                    return;
+                }
+                await this.accept(bridge, line);
+            }
+            await this.windDown(bridge);
+        }
+        catch (error) {
+            const failure = error instanceof BridgeError || error instanceof NonokaError ? error : new BridgeError(String(error), { command: config.command });
+            this.config.log(failure.message);
+            this.closeText();
+            this.emit({ type: "error", error: failure });
+            this.emitFinish("error", undefined);
+        }
+        finally {
+            this.signal?.removeEventListener("abort", this.onAbort);
+            if (bridge.running)
+                await bridge.stop(Math.min(config.cancelGraceMs, 1000), true);
+            this.close();
+        }
+    }
+    close() {
+        if (this.closed)
+            return;
+        this.closed = true;
+        if (this.cancelRequested && this.signal?.aborted === true) {
+            // Aborted by the host: end the way a fetch-based provider does, with the abort reason.
+            this.controller.error(this.signal.reason);
+        }
+        else {
+            this.controller.close();
+        }
+    }
+    async nextLine(bridge) {
+        const grace = this.config.cancelGraceMs;
+        let timer;
+        const timeout = new Promise((resolve) => {
+            if (this.deadline !== undefined)
+                timer = setTimeout(() => resolve("timeout"), Math.max(0, this.deadline - Date.now()));
+        });
+        let got;
+        try {
+            got = await Promise.race([bridge.nextLine(), timeout]);
+        }
+        catch (error) {
+            throw await bridge.failure(error.message, Math.min(grace, 1000));
+        }
+        finally {
+            if (timer !== undefined)
+                clearTimeout(timer);
+        }
+        if (got === "timeout") {
+            throw await bridge.failure(`the bridge did not finish the request within ${this.config.timeoutMs / 1000} s and was stopped ` +
+                "(raise the provider option timeoutMs if turns legitimately take longer)", grace, true);
+        }
+        return got;
+    }
+    /** Fold one line into the stream; lines of unknown type or another request are skipped. */
+    async accept(bridge, line) {
+        let event;
+        try {
+            event = decodeEvent(line);
+        }
+        catch (error) {
+            const decode = error;
+            if (decode.code === "unknown_event_type") {
+                this.config.log(`skipping an event of unknown type: ${decode.message}`);
+                return;
+            }
+            const shown = line.length > 200 ? `${line.slice(0, 200)}...` : line;
+            throw await bridge.failure(`the bridge wrote a line that is not a protocol event (${decode.code}: ${decode.message}): ${JSON.stringify(shown)}`, Math.min(this.config.cancelGraceMs, 1000));
+        }
+        if (event.request_id != null && event.request_id !== this.request.request_id) {
+            this.config.log(`skipping an event for request ${event.request_id} while running ${this.request.request_id}`);
+            return;
+        }
+        switch (event.type) {
+            case "protocol_ack":
+                this.emit({ type: "response-metadata", id: this.request.request_id, modelId: this.request.model ?? this.modelId, timestamp: new Date() });
+                break;
+            case "session_init":
+                this.session = { id: event.session_id, recovered: event.recovered, reason: event.recovery_reason ?? null };
+                this.tracker.adopt(this.request.purpose, this.request.conversation_key, event);
+                break;
+            case "warning":
+                this.bridgeWarnings.push(event);
+                this.config.log(`bridge warning ${event.code}: ${event.message}`);
+                break;
+            case "text_delta":
+                if (event.text === "")
+                    break;
+                if (this.openText === undefined) {
+                    this.openText = `text-${++this.textCount}`;
+                    this.emit({ type: "text-start", id: this.openText });
+                }
+                this.emit({ type: "text-delta", id: this.openText, delta: event.text });
+                break;
+            case "tool_call": {
+                this.closeText();
+                const input = event.arguments.trim() === "" ? "{}" : event.arguments;
+                if (event.executed_by === "nonoka") {
+                    // nonoka runs it itself; the host must not, and the session keeps the result.
+                    this.emit({ type: "tool-call", toolCallId: event.tool_call_id, toolName: event.tool_name, input, providerExecuted: true, dynamic: true });
+                    break;
+                }
+                this.emit({ type: "tool-input-start", id: event.tool_call_id, toolName: event.tool_name });
+                this.emit({ type: "tool-input-delta", id: event.tool_call_id, delta: input });
+                this.emit({ type: "tool-input-end", id: event.tool_call_id });
+                this.emit({ type: "tool-call", toolCallId: event.tool_call_id, toolName: event.tool_name, input });
+                break;
+            }
+            case "tool_result":
+                this.closeText();
+                this.emit({
+                    type: "tool-result",
+                    toolCallId: event.tool_call_id,
+                    toolName: event.tool_name,
+                    result: event.content,
+                    isError: event.is_error === true,
+                    dynamic: true,
+                });
+                break;
+            case "usage":
+                this.callUsage.push({ input_tokens: event.input_tokens, output_tokens: event.output_tokens, cost_usd: event.cost_usd ?? null });
+                break;
+            case "error":
+                this.errors.push(event);
+                this.config.log(`bridge error ${event.code}: ${event.message}`);
+                break;
+            case "finish":
+                this.onFinish(event);
+                break;
+        }
+    }
+    onFinish(event) {
+        this.finished = true;
+        this.closeText();
+        if (event.finish_reason === "error") {
+            const first = this.errors[0];
+            this.emit({
+                type: "error",
+                error: first !== undefined
+                    ? new NonokaError(first.code, first.message, first.retryable === true, first.details ?? {})
+                    : new NonokaError("internal_error", "the bridge finished the request with an error but did not say which"),
+            });
+        }
+        this.emitFinish(event.finish_reason, event.usage, event.termination?.reason);
+    }
+    emitFinish(reason, totals, termination) {
+        const usage = totals ?? this.summedUsage();
+        const metadata = {
+            nonoka: {
+                requestId: this.request.request_id,
+                purpose: this.request.purpose,
+                sessionId: this.session?.id ?? null,
+                recovered: this.session?.recovered ?? false,
+                recoveryReason: this.session?.reason ?? null,
+                finishReason: reason,
+                termination: termination ?? null,
+                costUsd: typeof usage.cost_usd === "number" ? usage.cost_usd : null,
+                calls: this.callUsage.map((u) => ({ inputTokens: u.input_tokens, outputTokens: u.output_tokens, costUsd: u.cost_usd ?? null })),
+                warnings: this.bridgeWarnings.map((w) => ({ code: w.code, message: w.message })),
+                errors: this.errors.map((e) => ({ code: e.code, message: e.message, retryable: e.retryable === true })),
+            },
+        };
+        this.emit({ type: "finish", finishReason: mapFinishReason(reason), usage: mapUsage(usage), providerMetadata: metadata });
+    }
+    summedUsage() {
+        let cost = null;
+        const totals = { input_tokens: 0, output_tokens: 0 };
+        for (const u of this.callUsage) {
+            totals.input_tokens += u.input_tokens;
+            totals.output_tokens += u.output_tokens;
+            if (typeof u.cost_usd === "number")
+                cost = (cost ?? 0) + u.cost_usd;
+        }
+        return { ...totals, cost_usd: cost };
+    }
+    closeText() {
+        if (this.openText !== undefined) {
+            this.emit({ type: "text-end", id: this.openText });
+            this.openText = undefined;
+        }
+    }
+    /** Output ended before `finish`: expected after a cancel, a failure otherwise. */
+    async endedEarly(bridge) {
+        if (this.cancelRequested) {
+            await bridge.stop(this.config.cancelGraceMs);
+            this.config.log(`the bridge for request ${this.request.request_id} ended without a finish event after being cancelled (${bridge.describeExit()})`);
+            this.closeText();
+            this.emitFinish("cancelled", undefined);
+            return;
+        }
+        throw await bridge.failure("the bridge closed its output before finishing the request", this.config.cancelGraceMs);
+    }
+    /** After `finish`: end input and let the bridge exit on its own (firmly, if it lingers). */
+    async windDown(bridge) {
+        bridge.closeStdin();
+        if (!(await bridge.wait(this.config.cancelGraceMs))) {
+            this.config.log(`the bridge was still running ${this.config.cancelGraceMs} ms after finishing; stopping it`);
+            await bridge.stop(this.config.cancelGraceMs, true);
+        }
+        if (bridge.exitCode !== 0) {
+            this.config.log(`the bridge exited with ${bridge.describeExit()} after finishing the request`);
+        }
+    }
+    /** Stop a running request: `cancel` line, then SIGTERM, then SIGKILL, a grace period apart. */
+    async escalate() {
+        const bridge = this.process;
+        if (bridge === undefined || this.finished || !bridge.running)
+            return;
+        this.cancelRequested = true;
+        if (!this.cancelSent) {
+            this.cancelSent = true;
+            bridge.write(encodeRequest({ type: "cancel", request_id: this.request.request_id }));
+        }
+        const grace = this.config.cancelGraceMs;
+        if (await bridge.wait(grace))
+            return;
+        bridge.signal("SIGTERM");
+        if (await bridge.wait(grace))
+            return;
+        bridge.signal("SIGKILL");
+        await bridge.wait();
+    }
+}

@@ -1,0 +1,150 @@
+"""``nonoka opencode init``: installs the provider and merges opencode.json idempotently."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nonoka.cli.opencode_cmd import (
+    INSTALL_DIR,
+    InitError,
+    init_project,
+    opencode,
+    shipped_provider_dir,
+)
+
+
+def _config(project: Path) -> dict[str, object]:
+    data = json.loads((project / "opencode.json").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def test_fresh_project_gets_provider_copy_and_config(tmp_path: Path) -> None:
+    report = init_project(tmp_path, python="/venv/bin/python")
+    installed = tmp_path / INSTALL_DIR
+    shipped = sorted(p.name for p in shipped_provider_dir().iterdir())
+    assert sorted(p.name for p in installed.iterdir()) == shipped
+    assert (tmp_path / ".nonoka").stat().st_mode & 0o777 == 0o700
+    config = _config(tmp_path)
+    assert config == {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"nonoka": {
+            "npm": f"file:{installed}",
+            "name": "nonoka",
+            "options": {"command": ["/venv/bin/python", "-m", "nonoka", "bridge"]},
+            "models": {"default": {"name": "nonoka (configured model)"}},
+        }},
+        "model": "nonoka/default",
+    }
+    assert report.changed
+    assert any("installed the OpenCode provider" in a for a in report.actions)
+
+
+def test_rerun_is_harmless_and_keeps_user_settings(tmp_path: Path) -> None:
+    (tmp_path / "opencode.json").write_text(json.dumps({
+        "theme": "dark",
+        "model": "anthropic/claude-sonnet",
+        "provider": {
+            "other": {"npm": "@ai-sdk/openai"},
+            "nonoka": {"options": {"timeoutMs": 5000, "command": ["old"]},
+                       "models": {"openai:gpt-4o": {"name": "gpt-4o via nonoka"}}},
+        },
+    }), encoding="utf-8")
+    os.chmod(tmp_path / "opencode.json", 0o600)
+    first = init_project(tmp_path, python="/py", model="openai:gpt-4o-mini")
+    config = _config(tmp_path)
+    assert config["theme"] == "dark"
+    assert config["model"] == "anthropic/claude-sonnet", "an existing default model is kept"
+    providers = config["provider"]
+    assert isinstance(providers, dict)
+    assert providers["other"] == {"npm": "@ai-sdk/openai"}
+    nonoka = providers["nonoka"]
+    assert nonoka["options"] == {"timeoutMs": 5000, "command": ["/py", "-m", "nonoka", "bridge"],
+                                 "model": "openai:gpt-4o-mini"}
+    assert set(nonoka["models"]) == {"openai:gpt-4o", "default"}
+    assert any("--model nonoka/default" in s for s in first.next_steps)
+    assert (tmp_path / "opencode.json").stat().st_mode & 0o777 == 0o600
+
+    text = (tmp_path / "opencode.json").read_text(encoding="utf-8")
+    second = init_project(tmp_path, python="/py", model="openai:gpt-4o-mini")
+    assert not second.changed
+    assert (tmp_path / "opencode.json").read_text(encoding="utf-8") == text
+    assert any("up to date" in a for a in second.actions)
+
+    init_project(tmp_path, python="/py", make_default=True)
+    assert _config(tmp_path)["model"] == "nonoka/default"
+
+
+def test_a_stale_provider_copy_is_replaced(tmp_path: Path) -> None:
+    init_project(tmp_path)
+    installed = tmp_path / INSTALL_DIR
+    (installed / "index.js").write_text("// edited", encoding="utf-8")
+    (installed / "leftover.js").write_text("", encoding="utf-8")
+    report = init_project(tmp_path)
+    assert report.changed
+    assert not (installed / "leftover.js").exists()
+    shipped = shipped_provider_dir() / "index.js"
+    assert (installed / "index.js").read_bytes() == shipped.read_bytes()
+    assert [p.name for p in (tmp_path / ".nonoka").iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{ // comment\n}", "not plain JSON"),
+    ("[1, 2]", "does not hold a JSON object"),
+    ('{"provider": []}', '"provider" is not an object'),
+])
+def test_unmergeable_config_is_left_alone(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "opencode.json").write_text(content, encoding="utf-8")
+    with pytest.raises(InitError, match=message):
+        init_project(tmp_path)
+    assert (tmp_path / "opencode.json").read_text(encoding="utf-8") == content
+
+
+def test_jsonc_only_project_gets_the_block_to_paste(tmp_path: Path) -> None:
+    (tmp_path / "opencode.jsonc").write_text("{}", encoding="utf-8")
+    with pytest.raises(InitError, match="add this to its"):
+        init_project(tmp_path)
+    assert not (tmp_path / "opencode.json").exists()
+
+
+def test_command_says_what_it_did(tmp_path: Path) -> None:
+    result = CliRunner().invoke(opencode, ["init", "--dir", str(tmp_path)],
+                                env={"NONOKA_MODEL": ""})
+    assert result.exit_code == 0, result.output
+    assert "installed the OpenCode provider in .nonoka/opencode-provider/" in result.output
+    assert "created opencode.json" in result.output
+    assert "choose nonoka's model" in result.output
+    assert "add .nonoka/ to .gitignore" in result.output
+    again = CliRunner().invoke(opencode, ["init", "--dir", str(tmp_path)])
+    assert again.exit_code == 0
+    assert "left unchanged" in again.output
+
+    bad = tmp_path / "opencode.json"
+    bad.write_text("not json", encoding="utf-8")
+    failed = CliRunner().invoke(opencode, ["init", "--dir", str(tmp_path)])
+    assert failed.exit_code == 1
+    assert "not plain JSON" in failed.output
+
+
+def test_shipped_provider_loads_in_node(tmp_path: Path) -> None:
+    """The copy ``init`` installs is importable by Node and exposes a v3 provider."""
+    init_project(tmp_path)
+    script = ("import(process.argv[1]).then(m => { const p = m.createNonoka({name: 'nonoka'});"
+              " const lm = p.languageModel('default');"
+              " console.log(JSON.stringify([Object.keys(m).filter(k => k.startsWith('create')),"
+              " p.specificationVersion, lm.specificationVersion])) })")
+    try:
+        done = subprocess.run(["node", "-e", script, str(tmp_path / INSTALL_DIR / "index.js")],
+                              capture_output=True, text=True, timeout=60, check=False)
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("Node.js is not installed")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [["createNonoka"], "v3", "v3"]
