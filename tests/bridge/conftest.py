@@ -7,13 +7,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nonoka.testing.server import ScriptedOpenAIServer, Step
+from nonoka.testing.server import ScriptedOpenAIServer
 
 BRIDGE = [sys.executable, "-m", "nonoka", "bridge"]
 
@@ -102,23 +102,6 @@ def project(tmp_path: Path) -> Path:
     path = tmp_path / "project"
     path.mkdir()
     return path
-
-
-@pytest.fixture
-def scripted() -> list[Step]:
-    """The script the model server will follow; tests append steps before running."""
-    return []
-
-
-@pytest.fixture
-def server(scripted: list[Step]) -> Iterator[ScriptedOpenAIServer]:
-    def next_step(_: dict[str, Any]) -> Step:
-        if not scripted:
-            raise AssertionError("the model was called more often than scripted")
-        return scripted.pop(0)
-
-    with ScriptedOpenAIServer(next_step) as running:
-        yield running
 
 
 @pytest.fixture

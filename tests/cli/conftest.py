@@ -11,9 +11,8 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
 
 import pytest
 from click.testing import CliRunner, Result
@@ -21,7 +20,7 @@ from click.testing import CliRunner, Result
 from nonoka.cli.commands import cli
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import EventRecord, SessionRecord
-from nonoka.testing.server import ScriptedOpenAIServer, Step
+from nonoka.testing.server import ScriptedOpenAIServer
 
 NONOKA = [sys.executable, "-m", "nonoka"]
 
@@ -80,29 +79,6 @@ class Project:
         """``(role, content)`` of the messages the model got in request number ``request``."""
         return [(m["role"], m.get("content") or "")
                 for m in self.server.requests[request]["messages"]]
-
-
-ScriptItem: TypeAlias = "Step | Callable[[dict[str, Any]], Step]"
-"""A step, or a function from the request body to a step (called when the request comes)."""
-
-
-@pytest.fixture
-def scripted() -> list[ScriptItem]:
-    """The scripted model's answers; tests append steps before running commands."""
-    return []
-
-
-@pytest.fixture
-def server(scripted: list[ScriptItem]) -> Iterator[ScriptedOpenAIServer]:
-    def next_step(body: dict[str, Any]) -> Step:
-        if not scripted:
-            raise AssertionError("the model was called more often than scripted")
-        step = scripted.pop(0)
-        return step(body) if callable(step) else step
-
-    with ScriptedOpenAIServer(next_step) as running:
-        yield running
-    assert not running.failures, running.failures
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from typing import Any
 
 from nonoka.testing import call, text
 from nonoka.testing.server import HttpError, Step
-from tests.cli.conftest import NONOKA, Project, ScriptItem, kinds, no_ansi
+from tests.cli.conftest import NONOKA, Project, kinds, no_ansi
+from tests.conftest import ScriptItem
 
 
 def session_of(stderr: str) -> str:

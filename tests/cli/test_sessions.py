@@ -12,7 +12,8 @@ import pytest
 from nonoka.bridge.frames import conversation_key
 from nonoka.store.records import SessionRecord
 from nonoka.testing import call, text
-from tests.cli.conftest import Project, ScriptItem, no_ansi
+from tests.cli.conftest import Project, no_ansi
+from tests.conftest import ScriptItem
 
 LOOKUP = {"name": "lookup", "description": "Look a word up (run by the host)",
           "parameters": {"type": "object", "properties": {"word": {"type": "string"}},

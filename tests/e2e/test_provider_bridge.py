@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,22 +53,6 @@ class Host:
                                                                 result.stderr_tail)
         self.history.append(answer(result))
         return result
-
-
-@pytest.fixture
-def scripted() -> list[Step]:
-    return []
-
-
-@pytest.fixture
-def server(scripted: list[Step]) -> Iterator[ScriptedOpenAIServer]:
-    def next_step(_: dict[str, Any]) -> Step:
-        if not scripted:
-            raise AssertionError("the model was called more often than scripted")
-        return scripted.pop(0)
-
-    with ScriptedOpenAIServer(next_step) as running:
-        yield running
 
 
 @pytest.fixture
