@@ -1,6 +1,7 @@
 """Save/load cost of the SQLite checkpoint store against raw sqlite3, by session length.
 
 Run: ``.venv/bin/python bench/save_load.py`` (``--reps`` to change the repetitions).
+``bench/save_load_postgres.py`` runs the same measurements on PostgreSQL (a ``Backend``).
 
 For sessions of 10, 100, 1,000 and 10,000 entries it measures, with medians:
 
@@ -26,16 +27,16 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from nonoka.messages import MemoryEntry, ToolCall
 from nonoka.plan import Plan, Step
 from nonoka.runtime import RuntimeLimits, RuntimeUsage, SessionRuntimeState
 from nonoka.state import SessionState, SessionStatus, TraceEvent
-from nonoka.store.base import entry_json, snapshot_json
+from nonoka.store.base import CheckpointStore, entry_json, snapshot_json
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite_db import BUSY_TIMEOUT_SECONDS
 
@@ -106,10 +107,64 @@ def _median_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+EntryRow = tuple[str, int, str]
+"""``(session_id, seq, entry_json)``: one row of the raw baseline's table."""
+
+
+class Backend(Protocol):
+    """One engine under test, with its raw-driver baseline over the same table shape."""
+
+    store: CheckpointStore
+
+    async def raw_append(self, rows: list[EntryRow]) -> None:
+        """Insert ``rows`` into the baseline table in one transaction."""
+        ...
+
+    async def raw_load(self, session_id: str) -> None:
+        """Read the store's snapshot and entry rows of the session in one transaction,
+        and ``json.loads`` each."""
+        ...
+
+    async def finish(self) -> int:
+        """Close everything; return the bytes the store's data takes."""
+        ...
+
+
+class SQLiteBackend:
+    """``SQLiteCheckpointStore`` beside plain ``sqlite3`` with the same pragmas."""
+
+    description = f"SQLite {sqlite3.sqlite_version}"
+
+    def __init__(self, tmp: Path) -> None:
+        self.path = tmp / "store.db"
+        self.store: CheckpointStore = SQLiteCheckpointStore(self.path)
+        self.raw = _raw_connect(tmp / "raw.db")
+        self.raw.execute("CREATE TABLE session_entries (session_id TEXT NOT NULL, "
+                         "seq INTEGER NOT NULL, entry_json TEXT NOT NULL, "
+                         "PRIMARY KEY (session_id, seq)) WITHOUT ROWID")
+        self.reader = _raw_connect(self.path)
+
+    async def raw_append(self, rows: list[EntryRow]) -> None:
+        self.raw.execute("BEGIN")
+        self.raw.executemany("INSERT INTO session_entries VALUES (?, ?, ?)", rows)
+        self.raw.execute("COMMIT")
+
+    async def raw_load(self, session_id: str) -> None:
+        db = self.reader
+        db.execute("BEGIN")
+        (snapshot,) = db.execute("SELECT state_json FROM checkpoints WHERE session_id = ?",
+                                 (session_id,)).fetchone()
+        rows = db.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
+                          "ORDER BY seq", (session_id,)).fetchall()
+        db.execute("COMMIT")
+        json.loads(snapshot)
+        [json.loads(r[0]) for r in rows]
+
+    async def finish(self) -> int:
+        self.reader.close()
+        self.raw.close()
+        await self.store.close()  # folds the WAL into the file
+        return self.path.stat().st_size
 
 
 def _raw_connect(path: Path) -> sqlite3.Connection:
@@ -120,15 +175,12 @@ def _raw_connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-async def measure(size: int, reps: int, tmp: Path, rng: random.Random) -> Row:
+async def measure(backend: Backend, size: int, reps: int, rng: random.Random) -> Row:
     # A session grows by two entries a save; spread the saves over several sessions so
     # each stays within ~10 % of ``size`` (small sizes get more, short sessions).
     per_session = max(5, size // 20)
     sessions = -(-reps // per_session)
-    store = SQLiteCheckpointStore(tmp / "store.db")
-    raw = _raw_connect(tmp / "raw.db")
-    raw.execute("CREATE TABLE session_entries (session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
-                "entry_json TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID")
+    store = backend.store
     save_times: list[float] = []
     raw_times: list[float] = []
     states: list[SessionState] = []
@@ -138,11 +190,7 @@ async def measure(size: int, reps: int, tmp: Path, rng: random.Random) -> Row:
             entries = [e for n in range(size // 2) for e in make_turn(rng, n)]
             state = make_state(sid, entries)
             state = state.model_copy(update={"revision": await store.save_session(state)})
-            with closing(raw.cursor()) as cur:
-                cur.execute("BEGIN")
-                cur.executemany("INSERT INTO session_entries VALUES (?, ?, ?)",
-                                [(sid, i, entry_json(e)) for i, e in enumerate(entries)])
-                cur.execute("COMMIT")
+            await backend.raw_append([(sid, i, entry_json(e)) for i, e in enumerate(entries)])
             gc.collect()
             for t in range(min(per_session, reps - s * per_session)):
                 turn = make_turn(rng, size + t)
@@ -157,59 +205,44 @@ async def measure(size: int, reps: int, tmp: Path, rng: random.Random) -> Row:
 
                 seq = len(state.memory_entries) - 2
                 rows = [(sid, seq, entry_json(turn[0])), (sid, seq + 1, entry_json(turn[1]))]
-
-                def append(rows: list[tuple[str, int, str]] = rows) -> None:
-                    raw.execute("BEGIN")
-                    raw.executemany("INSERT INTO session_entries VALUES (?, ?, ?)", rows)
-                    raw.execute("COMMIT")
-
-                raw_times.append(_timed(append))
+                start = time.perf_counter()
+                await backend.raw_append(rows)
+                raw_times.append(time.perf_counter() - start)
             states.append(state)
 
         longest = states[0]
         load_reps = max(7, min(200, 200_000 // size))
-        load_times, raw_load_times = await _loads(store, tmp / "store.db", longest, load_reps)
+        load_times, raw_load_times = await _loads(backend, longest, load_reps)
         payload = sum(len(snapshot_json(s).encode()) for s in states) + sum(
             len(entry_json(e).encode()) for s in states for e in s.memory_entries
         )
     finally:
-        await store.close()  # folds the WAL into the file
-        raw.close()
+        db_bytes = await backend.finish()
     return Row(
         entries=size,
         save_us=_median_us(save_times),
         raw_append_us=_median_us(raw_times),
         load_ms=_median_us(load_times) / 1000,
         raw_load_ms=_median_us(raw_load_times) / 1000,
-        db_bytes=(tmp / "store.db").stat().st_size,
+        db_bytes=db_bytes,
         payload_bytes=payload,
     )
 
 
 async def _loads(
-    store: SQLiteCheckpointStore, path: Path, state: SessionState, reps: int
+    backend: Backend, state: SessionState, reps: int
 ) -> tuple[list[float], list[float]]:
     sid = state.session_id
     ours: list[float] = []
     theirs: list[float] = []
-    with closing(_raw_connect(path)) as raw:
-
-        def raw_load() -> None:
-            raw.execute("BEGIN")
-            (snapshot,) = raw.execute("SELECT state_json FROM checkpoints WHERE session_id = ?",
-                                      (sid,)).fetchone()
-            rows = raw.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
-                               "ORDER BY seq", (sid,)).fetchall()
-            raw.execute("COMMIT")
-            json.loads(snapshot)
-            [json.loads(r[0]) for r in rows]
-
-        for _ in range(reps):
-            start = time.perf_counter()
-            loaded = await store.load_session(sid)
-            ours.append(time.perf_counter() - start)
-            theirs.append(_timed(raw_load))
-        assert loaded == state, "load returned something other than what was saved"
+    for _ in range(reps):
+        start = time.perf_counter()
+        loaded = await backend.store.load_session(sid)
+        ours.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        await backend.raw_load(sid)
+        theirs.append(time.perf_counter() - start)
+    assert loaded == state, "load returned something other than what was saved"
     return ours, theirs
 
 
@@ -248,19 +281,37 @@ def report(rows: list[Row]) -> bool:
     return ok
 
 
-async def main() -> int:
+def parse_args(extra: Sequence[tuple[str, str, str]] = ()) -> argparse.Namespace:
+    """``--reps`` and ``--seed``, plus ``extra`` string options ``(flag, default, help)``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--reps", type=int, default=300, help="saves timed per size")
     parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
+    for flag, default, help in extra:
+        parser.add_argument(flag, default=default, help=help)
+    return parser.parse_args()
+
+
+async def run(
+    open_backend: Callable[[Path], Awaitable[Backend]], description: str,
+    args: argparse.Namespace,
+) -> int:
+    """Measure every size on a fresh backend; print the table and the goals."""
     rng = random.Random(args.seed)
     rows: list[Row] = []
     for size in SIZES:
         with tempfile.TemporaryDirectory(prefix="nonoka-bench-") as tmp:
-            rows.append(await measure(size, args.reps, Path(tmp), rng))
-    print(f"python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "
+            rows.append(await measure(await open_backend(Path(tmp)), size, args.reps, rng))
+    print(f"python {sys.version.split()[0]}, {description}, "
           f"{args.reps} saves per size, medians\n")
     return 0 if report(rows) else 1
+
+
+async def _sqlite(tmp: Path) -> Backend:
+    return SQLiteBackend(tmp)
+
+
+async def main() -> int:
+    return await run(_sqlite, SQLiteBackend.description, parse_args())
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nonoka import faults
 from nonoka.bridge import frames
 from nonoka.errors import (
     ConfigurationError,
@@ -141,7 +142,9 @@ class SessionBook:
             return
         pending, self._pending = self._pending, []
         for kind, data in pending:
+            faults.point("event.append.before")
             await self.stores.events.append_event(self.session_id, kind, data)
+            faults.point("event.append.after")
 
     async def on_event(self, event: RunEvent) -> None:
         """Log a runtime event and add its usage to the turn's (text deltas are not logged)."""
@@ -191,6 +194,7 @@ class SessionBook:
         index = self.stores.index
         existing = None if created else await index.get_session(session.session_id)
         usage = session.usage
+        faults.point("index.update.before")
         await index.upsert_session(SessionRecord(
             session_id=session.session_id,
             title=existing.title if existing is not None else self.title,
@@ -201,6 +205,7 @@ class SessionBook:
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
             cost_usd=usage.cost_usd,
             metadata=dict(existing.metadata) if existing is not None else dict(self.metadata)))
+        faults.point("index.update.after")
 
     async def refresh(self) -> None:
         """Bring the row up to date with the stored session (never raises)."""

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from nonoka import faults
 from nonoka.agent import Agent
 from nonoka.errors import ModelError, SessionConflictError, ToolResultMismatchError
 from nonoka.events import EventSink
@@ -90,20 +91,25 @@ class Runner:
         *,
         limits: RuntimeLimits | None = None,
         on_event: EventSink | None = None,
+        reopen: bool = False,
     ) -> RunResult:
         """Carry on a session from its checkpoint, repairing a turn cut by a crash.
 
-        An unknown id gives a failed result that says so; a finished session returns at once.
+        An unknown id gives a failed result that says so; a finished session returns at once
+        — unless ``reopen`` is set, which retries a failed or cancelled turn (a host that
+        resends the request of a turn that failed wants it tried again, not reported again).
         """
         session = await self.load_session(session_id)
         if session is None:
             return RunResult(success=False, session_id=session_id, status=SessionStatus.FAILED,
                              error=f"session {session_id!r} was not found in the checkpoint store")
-        if session.status in FINISHED:
+        has_plan = session.current_plan is not None and bool(session.current_plan.steps)
+        retry = reopen and not has_plan and session.status != SessionStatus.COMPLETED
+        if session.status in FINISHED and not retry:
             return result_of(session, output=_last_answer(session))
         session.apply_limits(limits)
         env = self._env(agent, deps, on_event)
-        if session.current_plan is not None and session.current_plan.steps:
+        if has_plan:
             return await self._guarded(session, lambda: PlanExecutor(env).resume(session))
         return await self._guarded(session, lambda: ReActAgent(env).resume(session))
 
@@ -223,6 +229,7 @@ class Runner:
                        save=self._save)
 
     async def _save(self, session: Session) -> None:
+        faults.point("checkpoint.save.before")
         try:
             session.revision = await self.store.save_session(session.to_state())
         except SessionConflictError:
@@ -230,6 +237,7 @@ class Runner:
             if stored is not None and stored.status == SessionStatus.CANCELLED:
                 raise _CancelledElsewhere from None
             raise
+        faults.point("checkpoint.save.after")
 
     async def _guarded(
         self, session: Session, run: Callable[[], Awaitable[RunResult]]
@@ -265,8 +273,10 @@ class Runner:
             session = await self.load_session(session_id)
             if session is None or not change(session):
                 return False
+            faults.point("checkpoint.save.before")
             try:
                 session.revision = await self.store.save_session(session.to_state())
+                faults.point("checkpoint.save.after")
                 return True
             except SessionConflictError:
                 await asyncio.sleep(0.01)

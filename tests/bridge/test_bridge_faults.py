@@ -193,3 +193,40 @@ def test_sigkill_mid_turn_then_a_clean_continuation(bridge: Bridge, scripted: li
     final = load_state(bridge, sid)
     assert [e.role for e in final.memory_entries] == ["user", "assistant", "tool", "assistant"]
     assert final.runtime_state.usage.model_turns == 2
+
+
+def test_a_session_runs_in_one_process_at_a_time(bridge: Bridge, scripted: list[Step],
+                                                 server: Any) -> None:
+    scripted.append(text("first"))
+    sid = one(bridge.run(chat([user("hello")], new_session=True)), "session_init")["session_id"]
+    history = [user("hello"), assistant("first"), user("slow one")]
+    scripted.append(Delay(3, text("slow answer")))
+    busy_holder = bridge.spawn()
+    assert busy_holder.stdin is not None
+    busy_holder.stdin.write(json.dumps(chat(history, session_id=sid)).encode() + b"\n")
+    busy_holder.stdin.close()
+    deadline = time.monotonic() + 10
+    while len(server.requests) < 2:  # the first process holds the lease, mid model call
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    refused = bridge.run(chat(history, session_id=sid))  # the host retries impatiently
+    error = one(refused, "error")
+    assert error["code"] == "session_busy" and error["retryable"] is True
+    assert sid in error["message"]
+    assert refused[-1]["finish_reason"] == "error"
+
+    bridge.env["NONOKA_LEASE_WAIT"] = "20"
+    scripted.append(text("after the wait"))
+    waited = bridge.run(chat([*history, assistant("slow answer"), user("now?")],
+                             session_id=sid))
+    assert text_of(waited) == "after the wait"
+    assert busy_holder.stdout is not None and busy_holder.stderr is not None
+    out = busy_holder.stdout.read()
+    assert busy_holder.wait(timeout=30) == 0
+    busy_holder.stdout.close()
+    busy_holder.stderr.close()
+    assert b'"finish_reason":"stop"' in out
+    state = load_state(bridge, sid)
+    assert [e.content for e in state.memory_entries if e.role == "user"] == [
+        "hello", "slow one", "now?"], "the refused request changed the session"

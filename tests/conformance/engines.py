@@ -3,9 +3,11 @@
 A harness owns a store plus the back doors the suite needs: reopening the same data in a
 new store instance, writing raw rows (as a corrupting disk, an older or a newer nonoka
 would), and dumping everything stored for a session to prove a failed call changed
-nothing. A new engine (PostgreSQL) joins the whole suite by adding a harness class and
-one entry to ``ENGINES`` (and, for the session index and event log, to
-``RECORD_ENGINES``).
+nothing. An engine joins the whole suite by adding a harness class and one entry to
+``ENGINES`` (and, for the session index and event log, to ``RECORD_ENGINES``).
+
+The PostgreSQL harnesses give each test its own schema on the server named by
+``tests.pg`` and drop it in ``aclose`` (the fixtures call it even when the test fails).
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from typing import Protocol
 from nonoka.store.base import CheckpointStore
 from nonoka.store.memory import CheckpointRow, MemoryCheckpointStore, MemoryDatabase
 from nonoka.store.memory_records import MemoryRecordDatabase, MemoryRecordStore
+from nonoka.store.postgres import PostgresCheckpointStore
+from nonoka.store.postgres_records import PostgresRecordStore
 from nonoka.store.records import EventLog, SessionIndex
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite_records import SQLiteRecordStore
+from tests import pg
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,69 @@ class SQLiteHarness:
             await store.close()
 
 
+class PostgresHarness:
+    name = "postgres"
+
+    def __init__(self, _tmp: Path) -> None:
+        self.schema = pg.create_schema()
+        self.raw = pg.connect(self.schema)
+        self.postgres = PostgresCheckpointStore(pg.PG_URL, schema=self.schema)
+        self.store: CheckpointStore = self.postgres
+        self._opened: list[CheckpointStore] = []
+
+    @property
+    def process_url(self) -> str:
+        return pg.schema_url(self.schema)
+
+    async def reopen(self) -> CheckpointStore:
+        store = PostgresCheckpointStore(self.process_url)
+        self._opened.append(store)
+        return store
+
+    def corrupt_snapshot(self, session_id: str, text: str) -> None:
+        self.raw.execute("UPDATE checkpoints SET state_json = %s WHERE session_id = %s",
+                         (text, session_id))
+
+    def corrupt_entry(self, session_id: str, seq: int, text: str) -> None:
+        self.raw.execute("UPDATE session_entries SET entry_json = %s WHERE session_id = %s "
+                         "AND seq = %s", (text, session_id, seq))
+
+    def corrupt_step_update(self, session_id: str, step_id: str, kind: str, text: str) -> None:
+        self.raw.execute("UPDATE step_updates SET payload_json = %s WHERE session_id = %s "
+                         "AND step_id = %s AND update_type = %s",
+                         (text, session_id, step_id, kind))
+
+    def write_raw_snapshot(self, session_id: str, json_text: str) -> None:
+        now = time.time()
+        self.raw.execute(
+            "INSERT INTO checkpoints VALUES (%s, %s, 1, 0, 0, %s, %s) ON CONFLICT (session_id) "
+            "DO UPDATE SET state_json = excluded.state_json",
+            (session_id, json_text, now, now),
+        )
+
+    def dump(self, session_id: str) -> StoredRows | None:
+        with self.raw.transaction():
+            row = self.raw.execute("SELECT state_json, revision FROM checkpoints "
+                                   "WHERE session_id = %s", (session_id,)).fetchone()
+            if row is None:
+                return None
+            entries = self.raw.execute("SELECT entry_json FROM session_entries WHERE "
+                                       "session_id = %s ORDER BY seq", (session_id,)).fetchall()
+            steps = self.raw.execute("SELECT step_id, update_type, payload_json, updated_at "
+                                     "FROM step_updates WHERE session_id = %s ORDER BY step_id, "
+                                     "update_type", (session_id,)).fetchall()
+        return StoredRows(str(row[0]), int(str(row[1])), tuple(str(e[0]) for e in entries),
+                          tuple((str(a), str(b), str(c), float(str(d))) for a, b, c, d in steps))
+
+    async def aclose(self) -> None:
+        try:
+            for store in [self.store, *self._opened]:
+                await store.close()
+        finally:
+            self.raw.close()
+            pg.drop_schema(self.schema)
+
+
 HarnessFactory = Callable[[Path], Awaitable[EngineHarness]]
 
 
@@ -182,10 +250,21 @@ async def _sqlite(tmp: Path) -> EngineHarness:
     return SQLiteHarness(tmp)
 
 
-ENGINES: dict[str, HarnessFactory] = {"memory": _memory, "sqlite": _sqlite}
+async def _postgres(tmp: Path) -> EngineHarness:
+    harness = PostgresHarness(tmp)
+    try:
+        await harness.postgres.database.open()  # the tables exist for the raw back doors
+    except BaseException:
+        await harness.aclose()
+        raise
+    return harness
+
+
+ENGINES: dict[str, HarnessFactory] = {"memory": _memory, "sqlite": _sqlite,
+                                      "postgres": _postgres}
 """Every engine the suite runs against."""
 
-SHARED_ENGINES = ["sqlite"]
+SHARED_ENGINES = ["postgres", "sqlite"]
 """Engines whose data several OS processes can open at once."""
 
 
@@ -194,6 +273,8 @@ def open_store(url: str) -> CheckpointStore:
     scheme, _, rest = url.partition(":")
     if scheme == "sqlite":
         return SQLiteCheckpointStore(rest)
+    if scheme == "postgresql":
+        return PostgresCheckpointStore(url)
     raise ValueError(f"no engine for {url!r}")
 
 
@@ -249,6 +330,27 @@ class SQLiteRecordsHarness:
             await store.close()
 
 
+class PostgresRecordsHarness:
+    name = "postgres"
+
+    def __init__(self, _tmp: Path) -> None:
+        self.schema = pg.create_schema()
+        self.store: RecordStore = PostgresRecordStore(pg.PG_URL, schema=self.schema)
+        self._opened: list[RecordStore] = []
+
+    async def reopen(self) -> RecordStore:
+        store = PostgresRecordStore(pg.schema_url(self.schema))
+        self._opened.append(store)
+        return store
+
+    async def aclose(self) -> None:
+        try:
+            for store in [self.store, *self._opened]:
+                await store.close()
+        finally:
+            pg.drop_schema(self.schema)
+
+
 async def _memory_records(tmp: Path) -> RecordsHarness:
     return MemoryRecordsHarness(tmp)
 
@@ -257,8 +359,13 @@ async def _sqlite_records(tmp: Path) -> RecordsHarness:
     return SQLiteRecordsHarness(tmp)
 
 
+async def _postgres_records(tmp: Path) -> RecordsHarness:
+    return PostgresRecordsHarness(tmp)
+
+
 RECORD_ENGINES: dict[str, Callable[[Path], Awaitable[RecordsHarness]]] = {
     "memory": _memory_records,
     "sqlite": _sqlite_records,
+    "postgres": _postgres_records,
 }
 """Every engine the session index / event log suite runs against."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nonoka.errors import ConfigurationError
+from nonoka.errors import ConfigurationError, StoreError
 from nonoka.state import SessionState
 from nonoka.store.memory import MemoryCheckpointStore
 from nonoka.store.memory_records import MemoryRecordStore
@@ -47,6 +47,9 @@ async def _use(stores: ProjectStores) -> None:
     assert await stores.checkpoints.load_session("s1") is not None
     assert [r.session_id for r in await stores.index.list_sessions()] == ["s1"]
     assert [e.seq for e in await stores.events.list_events("s1")] == [1]
+    assert await stores.leases.acquire_lease("s1", "me", 5)
+    assert not await stores.leases.acquire_lease("s1", "you", 5)
+    assert await stores.leases.release_lease("s1", "me")
 
 
 @pytest.mark.usefixtures("open_umask")
@@ -138,11 +141,57 @@ async def test_memory_url(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("url", ["postgresql://me:s3cret@db.example/nonoka",
                                  "postgres://me:s3cret@db.example/nonoka"])
-def test_postgresql_needs_the_extra(tmp_path: Path, url: str) -> None:
+def test_postgresql_needs_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    for name in [m for m in sys.modules if m.startswith(("psycopg", "nonoka.store.postgres"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the extra were not installed
     with pytest.raises(ConfigurationError, match=r"pip install 'nonoka\[postgres\]'") as info:
         open_project_stores(tmp_path, url)
     assert "s3cret" not in str(info.value)
     assert _listing(tmp_path) == []
+
+
+@pytest.mark.parametrize("url", ["postgresql://me:s3cret@db.example/nonoka",
+                                 "postgres://me:s3cret@db.example:6543/nonoka"])
+async def test_postgresql_opens_lazily(tmp_path: Path, url: str) -> None:
+    """Opening does no I/O (the server does not even exist); closing unused is fine."""
+    stores = open_project_stores(tmp_path, url)
+    await stores.close()
+    assert stores.url.startswith("postgresql://me@db.example")
+    assert "s3cret" not in stores.url
+    assert _listing(tmp_path) == []
+
+
+async def test_postgresql_url(tmp_path: Path) -> None:
+    from nonoka.store.postgres import PostgresCheckpointStore
+    from nonoka.store.postgres_records import PostgresRecordStore
+    from tests import pg
+
+    with pg.temp_schema() as schema:
+        async with open_project_stores(tmp_path, pg.schema_url(schema)) as stores:
+            assert isinstance(stores.checkpoints, PostgresCheckpointStore)
+            assert isinstance(stores.index, PostgresRecordStore)
+            assert stores.events is stores.index
+            assert stores.index.database is stores.checkpoints.database  # one pool
+            await _use(stores)
+        async with open_project_stores(tmp_path, pg.schema_url(schema)) as again:
+            assert await again.checkpoints.load_session("s1") is not None
+        with pg.connect(schema) as raw:
+            (count,) = raw.execute("SELECT count(*) FROM checkpoints").fetchone() or (0,)
+        assert count == 1
+    assert _listing(tmp_path) == []
+
+
+async def test_postgresql_server_down_is_a_store_error(tmp_path: Path) -> None:
+    stores = open_project_stores(tmp_path, "postgresql://me:s3cret@127.0.0.1:1/nonoka")
+    try:
+        with pytest.raises(StoreError, match=r"postgresql://me@127.0.0.1:1/nonoka") as info:
+            await stores.checkpoints.load_session("s1")
+        assert "s3cret" not in str(info.value)
+    finally:
+        await stores.close()
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nonoka import faults
 from nonoka.agent import Agent
 from nonoka.bookkeeping import SessionBook, failure_of, finish_reason_of, title_from
 from nonoka.bridge import frames
@@ -57,6 +58,7 @@ from nonoka.paradigms.env import RunResult
 from nonoka.runner import Runner
 from nonoka.runtime import RuntimeLimits
 from nonoka.session import Session
+from nonoka.state import SessionStatus
 from nonoka.store.project import ProjectStores, database_url_from_env, open_project_stores
 from nonoka.tools import host_tool
 
@@ -89,9 +91,13 @@ class BridgeHandler:
         self._stores: ProjectStores | None = None
         self.book = SessionBook(title=_title(request))
         """The session's index row and timeline, written as ``nonoka run`` writes them."""
+        self._session: Session | None = None
+        self._streamed = False
+        """Whether this request has sent the host any text or tool call yet."""
 
     def send(self, event: BaseEvent) -> None:
         self._send(event.model_copy(update={"request_id": self.request.request_id}))
+        faults.point("bridge.send")
 
     async def handle(self) -> None:
         """Run the request; always ends with exactly one ``finish`` event."""
@@ -172,11 +178,23 @@ class BridgeHandler:
         for warning in decision.warnings:
             self.send(warning)
             await self.book.log("warning", {"code": warning.code, "message": warning.message})
+        async with self.stores.hold(session.session_id):
+            return await self._run_turn(runner, agent, session, prompt,
+                                        new=decision.session is None)
+
+    async def _run_turn(self, runner: Runner, agent: Agent, session: Session,
+                        prompt: str | None, *, new: bool) -> RunResult:
+        """Run the turn while holding the session's lease."""
         sid, on_event = session.session_id, self._on_run_event
-        if decision.session is None:
+        messages, limits = self.request.messages, self._limits()
+        if new:
             if prompt is not None:
                 return await runner.run_react(agent, prompt, session_id=sid, on_event=on_event)
             return await runner.resume(agent, sid, on_event=on_event)
+        # Read the session again now that it is ours: another process may have just
+        # finished a turn of it between the decision and the lease.
+        session = await runner.load_session(sid) or session
+        self._session = session
         plan = plan_turn(session.memory.entries, messages)
         if plan.kind == "prompt" and plan.prompt is not None:
             return await runner.run_react(agent, plan.prompt, session_id=sid, limits=limits,
@@ -188,7 +206,11 @@ class BridgeHandler:
                     "is_error": result.is_error, "executed_by": "host"})
             return await runner.submit_tool_results(agent, sid, plan.results, prompt=plan.prompt,
                                                     limits=limits, on_event=on_event)
-        return await runner.resume(agent, sid, limits=limits, on_event=on_event)
+        # Nothing new, or what is new was stored by a process that died: carry the turn on
+        # (retrying it if it failed) or, if it was answered, replay the answer.
+        awaiting = messages[-1].role != "assistant"
+        return await runner.resume(agent, sid, limits=limits, on_event=on_event,
+                                   reopen=awaiting)
 
     async def _decide(self, runner: Runner) -> Decision:
         request = self.request
@@ -255,6 +277,8 @@ class BridgeHandler:
 
     async def _on_run_event(self, event: RunEvent) -> None:
         """Tell the provider first, then record it in the timeline."""
+        if isinstance(event, RunTextDelta | ToolCallRequested):
+            self._streamed = True
         if isinstance(event, RunTextDelta):
             self.send(TextDelta(text=event.text))
         elif isinstance(event, ToolCallRequested):
@@ -287,7 +311,38 @@ class BridgeHandler:
                              retryable=failure.retryable, details=failure.details))
         await self._finish(frames.FINISH_ERROR)
 
+    async def _replay(self, result: RunResult) -> None:
+        """Send the host a stored answer it never received.
+
+        A process that died after storing the turn's answer (text, or host tool calls)
+        but before the host read ``finish`` leaves the host retrying the same request. The
+        turn is not run again: the host gets what the session already holds.
+        """
+        if self._streamed or self._session is None or self.request.messages[-1].role == \
+                "assistant":
+            return
+        entries = self._session.memory.entries
+        start = max((i for i, e in enumerate(entries) if e.role in ("user", "tool")),
+                    default=-1) + 1
+        answers = [e for e in entries[start:] if e.role == "assistant"]
+        pending = {c.id for c in result.pending_tool_calls}
+        if result.status != SessionStatus.COMPLETED and not pending:
+            return
+        replayed = 0
+        for entry in answers:
+            if entry.content:
+                self.send(TextDelta(text=entry.content))
+            for call in entry.tool_calls:
+                if call.id in pending:
+                    self.send(ToolCallEvent(tool_call_id=call.id, tool_name=call.name,
+                                            arguments=call.arguments,
+                                            executed_by=frames.EXECUTED_BY_HOST))
+                    replayed += 1
+        if answers:
+            await self.book.log("replay", {"entries": len(answers), "tool_calls": replayed})
+
     async def _finish_run(self, result: RunResult) -> None:
+        await self._replay(result)
         term = result.termination
         termination = (FinishTermination(reason=term.reason, detail=term.detail, limit=term.limit)
                        if term is not None else None)

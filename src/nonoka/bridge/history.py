@@ -42,7 +42,12 @@ def _joined_prompt(messages: Sequence[Message]) -> str | None:
 
 
 def plan_turn(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> TurnPlan:
-    """Decide what the request adds to the stored conversation."""
+    """Decide what the request adds to the stored conversation.
+
+    A request the host retries after a process died mid-turn carries what that process
+    already stored (the prompt, the tool results): it is recognised and the turn resumes
+    (or its stored answer is replayed) instead of the prompt being added a second time.
+    """
     tail = _tail(messages)
     prompt = _joined_prompt(tail)
     tool_messages = [m for m in tail if m.role == "tool"]
@@ -50,14 +55,39 @@ def plan_turn(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> Tur
         answered = {e.tool_call_id for e in stored if e.role == "tool"}
         fresh = [ToolResult(tool_call_id=m.tool_call_id or "", content=m.content)
                  for m in tool_messages if m.tool_call_id not in answered]
-        if fresh or prompt is not None:
+        if fresh or (prompt is not None and not prompt_is_stored(stored, messages, prompt)):
             return TurnPlan("tool_results", prompt=prompt, results=fresh)
         return TurnPlan("resume")
-    if prompt is None:
+    if prompt is None or prompt_is_stored(stored, messages, prompt):
         return TurnPlan("resume")
-    if stored and stored[-1].role == "user" and stored[-1].content == prompt:
-        return TurnPlan("resume")  # saved by a process that died before answering
     return TurnPlan("prompt", prompt=prompt)
+
+
+def _host_users(entries: Sequence[MemoryEntry]) -> list[MemoryEntry]:
+    """User entries that came from the host (not nonoka's repair notes or summaries)."""
+    return [e for e in entries if e.role == "user" and not e.metadata.get("contract_repair")
+            and not e.metadata.get("summary")]
+
+
+def prompt_is_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message],
+                     prompt: str) -> bool:
+    """Whether the request's trailing prompt is the session's last stored user message.
+
+    True when a process stored it and died (before or after answering). The same text
+    sent again as a new turn is told apart by counting: the stored session then holds
+    fewer user messages than the request (the new one is missing). The trailing run of
+    user messages counts as one, since it is stored joined. Only an exact count says
+    "stored", so a new prompt is never mistaken for a stored one.
+    """
+    users = _host_users(stored)
+    if not users or users[-1].content != prompt:
+        return False
+    if stored[-1].role == "user":
+        return True  # saved by a process that died before answering
+    tail = _tail(messages)
+    sent = sum(1 for m in messages if m.role == "user") - sum(
+        1 for m in tail if m.role == "user") + 1
+    return len(users) == sent
 
 
 def split_for_new_session(messages: Sequence[Message]) -> tuple[list[Message], str | None]:
@@ -79,9 +109,7 @@ def matches_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -
     conversations that both began with "hi" share a conversation key but diverge at their
     second user message, so neither is mistaken for the other.
     """
-    stored_users = [e.content for e in stored
-                    if e.role == "user" and not e.metadata.get("contract_repair")
-                    and not e.metadata.get("summary")]
+    stored_users = [e.content for e in _host_users(stored)]
     request_users = [m.content for m in messages if m.role == "user"]
     if not stored_users or len(stored_users) > len(request_users):
         return False

@@ -117,7 +117,9 @@ async def _run(stores: ProjectStores, book: SessionBook, project: Path, message:
         await book.on_event(event)
 
     try:
-        result = await runner.run_react(agent, message, session_id=session_id, on_event=sink)
+        async with stores.hold(session_id):
+            result = await runner.run_react(agent, message, session_id=session_id,
+                                            on_event=sink)
     except asyncio.CancelledError:
         await asyncio.shield(book.finish(frames.FINISH_CANCELLED))
         raise

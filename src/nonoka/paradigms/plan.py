@@ -1,7 +1,9 @@
 """The plan executor: run a plan layer by layer, the steps of a layer concurrently.
 
-Step progress is written as step updates (one small row per change), so parallel steps
-never contend for the snapshot. On resume, completed steps are skipped. A step whose
+Step progress is written as step updates (one small row per change). The snapshot is
+saved too — before a tool step runs and with each step's outcome, one save at a time
+within the process — because it carries the ledger: a killed process must leave no tool
+call or model answer uncounted. On resume, completed steps are skipped. A step whose
 status says it started but has no result is treated like a dangling tool call: rerun
 when idempotent (prompt steps and idempotent tools), otherwise failed as "outcome
 unknown".
@@ -13,6 +15,7 @@ import asyncio
 import traceback
 from typing import Any
 
+from nonoka import faults
 from nonoka.errors import ToolError
 from nonoka.events import ModelCalled, RunWarning
 from nonoka.messages import Message
@@ -35,6 +38,17 @@ class PlanExecutor:
 
     def __init__(self, env: LoopEnv) -> None:
         self.env = env
+        self._saving = asyncio.Lock()
+
+    async def _checkpoint(self, session: Session) -> None:
+        """Save the snapshot, one step at a time: parallel steps share the session.
+
+        The ledger (tool calls reserved, model usage) lives in the snapshot, so it is
+        saved before a tool step runs (as the ReAct loop saves an intent) and together
+        with a step's outcome: a killed process leaves no work done but uncounted.
+        """
+        async with self._saving:
+            await self.env.save(session)
 
     async def execute(self, session: Session, plan: Plan) -> RunResult:
         session.current_plan = plan
@@ -88,7 +102,9 @@ class PlanExecutor:
                                            {"step_id": step.id, "tool_name": step.tool}))
             await self._fail(session, step, failure)
         session.step_statuses[step.id] = StepStatus.RUNNING
+        faults.point("step.update.before")
         await store.save_step_status(sid, step.id, StepStatus.RUNNING)
+        faults.point("step.update.after")
         outputs = {k: v.output for k, v in session.completed_steps.items()}
         for attempt in range(1, step.max_attempts + 1):
             try:
@@ -107,14 +123,20 @@ class PlanExecutor:
                 session.failed_steps.pop(step.id, None)
                 session.step_statuses[step.id] = StepStatus.COMPLETED
                 session.step_count += 1
+                await self._checkpoint(session)
+                faults.point("step.update.before")
                 await store.save_step_result(sid, step.id, result)
+                faults.point("step.update.after")
                 return
 
     async def _fail(self, session: Session, step: Step, failure: StepFailure) -> None:
         session.failed_steps[step.id] = failure
         session.completed_steps.pop(step.id, None)
         session.step_statuses[step.id] = StepStatus.FAILED
+        await self._checkpoint(session)
+        faults.point("step.update.before")
         await self.env.store.save_step_error(session.session_id, step.id, failure)
+        faults.point("step.update.after")
         raise _StepFailed(failure)
 
     def _idempotent(self, step: Step) -> bool:
@@ -130,7 +152,9 @@ class PlanExecutor:
             messages = [Message(role="user", content=prompt)]
             if self.env.agent.system_prompt:
                 messages.insert(0, Message(role="system", content=self.env.agent.system_prompt))
+            faults.point("model.call.before")
             response = await model.complete(messages)
+            faults.point("model.call.after")
             session.record_model_call(response.usage)
             await self.env.emit(ModelCalled(model.name, response.usage))
             return response.text
@@ -141,6 +165,10 @@ class PlanExecutor:
         termination = session.reserve_tool_call()
         if termination is not None:
             raise ToolError(termination.detail)
+        await self._checkpoint(session)  # the reservation counts even if the process dies
         ctx = RunContext(deps=self.env.deps, session_id=session.session_id,
                          tool_call_id=f"step:{step.id}")
-        return await tool.invoke(step.resolved_args(outputs), ctx)
+        faults.point("tool.start")
+        output = await tool.invoke(step.resolved_args(outputs), ctx)
+        faults.point("tool.end")
+        return output

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from nonoka import faults
 from nonoka.errors import ToolError
 from nonoka.events import ModelCalled, RunWarning, TextDelta, ToolCallFinished, ToolCallRequested
 from nonoka.extensions.base import ToolDecision
@@ -92,7 +93,9 @@ class ReActAgent:
 
         model = self.env.model
         specs = [t.spec for t in self.env.agent.tool_map.values()]
+        faults.point("model.call.before")
         response = await model.complete(session.memory.messages(), specs, on_text=on_text)
+        faults.point("model.call.after")
         session.record_model_call(response.usage)
         await self.env.emit(ModelCalled(model.name, response.usage))
         for extension in self.env.extensions:
@@ -178,14 +181,17 @@ class ReActAgent:
 
     async def _run_tool(self, session: Session, tool: Tool, call: ToolCall) -> tuple[str, bool]:
         ctx = RunContext(deps=self.env.deps, session_id=session.session_id, tool_call_id=call.id)
+        faults.point("tool.start")
         try:
-            return await tool.run(call.arguments, ctx), False
+            outcome = await tool.run(call.arguments, ctx), False
         except asyncio.CancelledError:
             raise
         except ToolError as exc:
-            return str(exc), True
+            outcome = str(exc), True
         except Exception as exc:  # a tool's failure is the model's to handle
-            return f"{type(exc).__name__}: {exc}", True
+            outcome = f"{type(exc).__name__}: {exc}", True
+        faults.point("tool.end")
+        return outcome
 
     async def _record(self, session: Session, call: ToolCall, content: str, *,
                       is_error: bool) -> None:
@@ -218,7 +224,9 @@ class ReActAgent:
             session.add_trace("compaction", f"generation {session.memory.generation}")
 
     async def _summarize(self, entries: Sequence[MemoryEntry]) -> str:
+        faults.point("model.call.before")
         response = await self.env.model.complete(summary_request(entries))
+        faults.point("model.call.after")
         await self.env.emit(ModelCalled(self.env.model.name, response.usage))
         return response.text
 

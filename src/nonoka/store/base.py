@@ -10,8 +10,10 @@ instead of silently overwriting it.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
@@ -59,6 +61,55 @@ class CheckpointStore(Protocol):
 
     async def close(self) -> None:
         ...
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A live lease: who runs the session, and for how long unless they renew."""
+
+    session_id: str
+    owner: str
+    expires_in: float
+    """Seconds left, by the store's clock (the database's, for a shared server)."""
+
+
+@runtime_checkable
+class SessionLeases(Protocol):
+    """Session ownership: at most one live owner runs a session at a time.
+
+    Revisions make a lost race fail loudly; leases keep the race from happening. A lease
+    has an expiry, so one left behind by a killed process frees the session after its
+    ttl. ``owner`` is a token unique to the process and request (``new_lease_owner()``
+    in ``nonoka.store.leases``); ``hold_lease`` there acquires, renews and releases.
+    """
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        """Take the lease when it is free, expired or already ``owner``'s (then extend it).
+
+        ``False`` when another owner holds a live lease; nothing is changed then.
+        """
+        ...
+
+    async def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        """Extend ``owner``'s lease to ``ttl_seconds`` from now; ``False`` if it was lost
+        (taken over after it expired, or released)."""
+        ...
+
+    async def release_lease(self, session_id: str, owner: str) -> bool:
+        """Give the lease up; ``False`` when ``owner`` did not hold it."""
+        ...
+
+    async def get_lease(self, session_id: str) -> Lease | None:
+        """The live lease on the session, or ``None`` when it is free (or expired)."""
+        ...
+
+
+def check_lease_args(owner: str, ttl_seconds: float | None = None) -> None:
+    """Refuse an empty owner or a ttl that is not a positive number of seconds."""
+    if not owner:
+        raise ValueError("a lease owner must be a non-empty token")
+    if ttl_seconds is not None and not (ttl_seconds > 0 and math.isfinite(ttl_seconds)):
+        raise ValueError(f"a lease ttl must be a positive number of seconds, not {ttl_seconds!r}")
 
 
 SNAPSHOT_EXCLUDE = {"memory_entries", "revision"}

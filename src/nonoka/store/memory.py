@@ -3,9 +3,9 @@
 It keeps what the SQLite engine keeps, as JSON text rather than object references, so a
 round trip through it is as faithful (and as lossy) as one through a database, and it
 follows the same rules: revision checks, entries appended between compactions, step
-updates with a strictly increasing time. Tests, and runs that need no persistence, use
-it. Several store instances can share one ``MemoryDatabase`` to stand in for processes
-reopening the same file.
+updates with a strictly increasing time, leases with an expiry. Tests, and runs that
+need no persistence, use it. Several store instances can share one ``MemoryDatabase`` to
+stand in for processes reopening the same file.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from nonoka.state import SessionState, StepFailure, StepResult, StepStatus
 from nonoka.store.base import (
     EntryPlan,
+    Lease,
+    check_lease_args,
     conflict_error,
     decode_session,
     entry_json,
@@ -50,12 +52,15 @@ class MemoryDatabase:
 
     checkpoints: dict[str, CheckpointRow] = field(default_factory=dict)
     step_updates: dict[tuple[str, str, str], StepRow] = field(default_factory=dict)
+    leases: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """``session_id`` → ``(owner, expiry)`` on the ``time.monotonic`` clock."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_order: int = 0
 
 
 class MemoryCheckpointStore:
-    """A ``CheckpointStore`` over a ``MemoryDatabase`` (a fresh one by default)."""
+    """A ``CheckpointStore`` and ``SessionLeases`` over a ``MemoryDatabase`` (fresh by
+    default)."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
         self.database = database if database is not None else MemoryDatabase()
@@ -128,6 +133,46 @@ class MemoryCheckpointStore:
             for key in keys:
                 del db.step_updates[key]
             return found or bool(keys)
+
+    # -- SessionLeases -------------------------------------------------------------------
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        check_lease_args(owner, ttl_seconds)
+        db = self.database
+        with db.lock:
+            now = time.monotonic()
+            held = db.leases.get(session_id)
+            if held is not None and held[0] != owner and held[1] > now:
+                return False
+            db.leases[session_id] = (owner, now + ttl_seconds)
+            return True
+
+    async def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        check_lease_args(owner, ttl_seconds)
+        db = self.database
+        with db.lock:
+            held = db.leases.get(session_id)
+            if held is None or held[0] != owner:
+                return False
+            db.leases[session_id] = (owner, time.monotonic() + ttl_seconds)
+            return True
+
+    async def release_lease(self, session_id: str, owner: str) -> bool:
+        db = self.database
+        with db.lock:
+            held = db.leases.get(session_id)
+            if held is None or held[0] != owner:
+                return False
+            del db.leases[session_id]
+            return True
+
+    async def get_lease(self, session_id: str) -> Lease | None:
+        with self.database.lock:
+            held = self.database.leases.get(session_id)
+        if held is None:
+            return None
+        left = held[1] - time.monotonic()
+        return Lease(session_id, held[0], left) if left > 0 else None
 
     async def close(self) -> None:
         """Nothing to release; the data lives as long as the ``MemoryDatabase``."""

@@ -4,7 +4,8 @@ Every turn runs in a fresh process that starts here, so this module imports no e
 ``open_project_stores`` imports only the one the URL names, when called. By default each
 workspace has its own file, ``<cwd>/.nonoka/sessions.db``, so projects never contend or
 see each other's history; the SQLite engine opens that file once and all three stores
-share the connection.
+share the connection. A ``postgresql://`` URL puts every project in one shared database
+(``?options=-csearch_path%3Dname`` picks a schema); it needs ``nonoka[postgres]``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from nonoka.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import AbstractAsyncContextManager
 
-    from nonoka.store.base import CheckpointStore
+    from nonoka.store.base import CheckpointStore, SessionLeases
+    from nonoka.store.leases import HeldLease
     from nonoka.store.records import EventLog, SessionIndex
 
 ENV_VAR = "NONOKA_DATABASE_URL"
@@ -45,6 +48,30 @@ class ProjectStores:
     index: SessionIndex
     events: EventLog
     url: str
+
+    @property
+    def leases(self) -> SessionLeases:
+        """Session ownership for this project (every engine's checkpoint store keeps it).
+
+        Wrap a turn in ``nonoka.store.leases.hold_lease(stores.leases, ...)``.
+        """
+        from nonoka.store.base import SessionLeases
+
+        if not isinstance(self.checkpoints, SessionLeases):
+            raise ConfigurationError(
+                f"the {type(self.checkpoints).__name__} store keeps no session leases")
+        return self.checkpoints
+
+    def hold(self, session_id: str) -> AbstractAsyncContextManager[HeldLease]:
+        """Own ``session_id`` for one turn: ``async with stores.hold(sid): ...``.
+
+        Waits up to ``NONOKA_LEASE_WAIT`` seconds (default 0) for another process that
+        runs the session, then raises ``SessionBusyError``.
+        """
+        from nonoka.store.leases import hold_lease, lease_wait_from_env, new_lease_owner
+
+        return hold_lease(self.leases, session_id, new_lease_owner(),
+                          wait=lease_wait_from_env())
 
     async def close(self) -> None:
         """Close the index and log first (they may borrow the checkpoints' connection)."""
@@ -160,11 +187,23 @@ def _open_memory(url: str) -> ProjectStores:
 
 
 def _open_postgresql(url: str) -> ProjectStores:
-    raise ConfigurationError(
-        "this nonoka has no PostgreSQL engine yet (it will need "
-        "`pip install 'nonoka[postgres]'`); use a SQLite file for now, e.g. unset "
-        f"{ENV_VAR} to use <project>/{DEFAULT_DATABASE}"
-    )
+    """Both stores share one pool, opened (and the schema migrated) on first use.
+
+    Opening lazily keeps this call synchronous and free of I/O; a server that is down
+    fails the first store call with a ``StoreError`` naming it.
+    """
+    try:
+        from nonoka.store.postgres import PostgresCheckpointStore
+        from nonoka.store.postgres_records import PostgresRecordStore
+    except ImportError as exc:  # psycopg's own C parts may fail to load, too
+        raise ConfigurationError(
+            "the PostgreSQL engine needs psycopg 3 and psycopg-pool: "
+            f"pip install 'nonoka[postgres]' ({exc.name or 'a module'} is missing)"
+        ) from None
+
+    checkpoints = PostgresCheckpointStore(url)
+    records = PostgresRecordStore(checkpoints.database)
+    return ProjectStores(checkpoints, records, records, checkpoints.database.where)
 
 
 _OPENERS: dict[str, Callable[[str], ProjectStores]] = {

@@ -5,6 +5,8 @@ snapshot row, inserts only the new conversation entries (or rewrites them after 
 compaction) and bumps the revision; so its cost does not grow with the conversation, and
 a process that raced another one gets ``SessionConflictError`` instead of overwriting it.
 A load reads the snapshot, the entries and the step updates in one read transaction.
+Leases (``SessionLeases``) are rows of ``session_leases`` with a ``time.time()`` expiry:
+every process sharing the file runs on the same machine, so they share that clock.
 
 Other tables can live in the same file (the CLI's session index and event log): they
 are created by migrations in ``nonoka.store.sqlite_schema`` and can be written through
@@ -25,6 +27,8 @@ from nonoka.errors import CorruptSessionError, StoreError
 from nonoka.state import SessionState, StepFailure, StepResult, StepStatus
 from nonoka.store.base import (
     EntryPlan,
+    Lease,
+    check_lease_args,
     conflict_error,
     decode_session,
     entry_json,
@@ -54,9 +58,21 @@ ON CONFLICT (session_id, step_id, update_type) DO UPDATE SET
     updated_at = excluded.updated_at
 """
 
+# Taken when free, expired, or already the caller's (then only the expiry moves).
+_ACQUIRE_LEASE = """
+INSERT INTO session_leases (session_id, owner, expires_at, acquired_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (session_id) DO UPDATE SET
+    owner = excluded.owner,
+    expires_at = excluded.expires_at,
+    acquired_at = CASE WHEN session_leases.owner = excluded.owner
+                       THEN session_leases.acquired_at ELSE excluded.acquired_at END
+WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= excluded.acquired_at
+"""
+
 
 class SQLiteCheckpointStore:
-    """A ``CheckpointStore`` in the SQLite file at ``path`` (created owner-only if new).
+    """A ``CheckpointStore`` and ``SessionLeases`` in the SQLite file at ``path``
+    (created owner-only if new).
 
     The sqlite3 calls run synchronously inside the ``async`` methods, on purpose: a
     local write takes about 50 µs, less than handing it to a worker thread costs, and
@@ -196,6 +212,40 @@ class SQLiteCheckpointStore:
                 for table in ("checkpoints", "session_entries", "step_updates")
             )
         return removed > 0
+
+    # -- SessionLeases -------------------------------------------------------------------
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        check_lease_args(owner, ttl_seconds)
+        now = time.time()
+        with self.transaction() as db:
+            taken = db.execute(_ACQUIRE_LEASE, (session_id, owner, now + ttl_seconds, now))
+            return taken.rowcount == 1
+
+    async def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        check_lease_args(owner, ttl_seconds)
+        with self.transaction() as db:
+            return db.execute(
+                "UPDATE session_leases SET expires_at = ? WHERE session_id = ? AND owner = ?",
+                (time.time() + ttl_seconds, session_id, owner),
+            ).rowcount == 1
+
+    async def release_lease(self, session_id: str, owner: str) -> bool:
+        with self.transaction() as db:
+            return db.execute(
+                "DELETE FROM session_leases WHERE session_id = ? AND owner = ?",
+                (session_id, owner),
+            ).rowcount == 1
+
+    async def get_lease(self, session_id: str) -> Lease | None:
+        now = time.time()
+        with self.transaction(write=False) as db:
+            row = db.execute(
+                "SELECT owner, expires_at FROM session_leases "
+                "WHERE session_id = ? AND expires_at > ?",
+                (session_id, now),
+            ).fetchone()
+        return None if row is None else Lease(session_id, row[0], row[1] - now)
 
     async def close(self) -> None:
         """Close the connection (the last one to close also folds the WAL back in)."""

@@ -113,6 +113,24 @@ def m002_session_index_and_events(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m003_session_leases(db: sqlite3.Connection) -> None:
+    """Who runs each session now (``nonoka.store.base.SessionLeases``).
+
+    One row per leased session; ``expires_at`` is a ``time.time()`` timestamp, so a row
+    left by a killed process stops counting once it has passed. Released leases are
+    deleted; expired ones are overwritten by the next owner.
+    """
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS session_leases (
+            session_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            expires_at REAL NOT NULL,
+            acquired_at REAL NOT NULL
+        )"""
+    )
+
+
 # -- runner -------------------------------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -1,0 +1,90 @@
+"""Fault injection: die at a named point of the code, or trace every point reached.
+
+nonoka promises that process death does not matter. To prove it, the runtime calls
+``point(name)`` at every place it writes to the database or calls out (the model, a
+tool, the provider), and the fault campaign (``tests/faults/``) kills a real process at
+each of them in turn. Two environment variables, read once when this module is imported:
+
+``NONOKA_FAULT=<point>:<n>[,<point>:<n>...]``
+    the n-th time (1-based, counted per process) ``<point>`` is reached, the process
+    sends itself SIGKILL: no ``finally``, no flush, no goodbye — a real crash.
+``NONOKA_FAULT_TRACE=<file>``
+    every point reached is appended to ``<file>``, one name per line, so the campaign
+    enumerates the points from a clean run instead of guessing with sleeps.
+
+Unarmed (the normal case) ``point`` is a module-level function that does nothing, so a
+hook costs one call. This module imports ``os`` only: the bridge imports it on every turn.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the bridge's import budget
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+FAULT_ENV = "NONOKA_FAULT"
+TRACE_ENV = "NONOKA_FAULT_TRACE"
+
+POINTS = (
+    "model.call.before",       # a model request is about to be sent
+    "model.call.after",        # the answer arrived; nothing about it is stored yet
+    "tool.start",              # a tool nonoka runs is about to run (its intent is stored)
+    "tool.end",                # the tool returned; its result is not stored yet
+    "checkpoint.save.before",  # a session snapshot is about to be written
+    "checkpoint.save.after",   # the snapshot was committed
+    "step.update.before",      # a plan step's status/result/error row is about to be written
+    "step.update.after",       # ... and was committed
+    "index.update.before",     # the session index row (cli_sessions) is about to be written
+    "index.update.after",      # ... and was committed
+    "event.append.before",     # an event-log entry is about to be appended
+    "event.append.after",      # ... and was committed
+    "bridge.send",             # the bridge wrote an event line to the provider
+)
+"""Every point the code reaches; ``tests/faults`` checks the list against a trace."""
+
+
+def _noop(name: str) -> None:
+    """Unarmed: nothing to do (the usual case)."""
+
+
+def _parse(spec: str) -> dict[str, int]:
+    """``"a:2,b:1"`` → ``{"a": 2, "b": 1}``; a malformed spec is an error, not a no-op."""
+    targets: dict[str, int] = {}
+    for part in spec.split(","):
+        name, sep, count = part.strip().rpartition(":")
+        if not sep or not name or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"{FAULT_ENV}={spec!r}: expected <point>:<n> with n >= 1, "
+                             "comma-separated")
+        targets[name] = int(count)
+    return targets
+
+
+def _armed(spec: str, trace: str) -> Callable[[str], None]:
+    targets = _parse(spec) if spec else {}
+    seen: dict[str, int] = {}
+    trace_fd = (os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                if trace else -1)
+
+    def point(name: str) -> None:
+        """Count ``name``; trace it; die if this is the armed occurrence."""
+        n = seen[name] = seen.get(name, 0) + 1
+        if trace_fd >= 0:
+            os.write(trace_fd, f"{name}\n".encode())
+        if targets.get(name) == n:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return point
+
+
+def _install() -> Callable[[str], None]:
+    spec = os.environ.get(FAULT_ENV, "").strip()
+    trace = os.environ.get(TRACE_ENV, "").strip()
+    return _armed(spec, trace) if spec or trace else _noop
+
+
+point: Callable[[str], None] = _install()
+"""Call at a fault point: ``faults.point("checkpoint.save.before")``."""

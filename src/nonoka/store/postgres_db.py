@@ -1,0 +1,149 @@
+"""A PostgreSQL database for nonoka: the pool, lazy opening, migrations, errors.
+
+``open_project_stores`` is synchronous and every turn may run in a fresh process, so
+nothing connects until the first call needs the database. Then, at once, the pool
+starts connecting in the background while one direct connection checks and migrates the
+schema: a server that is down or refuses us fails that first call within the connect
+timeout with libpq's own message (a pool alone would retry quietly until its timeout).
+The checkpoint store and the record store of a project share one ``PostgresDatabase``.
+
+Driver errors become ``StoreError`` naming the database (never its password). A pool
+belongs to the event loop that opened it: use a database from one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from nonoka.errors import ConfigurationError, StoreError
+
+try:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import AsyncConnectionPool
+except ImportError as exc:  # pragma: no cover - exercised with the extra missing
+    raise ConfigurationError(
+        "the PostgreSQL engine needs psycopg 3 and psycopg-pool: "
+        "pip install 'nonoka[postgres]'"
+    ) from exc
+
+from nonoka.store.postgres_schema import SCHEMA_NAME, migrate
+
+CONNECT_TIMEOUT = 10
+"""Seconds to wait for the server when connecting (unless the URL sets its own)."""
+
+
+class PostgresDatabase:
+    """One connection pool over one database and schema, opened on first use.
+
+    ``url`` is a libpq URL or conninfo string (``postgresql://user@host:5432/db``).
+    ``schema`` puts every nonoka table in that schema by setting the connections'
+    ``search_path``; without it the URL's (``?options=-csearch_path%3Dteam_a``) or the
+    server's default applies. The schema is created if missing. The pool keeps
+    ``min_size`` to ``max_size`` connections; a call waits up to ``timeout`` seconds for
+    a free one. Call ``close()`` when done.
+    """
+
+    def __init__(self, url: str, *, schema: str | None = None, min_size: int = 1,
+                 max_size: int = 4, timeout: float = 30.0) -> None:
+        if schema is not None and not SCHEMA_NAME.fullmatch(schema):
+            raise ConfigurationError(
+                f"schema {schema!r}: use letters, digits and underscores (at most 63, "
+                "not starting with a digit)"
+            )
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise ConfigurationError(f"cannot parse the PostgreSQL URL: {exc}") from None
+        self.schema = schema
+        self.where = describe(params, schema)
+        self._url = url
+        self._kwargs = _connection_kwargs(params, schema)
+        self._sizes = (min_size, max(min_size, max_size))
+        self._timeout = timeout
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._opening = asyncio.Lock()
+        self._closed = False
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in autocommit mode; driver errors become ``StoreError``."""
+        try:
+            pool = await self._open()
+            async with pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.where}: {_message(exc)}") from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection inside one transaction (rolled back if the block raises)."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    async def open(self) -> None:
+        """Connect and migrate now rather than on first use."""
+        try:
+            await self._open()
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.where}: {_message(exc)}") from exc
+
+    async def _open(self) -> AsyncConnectionPool[Any]:
+        if self._pool is not None:
+            return self._pool
+        async with self._opening:
+            if self._closed:
+                raise StoreError(f"{self.where}: the store is closed")
+            if self._pool is None:
+                low, high = self._sizes
+                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    self._url, kwargs=self._kwargs, min_size=low, max_size=high,
+                    timeout=self._timeout, open=False, name="nonoka",
+                )
+                await pool.open(wait=False)
+                try:
+                    async with await psycopg.AsyncConnection.connect(
+                        self._url, **self._kwargs
+                    ) as conn:
+                        await migrate(conn, self.where, self.schema)
+                except BaseException:
+                    await pool.close()
+                    raise
+                self._pool = pool
+        return self._pool
+
+    async def close(self) -> None:
+        """Close the pool (idempotent); later calls raise ``StoreError``."""
+        async with self._opening:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+
+def describe(params: dict[str, Any], schema: str | None = None) -> str:
+    """``postgresql://user@host:port/db`` (schema s), without the password."""
+    user = f"{params['user']}@" if params.get("user") else ""
+    port = f":{params['port']}" if params.get("port") else ""
+    text = f"postgresql://{user}{params.get('host', '')}{port}/{params.get('dbname', '')}"
+    return f"{text} (schema {schema})" if schema else text
+
+
+def _connection_kwargs(params: dict[str, Any], schema: str | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "application_name" not in params:
+        kwargs["application_name"] = "nonoka"
+    if "connect_timeout" not in params:
+        kwargs["connect_timeout"] = CONNECT_TIMEOUT
+    if schema is not None:
+        options = params.get("options", "")
+        kwargs["options"] = f"{options} -c search_path={schema}".strip()
+    return kwargs
+
+
+def _message(exc: BaseException) -> str:
+    """The driver's message (with libpq's hints) on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__

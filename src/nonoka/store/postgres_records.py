@@ -1,0 +1,164 @@
+"""The session index and event log in PostgreSQL, next to the checkpoints.
+
+The tables come from migration ``m002_session_index_and_events`` of
+``nonoka.store.postgres_schema``. Index metadata is ``jsonb`` with an expression index
+for the conversation-key lookup; event data is ``json`` (kept as written) and the usage
+summary is aggregated in SQL, so only the totals leave the database. Each session's
+event ``seq`` is computed under a per-session advisory lock, so concurrent writers from
+any number of processes never pick the same number.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from nonoka.store.memory_records import event_json
+from nonoka.store.postgres_db import PostgresDatabase
+from nonoka.store.postgres_schema import EVENT_LOCK
+from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+
+_COLUMNS = (
+    "session_id", "title", "model", "created_at", "last_active", "status", "turn_count",
+    "message_count", "input_tokens", "output_tokens", "cost_usd", "metadata",
+)
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions"
+_UPSERT = (
+    f"INSERT INTO cli_sessions ({', '.join(_COLUMNS)}) "
+    f"VALUES ({', '.join('%s' for _ in _COLUMNS)}) ON CONFLICT (session_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("session_id", "created_at"))
+)
+# Must match the index expression in m002 exactly, or the planner will not use the index.
+_KEY = "(metadata ->> 'conversation_key')"
+_PURPOSE = "coalesce(metadata ->> 'purpose', 'chat')"
+_ORDER = "ORDER BY last_active DESC, session_id"
+
+_APPEND = """
+INSERT INTO events (session_id, seq, at, kind, data_json)
+SELECT %(sid)s, coalesce(max(seq), 0) + 1, %(at)s, %(kind)s, %(data)s::json
+FROM events WHERE session_id = %(sid)s
+"""
+
+
+def _number(field: str, *, integer: bool = False) -> str:
+    """The sum of a model-call data field over the values that are JSON numbers.
+
+    ``json_typeof`` tells ``true`` from ``1``; integers are truncated per value, as
+    ``int()`` does in the memory engine.
+    """
+    value = f"(data_json ->> '{field}')::numeric"
+    if integer:
+        value = f"trunc({value})"
+    picked = (f"CASE WHEN kind = 'model_call' AND json_typeof(data_json -> '{field}') "
+              f"= 'number' THEN {value} END")
+    return f"coalesce(sum({picked}), 0)::{'bigint' if integer else 'float8'}"
+
+
+_SUMMARY = f"""
+SELECT count(*) FILTER (WHERE kind = 'model_call'), {_number('input_tokens', integer=True)},
+       {_number('output_tokens', integer=True)}, {_number('cost_usd')},
+       count(*) FILTER (WHERE kind = 'tool_call'), count(*) FILTER (WHERE kind = 'error'),
+       count(*) FILTER (WHERE kind = 'warning')
+FROM events WHERE session_id = %s
+"""
+
+
+class PostgresRecordStore:
+    """``SessionIndex`` and ``EventLog`` in a PostgreSQL database.
+
+    Given a URL it opens and owns its own ``PostgresDatabase``; given one (e.g. a
+    checkpoint store's ``database``) it borrows it, and ``close()`` leaves it open.
+    """
+
+    def __init__(self, database: str | PostgresDatabase, *, schema: str | None = None) -> None:
+        self._owned = not isinstance(database, PostgresDatabase)
+        self.database = (database if isinstance(database, PostgresDatabase) else
+                         PostgresDatabase(database, schema=schema))
+
+    # -- SessionIndex ---------------------------------------------------------------------
+
+    async def upsert_session(self, record: SessionRecord) -> None:
+        row = record.model_dump(mode="json")
+        row["metadata"] = Jsonb(row["metadata"])
+        async with self.database.connection() as conn:
+            await conn.execute(_UPSERT, [row[c] for c in _COLUMNS])
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        found = await self._select("WHERE session_id = %s", session_id)
+        return found[0] if found else None
+
+    async def find_sessions_by_prefix(self, prefix: str, limit: int = 10) -> list[SessionRecord]:
+        # LIKE is case-sensitive, and on a "C"-collated key it uses the primary key.
+        pattern = "".join(f"\\{c}" if c in "\\%_" else c for c in prefix) + "%"
+        return await self._select(f"WHERE session_id LIKE %s {_ORDER} LIMIT %s", pattern,
+                                  max(limit, 0))
+
+    async def find_by_conversation_key(
+        self, key: str, *, purpose: str = "chat"
+    ) -> list[SessionRecord]:
+        if not key:
+            return []
+        return await self._select(f"WHERE {_KEY} = %s AND {_PURPOSE} = %s {_ORDER}", key,
+                                  purpose)
+
+    async def list_sessions(
+        self, limit: int = 50, *, purpose: str | None = "chat"
+    ) -> list[SessionRecord]:
+        if purpose is None:
+            return await self._select(f"{_ORDER} LIMIT %s", max(limit, 0))
+        return await self._select(f"WHERE {_PURPOSE} = %s {_ORDER} LIMIT %s", purpose,
+                                  max(limit, 0))
+
+    async def delete_session_record(self, session_id: str) -> bool:
+        """Remove the row and the session's events; ``False`` when neither existed."""
+        removed = 0
+        async with self.database.transaction() as conn:
+            for table in ("cli_sessions", "events"):
+                cur = await conn.execute(f"DELETE FROM {table} WHERE session_id = %s",
+                                         (session_id,))
+                removed += cur.rowcount
+        return removed > 0
+
+    async def _select(self, where: str, *params: object) -> list[SessionRecord]:
+        async with self.database.connection() as conn:
+            rows = await (await conn.execute(f"{_SELECT} {where}", params)).fetchall()
+        return [SessionRecord.model_validate(dict(zip(_COLUMNS, r, strict=True)))
+                for r in rows]
+
+    # -- EventLog -------------------------------------------------------------------------
+
+    async def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
+        """Append with the next ``seq``, computed under the session's advisory lock."""
+        params = {"sid": session_id, "at": time.time(), "kind": kind, "data": event_json(data)}
+        async with self.database.transaction() as conn:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                               (EVENT_LOCK, session_id))
+            await conn.execute(_APPEND, params)
+
+    async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
+        async with self.database.connection() as conn:
+            rows = await (await conn.execute(
+                "SELECT seq, at, kind, data_json::text FROM events WHERE session_id = %s "
+                "ORDER BY seq DESC LIMIT %s",
+                (session_id, max(limit, 0)),
+            )).fetchall()
+        return [
+            EventRecord(session_id=session_id, seq=seq, at=at, kind=kind, data=json.loads(data))
+            for seq, at, kind, data in reversed(rows)
+        ]
+
+    async def usage_summary(self, session_id: str) -> UsageSummary:
+        async with self.database.connection() as conn:
+            row = await (await conn.execute(_SUMMARY, (session_id,))).fetchone()
+        assert row is not None  # an aggregate always returns one row
+        calls, tin, tout, cost, tools, errors, warnings = row
+        return UsageSummary(model_calls=calls, input_tokens=tin, output_tokens=tout,
+                            cost_usd=cost, tool_calls=tools, errors=errors, warnings=warnings)
+
+    async def close(self) -> None:
+        """Close the database if this store opened it (idempotent)."""
+        if self._owned:
+            await self.database.close()

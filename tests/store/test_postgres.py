@@ -1,0 +1,183 @@
+"""What only the PostgreSQL engine has: schemas, its migration ledger, real concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from nonoka.errors import (
+    ConfigurationError,
+    SessionConflictError,
+    StoreError,
+    UnsupportedVersionError,
+)
+from nonoka.messages import MemoryEntry
+from nonoka.state import SessionState, StepStatus
+from nonoka.store.postgres import PostgresCheckpointStore
+from nonoka.store.postgres_records import PostgresRecordStore
+from nonoka.store.postgres_schema import MIGRATIONS
+from tests import pg
+
+NAMES = [name for name, _ in MIGRATIONS]
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    with pg.temp_schema() as name:
+        yield name
+
+
+def _ledger(schema: str) -> list[tuple[object, ...]]:
+    with pg.connect(schema) as raw:
+        return raw.execute("SELECT name, applied_at FROM nonoka_migrations "
+                           "ORDER BY applied_at, name").fetchall()
+
+
+def _state(session_id: str = "s1") -> SessionState:
+    return SessionState(session_id=session_id, memory_entries=[MemoryEntry.make("user", "hi")])
+
+
+async def test_migrations_are_recorded_once(schema: str) -> None:
+    store = PostgresCheckpointStore(pg.PG_URL, schema=schema)
+    try:
+        await store.save_session(_state())
+    finally:
+        await store.close()
+    first = _ledger(schema)
+    assert [row[0] for row in first] == NAMES
+    again = PostgresCheckpointStore(pg.schema_url(schema))
+    try:
+        assert await again.load_session("s1") is not None
+    finally:
+        await again.close()
+    assert _ledger(schema) == first
+
+
+async def test_database_from_a_newer_nonoka_is_refused_untouched(schema: str) -> None:
+    store = PostgresCheckpointStore(pg.PG_URL, schema=schema)
+    await store.save_session(_state())
+    await store.close()
+    with pg.connect(schema) as raw:
+        raw.execute("INSERT INTO nonoka_migrations (name) VALUES ('m999_from_the_future')")
+    before = _ledger(schema)
+    newer = PostgresCheckpointStore(pg.PG_URL, schema=schema)
+    try:
+        with pytest.raises(UnsupportedVersionError, match="m999_from_the_future"):
+            await newer.load_session("s1")
+        with pytest.raises(UnsupportedVersionError):  # and again: nothing was half opened
+            await newer.save_session(_state("s2"))
+    finally:
+        await newer.close()
+    assert _ledger(schema) == before
+    with pg.connect(schema) as raw:
+        assert raw.execute("SELECT session_id FROM checkpoints").fetchall() == [("s1",)]
+
+
+@pytest.mark.parametrize("how", ["argument", "url"])
+async def test_a_missing_schema_is_created(how: str) -> None:
+    name = f"{pg.SCHEMA_PREFIX}new_{how}_{time.monotonic_ns()}"
+    try:
+        store = (PostgresCheckpointStore(pg.PG_URL, schema=name) if how == "argument"
+                 else PostgresCheckpointStore(pg.schema_url(name)))
+        try:
+            await store.save_session(_state())
+        finally:
+            await store.close()
+        assert [row[0] for row in _ledger(name)] == NAMES
+    finally:
+        pg.drop_schema(name)
+
+
+@pytest.mark.parametrize("name", ["bad name", "x;drop", "9lives", "a" * 64, ""])
+def test_bad_schema_names_are_refused(name: str) -> None:
+    with pytest.raises(ConfigurationError, match="schema"):
+        PostgresCheckpointStore(pg.PG_URL, schema=name)
+
+
+async def test_a_closed_store_raises(schema: str) -> None:
+    store = PostgresCheckpointStore(pg.PG_URL, schema=schema)
+    await store.save_session(_state())
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        await store.load_session("s1")
+
+
+async def test_two_creators_of_one_session_race(schema: str) -> None:
+    """Both see no row; exactly one creation lands, the other is a conflict."""
+    stores = [PostgresCheckpointStore(pg.PG_URL, schema=schema) for _ in range(4)]
+    try:
+        for store in stores:
+            await store.database.open()
+        for n in range(10):
+            sid = f"race-{n}"
+            results = await asyncio.gather(
+                *(s.save_session(_state(sid)) for s in stores), return_exceptions=True)
+            assert [r for r in results if not isinstance(r, BaseException)] == [1]
+            errors = [r for r in results if isinstance(r, BaseException)]
+            assert len(errors) == 3
+            assert all(isinstance(e, SessionConflictError) and "already exists" in str(e)
+                       for e in errors), errors
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_concurrent_writers_keep_event_and_step_order(schema: str) -> None:
+    records = [PostgresRecordStore(pg.PG_URL, schema=schema) for _ in range(3)]
+    stores = [PostgresCheckpointStore(pg.PG_URL, schema=schema) for _ in range(3)]
+    everything: list[PostgresRecordStore | PostgresCheckpointStore] = [*records, *stores]
+    try:
+        await stores[0].save_session(_state())
+        await asyncio.gather(*(r.append_event("s1", "request", {"n": n})
+                               for n in range(20) for r in records))
+        events = await records[0].list_events("s1", 100)
+        assert [e.seq for e in events] == list(range(1, 61))
+        await asyncio.gather(*(s.save_step_status("s1", f"step{n}", StepStatus.RUNNING)
+                               for n in range(10) for s in stores))
+        with pg.connect(schema) as raw:
+            times = [r[0] for r in raw.execute(
+                "SELECT updated_at FROM step_updates ORDER BY updated_at").fetchall()]
+        assert len(times) == 10 and len(set(times)) == 10
+    finally:
+        for store in everything:
+            await store.close()
+
+
+OPENER = """
+import asyncio, sys, time
+from nonoka.messages import MemoryEntry
+from nonoka.state import SessionState
+from nonoka.store.postgres import PostgresCheckpointStore
+url, sid, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+async def main():
+    store = PostgresCheckpointStore(url)
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    try:
+        await store.save_session(SessionState(session_id=sid))
+    finally:
+        await store.close()
+asyncio.run(main())
+"""
+
+
+async def test_processes_migrating_a_fresh_schema_at_once(schema: str) -> None:
+    start_at = time.time() + 1.5
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", OPENER, pg.schema_url(schema), f"p{n}", str(start_at),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for n in range(8)
+    ]
+    outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 60)
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err.decode()
+    assert [row[0] for row in _ledger(schema)] == NAMES
+    with pg.connect(schema) as raw:
+        sessions = {r[0] for r in raw.execute("SELECT session_id FROM checkpoints")}
+    assert sessions == {f"p{n}" for n in range(8)}
