@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -245,6 +246,27 @@ def conflict_error(state: SessionState, stored: int | None) -> SessionConflictEr
         f"session {sid} {what}: stored revision {stored}, this copy builds on revision "
         f"{state.revision}. Load it again and reapply the change; nothing was written."
     )
+
+
+class StepUpdateWriter(ABC):
+    """The contract's three step-update methods, over one engine primitive.
+
+    Each engine stores a step update the same way whatever its kind; it implements
+    ``_write_step`` and inherits the rest.
+    """
+
+    @abstractmethod
+    async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
+        """Upsert the latest ``kind`` row of one step."""
+
+    async def save_step_status(self, session_id: str, step_id: str, status: StepStatus) -> None:
+        await self._write_step(session_id, step_id, "status", step_payload("status", status))
+
+    async def save_step_result(self, session_id: str, step_id: str, result: StepResult) -> None:
+        await self._write_step(session_id, step_id, "result", step_payload("result", result))
+
+    async def save_step_error(self, session_id: str, step_id: str, failure: StepFailure) -> None:
+        await self._write_step(session_id, step_id, "error", step_payload("error", failure))
 
 
 def step_payload(update_type: str, value: StepStatus | StepResult | StepFailure) -> str:

@@ -14,17 +14,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from nonoka.state import SessionState, StepFailure, StepResult, StepStatus
+from nonoka.state import SessionState
 from nonoka.store.base import (
     EntryPlan,
     Lease,
+    StepUpdateWriter,
     check_lease_args,
     conflict_error,
     decode_session,
     entry_json,
     next_update_time,
     snapshot_json,
-    step_payload,
 )
 
 
@@ -58,7 +58,7 @@ class MemoryDatabase:
     next_order: int = 0
 
 
-class MemoryCheckpointStore:
+class MemoryCheckpointStore(StepUpdateWriter):
     """A ``CheckpointStore`` and ``SessionLeases`` over a ``MemoryDatabase`` (fresh by
     default)."""
 
@@ -103,14 +103,8 @@ class MemoryCheckpointStore:
             session_id, snapshot, entries, revision, [r[:4] for r in steps]
         )
 
-    async def save_step_status(self, session_id: str, step_id: str, status: StepStatus) -> None:
-        self._save_step(session_id, step_id, "status", step_payload("status", status))
-
-    async def save_step_result(self, session_id: str, step_id: str, result: StepResult) -> None:
-        self._save_step(session_id, step_id, "result", step_payload("result", result))
-
-    async def save_step_error(self, session_id: str, step_id: str, failure: StepFailure) -> None:
-        self._save_step(session_id, step_id, "error", step_payload("error", failure))
+    async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
+        self._save_step(session_id, step_id, kind, payload)
 
     def _save_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         db = self.database

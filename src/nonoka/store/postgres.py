@@ -19,17 +19,17 @@ import time
 from typing import Any
 
 from nonoka.errors import CorruptSessionError
-from nonoka.state import SessionState, StepFailure, StepResult, StepStatus
+from nonoka.state import SessionState
 from nonoka.store.base import (
     EntryPlan,
     Lease,
+    StepUpdateWriter,
     check_lease_args,
     conflict_error,
     decode_session,
     entry_json,
     next_update_time,
     snapshot_json,
-    step_payload,
 )
 from nonoka.store.postgres_db import PostgresDatabase
 from nonoka.store.postgres_schema import STEP_LOCK
@@ -80,7 +80,7 @@ WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= cloc
 """
 
 
-class PostgresCheckpointStore:
+class PostgresCheckpointStore(StepUpdateWriter):
     """A ``CheckpointStore`` and ``SessionLeases`` in a PostgreSQL database.
 
     Given a URL it opens (on first use) and owns a ``PostgresDatabase`` (``schema`` and
@@ -147,16 +147,8 @@ class PostgresCheckpointStore:
         step_rows = [tuple(s) for s in json.loads(steps)] if steps else []
         return decode_session(session_id, snapshot, entries, revision, step_rows)
 
-    async def save_step_status(self, session_id: str, step_id: str, status: StepStatus) -> None:
-        await self._save_step(session_id, step_id, "status", step_payload("status", status))
 
-    async def save_step_result(self, session_id: str, step_id: str, result: StepResult) -> None:
-        await self._save_step(session_id, step_id, "result", step_payload("result", result))
-
-    async def save_step_error(self, session_id: str, step_id: str, failure: StepFailure) -> None:
-        await self._save_step(session_id, step_id, "error", step_payload("error", failure))
-
-    async def _save_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
+    async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         async with self.database.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
                                (STEP_LOCK, session_id))

@@ -16,25 +16,19 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from nonoka.store import index_sql
 from nonoka.store.memory_records import event_json
 from nonoka.store.postgres_db import PostgresDatabase
 from nonoka.store.postgres_schema import EVENT_LOCK
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
 
-_COLUMNS = (
-    "session_id", "title", "model", "created_at", "last_active", "status", "turn_count",
-    "message_count", "input_tokens", "output_tokens", "cost_usd", "metadata",
-)
-_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions"
-_UPSERT = (
-    f"INSERT INTO cli_sessions ({', '.join(_COLUMNS)}) "
-    f"VALUES ({', '.join('%s' for _ in _COLUMNS)}) ON CONFLICT (session_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("session_id", "created_at"))
-)
+_COLUMNS = index_sql.COLUMNS
+_SELECT = index_sql.SELECT
+_UPSERT = index_sql.upsert("%s")
 # Must match the index expression in m002 exactly, or the planner will not use the index.
 _KEY = "(metadata ->> 'conversation_key')"
 _PURPOSE = "coalesce(metadata ->> 'purpose', 'chat')"
-_ORDER = "ORDER BY last_active DESC, session_id"
+_ORDER = index_sql.ORDER
 
 _APPEND = """
 INSERT INTO events (session_id, seq, at, kind, data_json)

@@ -24,17 +24,17 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from nonoka.errors import CorruptSessionError, StoreError
-from nonoka.state import SessionState, StepFailure, StepResult, StepStatus
+from nonoka.state import SessionState
 from nonoka.store.base import (
     EntryPlan,
     Lease,
+    StepUpdateWriter,
     check_lease_args,
     conflict_error,
     decode_session,
     entry_json,
     next_update_time,
     snapshot_json,
-    step_payload,
 )
 from nonoka.store.sqlite_db import open_database
 
@@ -70,7 +70,7 @@ WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= excl
 """
 
 
-class SQLiteCheckpointStore:
+class SQLiteCheckpointStore(StepUpdateWriter):
     """A ``CheckpointStore`` and ``SessionLeases`` in the SQLite file at ``path``
     (created owner-only if new).
 
@@ -187,14 +187,8 @@ class SQLiteCheckpointStore:
             )
         return decode_session(session_id, snapshot, entries, revision, steps)
 
-    async def save_step_status(self, session_id: str, step_id: str, status: StepStatus) -> None:
-        self._save_step(session_id, step_id, "status", step_payload("status", status))
-
-    async def save_step_result(self, session_id: str, step_id: str, result: StepResult) -> None:
-        self._save_step(session_id, step_id, "result", step_payload("result", result))
-
-    async def save_step_error(self, session_id: str, step_id: str, failure: StepFailure) -> None:
-        self._save_step(session_id, step_id, "error", step_payload("error", failure))
+    async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
+        self._save_step(session_id, step_id, kind, payload)
 
     def _save_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         with self.transaction() as db:

@@ -16,24 +16,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nonoka.store import index_sql
 from nonoka.store.memory_records import event_json
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
 from nonoka.store.sqlite import SQLiteCheckpointStore
 
-_COLUMNS = (
-    "session_id", "title", "model", "created_at", "last_active", "status", "turn_count",
-    "message_count", "input_tokens", "output_tokens", "cost_usd", "metadata",
-)
-_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions"
-_UPSERT = (
-    f"INSERT INTO cli_sessions ({', '.join(_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in _COLUMNS)}) ON CONFLICT (session_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("session_id", "created_at"))
-)
+_COLUMNS = index_sql.COLUMNS
+_SELECT = index_sql.SELECT
+_UPSERT = index_sql.upsert("?")
 # Must match the index expression in m002 exactly, or SQLite will not use the index.
 _KEY = "json_extract(metadata, '$.conversation_key')"
 _PURPOSE = "coalesce(json_extract(metadata, '$.purpose'), 'chat')"
-_ORDER = "ORDER BY last_active DESC, session_id"
+_ORDER = index_sql.ORDER
 
 _APPEND = """
 INSERT INTO events (session_id, seq, at, kind, data_json)
