@@ -13,6 +13,8 @@ It is on the bridge's per-turn path: it imports nothing a bridge turn does not a
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import sys
 import time
 import traceback
@@ -88,10 +90,12 @@ def failure_of(exc: Exception) -> Failure:
         return Failure(frames.ERROR_SESSION_BUSY, str(exc), retryable=True)
     if isinstance(exc, SessionConflictError):
         return Failure(frames.ERROR_SESSION_CONFLICT, str(exc), retryable=True)
-    if isinstance(exc, CorruptSessionError | UnsupportedVersionError):
+    if isinstance(exc, UnsupportedVersionError):
         return Failure(frames.ERROR_SESSION_CORRUPT, str(exc))
+    if isinstance(exc, CorruptSessionError):
+        return Failure(frames.ERROR_SESSION_CORRUPT, _with_advice(str(exc), _CORRUPT_ADVICE))
     if isinstance(exc, StoreError):
-        return Failure(frames.ERROR_STORE_ERROR, str(exc))
+        return Failure(frames.ERROR_STORE_ERROR, store_advice(str(exc)))
     if isinstance(exc, ConfigurationError):
         return Failure(frames.ERROR_INVALID_REQUEST, str(exc))
     if isinstance(exc, NonokaError):
@@ -99,6 +103,41 @@ def failure_of(exc: Exception) -> Failure:
     traceback.print_exc(file=sys.stderr)
     return Failure(frames.ERROR_INTERNAL_ERROR,
                    f"{type(exc).__name__}: {exc} (a bug in nonoka; stderr has the traceback)")
+
+
+_CORRUPT_ADVICE = ("this session cannot be continued: start a new conversation, or restore "
+                   ".nonoka/sessions.db from a backup to get it back")
+_STORE_ADVICE = (
+    ("disk is full", "the disk is full: free some space, then send the request again"),
+    ("disk i/o error", "writing the database failed (is the disk full, or a file size limit "
+                       "reached?): free some space or check the disk, then send the request "
+                       "again"),
+    ("readonly database", "the database is read-only: make .nonoka/ and its files writable "
+                          "for this user, then send the request again"),
+    ("unable to open database file", "the database cannot be opened: make sure .nonoka/ "
+                                     "exists and is writable for this user"),
+    ("permission denied", "make .nonoka/ and its files writable for this user, then send "
+                          "the request again"),
+    ("read-only file system", "the workspace is on a read-only file system: point "
+                              "NONOKA_DATABASE_URL at a writable place"),
+)
+
+
+def store_advice(message: str) -> str:
+    """A store error's message with what to do about it, for the errors people can fix.
+
+    SQLite names the failure ("disk I/O error") but not the remedy; the person reading
+    the error needs the remedy. A failed write changes nothing that was stored.
+    """
+    lowered = message.lower()
+    for needle, advice in _STORE_ADVICE:
+        if needle in lowered:
+            return _with_advice(message, advice + " (the failed write changed nothing)")
+    return message
+
+
+def _with_advice(message: str, advice: str) -> str:
+    return f"{message.rstrip('. ')}; {advice}"
 
 
 class SessionBook:
@@ -133,8 +172,13 @@ class SessionBook:
     # -- the timeline -----------------------------------------------------------------
 
     async def log(self, kind: str, data: dict[str, Any]) -> None:
-        """Append to the session's timeline; held back until the session is known."""
-        self._pending.append((kind, data))
+        """Append to the session's timeline; held back until the session is known.
+
+        The values of secrets in the environment (``OPENAI_API_KEY`` and the like) are
+        masked wherever they appear; the store then redacts what looks like a key or a
+        bearer token, whatever its source.
+        """
+        self._pending.append((kind, mask_secrets(data)))
         await self._flush()
 
     async def _flush(self) -> None:
@@ -215,8 +259,58 @@ class SessionBook:
             state = await self.stores.checkpoints.load_session(self.session_id)
             if state is not None:
                 await self.index(Session.from_state(state))
-        except Exception:  # the run's outcome matters more than the index row
+        except NonokaError as exc:  # the run's outcome matters more than the index row
+            print(f"nonoka: the session index was not updated: {exc}", file=sys.stderr)
+        except Exception:
             traceback.print_exc(file=sys.stderr)
+
+
+_SECRET_NAME = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS")
+_MIN_SECRET = 8
+"""Shorter values are not masked: they would blank out ordinary words."""
+_secrets: tuple[str, ...] | None = None
+
+
+def secret_values() -> tuple[str, ...]:
+    """Values of environment variables named like secrets (read once per process)."""
+    global _secrets
+    if _secrets is None:
+        found = {value for name, value in os.environ.items()
+                 if name.upper().endswith(_SECRET_NAME) and len(value) >= _MIN_SECRET}
+        _secrets = tuple(sorted(found, key=len, reverse=True))  # longest first
+    return _secrets
+
+
+_ASSIGNED_SECRET = re.compile(
+    r"(?i)(\b[A-Z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd))(\s*[:=]\s*[\"']?)"
+    r"[^\s\"',}]{4,}")
+"""``OPENAI_API_KEY=...``, ``GITHUB_TOKEN: ...``: what a tool printing its environment
+shows (the store's patterns want the bare word, so they miss a prefixed name)."""
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16})\b")
+"""Well-known token formats (GitHub, Slack, AWS access key ids)."""
+
+
+def mask_secrets(value: Any) -> Any:
+    """``value`` with secrets replaced by ``[redacted]`` in every string of it.
+
+    A key can reach the timeline in shapes no pattern foresees — an endpoint that echoes
+    it in an error, a tool that prints its environment — so the values of the secrets
+    in this process's environment are masked exactly; so are ``NAME_TOKEN=value``
+    assignments and well-known token formats, whatever their source.
+    """
+    if isinstance(value, str):
+        for secret in secret_values():
+            if secret in value:
+                value = value.replace(secret, "[redacted]")
+        value = _ASSIGNED_SECRET.sub(r"\1\2[redacted]", value)
+        return _TOKEN_SHAPES.sub("[redacted]", value)
+    if isinstance(value, dict):
+        return {k: mask_secrets(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_secrets(v) for v in value]
+    return value
 
 
 def title_from(text: str) -> str:

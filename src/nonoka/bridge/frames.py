@@ -33,6 +33,10 @@ PROTOCOL_VERSION: Final = "1"
 SUPPORTED_PROTOCOL_VERSIONS: Final = ("1",)
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 """Longest accepted line in bytes, not counting its ``\\n``; history is resent every turn."""
+MAX_NESTING: Final = 100
+"""Deepest accepted nesting of arrays and objects. A fixed bound, so whether a line is
+accepted never depends on how deep the reader's stack happens to be (the JSON parser and
+every encoder downstream recurse), and nothing valid comes near it."""
 
 # -- capabilities ----------------------------------------------------------------------
 
@@ -106,6 +110,7 @@ FINISH_REASONS: Final = (FINISH_STOP, FINISH_TOOL_CALLS, FINISH_CANCELLED, FINIS
 WARNING_SESSION_NOT_FOUND_STARTING_NEW: Final = "session_not_found_starting_new"
 WARNING_SESSION_ID_MISSING_STARTING_FRESH: Final = "session_id_missing_starting_fresh"
 WARNING_SESSION_MISMATCH_STARTING_NEW: Final = "session_mismatch_starting_new"
+WARNING_CONVERSATION_KEY_IGNORED: Final = "conversation_key_ignored"
 WARNING_CODES: Final[Mapping[str, str]] = MappingProxyType({
     WARNING_SESSION_MISMATCH_STARTING_NEW:
         "the sent session_id belongs to a different conversation (its stored history does "
@@ -118,6 +123,10 @@ WARNING_CODES: Final[Mapping[str, str]] = MappingProxyType({
         "the history is a continuation but no session_id was sent and none matched "
         "conversation_key; a new session was started (seeded with the history); details "
         "list the most recently active sessions",
+    WARNING_CONVERSATION_KEY_IGNORED:
+        "conversation_key is not 64 lower-case hex digits (the SHA-256 of the first user "
+        "message), so it was ignored: this request cannot be recovered by key; fix the "
+        "provider",
 })
 
 # -- error codes -----------------------------------------------------------------------
@@ -437,15 +446,32 @@ def _loads(text: str) -> Any:
         ) from None
     except RecursionError:
         raise ProtocolError(ERROR_INVALID_JSON,
-                            "the line's JSON is nested too deeply to read; flatten it",
-                            {"reason": "too_deep"}) from None
+                            f"the line's JSON is nested more than {MAX_NESTING} levels deep; "
+                            "flatten it", {"reason": "too_deep"}) from None
     except ValueError as exc:  # e.g. an integer with more digits than Python allows
         raise ProtocolError(ERROR_INVALID_JSON,
                             f"the line's JSON cannot be read ({exc}); fix the value",
                             {"reason": "unreadable_value"}) from None
+    if _too_deep(obj):
+        raise ProtocolError(ERROR_INVALID_JSON,
+                            f"the line's JSON is nested more than {MAX_NESTING} levels deep; "
+                            "flatten it", {"reason": "too_deep"})
     if "\\ud" in text or "\\uD" in text:  # cheap test: only escapes make surrogates
         obj = _scrub_tree(obj)
     return obj
+
+
+def _too_deep(root: Any) -> bool:
+    """Whether arrays and objects nest deeper than ``MAX_NESTING`` (without recursion)."""
+    stack = [(root, 1)] if isinstance(root, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, dict | list))
+    return False
 
 
 def _scrub_tree(root: Any) -> Any:

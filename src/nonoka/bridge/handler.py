@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ from nonoka.bridge.protocol import (
     WarningEvent,
 )
 from nonoka.config import configured_model
-from nonoka.errors import ConfigurationError
+from nonoka.errors import ConfigurationError, UnsupportedVersionError
 from nonoka.events import (
     ModelCalled,
     RunEvent,
@@ -57,7 +58,7 @@ from nonoka.llm.base import ChatModel
 from nonoka.paradigms.env import RunResult
 from nonoka.runner import Runner
 from nonoka.runtime import RuntimeLimits
-from nonoka.session import Session
+from nonoka.session import Session, validate_session_id
 from nonoka.state import SessionStatus
 from nonoka.store.project import ProjectStores, database_url_from_env, open_project_stores
 from nonoka.tools import host_tool
@@ -94,6 +95,8 @@ class BridgeHandler:
         self._session: Session | None = None
         self._streamed = False
         """Whether this request has sent the host any text or tool call yet."""
+        self.key, self._warnings = _checked_key(request.conversation_key)
+        """The request's conversation key, or ``None`` when it was missing or malformed."""
 
     def send(self, event: BaseEvent) -> None:
         self._send(event.model_copy(update={"request_id": self.request.request_id}))
@@ -104,9 +107,9 @@ class BridgeHandler:
         try:
             model = self._model()
             cwd = self._cwd()
-            self._stores = open_project_stores(cwd, database_url_from_env())
+            self._stores = _open_stores(cwd)
             self.book.attach(self._stores, metadata={
-                "conversation_key": self.request.conversation_key,
+                "conversation_key": self.key,
                 "purpose": self.request.purpose, "cwd": str(cwd)})
             try:
                 await self._finish_run(await self._run(model))
@@ -117,7 +120,7 @@ class BridgeHandler:
             except Exception as exc:  # the process must answer, whatever went wrong
                 await self._fail(_classify(exc))
             finally:
-                await self._stores.close()
+                await _close(self._stores)
         except _Failure as failure:
             await self._fail(failure)
         except Exception as exc:
@@ -213,7 +216,17 @@ class BridgeHandler:
                                    reopen=awaiting)
 
     async def _decide(self, runner: Runner) -> Decision:
+        decision = await self._pick(runner)
+        decision.warnings[:0] = self._warnings
+        return decision
+
+    async def _pick(self, runner: Runner) -> Decision:
         request = self.request
+        if request.session_id:
+            try:
+                validate_session_id(request.session_id)
+            except ConfigurationError as exc:
+                raise _Failure(frames.ERROR_INVALID_REQUEST, f"session_id: {exc}") from None
         if request.purpose == frames.PURPOSE_TITLE:
             return await self._title_session(runner)
         if request.new_session:
@@ -263,7 +276,7 @@ class BridgeHandler:
             raise _Failure(frames.ERROR_INVALID_REQUEST, f"session_id: {exc}") from exc
 
     async def _recover(self, runner: Runner, continuation: bool) -> Session | None:
-        key = self.request.conversation_key
+        key = self.key
         if not key or not continuation:
             return None
         for record in await self.stores.index.find_by_conversation_key(key):
@@ -361,6 +374,41 @@ def _title(request: ChatRequest) -> str:
         if message.role == "user" and message.content.strip():
             return title_from(message.content)
     return ""
+
+
+def _checked_key(key: str | None) -> tuple[str | None, list[WarningEvent]]:
+    """The conversation key if it is one (64 hex digits, SPEC §2.2), else ``None`` and a
+    warning: anything else is a provider bug, and must not become a lookup key."""
+    if key is None or (len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+        return key, []
+    code = frames.WARNING_CONVERSATION_KEY_IGNORED
+    return None, [WarningEvent(code=code, message=frames.WARNING_CODES[code],
+                               details={"length": len(key)})]
+
+
+def _open_stores(cwd: Path) -> ProjectStores:
+    """The project's stores, with failures a person can fix named as such."""
+    try:
+        return open_project_stores(cwd, database_url_from_env())
+    except UnsupportedVersionError as exc:  # the whole database, not one session
+        raise _Failure(frames.ERROR_STORE_ERROR, str(exc)) from None
+    except OSError as exc:  # .nonoka/ cannot be created in the workspace
+        raise _Failure(frames.ERROR_INVALID_CWD, (
+            f"cannot create {cwd / '.nonoka'}: {exc.strerror or exc}; make the workspace "
+            "writable for this user, or point NONOKA_DATABASE_URL at a writable place"),
+        ) from None
+
+
+async def _close(stores: ProjectStores) -> None:
+    """Close the stores; the request has been answered, so a failure is only reported.
+
+    Whatever a failed close leaves (a write-ahead log not folded back) the next opener
+    recovers, so it must not turn into a second answer to the request.
+    """
+    try:
+        await stores.close()
+    except Exception as exc:
+        print(f"nonoka: closing the project database failed: {exc}", file=sys.stderr)
 
 
 def _classify(exc: Exception) -> _Failure:

@@ -104,14 +104,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import asyncio
 
-    return asyncio.run(_serve(first[0], reader, out))
+    server = _Server(reader, out)
+    code = asyncio.run(server.run(first[0]))
+    if not server.eof:
+        # Stopped by a signal with input still open: the stdin thread is blocked in a read
+        # and holds the stream's lock, which interpreter shutdown would wait for and then
+        # abort on. Everything is saved and written; leave without the shutdown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
-async def _serve(first: bytes, reader: LineReader, out: Output) -> int:
-    return await _Server(reader, out).run(first)
+class _Wake:
+    """Put in the line queue by a signal, so a server waiting for input notices it."""
 
 
-Item = bytes | frames.ProtocolError | None
+Item = bytes | frames.ProtocolError | _Wake | None
 
 
 class _Server:
@@ -138,7 +147,9 @@ class _Server:
                 self._acknowledge(line)
             acknowledged = False
             await self._handle(line)
-            if not self.queued and not self.eof and not self.stopping:
+            # Serve on until the next request, end of input or a signal: a bad line in
+            # between is answered by ``_take`` and must not end the process.
+            while not self.queued and not self.eof and not self.stopping:
                 self._take(await self.lines.get())
         return 0
 
@@ -165,6 +176,7 @@ class _Server:
             self.stopping = True
             if self.task is not None:
                 self.task.cancel()
+            self.lines.put_nowait(_Wake())  # between requests: stop waiting for input
 
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -209,6 +221,8 @@ class _Server:
 
     def _take(self, item: Item) -> None:
         """Handle a line that arrived while (or after) a request ran."""
+        if isinstance(item, _Wake):
+            return
         if item is None:
             self.eof = True
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nonoka.errors import NonokaError
 from nonoka.store.project import (
     DEFAULT_DATABASE,
     ProjectStores,
@@ -32,8 +33,22 @@ class AmbiguousSessionError(CliError):
 
 
 def open_stores(project: Path) -> ProjectStores:
-    """The project's stores, as the bridge opens them (``NONOKA_DATABASE_URL`` honoured)."""
-    return open_project_stores(project, database_url_from_env())
+    """The project's stores, as the bridge opens them (``NONOKA_DATABASE_URL`` honoured).
+
+    A database that cannot be opened (truncated, from a newer nonoka, read-only, a full
+    disk) or a ``.nonoka/`` that cannot be made is a ``CliError`` that says what to do,
+    not a traceback.
+    """
+    from nonoka.bookkeeping import store_advice
+
+    try:
+        return open_project_stores(project, database_url_from_env())
+    except OSError as exc:
+        raise CliError(f"cannot create {project / '.nonoka'}: {exc.strerror or exc}; make "
+                       "the project directory writable, or point NONOKA_DATABASE_URL at a "
+                       "writable place") from None
+    except NonokaError as exc:
+        raise CliError(store_advice(str(exc))) from None
 
 
 def has_database(project: Path) -> bool:
