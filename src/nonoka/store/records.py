@@ -119,7 +119,7 @@ class EventLog(Protocol):
 _SECRET_PATTERNS = [
     re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
-    re.compile(r"(?i)\b(api[_-]?key|authorization|token|secret|password)"
+    re.compile(r"(?i)(?<![a-z0-9])(api[_-]?key|authorization|token|secret|password)"
                r"(\"?\s*[:=]\s*\"?)[^\s\"',}]{4,}"),
 ]
 _SECRET_KEYS = re.compile(r"(?i)(api[_-]?key|authorization|secret|password|token)$")

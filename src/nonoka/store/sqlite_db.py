@@ -63,6 +63,12 @@ def _configure(db: sqlite3.Connection, where: str) -> None:
         _enable_wal(db, where)
         db.execute("PRAGMA synchronous = NORMAL")
         apply_migrations(db, where)
+    except sqlite3.OperationalError as exc:
+        advice = ("another process holds it locked; try again" if "locked" in str(exc)
+                  else "check that the disk has free space and the directory is writable")
+        raise StoreError(
+            f"cannot open {where}: {exc}; {advice}. The file was left as it is"
+        ) from exc
     except sqlite3.DatabaseError as exc:
         raise StoreError(
             f"{where} is not a usable SQLite database ({exc}); the file was left as it is"
