@@ -22,11 +22,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from nonoka import faults
 from nonoka.agent import Agent
-from nonoka.bookkeeping import SessionBook, failure_of, finish_reason_of, title_from
+from nonoka.bookkeeping import Failure, SessionBook, failure_of, finish_reason_of, title_from
 from nonoka.bridge import frames
 from nonoka.bridge.history import matches_stored, plan_turn, split_for_new_session
 from nonoka.bridge.protocol import (
@@ -76,11 +75,11 @@ class Decision:
 
 
 class _Failure(Exception):
-    def __init__(self, code: str, message: str, *, retryable: bool = False,
-                 details: dict[str, Any] | None = None) -> None:
+    """Stops a request with a protocol error the handler chose itself."""
+
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
-        self.code, self.message, self.retryable = code, message, retryable
-        self.details = details or {}
+        self.failure = Failure(code, message)
 
 
 class BridgeHandler:
@@ -105,8 +104,8 @@ class BridgeHandler:
     async def handle(self) -> None:
         """Run the request; always ends with exactly one ``finish`` event."""
         try:
-            model = self._model()
             cwd = self._cwd()
+            model = self._model(cwd)
             self._stores = _open_stores(cwd)
             self.book.attach(self._stores, metadata={
                 "conversation_key": self.key,
@@ -115,16 +114,16 @@ class BridgeHandler:
                 await self._finish_run(await self._run(model))
             except asyncio.CancelledError:
                 await self._finish(frames.FINISH_CANCELLED)
-            except _Failure as failure:
-                await self._fail(failure)
+            except _Failure as refused:
+                await self._fail(refused.failure)
             except Exception as exc:  # the process must answer, whatever went wrong
-                await self._fail(_classify(exc))
+                await self._fail(failure_of(exc))
             finally:
                 await _close(self._stores)
-        except _Failure as failure:
-            await self._fail(failure)
+        except _Failure as refused:
+            await self._fail(refused.failure)
         except Exception as exc:
-            await self._fail(_classify(exc))
+            await self._fail(failure_of(exc))
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -135,9 +134,9 @@ class BridgeHandler:
                            f"cwd {str(cwd)!r} is not a directory; send the workspace path")
         return cwd.resolve()
 
-    def _model(self) -> ChatModel:
+    def _model(self, cwd: Path) -> ChatModel:
         try:
-            return resolve_model(configured_model(self._cwd(), self.request.model))
+            return resolve_model(configured_model(cwd, self.request.model))
         except ConfigurationError as exc:
             raise _Failure(frames.ERROR_MODEL_NOT_CONFIGURED, str(exc)) from exc
 
@@ -318,11 +317,12 @@ class BridgeHandler:
         self.send(Finish(finish_reason=reason, usage=UsageTotals(**self.book.usage.as_dict()),
                          termination=termination))
 
-    async def _fail(self, failure: _Failure) -> None:
+    async def _fail(self, failure: Failure, termination: FinishTermination | None = None,
+                    ) -> None:
         await self.book.error(failure.code, failure.message)
         self.send(ErrorEvent(code=failure.code, message=failure.message,
-                             retryable=failure.retryable, details=failure.details))
-        await self._finish(frames.FINISH_ERROR)
+                             retryable=failure.retryable))
+        await self._finish(frames.FINISH_ERROR, termination)
 
     async def _replay(self, result: RunResult) -> None:
         """Send the host a stored answer it never received.
@@ -361,12 +361,10 @@ class BridgeHandler:
                        if term is not None else None)
         reason = finish_reason_of(result)
         if reason == frames.FINISH_ERROR:
-            failure = _Failure(frames.ERROR_MODEL_ERROR, result.error or "the run failed",
-                               retryable=result.retryable)
-            await self.book.error(failure.code, failure.message)
-            self.send(ErrorEvent(code=failure.code, message=failure.message,
-                                 retryable=failure.retryable))
-        await self._finish(reason, termination)
+            await self._fail(Failure(frames.ERROR_MODEL_ERROR, result.error or "the run failed",
+                                     retryable=result.retryable), termination)
+        else:
+            await self._finish(reason, termination)
 
 
 def _title(request: ChatRequest) -> str:
@@ -409,9 +407,3 @@ async def _close(stores: ProjectStores) -> None:
         await stores.close()
     except Exception as exc:
         print(f"nonoka: closing the project database failed: {exc}", file=sys.stderr)
-
-
-def _classify(exc: Exception) -> _Failure:
-    """Map an exception to the protocol's error codes."""
-    failure = failure_of(exc)
-    return _Failure(failure.code, failure.message, retryable=failure.retryable)
