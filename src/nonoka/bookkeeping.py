@@ -13,8 +13,6 @@ It is on the bridge's per-turn path: it imports nothing a bridge turn does not a
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 import sys
 import time
 import traceback
@@ -174,11 +172,9 @@ class SessionBook:
     async def log(self, kind: str, data: dict[str, Any]) -> None:
         """Append to the session's timeline; held back until the session is known.
 
-        The values of secrets in the environment (``OPENAI_API_KEY`` and the like) are
-        masked wherever they appear; the store then redacts what looks like a key or a
-        bearer token, whatever its source.
+        Secrets are masked by the store on the way in (``nonoka.store.records.redact``).
         """
-        self._pending.append((kind, mask_secrets(data)))
+        self._pending.append((kind, data))
         await self._flush()
 
     async def _flush(self) -> None:
@@ -263,54 +259,6 @@ class SessionBook:
             print(f"nonoka: the session index was not updated: {exc}", file=sys.stderr)
         except Exception:
             traceback.print_exc(file=sys.stderr)
-
-
-_SECRET_NAME = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS")
-_MIN_SECRET = 8
-"""Shorter values are not masked: they would blank out ordinary words."""
-_secrets: tuple[str, ...] | None = None
-
-
-def secret_values() -> tuple[str, ...]:
-    """Values of environment variables named like secrets (read once per process)."""
-    global _secrets
-    if _secrets is None:
-        found = {value for name, value in os.environ.items()
-                 if name.upper().endswith(_SECRET_NAME) and len(value) >= _MIN_SECRET}
-        _secrets = tuple(sorted(found, key=len, reverse=True))  # longest first
-    return _secrets
-
-
-_ASSIGNED_SECRET = re.compile(
-    r"(?i)(\b[A-Z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd))(\s*[:=]\s*[\"']?)"
-    r"[^\s\"',}]{4,}")
-"""``OPENAI_API_KEY=...``, ``GITHUB_TOKEN: ...``: what a tool printing its environment
-shows (the store's patterns want the bare word, so they miss a prefixed name)."""
-_TOKEN_SHAPES = re.compile(
-    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|AKIA[0-9A-Z]{16})\b")
-"""Well-known token formats (GitHub, Slack, AWS access key ids)."""
-
-
-def mask_secrets(value: Any) -> Any:
-    """``value`` with secrets replaced by ``[redacted]`` in every string of it.
-
-    A key can reach the timeline in shapes no pattern foresees — an endpoint that echoes
-    it in an error, a tool that prints its environment — so the values of the secrets
-    in this process's environment are masked exactly; so are ``NAME_TOKEN=value``
-    assignments and well-known token formats, whatever their source.
-    """
-    if isinstance(value, str):
-        for secret in secret_values():
-            if secret in value:
-                value = value.replace(secret, "[redacted]")
-        value = _ASSIGNED_SECRET.sub(r"\1\2[redacted]", value)
-        return _TOKEN_SHAPES.sub("[redacted]", value)
-    if isinstance(value, dict):
-        return {k: mask_secrets(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [mask_secrets(v) for v in value]
-    return value
 
 
 def title_from(text: str) -> str:

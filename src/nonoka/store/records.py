@@ -8,6 +8,7 @@ errors, recoveries. Both live next to the checkpoints, in the same database.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any, Protocol, runtime_checkable
@@ -119,22 +120,48 @@ class EventLog(Protocol):
 _SECRET_PATTERNS = [
     re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
-    re.compile(r"(?i)(?<![a-z0-9])(api[_-]?key|authorization|token|secret|password)"
-               r"(\"?\s*[:=]\s*\"?)[^\s\"',}]{4,}"),
+    re.compile(r"(?i)(?<![a-z0-9])([a-z0-9_.-]*(?:api[_-]?key|authorization|token|secret|"
+               r"password|passwd))(\"?\s*[:=]\s*[\"']?)[^\s\"',}]{4,}"),
+    re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+               r"|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b"),
 ]
+"""Bearer tokens, ``sk-`` keys, ``NAME_API_KEY=value`` / ``"token": "..."`` assignments,
+and well-known token formats (GitHub, Slack, AWS access key ids)."""
 _SECRET_KEYS = re.compile(r"(?i)(api[_-]?key|authorization|secret|password|token)$")
+_SECRET_ENV_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS")
+_MIN_SECRET = 8
+"""Shorter environment values are not masked: they would blank out ordinary words."""
+_env_secrets: tuple[str, ...] | None = None
+
+
+def _secret_env_values() -> tuple[str, ...]:
+    """Values of this process's environment variables named like secrets, longest first.
+
+    A key can reach the log in shapes no pattern foresees (an endpoint echoing it in an
+    error, a tool printing its environment), so those values are masked exactly.
+    """
+    global _env_secrets
+    if _env_secrets is None:
+        found = {value for name, value in os.environ.items()
+                 if name.upper().endswith(_SECRET_ENV_NAMES) and len(value) >= _MIN_SECRET}
+        _env_secrets = tuple(sorted(found, key=len, reverse=True))
+    return _env_secrets
 
 
 def redact(value: Any) -> Any:
-    """Replace API keys and bearer tokens anywhere in a JSON-like value."""
+    """Replace API keys and tokens anywhere in a JSON-like value (every event is written
+    through this, whatever the engine)."""
     if isinstance(value, str):
+        for secret in _secret_env_values():
+            if secret in value:
+                value = value.replace(secret, "[redacted]")
         for pattern in _SECRET_PATTERNS:
             value = pattern.sub(_mask, value)
         return value
     if isinstance(value, dict):
         return {k: "[redacted]" if isinstance(k, str) and _SECRET_KEYS.search(k)
                 and isinstance(v, str) else redact(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     return value
 
