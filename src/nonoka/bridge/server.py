@@ -72,26 +72,39 @@ class Output:
             self.closed = True
 
 
-def _first_request(reader: LineReader, out: Output) -> tuple[bytes, dict[str, object]] | None:
+Checked = tuple[bytes, dict[str, object]]
+"""A request line and its frame-checked object."""
+
+
+def _check(item: bytes | frames.ProtocolError, out: Output) -> Checked | None:
+    """The line and its object, or ``None`` after answering an unusable line."""
+    if isinstance(item, frames.ProtocolError):
+        out.write(frames.rejection_lines(item))
+        return None
+    try:
+        return item, frames.check_request_frame(item)
+    except frames.ProtocolError as error:
+        out.write(frames.rejection_lines(error))
+        return None
+
+
+def _acknowledge(obj: dict[str, object], out: Output) -> None:
+    rid = obj.get("request_id")
+    out.write(frames.ack_line(server_version=__version__,
+                              request_id=rid if isinstance(rid, str) else None))
+
+
+def _first_request(reader: LineReader, out: Output) -> Checked | None:
     """Read until a usable chat request (acknowledged) or end of input."""
     while True:
         line = reader.read()
         if line is None:
             return None
-        if isinstance(line, frames.ProtocolError):
-            out.write(frames.rejection_lines(line))
-            continue
-        try:
-            obj = frames.check_request_frame(line)
-        except frames.ProtocolError as error:
-            out.write(frames.rejection_lines(error))
-            continue
-        if obj.get("type") == frames.REQUEST_CANCEL:
-            continue  # nothing is running; there is nothing to cancel
-        rid = obj.get("request_id")
-        out.write(frames.ack_line(server_version=__version__,
-                                  request_id=rid if isinstance(rid, str) else None))
-        return line, obj
+        checked = _check(line, out)
+        if checked is None or checked[1].get("type") == frames.REQUEST_CANCEL:
+            continue  # a cancel with nothing running has nothing to cancel
+        _acknowledge(checked[1], out)
+        return checked
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +144,7 @@ class _Server:
 
         self.reader, self.out = reader, out
         self.lines: asyncio.Queue[Item] = asyncio.Queue()
-        self.queued: list[bytes] = []
+        self.queued: list[Checked] = []
         self.task: asyncio.Future[None] | None = None
         self.stopping = False
         self.eof = False
@@ -139,18 +152,17 @@ class _Server:
     async def run(self, first: bytes) -> int:
         self._start_pump()
         self._install_signal_handlers()
-        self.queued.append(first)
-        acknowledged = True
-        while self.queued and not self.stopping:
-            line = self.queued.pop(0)
-            if not acknowledged:
-                self._acknowledge(line)
-            acknowledged = False
+        line: bytes | None = first
+        while line is not None and not self.stopping:
             await self._handle(line)
             # Serve on until the next request, end of input or a signal: a bad line in
             # between is answered by ``_take`` and must not end the process.
             while not self.queued and not self.eof and not self.stopping:
                 self._take(await self.lines.get())
+            line = None
+            if self.queued and not self.stopping:
+                line, obj = self.queued.pop(0)
+                _acknowledge(obj, self.out)
         return 0
 
     def _start_pump(self) -> None:
@@ -226,21 +238,11 @@ class _Server:
         if item is None:
             self.eof = True
             return
-        if isinstance(item, frames.ProtocolError):
-            self.out.write(frames.rejection_lines(item))
+        checked = _check(item, self.out)
+        if checked is None:
             return
-        try:
-            obj = frames.check_request_frame(item)
-        except frames.ProtocolError as error:
-            self.out.write(frames.rejection_lines(error))
-            return
-        if obj.get("type") == frames.REQUEST_CANCEL:
+        if checked[1].get("type") == frames.REQUEST_CANCEL:
             if self.task is not None and not self.task.done():
                 self.task.cancel()
             return
-        self.queued.append(item)
-
-    def _acknowledge(self, line: bytes) -> None:
-        rid = frames.check_request_frame(line).get("request_id")
-        self.out.write(frames.ack_line(server_version=__version__,
-                                       request_id=rid if isinstance(rid, str) else None))
+        self.queued.append(checked)
