@@ -28,6 +28,7 @@ FAULT_ENV = "NONOKA_FAULT"
 TRACE_ENV = "NONOKA_FAULT_TRACE"
 
 POINTS = (
+    "model.early.sent",        # the bridge sent a turn's model request before loading the runtime
     "model.call.before",       # a model request is about to be sent
     "model.call.after",        # the answer arrived; nothing about it is stored yet
     "tool.start",              # a tool nonoka runs is about to run (its intent is stored)

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nonoka.tokens import entry_tokens
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -37,11 +39,6 @@ class Message(BaseModel):
     tool_call_id: str | None = None
 
 
-def estimate_tokens(text: str) -> int:
-    """A cheap token estimate (about four characters a token), good enough for budgets."""
-    return (len(text) + 3) // 4
-
-
 class MemoryEntry(BaseModel):
     """One stored conversation entry; immutable once written."""
 
@@ -58,7 +55,7 @@ class MemoryEntry(BaseModel):
         meta = {k: v for k, v in metadata.items() if v is not None}
         extra = sum(len(c.get("arguments", "")) for c in meta.get("tool_calls", []))
         return cls(role=role, content=content, metadata=meta,
-                   tokens=estimate_tokens(content) + extra // 4 + 4)
+                   tokens=entry_tokens(content, extra))
 
     @classmethod
     def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = ()) -> MemoryEntry:

@@ -177,7 +177,9 @@ def test_sigkill_mid_turn_then_a_clean_continuation(bridge: Bridge, scripted: li
     proc.stdin.flush()
     read_events_until(proc, "session_init")
     deadline = time.monotonic() + 10
-    while len(server.requests) < 2:  # the model call of the second turn is in flight
+    # The model call of the second turn is in flight (it may leave before the runtime
+    # loads: nonoka.bridge.early) and the turn has stored the tool result.
+    while len(server.requests) < 2 or len(load_state(bridge, sid).memory_entries) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)

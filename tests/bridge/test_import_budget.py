@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 from nonoka.testing import text
-from nonoka.testing.server import Step
-from tests.bridge.conftest import Bridge, chat, user
+from nonoka.testing.server import ScriptedOpenAIServer, Step
+from tests.bridge.conftest import Bridge, assistant, chat, one, user
 
 FORBIDDEN = {
     "rich": "a table renderer (only the human commands use it)",
@@ -62,3 +62,25 @@ def test_protocol_ack_needs_no_pydantic() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_prompt_turn_sends_its_model_request_before_pydantic_is_loaded(
+        bridge: Bridge, scripted: list[Step], server: ScriptedOpenAIServer) -> None:
+    scripted.extend([text("first"), text("the early request's answer")])
+    events = bridge.run(chat([user("hi")]))
+    session_id = one(events, "session_init")["session_id"]
+    request = {"cwd": str(bridge.project),
+               **chat([user("hi"), assistant("first"), user("again")], session_id=session_id)}
+    # What the bridge does before the runtime loads: dispatch, then (here) wait for the
+    # sending thread to finish and list what is imported.
+    code = ("import json, sys, threading, time\n"
+            "from nonoka.bridge import early\n"
+            "sent = early.dispatch(json.loads(sys.argv[1]))\n"
+            "while threading.active_count() > 1: time.sleep(0.005)\n"
+            "print(json.dumps([sent, sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pydantic', 'pydantic_core', 'asyncio'))]))\n")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(request)], cwd=bridge.project,
+                          env=bridge.env, capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert json.loads(done.stdout) == [True, []], done.stderr
+    assert [m["content"] for m in server.requests[-1]["messages"]] == ["hi", "first", "again"]

@@ -125,11 +125,12 @@ def test_show_lists_what_a_bridge_request_wrote(project: Project,
     assert shown["session"]["turn_count"] == 1 and shown["session"]["status"] == "completed"
     assert [e["kind"] for e in shown["events"]] == [
         "request", "session", "model_call", "tool_call", "finish",
-        "request", "session", "tool_result", "model_call", "finish"]
+        "request", "session", "tool_result", "model_call", "early_request", "finish"]
     tool_call = shown["events"][3]["data"]
     assert (tool_call["tool_name"], tool_call["executed_by"]) == ("lookup", "host")
     assert shown["events"][7]["data"]["executed_by"] == "host"
     assert shown["events"][8]["data"]["cost_usd"] == 0.001
+    assert shown["events"][9]["data"] == {"outcome": "used"}
     assert shown["usage"]["model_calls"] == 2 and shown["usage"]["tool_calls"] == 1
     assert shown["usage"]["input_tokens"] == 10 + 30
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nonoka import faults
+from nonoka import faults, inflight
 from nonoka.agent import Agent
 from nonoka.bookkeeping import Failure, SessionBook, failure_of, finish_reason_of, title_from
 from nonoka.bridge import frames
@@ -85,9 +85,14 @@ class _Failure(Exception):
 class BridgeHandler:
     """Handles one ``chat`` request; every event goes through ``send``."""
 
-    def __init__(self, request: ChatRequest, send: Send) -> None:
+    def __init__(self, request: ChatRequest, send: Send,
+                 raw: dict[str, object] | None = None) -> None:
         self.request = request
         self._send = send
+        self._raw = raw
+        """The request as it arrived (decoded JSON); its early dispatch is judged on it."""
+        self._agent: Agent | None = None
+        self._answered = False
         self._stores: ProjectStores | None = None
         self.book = SessionBook(title=_title(request))
         """The session's index row and timeline, written as ``nonoka run`` writes them."""
@@ -112,6 +117,7 @@ class BridgeHandler:
                 "purpose": self.request.purpose, "cwd": str(cwd)})
             try:
                 await self._finish_run(await self._run(model))
+                self._answered = True
             except asyncio.CancelledError:
                 await self._finish(frames.FINISH_CANCELLED)
             except _Failure as refused:
@@ -119,6 +125,7 @@ class BridgeHandler:
             except Exception as exc:  # the process must answer, whatever went wrong
                 await self._fail(failure_of(exc))
             finally:
+                await self._after_answer(model)
                 await _close(self._stores)
         except _Failure as refused:
             await self._fail(refused.failure)
@@ -157,7 +164,7 @@ class BridgeHandler:
         request = self.request
         runner = Runner(self.stores.checkpoints)
         tools = [host_tool(t.name, t.description, t.parameters) for t in request.tools]
-        agent = Agent(model=model, tools=tools)
+        agent = self._agent = Agent(model=model, tools=tools)
         await self.book.log("request", {
             "purpose": request.purpose, "messages": len(request.messages),
             "tools": [t.name for t in request.tools], "request_id": request.request_id,
@@ -180,7 +187,9 @@ class BridgeHandler:
         for warning in decision.warnings:
             self.send(warning)
             await self.book.log("warning", {"code": warning.code, "message": warning.message})
-        async with self.stores.hold(session.session_id):
+        from nonoka.bridge import early
+
+        async with self.stores.hold(session.session_id, early.lease_owner(session.session_id)):
             return await self._run_turn(runner, agent, session, prompt,
                                         new=decision.session is None)
 
@@ -285,6 +294,25 @@ class BridgeHandler:
                 return session
         return None
 
+    async def _after_answer(self, model: ChatModel) -> None:
+        """Give back the early dispatch's lease, and store the next turn's template.
+
+        The host has its answer by now; a failure here is only reported.
+        """
+        from nonoka.bridge import early
+
+        try:
+            await early.release_lease(self.stores)
+            sid = self.book.session_id
+            if self._answered and sid and self._raw is not None and self._agent is not None:
+                session = await Runner(self.stores.checkpoints).load_session(sid)
+                if session is not None:
+                    await early.remember_next_call(self.stores, session, model,
+                                                   list(self._agent.tool_map.values()),
+                                                   self._raw)
+        except Exception as exc:
+            print(f"nonoka: after answering: {exc}", file=sys.stderr)
+
     # -- events -----------------------------------------------------------------------------
 
     async def _on_run_event(self, event: RunEvent) -> None:
@@ -313,6 +341,9 @@ class BridgeHandler:
     # -- finishing --------------------------------------------------------------------------
 
     async def _finish(self, reason: str, termination: FinishTermination | None = None) -> None:
+        outcome = inflight.settle()  # the turn is over: nothing claims the request any more
+        if outcome is not None:
+            await self.book.log("early_request", {"outcome": outcome})
         await self.book.finish(reason)
         self.send(Finish(finish_reason=reason, usage=UsageTotals(**self.book.usage.as_dict()),
                          termination=termination))

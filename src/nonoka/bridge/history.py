@@ -63,7 +63,7 @@ def plan_turn(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> Tur
     return TurnPlan("prompt", prompt=prompt)
 
 
-def _host_users(entries: Sequence[MemoryEntry]) -> list[MemoryEntry]:
+def host_users(entries: Sequence[MemoryEntry]) -> list[MemoryEntry]:
     """User entries that came from the host (not nonoka's repair notes or summaries)."""
     return [e for e in entries if e.role == "user" and not e.metadata.get("contract_repair")
             and not e.metadata.get("summary")]
@@ -79,7 +79,7 @@ def prompt_is_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message],
     user messages counts as one, since it is stored joined. Only an exact count says
     "stored", so a new prompt is never mistaken for a stored one.
     """
-    users = _host_users(stored)
+    users = host_users(stored)
     if not users or users[-1].content != prompt:
         return False
     if stored[-1].role == "user":
@@ -109,7 +109,7 @@ def matches_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -
     conversations that both began with "hi" share a conversation key but diverge at their
     second user message, so neither is mistaken for the other.
     """
-    stored_users = [e.content for e in _host_users(stored)]
+    stored_users = [e.content for e in host_users(stored)]
     request_users = [m.content for m in messages if m.role == "user"]
     if not stored_users or len(stored_users) > len(request_users):
         return False

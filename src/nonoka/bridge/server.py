@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     first = _first_request(reader, out)
     if first is None:
         return 0
+    from nonoka.bridge import early
+
+    early.dispatch(first[1])  # before the runtime loads: see nonoka.bridge.early
     import asyncio
 
     server = _Server(reader, out)
@@ -211,7 +214,10 @@ class _Server:
         def send(event: BaseEvent) -> None:
             self.out.write(encode_event(event))
 
-        self.task = asyncio.ensure_future(BridgeHandler(request, send).handle())
+        import json
+
+        raw = json.loads(line)
+        self.task = asyncio.ensure_future(BridgeHandler(request, send, raw).handle())
         await self._drive(self.task)
         self.task = None
 

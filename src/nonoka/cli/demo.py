@@ -19,7 +19,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +204,9 @@ async def _steps(project: Path, env: dict[str, str], server: Any, checks: Checks
     pid_file = project / ".nonoka" / "demo-bridge.pid"
     doomed = provider([sys.executable, "-c", _PID_WRAPPER, str(pid_file)])
     task = asyncio.create_task(doomed.chat(history, tools=[WEATHER_TOOL]))
-    pid = await _wait_for_model_call(server, pid_file, calls_before=3)
+    pid = await _wait_for_model_call(server, pid_file, calls_before=3,
+                                     stored=lambda: _user_messages(project, sid),
+                                     prompt=QUESTIONS[2])
     os.kill(pid, signal.SIGKILL)
     try:
         killed = await task
@@ -242,14 +244,16 @@ async def _steps(project: Path, env: dict[str, str], server: Any, checks: Checks
     return sid
 
 
-async def _wait_for_model_call(server: Any, pid_file: Path, *, calls_before: int) -> int:
-    """The doomed bridge's pid, once its model request has reached the server."""
+async def _wait_for_model_call(server: Any, pid_file: Path, *, calls_before: int,
+                               stored: Callable[[], Awaitable[list[str]]], prompt: str) -> int:
+    """The doomed bridge's pid, once its model request has reached the server and its
+    turn has stored the prompt (the request can leave before the runtime has loaded)."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         pid = _read_pid(pid_file) if len(server.requests) > calls_before else None
-        if pid is not None:
+        if pid is not None and prompt in await stored():
             return pid
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)
     raise TimeoutError("the bridge never called the model")
 
 

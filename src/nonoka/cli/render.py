@@ -194,10 +194,20 @@ def describe_event(event: EventRecord) -> tuple[str, str]:
         return label, f"{data.get('tool_name', '?')}: {data.get('content', '')}"
     if kind in ("warning", "error"):
         return kind, f"{data.get('code', '?')}: {data.get('message', '')}"
+    if kind == "early_request":
+        outcome = data.get("outcome", "?")
+        return "early request", f"{outcome}: " + _EARLY_OUTCOMES.get(outcome, "")
     if kind == "finish":
         return "finish", (f"{data.get('finish_reason', '?')} · {data.get('input_tokens', 0)} in"
                           f" / {data.get('output_tokens', 0)} out tokens")
     return kind, json.dumps(data, ensure_ascii=False)
+
+
+_EARLY_OUTCOMES = {
+    "used": "the model request left before the runtime had loaded",
+    "mismatch": "the request sent early was not the turn's; dropped, the runtime sent its own",
+    "unused": "the request sent early was dropped: the turn made no model call",
+}
 
 
 def _timeline(events: Sequence[EventRecord], now: float | None) -> list[tuple[str, str, str]]:

@@ -21,22 +21,30 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from functools import cache
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from nonoka.errors import ConfigurationError, ModelError
+from nonoka import inflight
+from nonoka.errors import ModelError
 from nonoka.llm.base import ModelResponse, TextSink, ToolSpec, Usage
 from nonoka.messages import Message, ToolCall
+from nonoka.wire import (
+    DEFAULT_BASE_URL,
+    DEFAULT_TIMEOUT,
+    BodyFrame,
+    Endpoint,
+    check_key,
+    request_headers,
+    wire_message,
+)
 
 if TYPE_CHECKING:
     import http.client
     import socket
-    import ssl
+
+    from nonoka.inflight import EarlyRequest
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every 5xx; the same set as the SDK
 MAX_RETRY_WAIT = 30.0  # seconds; a longer Retry-After is better handled by the caller
 MAX_ERROR_BODY = 64 * 1024
@@ -59,7 +67,7 @@ class OpenAIChatModel:
         base_url: str | None = None,
         api_key: str | None = None,
         label: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT,
         max_retries: int = 3,
         backoff_base: float = 0.5,
         input_price_per_mtok: float | None = None,
@@ -67,28 +75,17 @@ class OpenAIChatModel:
         extra_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.model = model
-        self._endpoint = _Endpoint.parse(
+        self._endpoint = Endpoint.parse(
             base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not self._api_key and self._endpoint.host == "api.openai.com":
-            raise ConfigurationError(
-                "no API key for api.openai.com: set OPENAI_API_KEY, or set OPENAI_BASE_URL "
-                "to point at a local OpenAI-compatible server (which needs no key)"
-            )
+        check_key(self._endpoint, self._api_key)
         self._label = label
         self._timeout = timeout
         self._max_retries = max(0, max_retries)
         self._backoff_base = backoff_base
         self._prices = (input_price_per_mtok, output_price_per_mtok)
-        self._headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream",
-            "User-Agent": "nonoka",
-            **(extra_headers or {}),
-        }
-        if self._api_key:
-            self._headers["Authorization"] = f"Bearer {self._api_key}"
+        self._headers = request_headers(self._api_key, extra_headers)
 
     @property
     def name(self) -> str:
@@ -102,6 +99,14 @@ class OpenAIChatModel:
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChatModel(model={self.model!r}, endpoint={self._endpoint.url!r})"
 
+    def frame(self, tools: Sequence[ToolSpec] = ()) -> BodyFrame:
+        """The request body around its messages, for ``tools``."""
+        return BodyFrame.chat(self.model, [t.to_openai() for t in tools])
+
+    def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> bytes:
+        """The exact bytes :meth:`complete` posts for ``messages`` and ``tools``."""
+        return self.frame(tools).body([json.dumps(_wire_message(m)) for m in messages]).encode()
+
     async def complete(
         self,
         messages: Sequence[Message],
@@ -109,32 +114,28 @@ class OpenAIChatModel:
         *,
         on_text: TextSink | None = None,
     ) -> ModelResponse:
-        body = json.dumps(self._payload(messages, tools)).encode()
+        body = self.request_body(messages, tools)
+        early = inflight.claim(self._endpoint, body, self._headers)
         attempt = 0
         while True:
             stream = _Stream()
             try:
-                await self._attempt(body, stream, on_text)
+                await self._attempt(body, stream, on_text, early)
                 return stream.response(self.model, self._cost)
             except _Failure as failure:
+                early = None  # a retry posts afresh
                 if not failure.retryable or stream.delivered or attempt >= self._max_retries:
                     raise self._error(failure, attempt + 1) from None
                 await asyncio.sleep(self._wait(attempt, failure.retry_after))
                 attempt += 1
 
-    def _payload(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "messages": [_wire_message(m) for m in messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if tools:
-            payload["tools"] = [t.to_openai() for t in tools]
-        return payload
+    async def _attempt(self, body: bytes, stream: _Stream, on_text: TextSink | None,
+                       early: EarlyRequest | None = None) -> None:
+        """One HTTP exchange; raises ``_Failure`` when it did not yield a whole answer.
 
-    async def _attempt(self, body: bytes, stream: _Stream, on_text: TextSink | None) -> None:
-        """One HTTP exchange; raises ``_Failure`` when it did not yield a whole answer."""
+        ``early``: the same request, already sent by the bridge; its answer is read instead
+        of posting again.
+        """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[object] = asyncio.Queue()
 
@@ -142,7 +143,7 @@ class OpenAIChatModel:
             with suppress(RuntimeError):  # the loop is gone: nobody is listening any more
                 loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        exchange = _Exchange(self._endpoint, body, self._headers, self._timeout, post)
+        exchange = _Exchange(self._endpoint, body, self._headers, self._timeout, post, early)
         worker = threading.Thread(target=exchange.run, name="nonoka-openai-http", daemon=True)
         worker.start()
         try:
@@ -183,22 +184,8 @@ class OpenAIChatModel:
 
 def _wire_message(message: Message) -> dict[str, Any]:
     """A message in the Chat Completions wire shape."""
-    if message.role == "assistant" and message.tool_calls:
-        return {
-            "role": "assistant",
-            "content": message.content or None,
-            "tool_calls": [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments}}
-                for c in message.tool_calls
-            ],
-        }
-    if message.role == "tool":
-        if not message.tool_call_id:
-            raise ConfigurationError("a tool message must name the call it answers "
-                                     "(tool_call_id); every chat API rejects it otherwise")
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    return {"role": message.role, "content": message.content}
+    calls = [c.model_dump() for c in message.tool_calls] if message.tool_calls else None
+    return wire_message(message.role, message.content, calls, message.tool_call_id)
 
 
 class _Failure(Exception):
@@ -307,55 +294,14 @@ def _retryable(status: int) -> bool:
     return status in RETRYABLE_STATUSES or status >= 500
 
 
-@dataclass(frozen=True)
-class _Endpoint:
-    """Where ``/chat/completions`` lives, parsed once from the base URL."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str  # request target, including any query string of the base URL
-    url: str  # for messages: no credentials, no query
-
-    @classmethod
-    def parse(cls, base_url: str) -> _Endpoint:
-        parts = urlsplit(base_url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigurationError(
-                f"model base URL {base_url!r} must look like https://host/v1 or http://host:port/v1"
-            )
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError as exc:
-            raise ConfigurationError(f"model base URL {base_url!r} has a bad port") from exc
-        path = parts.path.rstrip("/") + "/chat/completions"
-        hostport = parts.netloc.rpartition("@")[2]
-        return cls(parts.scheme, parts.hostname, port,
-                   path + (f"?{parts.query}" if parts.query else ""),
-                   f"{parts.scheme}://{hostport}{path}")
-
-    def connection(self, timeout: float) -> http.client.HTTPConnection:
-        import http.client
-
-        if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
-                                               context=_ssl_context())
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-
-
-@cache
-def _ssl_context() -> ssl.SSLContext:
-    import ssl
-
-    return ssl.create_default_context()
-
-
 class _Exchange:
     """One blocking request/response on the worker thread; results go through ``post``."""
 
-    def __init__(self, endpoint: _Endpoint, body: bytes, headers: dict[str, str],
-                 timeout: float, post: Callable[[object], None]) -> None:
+    def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
+                 timeout: float, post: Callable[[object], None],
+                 early: EarlyRequest | None = None) -> None:
         self._endpoint = endpoint
+        self._early = early
         self._body = body
         self._headers = headers
         self._timeout = timeout
@@ -390,14 +336,17 @@ class _Exchange:
             self._post(_END)
 
     def _exchange(self) -> None:
-        conn = self._endpoint.connection(self._timeout)
+        early = self._early
+        conn = early.sent() if early is not None else self._endpoint.connection(self._timeout)
         try:
-            conn.connect()
+            if early is None:
+                conn.connect()
             with self._lock:
                 self._sock = conn.sock
                 if self._aborted:
                     return
-            conn.request("POST", self._endpoint.path, self._body, self._headers)
+            if early is None:
+                conn.request("POST", self._endpoint.path, self._body, self._headers)
             response = conn.getresponse()
             if response.status != 200:
                 raise _http_failure(response)

@@ -1,12 +1,15 @@
-"""Storage engines. Each is imported only when first used."""
+"""Storage engines. Each is imported only when first used.
+
+Nothing is imported here: the per-turn bridge reads ``nonoka.store.project`` before
+pydantic (which ``nonoka.store.base`` needs) is loaded.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nonoka.store.base import CheckpointStore
-
 if TYPE_CHECKING:
+    from nonoka.store.base import CheckpointStore
     from nonoka.store.memory import MemoryCheckpointStore
     from nonoka.store.sqlite import SQLiteCheckpointStore
 
@@ -14,6 +17,10 @@ __all__ = ["CheckpointStore", "MemoryCheckpointStore", "SQLiteCheckpointStore"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "CheckpointStore":
+        from nonoka.store.base import CheckpointStore
+
+        return CheckpointStore
     if name == "MemoryCheckpointStore":
         from nonoka.store.memory import MemoryCheckpointStore
 

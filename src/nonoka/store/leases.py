@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import secrets
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -20,9 +19,10 @@ from contextlib import asynccontextmanager
 
 from nonoka.errors import ConfigurationError, SessionBusyError, StoreError
 from nonoka.store.base import SessionLeases, check_lease_args
+from nonoka.store.lease_terms import DEFAULT_TTL, new_lease_owner
 
-DEFAULT_TTL = 30.0
-"""Seconds a lease outlives its last renewal: how long a crash keeps a session busy."""
+__all__ = ["DEFAULT_TTL", "HeldLease", "hold_lease", "holder_is_dead", "lease_wait_from_env",
+           "new_lease_owner"]
 
 _FIRST_POLL = 0.05
 _MAX_POLL = 0.5
@@ -36,15 +36,6 @@ def lease_wait_from_env() -> float:
     except ValueError:
         raise ConfigurationError(
             f"NONOKA_LEASE_WAIT={raw!r} is not a number of seconds") from None
-
-
-def new_lease_owner() -> str:
-    """A token unique to this process and call: ``host:pid:random``.
-
-    Readable in a busy message (which machine and process hold the session), unique even
-    when two requests of one process run the same session.
-    """
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
 
 
 class HeldLease:

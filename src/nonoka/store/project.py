@@ -62,15 +62,17 @@ class ProjectStores:
                 f"the {type(self.checkpoints).__name__} store keeps no session leases")
         return self.checkpoints
 
-    def hold(self, session_id: str) -> AbstractAsyncContextManager[HeldLease]:
+    def hold(self, session_id: str,
+             owner: str | None = None) -> AbstractAsyncContextManager[HeldLease]:
         """Own ``session_id`` for one turn: ``async with stores.hold(sid): ...``.
 
         Waits up to ``NONOKA_LEASE_WAIT`` seconds (default 0) for another process that
-        runs the session, then raises ``SessionBusyError``.
+        runs the session, then raises ``SessionBusyError``. ``owner``: the token of a
+        lease this process already took (it is renewed, not taken anew).
         """
         from nonoka.store.leases import hold_lease, lease_wait_from_env, new_lease_owner
 
-        return hold_lease(self.leases, session_id, new_lease_owner(),
+        return hold_lease(self.leases, session_id, owner or new_lease_owner(),
                           wait=lease_wait_from_env())
 
     async def close(self) -> None:
@@ -103,13 +105,21 @@ def open_project_stores(cwd: Path, database_url: str | None = None) -> ProjectSt
     process's working directory. A URL that names no known engine is a
     ``ConfigurationError`` listing the accepted forms.
     """
+    if database_url is None:
+        _make_private_dir(Path(os.path.abspath(cwd)))
+    engine, target = database_target(cwd, database_url)
+    return _OPENERS[engine](target)
+
+
+def database_target(cwd: Path, database_url: str | None = None) -> tuple[str, str]:
+    """``(engine, target)`` the project's stores live in, without opening anything.
+
+    ``target`` is an absolute file for SQLite and the URL itself otherwise.
+    """
     project = Path(os.path.abspath(cwd))
     if database_url is None:
-        _make_private_dir(project)
-        engine, target = "sqlite", str(project / DEFAULT_DATABASE)
-    else:
-        engine, target = _parse(database_url, project)
-    return _OPENERS[engine](target)
+        return "sqlite", str(project / DEFAULT_DATABASE)
+    return _parse(database_url, project)
 
 
 def _parse(url: str, project: Path) -> tuple[str, str]:

@@ -36,6 +36,7 @@ from nonoka.store.base import (
     next_update_time,
     snapshot_json,
 )
+from nonoka.store.lease_terms import sqlite_acquire
 from nonoka.store.sqlite_db import open_database
 
 _UPSERT_CHECKPOINT = """
@@ -59,17 +60,6 @@ ON CONFLICT (session_id, step_id, update_type) DO UPDATE SET
 """
 
 # Taken when free, expired, or already the caller's (then only the expiry moves).
-_ACQUIRE_LEASE = """
-INSERT INTO session_leases (session_id, owner, expires_at, acquired_at) VALUES (?1, ?2, ?3, ?4)
-ON CONFLICT (session_id) DO UPDATE SET
-    owner = excluded.owner,
-    expires_at = excluded.expires_at,
-    acquired_at = CASE WHEN session_leases.owner = excluded.owner
-                       THEN session_leases.acquired_at ELSE excluded.acquired_at END
-WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= excluded.acquired_at
-"""
-
-
 class SQLiteCheckpointStore(StepUpdateWriter):
     """A ``CheckpointStore`` and ``SessionLeases`` in the SQLite file at ``path``
     (created owner-only if new).
@@ -205,7 +195,20 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
                 for table in ("checkpoints", "session_entries", "step_updates")
             )
+            db.execute("DELETE FROM next_calls WHERE session_id = ?", (session_id,))
         return removed > 0
+
+    def save_next_call(self, session_id: str, revision: int, template_json: str) -> bool:
+        """Store the session's next-call template (``nonoka.bridge.early``) if the
+        checkpoint is still at ``revision``; returns whether it was stored."""
+        with self.transaction() as db:
+            row = db.execute("SELECT revision FROM checkpoints WHERE session_id = ?",
+                             (session_id,)).fetchone()
+            if row is None or row[0] != revision:
+                return False
+            db.execute("INSERT OR REPLACE INTO next_calls (session_id, revision, template_json) "
+                       "VALUES (?, ?, ?)", (session_id, revision, template_json))
+            return True
 
     # -- SessionLeases -------------------------------------------------------------------
 
@@ -213,8 +216,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         check_lease_args(owner, ttl_seconds)
         now = time.time()
         with self.transaction() as db:
-            taken = db.execute(_ACQUIRE_LEASE, (session_id, owner, now + ttl_seconds, now))
-            return taken.rowcount == 1
+            return sqlite_acquire(db, session_id, owner, ttl_seconds, now)
 
     async def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
         check_lease_args(owner, ttl_seconds)

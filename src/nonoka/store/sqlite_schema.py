@@ -131,6 +131,22 @@ def m003_session_leases(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m004_next_calls(db: sqlite3.Connection) -> None:
+    """The request each session's next turn is expected to send (``nonoka.bridge.early``).
+
+    One row per session, replaced after each bridge turn; ``revision`` is the checkpoint
+    revision it was computed from, so a row that a later save outdated is ignored.
+    """
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS next_calls (
+            session_id TEXT PRIMARY KEY,
+            revision INTEGER NOT NULL,
+            template_json TEXT NOT NULL
+        )"""
+    )
+
+
 # -- runner -------------------------------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -1,0 +1,101 @@
+"""A model request sent before the runtime asked for it, waiting to be claimed.
+
+The bridge can often tell from the stored session alone which request the turn will
+send to the model (``nonoka.bridge.early``). It sends that request at once, on a worker
+thread, while the rest of the process is still loading. When the runtime then makes its
+own request, ``claim`` hands the connection over only if the runtime's request is byte
+for byte the one already sent; a different request closes the early one unread, and so
+does ``settle`` when the turn never asked. At most one per process. Standard library only.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from contextlib import suppress
+from typing import TYPE_CHECKING, Literal
+
+from nonoka import faults
+
+if TYPE_CHECKING:
+    import http.client
+
+    from nonoka.wire import Endpoint
+
+Outcome = Literal["used", "mismatch", "unused"]
+
+
+class EarlyRequest:
+    """One POST on its way: connecting and sending happen on a daemon thread."""
+
+    def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
+                 timeout: float) -> None:
+        self.endpoint = endpoint
+        self.body = body
+        self.headers = headers
+        self._conn = endpoint.connection(timeout)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._send, name="nonoka-early-request",
+                                        daemon=True)
+        self._thread.start()
+
+    def _send(self) -> None:
+        try:
+            self._conn.connect()
+            self._conn.request("POST", self.endpoint.path, self.body, self.headers)
+        except BaseException as exc:  # raised again in whoever claims the request
+            self._error = exc
+            self._conn.close()
+            return
+        faults.point("model.early.sent")
+
+    def sent(self) -> http.client.HTTPConnection:
+        """The connection once the request is written; raises what sending raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._conn
+
+    def close(self) -> None:
+        """Drop the request; the server sees the connection close before any answer."""
+        sock = self._conn.sock
+        if sock is not None:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._conn.close()
+
+
+_pending: EarlyRequest | None = None
+_outcome: Outcome | None = None
+
+
+def start(endpoint: Endpoint, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    """Send ``body`` now; the runtime's matching request will pick up the answer."""
+    global _pending, _outcome
+    if _pending is not None:
+        _pending.close()
+    _pending, _outcome = EarlyRequest(endpoint, body, headers, timeout), None
+
+
+def claim(endpoint: Endpoint, body: bytes, headers: dict[str, str]) -> EarlyRequest | None:
+    """The early request if it is exactly this one (closing it otherwise), else ``None``."""
+    global _pending, _outcome
+    early, _pending = _pending, None
+    if early is None:
+        return None
+    if early.endpoint == endpoint and early.body == body and early.headers == headers:
+        _outcome = "used"
+        return early
+    early.close()
+    _outcome = "mismatch"
+    return None
+
+
+def settle() -> Outcome | None:
+    """Close a request nobody claimed; what became of this process's early request."""
+    global _pending, _outcome
+    if _pending is not None:
+        _pending.close()
+        _pending, _outcome = None, "unused"
+    outcome, _outcome = _outcome, None
+    return outcome

@@ -1,0 +1,201 @@
+"""The OpenAI-compatible Chat Completions wire, on the standard library only.
+
+Which endpoint and key a model spec names, the request headers, the shape of each
+message and how a request body is put together. The adapter (``nonoka.llm.openai``)
+builds every request with these functions, and so does the bridge's early dispatch
+(``nonoka.bridge.early``), which must not import pydantic: one implementation of the
+bytes a model endpoint receives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from nonoka.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import http.client
+    import ssl
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT = 60.0
+"""Seconds to connect and to wait for each next byte of an answer."""
+
+PROVIDERS: dict[str, tuple[str | None, str]] = {
+    "openai": (None, "OPENAI_API_KEY"),
+    "deepseek": ("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "vllm": ("http://127.0.0.1:8000/v1", "OPENAI_API_KEY"),
+    "ollama": ("http://127.0.0.1:11434/v1", "OPENAI_API_KEY"),
+    "llamacpp": ("http://127.0.0.1:8080/v1", "OPENAI_API_KEY"),
+}
+"""Provider prefixes that speak the OpenAI-compatible wire format: default base URL (used
+when ``OPENAI_BASE_URL`` is unset) and the variable holding the key."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a ``provider:model`` spec resolves to."""
+
+    spec: str
+    model: str
+    base_url: str | None
+    api_key: str | None
+
+
+def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
+    """Turn ``"openai:gpt-4o-mini"`` into the model name, base URL and key to use.
+
+    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` override the provider's endpoint and key.
+    """
+    provider, sep, model = spec.partition(":")
+    if not sep or not model:
+        raise ConfigurationError(
+            f"model {spec!r} is not of the form 'provider:model', e.g. 'openai:gpt-4o-mini'"
+        )
+    if provider not in PROVIDERS:
+        raise ConfigurationError(
+            f"unknown model provider {provider!r} in {spec!r}; use 'openai:<model>' for any "
+            "OpenAI-compatible endpoint (set OPENAI_BASE_URL to point at it)"
+        )
+    default_url, key_variable = PROVIDERS[provider]
+    return Target(spec=spec, model=model,
+                  base_url=environ.get("OPENAI_BASE_URL") or default_url,
+                  api_key=environ.get(key_variable) or environ.get("OPENAI_API_KEY"))
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where ``/chat/completions`` lives, parsed once from the base URL."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # request target, including any query string of the base URL
+    url: str  # for messages: no credentials, no query
+
+    @classmethod
+    def parse(cls, base_url: str) -> Endpoint:
+        parts = urlsplit(base_url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigurationError(
+                f"model base URL {base_url!r} must look like https://host/v1 or http://host:port/v1"
+            )
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise ConfigurationError(f"model base URL {base_url!r} has a bad port") from exc
+        path = parts.path.rstrip("/") + "/chat/completions"
+        hostport = parts.netloc.rpartition("@")[2]
+        return cls(parts.scheme, parts.hostname, port,
+                   path + (f"?{parts.query}" if parts.query else ""),
+                   f"{parts.scheme}://{hostport}{path}")
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        import http.client
+
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                               context=_ssl_context())
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+
+def check_key(endpoint: Endpoint, api_key: str | None) -> None:
+    """Refuse to talk to OpenAI itself without a key (every request would be refused)."""
+    if not api_key and endpoint.host == "api.openai.com":
+        raise ConfigurationError(
+            "no API key for api.openai.com: set OPENAI_API_KEY, or set OPENAI_BASE_URL "
+            "to point at a local OpenAI-compatible server (which needs no key)"
+        )
+
+
+@cache
+def _ssl_context() -> ssl.SSLContext:
+    import ssl
+
+    return ssl.create_default_context()
+
+
+def request_headers(api_key: str | None,
+                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The headers of every chat completions request."""
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "text/event-stream",
+        "User-Agent": "nonoka",
+        **(extra or {}),
+    }
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def wire_message(role: str, content: str, tool_calls: Sequence[Mapping[str, Any]] | None = None,
+                 tool_call_id: str | None = None) -> dict[str, Any]:
+    """A message in the Chat Completions wire shape.
+
+    ``tool_calls`` are ``{"id", "name", "arguments"}`` mappings, as sessions store them.
+    """
+    if role == "assistant" and tool_calls:
+        return {
+            "role": "assistant",
+            "content": content or None,
+            "tool_calls": [
+                {"id": c["id"], "type": "function",
+                 "function": {"name": c["name"], "arguments": c.get("arguments", "{}")}}
+                for c in tool_calls
+            ],
+        }
+    if role == "tool":
+        if not tool_call_id:
+            raise ConfigurationError("a tool message must name the call it answers "
+                                     "(tool_call_id); every chat API rejects it otherwise")
+        return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+    return {"role": role, "content": content}
+
+
+def entry_wire_message(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The wire message of a stored conversation entry (its JSON, decoded)."""
+    metadata = entry.get("metadata") or {}
+    call_id = metadata.get("tool_call_id")
+    return wire_message(entry["role"], entry["content"], metadata.get("tool_calls") or None,
+                        str(call_id) if call_id is not None else None)
+
+
+@dataclass(frozen=True)
+class BodyFrame:
+    """A request body around its messages: ``head + ", ".join(messages) + tail``.
+
+    Every request body is assembled this way, so a body can be extended by one message
+    without decoding it, and two builders of the same body agree byte for byte.
+    """
+
+    head: str
+    tail: str
+
+    @classmethod
+    def chat(cls, model: str, tools: Sequence[Mapping[str, Any]]) -> BodyFrame:
+        """The frame of a streaming chat completions request (``tools`` in wire shape)."""
+        marker = "\x00messages\x00"
+        payload: dict[str, Any] = {
+            "model": model,
+            "messages": marker,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            payload["tools"] = list(tools)
+        text, quoted = json.dumps(payload), json.dumps(marker)
+        if text.count(quoted) != 1:  # only a model name holding the marker could do this
+            raise ConfigurationError(f"model name {model!r} cannot be sent")
+        head, _, tail = text.partition(quoted)
+        return cls(head + "[", "]" + tail)
+
+    def body(self, messages: Sequence[str]) -> str:
+        """The body holding ``messages``, each already encoded with ``json.dumps``."""
+        return self.head + ", ".join(messages) + self.tail
