@@ -166,6 +166,9 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> bool:
     owner = new_lease_owner()
     db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None, timeout=0.2)
     try:
+        if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            return False  # not a file the SQLite engine has set up
+        db.execute("PRAGMA synchronous = NORMAL")  # as the engine writes (sqlite_db.py)
         found = _stored(db, path, turn)
         if found is None:
             return False

@@ -17,6 +17,7 @@ continuation is seeded with the request's history, so nothing the user said is l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -343,7 +344,8 @@ class BridgeHandler:
     async def _finish(self, reason: str, termination: FinishTermination | None = None) -> None:
         outcome = inflight.settle()  # the turn is over: nothing claims the request any more
         if outcome is not None:
-            await self.book.log("early_request", {"outcome": outcome})
+            with contextlib.suppress(Exception):  # the timeline must not stop the finish
+                await self.book.log("early_request", {"outcome": outcome})
         await self.book.finish(reason)
         self.send(Finish(finish_reason=reason, usage=UsageTotals(**self.book.usage.as_dict()),
                          termination=termination))
