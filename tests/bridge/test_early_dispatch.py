@@ -254,6 +254,17 @@ def test_a_wrong_early_request_is_dropped_and_the_runtime_sends_its_own(
     (chat([user("a"), assistant("b"), tool_message("c1", "x"), user("d")], session_id="s"),
      ([("c1", "x")], "d", ["a"])),
     (chat([user("a"), assistant("b"), tool_message("", "x")], session_id="s"), None),
+    # Requests the runtime's validation refuses must not cost a model request first.
+    (chat([{"role": "developer", "content": "x"}, user("a")], session_id="s"), None),
+    (chat([user("a"), {"role": "assistant", "content": None}, user("c")], session_id="s"),
+     None),
+    (chat([user("a"), assistant("b", [{"id": 1, "name": "f"}]), user("c")], session_id="s"),
+     None),
+    (chat([user("a"), assistant("b", [{"id": "1", "name": "f", "arguments": {}}]), user("c")],
+          session_id="s"), None),
+    (chat([user("a")], session_id="s", new_session=[]), None),
+    (chat([user("a")], session_id=" "), None),
+    (chat([user("a")], session_id="s", model=3), None),
     (chat([user("a")]), None),                                    # no session id
     (chat([user("a")], session_id="s", new_session=True), None),
     (chat([user("a")], session_id="s", purpose="title"), None),
@@ -291,3 +302,31 @@ def test_stored_rows_rebuild_the_adapters_request_body_byte_for_byte(
     expected = model.request_body([e.to_message() for e in stored], tools)
     rebuilt = [json.dumps(entry_wire_message(json.loads(entry_json(e)))) for e in stored]
     assert model.frame(tools).body(rebuilt).encode() == expected
+
+
+# -- a request early dispatch takes is one the runtime accepts -----------------------------
+
+odd = st.one_of(st.none(), st.integers(), st.lists(st.text(max_size=2), max_size=1))
+text_mostly = st.one_of(st.text(max_size=3), st.text(max_size=3), st.text(max_size=3), odd)
+call_items = st.one_of(st.none(), st.lists(st.fixed_dictionaries(
+    {"id": text_mostly, "name": text_mostly}, optional={"arguments": text_mostly}),
+    max_size=2), odd)
+message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool", "system", "user", "developer"])},
+    optional={"content": text_mostly, "tool_call_id": text_mostly, "tool_calls": call_items})
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(message, min_size=1, max_size=4), st.fixed_dictionaries(
+    {"session_id": st.one_of(st.just("s"), st.just("s"), text_mostly)}, optional={
+        "new_session": st.one_of(st.just(False), st.booleans(), odd),
+        "purpose": st.one_of(st.just("chat"), st.just("title"), odd),
+        "request_id": text_mostly, "conversation_key": text_mostly, "cwd": text_mostly,
+        "model": text_mostly}))
+def test_a_request_early_dispatch_takes_is_one_the_runtime_accepts(
+        messages: list[dict[str, Any]], fields: dict[str, Any]) -> None:
+    from nonoka.bridge.protocol import ChatRequest, decode_request
+
+    request = {"type": "chat", "protocol": {"version": "1"}, "messages": messages, **fields}
+    if NextTurn.of(request) is not None:
+        assert isinstance(decode_request(json.dumps(request).encode()), ChatRequest)

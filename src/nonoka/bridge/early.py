@@ -92,27 +92,48 @@ class NextTurn:
 
     @classmethod
     def of(cls, request: Mapping[str, Any]) -> NextTurn | None:
-        """The request as a turn that continues a named session, or ``None``."""
+        """The request as a turn that continues a named session, or ``None``.
+
+        Only a request the runtime will accept qualifies: one its validation would
+        refuse must not have cost a model request first.
+        """
         session_id = request.get("session_id")
         messages = request.get("messages")
-        if (request.get("type") != "chat" or request.get("purpose") not in (None, "chat")
-                or request.get("new_session") or not isinstance(session_id, str)
-                or not isinstance(messages, list) or not messages):
+        if (request.get("type") != "chat" or request.get("purpose", "chat") != "chat"
+                or request.get("new_session", False) is not False
+                or not isinstance(session_id, str) or not session_id.strip()
+                or not all(isinstance(request.get(k), str | None) for k in _OPTIONAL_TEXT)
+                or not isinstance(messages, list) or not messages
+                or not all(_well_formed(m) for m in messages)):
             return None
-        if not all(isinstance(m, dict) and isinstance(m.get("content", ""), str)
-                   for m in messages):
-            return None
-        roles = [m.get("role") for m in messages]
+        roles = [m["role"] for m in messages]
         cut = max((i for i, role in enumerate(roles) if role == "assistant"), default=-1) + 1
         tail = messages[cut:]
-        results = [(m.get("tool_call_id"), m.get("content", "")) for m in tail
-                   if m.get("role") == "tool"]
-        users = [m.get("content", "") for m in tail if m.get("role") == "user"]
-        if (roles[-1] not in ("user", "tool") or not (results or users)
-                or not all(isinstance(call_id, str) and call_id for call_id, _ in results)):
+        results = [(m["tool_call_id"], m.get("content", "")) for m in tail
+                   if m["role"] == "tool"]
+        users = [m.get("content", "") for m in tail if m["role"] == "user"]
+        if roles[-1] not in ("user", "tool") or not (results or users):
             return None
         return cls(session_id, results, "\n\n".join(users) if users else None,
-                   [m.get("content", "") for m in messages[:cut] if m.get("role") == "user"])
+                   [m.get("content", "") for m in messages[:cut] if m["role"] == "user"])
+
+
+_OPTIONAL_TEXT = ("request_id", "conversation_key", "cwd", "model")
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+def _well_formed(message: object) -> bool:
+    """Whether the runtime's validation (``nonoka.messages.Message``) accepts ``message``."""
+    if not isinstance(message, dict) or message.get("role") not in _ROLES:
+        return False
+    call_id, calls = message.get("tool_call_id"), message.get("tool_calls")
+    if not isinstance(message.get("content", ""), str) or not isinstance(call_id, str | None):
+        return False
+    if message["role"] == "tool" and not call_id:
+        return False
+    return calls is None or (isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("name"), str)
+        and isinstance(c.get("arguments", ""), str) for c in calls))
 
 
 def request_conditions(request: Mapping[str, Any]) -> dict[str, str]:
@@ -197,10 +218,10 @@ def _stored(db: sqlite3.Connection, path: str, turn: NextTurn,
     """The session's current template, wire messages and revision, read in one
     transaction; ``None`` unless the session is free and ``turn`` is what it expects: a
     prompt after a finished turn, or results for exactly the host calls it waits for."""
-    session_id = turn.session_id
     from nonoka.store.sqlite_schema import MIGRATIONS, check_known
     from nonoka.wire import entry_wire_message
 
+    session_id = turn.session_id
     db.execute("BEGIN")
     try:
         if len(check_known(db, path)) != len(MIGRATIONS):  # a newer file raises
