@@ -293,4 +293,8 @@ def test_opencode_drives_nonoka_across_processes(project: OpenCodeProject) -> No
     assert purposes == {"chat"}
     model_calls = [e for e in detail["events"] if e["kind"] == "model_call"]
     assert len(model_calls) == 4  # write call, answer, turn two, turn three
+    # The tool results of turn one and the prompt of turn two left before the runtime
+    # loaded (early dispatch); turn three sent no session id, so it was not guessed.
+    early = [e["data"]["outcome"] for e in detail["events"] if e["kind"] == "early_request"]
+    assert early == ["used", "used"], early
     print(f"OpenCode e2e: 3 turns in {time.monotonic() - started:.1f} s")
