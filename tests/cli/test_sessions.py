@@ -128,7 +128,8 @@ def test_show_lists_what_a_bridge_request_wrote(project: Project,
         "request", "session", "tool_result", "model_call", "early_request", "finish"]
     tool_call = shown["events"][3]["data"]
     assert (tool_call["tool_name"], tool_call["executed_by"]) == ("lookup", "host")
-    assert shown["events"][7]["data"]["executed_by"] == "host"
+    host_result = shown["events"][7]["data"]
+    assert (host_result["tool_name"], host_result["executed_by"]) == ("lookup", "host")
     assert shown["events"][8]["data"]["cost_usd"] == 0.001
     assert shown["events"][9]["data"] == {"outcome": "used"}
     assert shown["usage"]["model_calls"] == 2 and shown["usage"]["tool_calls"] == 1

@@ -55,6 +55,7 @@ from nonoka.events import (
 from nonoka.events import TextDelta as RunTextDelta
 from nonoka.llm import resolve_model
 from nonoka.llm.base import ChatModel
+from nonoka.messages import dangling_tool_calls
 from nonoka.paradigms.env import RunResult
 from nonoka.runner import Runner
 from nonoka.runtime import RuntimeLimits
@@ -212,10 +213,13 @@ class BridgeHandler:
             return await runner.run_react(agent, plan.prompt, session_id=sid, limits=limits,
                                           on_event=on_event)
         if plan.kind == "tool_results":
+            names = {c.id: c.name for c in dangling_tool_calls(session.memory.entries)[1]}
             for result in plan.results:
                 await self.book.log("tool_result", {
-                    "tool_call_id": result.tool_call_id, "content": result.content[:2000],
-                    "is_error": result.is_error, "executed_by": "host"})
+                    "tool_call_id": result.tool_call_id,
+                    "tool_name": names.get(result.tool_call_id, "?"),
+                    "content": result.content[:2000], "is_error": result.is_error,
+                    "executed_by": "host"})
             return await runner.submit_tool_results(agent, sid, plan.results, prompt=plan.prompt,
                                                     limits=limits, on_event=on_event)
         # Nothing new, or what is new was stored by a process that died: carry the turn on
