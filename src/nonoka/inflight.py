@@ -35,6 +35,8 @@ class EarlyRequest:
         self.headers = headers
         self._conn = endpoint.connection(timeout)
         self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._dropped = False
         self._thread = threading.Thread(target=self._send, name="nonoka-early-request",
                                         daemon=True)
         self._thread.start()
@@ -42,7 +44,11 @@ class EarlyRequest:
     def _send(self) -> None:
         try:
             self._conn.connect()
-            self._conn.request("POST", self.endpoint.path, self.body, self.headers)
+            with self._lock:  # a request dropped while connecting is never sent
+                if self._dropped:
+                    self._conn.close()
+                    return
+                self._conn.request("POST", self.endpoint.path, self.body, self.headers)
         except BaseException as exc:  # raised again in whoever claims the request
             self._error = exc
             self._conn.close()
@@ -57,12 +63,17 @@ class EarlyRequest:
         return self._conn
 
     def close(self) -> None:
-        """Drop the request; the server sees the connection close before any answer."""
-        sock = self._conn.sock
-        if sock is not None:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self._conn.close()
+        """Drop the request; the server sees the connection close before any answer.
+
+        If the thread is still connecting, the request is not sent at all.
+        """
+        with self._lock:
+            self._dropped = True
+            sock = self._conn.sock
+            if sock is not None:
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self._conn.close()
 
 
 _pending: EarlyRequest | None = None

@@ -1,0 +1,90 @@
+"""The early request: handed over only when it is exactly the runtime's, else dropped."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from nonoka import inflight
+from nonoka.wire import Endpoint, request_headers
+
+
+class RawServer:
+    """Accepts connections and records what each one sent until it closed."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.received: list[bytes] = []
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            if data.endswith(b"}"):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            while chunk := conn.recv(65536):  # until the client closes
+                data += chunk
+            self.received.append(data)
+        self.done.set()
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint.parse(f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1")
+
+
+@pytest.fixture
+def raw() -> Iterator[RawServer]:
+    server = RawServer()
+    yield server
+    server.sock.close()
+    inflight.settle()
+
+
+BODY = b'{"model": "m"}'
+
+
+def test_the_same_request_is_handed_over_and_answered(raw: RawServer) -> None:
+    headers = request_headers("k")
+    inflight.start(raw.endpoint, BODY, headers, 5.0)
+    early = inflight.claim(raw.endpoint, BODY, dict(headers))
+    assert early is not None
+    response = early.sent().getresponse()
+    assert response.status == 200 and response.read() == b"ok"
+    early.close()
+    assert raw.done.wait(5)
+    assert raw.received[0].endswith(BODY) and b"Bearer k" in raw.received[0]
+    assert inflight.settle() == "used"
+
+
+@pytest.mark.parametrize("what", ["body", "headers", "endpoint"])
+def test_any_other_request_drops_the_early_one(raw: RawServer, what: str) -> None:
+    headers = request_headers("k")
+    inflight.start(raw.endpoint, BODY, headers, 5.0)
+    endpoint = Endpoint.parse("http://127.0.0.1:9/v1") if what == "endpoint" else raw.endpoint
+    assert inflight.claim(endpoint, b'{"model": "n"}' if what == "body" else BODY,
+                          request_headers("other") if what == "headers" else headers) is None
+    assert raw.done.wait(5), "the dropped request's connection stayed open"
+    assert inflight.settle() == "mismatch"
+    assert inflight.claim(raw.endpoint, BODY, headers) is None, "claimed twice"
+
+
+def test_a_request_nobody_claims_is_dropped_when_the_turn_ends(raw: RawServer) -> None:
+    inflight.start(raw.endpoint, BODY, request_headers(None), 5.0)
+    assert inflight.settle() == "unused"
+    assert raw.done.wait(5)
+    assert inflight.settle() is None
+
+
+def test_without_an_early_request_nothing_is_claimed() -> None:
+    assert inflight.claim(Endpoint.parse("http://127.0.0.1:9/v1"), BODY, {}) is None
+    assert inflight.settle() is None
