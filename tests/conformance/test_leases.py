@@ -15,7 +15,7 @@ import pytest
 
 from nonoka.errors import SessionBusyError, StoreError
 from nonoka.store.base import CheckpointStore, SessionLeases
-from nonoka.store.leases import hold_lease, new_lease_owner
+from nonoka.store.leases import hold_lease, lease_host, new_lease_owner
 from tests.conformance.engines import EngineHarness
 
 WORKER = Path(__file__).with_name("lease_worker.py")
@@ -237,7 +237,7 @@ async def test_a_dead_local_holder_is_taken_over_at_once(engine: EngineHarness) 
     ours = _leases(engine.store)
     gone = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
     await gone.wait()
-    host = socket.gethostname()
+    host = lease_host()
     # A lease naming a live local process (this one) is respected...
     assert await ours.acquire_lease("s2", f"{host}:{os.getpid()}:cafe", 60)
     with pytest.raises(SessionBusyError):
@@ -247,6 +247,12 @@ async def test_a_dead_local_holder_is_taken_over_at_once(engine: EngineHarness) 
     assert await ours.acquire_lease("s3", f"elsewhere.example:{gone.pid}:beef", 60)
     with pytest.raises(SessionBusyError):
         async with hold_lease(ours, "s3", new_lease_owner(), ttl=5, wait=0):
+            pass
+    # ...and one from a host of the same name in another boot or pid namespace (a
+    # container sharing the file): its pid means nothing here...
+    assert await ours.acquire_lease("s5", f"{socket.gethostname()}:{gone.pid}:f00d", 60)
+    with pytest.raises(SessionBusyError):
+        async with hold_lease(ours, "s5", new_lease_owner(), ttl=5, wait=0):
             pass
     # ...but one naming a local process that is gone is released and taken at once.
     dead = f"{host}:{gone.pid}:dead"

@@ -35,9 +35,32 @@ def new_lease_owner() -> str:
     """A token unique to this process and call: ``host:pid:random``.
 
     Readable in a busy message (which machine and process hold the session), unique even
-    when two requests of one process run the same session.
+    when two requests of one process run the same session. ``host`` is ``lease_host()``.
     """
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+    return f"{lease_host()}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+_host: str | None = None
+
+
+def lease_host() -> str:
+    """This host as lease owners name it: ``hostname/boot.pidns`` on Linux.
+
+    A pid means something only within one pid namespace of one boot, and containers
+    sharing a database file often share a hostname too; an owner is judged dead by its
+    pid (``nonoka.store.leases.holder_is_dead``) only when this whole name matches.
+    Elsewhere it is the hostname alone.
+    """
+    global _host
+    if _host is None:
+        name = socket.gethostname()
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+                name += f"/{boot.read().strip()[:8]}.{os.stat('/proc/self/ns/pid').st_ino}"
+        except OSError:
+            pass
+        _host = name
+    return _host
 
 
 def sqlite_acquire(db: sqlite3.Connection, session_id: str, owner: str, ttl: float,

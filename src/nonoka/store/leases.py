@@ -12,17 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from nonoka.errors import ConfigurationError, SessionBusyError, StoreError
 from nonoka.store.base import SessionLeases, check_lease_args
-from nonoka.store.lease_terms import DEFAULT_TTL, new_lease_owner
+from nonoka.store.lease_terms import DEFAULT_TTL, lease_host, new_lease_owner
 
-__all__ = ["DEFAULT_TTL", "HeldLease", "hold_lease", "holder_is_dead", "lease_wait_from_env",
-           "new_lease_owner"]
+__all__ = ["DEFAULT_TTL", "HeldLease", "hold_lease", "holder_is_dead", "lease_host",
+           "lease_wait_from_env", "new_lease_owner"]
 
 _FIRST_POLL = 0.05
 _MAX_POLL = 0.5
@@ -103,7 +102,7 @@ def holder_is_dead(owner: str) -> bool:
     wait for the expiry, which is the safe side.
     """
     parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != lease_host() or not parts[1].isdigit():
         return False
     try:
         os.kill(int(parts[1]), 0)
