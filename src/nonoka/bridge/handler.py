@@ -94,7 +94,8 @@ class BridgeHandler:
         self._raw = raw
         """The request as it arrived (decoded JSON); its early dispatch is judged on it."""
         self._agent: Agent | None = None
-        self._answered = False
+        self._answered: Session | None = None
+        """The session as the answered turn left it."""
         self._stores: ProjectStores | None = None
         self.book = SessionBook(title=_title(request))
         """The session's index row and timeline, written as ``nonoka run`` writes them."""
@@ -118,8 +119,9 @@ class BridgeHandler:
                 "conversation_key": self.key,
                 "purpose": self.request.purpose, "cwd": str(cwd)})
             try:
-                await self._finish_run(await self._run(model))
-                self._answered = True
+                result = await self._run(model)
+                await self._finish_run(result)
+                self._answered = result.session
             except asyncio.CancelledError:
                 await self._finish(frames.FINISH_CANCELLED)
             except _Failure as refused:
@@ -308,13 +310,10 @@ class BridgeHandler:
 
         try:
             await early.release_lease(self.stores)
-            sid = self.book.session_id
-            if self._answered and sid and self._raw is not None and self._agent is not None:
-                session = await Runner(self.stores.checkpoints).load_session(sid)
-                if session is not None:
-                    await early.remember_next_call(self.stores, session, model,
-                                                   list(self._agent.tool_map.values()),
-                                                   self._raw)
+            session = self._answered
+            if session is not None and self._raw is not None and self._agent is not None:
+                await early.remember_next_call(self.stores, session, model,
+                                               list(self._agent.tool_map.values()), self._raw)
         except Exception as exc:
             print(f"nonoka: after answering: {exc}", file=sys.stderr)
 

@@ -32,6 +32,9 @@ class RunResult:
     pending_approvals: list[ToolCall] = field(default_factory=list)
     retryable: bool = False
     """For a failed run: whether trying again later may help (e.g. a rate-limited model)."""
+    session: Session | None = field(default=None, repr=False, compare=False)
+    """The live session as the run left it (after its last save), for a caller that
+    looks further at it without loading it again."""
 
     @property
     def paused(self) -> bool:
@@ -75,4 +78,5 @@ def result_of(session: Session, output: Any = None, error: str | None = None) ->
                         else None),
         termination=termination,
         usage=session.usage,
+        session=session,
     )
