@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nonoka.bridge.turns import joined_prompt, split_after_reply
+
 if TYPE_CHECKING:
     import sqlite3
 
@@ -49,7 +51,7 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 def digest(value: object) -> str:
     """A stable digest of a JSON value (keys sorted)."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+    return _sha256(json.dumps(value, sort_keys=True))
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ class NextTurn:
     """``(tool_call_id, content)`` of each tool message after the host's last assistant
     message."""
     prompt: str | None
-    """The user messages after the host's last assistant message, joined as the runtime
-    joins them (``nonoka.bridge.history``)."""
+    """The user messages after the host's last assistant message, joined
+    (``nonoka.bridge.turns``)."""
     earlier_users: list[str]
     """The user messages before those, as the host resent them."""
 
@@ -106,16 +108,14 @@ class NextTurn:
                 or not isinstance(messages, list) or not messages
                 or not all(_well_formed(m) for m in messages)):
             return None
-        roles = [m["role"] for m in messages]
-        cut = max((i for i, role in enumerate(roles) if role == "assistant"), default=-1) + 1
-        tail = messages[cut:]
+        before, tail = split_after_reply(messages)
         results = [(m["tool_call_id"], m.get("content", "")) for m in tail
                    if m["role"] == "tool"]
-        users = [m.get("content", "") for m in tail if m["role"] == "user"]
-        if roles[-1] not in ("user", "tool") or not (results or users):
+        prompt = joined_prompt(tail)
+        if messages[-1]["role"] not in ("user", "tool") or not (results or prompt is not None):
             return None
-        return cls(session_id, results, "\n\n".join(users) if users else None,
-                   [m.get("content", "") for m in messages[:cut] if m["role"] == "user"])
+        return cls(session_id, results, prompt,
+                   [m.get("content", "") for m in before if m["role"] == "user"])
 
 
 _OPTIONAL_TEXT = ("request_id", "conversation_key", "cwd", "model")

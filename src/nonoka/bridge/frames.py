@@ -373,9 +373,9 @@ def conversation_key(messages: Iterable[Message | Mapping[str, Any]]) -> str | N
     Empty or whitespace-only text gives ``None``: it would match every such conversation.
     """
     for message in messages:
-        if _field(message, "role") != "user":
+        if message_field(message, "role") != "user":
             continue
-        text = _field(message, "content")
+        text = message_field(message, "content")
         if not isinstance(text, str) or not text.strip():
             return None
         import hashlib  # only here: ~2 ms, and most callers of this module never hash
@@ -393,7 +393,7 @@ def is_continuation(messages: Iterable[Message | Mapping[str, Any]]) -> bool:
 
     A history without one is a new conversation: send no session id.
     """
-    return any(_field(m, "role") in ("assistant", "tool") for m in messages)
+    return any(message_field(m, "role") in ("assistant", "tool") for m in messages)
 
 
 def scrub_surrogates(text: str) -> str:
@@ -557,7 +557,8 @@ def _error_event(code: str, message: str, *, request_id: str | None, retryable: 
     return event
 
 
-def _field(message: Any, name: str) -> Any:
+def message_field(message: Any, name: str) -> Any:
+    """A field of a message, whether a decoded JSON object or a typed ``Message``."""
     if isinstance(message, Mapping):
         return message.get(name)
     return getattr(message, name, None)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nonoka.bridge.turns import joined_prompt, split_after_reply
 from nonoka.messages import MemoryEntry, Message, ToolResult
 
 
@@ -28,19 +29,6 @@ class TurnPlan:
     results: list[ToolResult] = field(default_factory=list)
 
 
-def _tail(messages: Sequence[Message]) -> list[Message]:
-    """The messages after the last assistant message (the whole list if there is none)."""
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].role == "assistant":
-            return list(messages[index + 1:])
-    return list(messages)
-
-
-def _joined_prompt(messages: Sequence[Message]) -> str | None:
-    users = [m.content for m in messages if m.role == "user"]
-    return "\n\n".join(users) if users else None
-
-
 def plan_turn(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> TurnPlan:
     """Decide what the request adds to the stored conversation.
 
@@ -48,8 +36,8 @@ def plan_turn(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> Tur
     already stored (the prompt, the tool results): it is recognised and the turn resumes
     (or its stored answer is replayed) instead of the prompt being added a second time.
     """
-    tail = _tail(messages)
-    prompt = _joined_prompt(tail)
+    tail = split_after_reply(messages)[1]
+    prompt = joined_prompt(tail)
     tool_messages = [m for m in tail if m.role == "tool"]
     if tool_messages:
         answered = {e.tool_call_id for e in stored if e.role == "tool"}
@@ -84,7 +72,7 @@ def prompt_is_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message],
         return False
     if stored[-1].role == "user":
         return True  # saved by a process that died before answering
-    tail = _tail(messages)
+    tail = split_after_reply(messages)[1]
     sent = sum(1 for m in messages if m.role == "user") - sum(
         1 for m in tail if m.role == "user") + 1
     return len(users) == sent
@@ -93,11 +81,11 @@ def prompt_is_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message],
 def split_for_new_session(messages: Sequence[Message]) -> tuple[list[Message], str | None]:
     """History to seed a new session with, and the prompt to run (``None``: just resume)."""
     if messages and messages[-1].role == "user":
-        tail = _tail(messages)
+        tail = split_after_reply(messages)[1]
         users_at_end = len(tail) - next(
             (i for i in range(len(tail) - 1, -1, -1) if tail[i].role != "user"), -1) - 1
         cut = len(messages) - users_at_end
-        return list(messages[:cut]), _joined_prompt(messages[cut:])
+        return list(messages[:cut]), joined_prompt(messages[cut:])
     return list(messages), None
 
 

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     import asyncio
 
     server = _Server(reader, out)
-    code = asyncio.run(server.run(first[0]))
+    code = asyncio.run(server.run(first))
     if not server.eof:
         # Stopped by a signal with input still open: the stdin thread is blocked in a read
         # and holds the stream's lock, which interpreter shutdown would wait for and then
@@ -152,20 +152,20 @@ class _Server:
         self.stopping = False
         self.eof = False
 
-    async def run(self, first: bytes) -> int:
+    async def run(self, first: Checked) -> int:
         self._start_pump()
         self._install_signal_handlers()
-        line: bytes | None = first
-        while line is not None and not self.stopping:
-            await self._handle(line)
+        request: Checked | None = first
+        while request is not None and not self.stopping:
+            await self._handle(request)
             # Serve on until the next request, end of input or a signal: a bad line in
             # between is answered by ``_take`` and must not end the process.
             while not self.queued and not self.eof and not self.stopping:
                 self._take(await self.lines.get())
-            line = None
+            request = None
             if self.queued and not self.stopping:
-                line, obj = self.queued.pop(0)
-                _acknowledge(obj, self.out)
+                request = self.queued.pop(0)
+                _acknowledge(request[1], self.out)
         return 0
 
     def _start_pump(self) -> None:
@@ -197,12 +197,13 @@ class _Server:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal)
 
-    async def _handle(self, line: bytes) -> None:
+    async def _handle(self, checked: Checked) -> None:
         import asyncio
 
         from nonoka.bridge.handler import BridgeHandler
         from nonoka.bridge.protocol import BaseEvent, ChatRequest, decode_request, encode_event
 
+        line, raw = checked
         try:
             request = decode_request(line)
         except frames.ProtocolError as error:
@@ -214,9 +215,6 @@ class _Server:
         def send(event: BaseEvent) -> None:
             self.out.write(encode_event(event))
 
-        import json
-
-        raw = json.loads(line)
         self.task = asyncio.ensure_future(BridgeHandler(request, send, raw).handle())
         await self._drive(self.task)
         self.task = None
