@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from nonoka.tools import Tool
 
 ENV_VAR = "NONOKA_EARLY_DISPATCH"
-TEMPLATE_VERSION = 2
+TEMPLATE_VERSION = 1
+"""Bumped when the template's fields change; a row of another version is ignored."""
 
 
 def enabled(environ: Mapping[str, str]) -> bool:
