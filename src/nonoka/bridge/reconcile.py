@@ -1,0 +1,217 @@
+"""Reconcile the history a host resends with a stored conversation: continue, edit, branch.
+
+A host resends its whole history on every step, and that history is not always the
+stored conversation plus something new. Hosts prune old tool outputs, replace a prefix
+with a summary, undo to an earlier message, fork, or drop a message whose turn failed;
+another front end may have added turns the host never saw. Every request is compared
+with the stored conversation message by message and classified:
+
+- ``continuation`` — the stored conversation, then new messages: append them;
+- ``edited`` — the host changed the stored part in place (pruned tool outputs, a
+  compaction summary instead of a prefix, an unanswered message replaced): the session
+  continues, the model sees the host's version, the originals are kept in the timeline;
+- ``diverged`` — the histories agree up to ``point`` and then differ (an undo, an edited
+  earlier message, a fork): the turn continues in a branch that shares the first
+  ``point`` entries;
+- ``unrelated`` — not even the first message agrees: a different conversation.
+
+Messages are compared by a key that ignores what hosts re-encode (whitespace, tool-call
+argument formatting) and skips what only one side has (system prompts, nonoka's own
+summaries and repair notes). Nothing here touches storage; the bridge acts on the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from nonoka.messages import MemoryEntry, Message
+
+
+class Lineage(StrEnum):
+    """How a request's history relates to a stored conversation."""
+
+    CONTINUATION = "continuation"
+    EDITED = "edited"
+    DIVERGED = "diverged"
+    UNRELATED = "unrelated"
+
+
+class EditReason(StrEnum):
+    """Why a host's history differs from the stored one while continuing it."""
+
+    TOOL_OUTPUT_PRUNED = "tool_output_pruned"
+    HISTORY_COMPACTED = "history_compacted"
+    UNANSWERED_REPLACED = "unanswered_replaced"
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """The classification of one request against one stored conversation.
+
+    ``point`` is a stored entry index: for a continuation the number of stored entries,
+    for a branch the number of entries the branch shares with the stored conversation.
+    ``new`` is what the host adds after the part both sides share (or, for ``edited``,
+    after the host's version of the stored part, ``host_view``). ``shared`` counts the
+    host messages (system ones excluded) both sides agree on, the measure of a candidate.
+    """
+
+    lineage: Lineage
+    point: int
+    new: list[Message] = field(default_factory=list)
+    host_view: list[Message] | None = None
+    reason: EditReason | None = None
+    edited: list[int] = field(default_factory=list)
+    shared: int = 0
+
+    @property
+    def ahead(self) -> bool:
+        """Whether the host holds answers the store lacks (the store lost turns)."""
+        return any(m.role in ("assistant", "tool") for m in self.new)
+
+
+Key = tuple[str, ...]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def message_key(role: str, content: str, call_ids: Sequence[str] = (),
+                tool_call_id: str | None = None) -> Key:
+    """What must agree for two messages to be "the same message" of a conversation."""
+    if role == "assistant":
+        return ("assistant", _norm(content), *call_ids)
+    if role == "tool":
+        return ("tool", tool_call_id or "", _norm(content))
+    return (role, _norm(content))
+
+
+def _shape(key: Key, role: str) -> Key:
+    """The key without the content of a tool output (what a prune leaves unchanged)."""
+    return key[:2] if role == "tool" else key
+
+
+def content_digest(text: str) -> str:
+    """A short digest of a message's normalised text (how summaries are recognised)."""
+    return hashlib.sha256(_norm(text).encode()).hexdigest()[:32]
+
+
+def _internal(entry: MemoryEntry) -> bool:
+    """Entries only nonoka has: system prompts, its own summaries and repair notes."""
+    meta = entry.metadata
+    return entry.role == "system" or bool(meta.get("summary") or meta.get("contract_repair"))
+
+
+def _entry_key(entry: MemoryEntry) -> Key:
+    calls = [str(c.get("id", "")) for c in entry.metadata.get("tool_calls") or []]
+    return message_key(entry.role, entry.content, calls, entry.tool_call_id)
+
+
+def _message_key(message: Message) -> Key:
+    calls = [c.id for c in message.tool_calls or []]
+    return message_key(message.role, message.content, calls, message.tool_call_id)
+
+
+def classify(stored: Sequence[MemoryEntry], messages: Sequence[Message],
+             summaries: Collection[str] = ()) -> Reconciliation:
+    """Classify ``messages`` (a host's history) against ``stored`` (a session's entries).
+
+    ``summaries`` are digests (``content_digest``) of compaction summaries the host asked
+    for in this conversation; an assistant message carrying one marks a compacted prefix.
+    """
+    positions = [i for i, e in enumerate(stored) if not _internal(e)]
+    skeys = [_entry_key(stored[i]) for i in positions]
+    hosted = [m for m in messages if m.role != "system"]
+    rkeys = [_message_key(m) for m in hosted]
+    offset = _compacted_offset(stored, positions, skeys, rkeys)
+    if offset is None:
+        offset = 0
+    rkeys_seen = rkeys[offset:]
+    p = 0
+    limit = min(len(skeys), len(rkeys_seen))
+    while p < limit and skeys[p] == rkeys_seen[p]:
+        p += 1
+    if p == len(skeys) and (skeys or rkeys_seen):
+        return Reconciliation(Lineage.CONTINUATION, len(stored),
+                              new=hosted[offset + p:], shared=p)
+    compacted = _host_compaction(hosted, summaries)
+    if compacted is not None:
+        return Reconciliation(Lineage.EDITED, len(stored), new=hosted[compacted:],
+                              host_view=_with_system(messages, hosted[:compacted]),
+                              reason=EditReason.HISTORY_COMPACTED, shared=p)
+    pruned = _pruned(stored, positions, skeys, rkeys_seen, p)
+    if pruned is not None:
+        end = offset + len(skeys)
+        return Reconciliation(Lineage.EDITED, len(stored), new=hosted[end:],
+                              host_view=_with_system(messages, hosted[:end]),
+                              reason=EditReason.TOOL_OUTPUT_PRUNED, edited=pruned, shared=p)
+    if offset == 0 and p > 0 and _unanswered(stored, positions[p:]) and not any(
+            m.role == "tool" for m in hosted[p:p + 1]):
+        return Reconciliation(Lineage.EDITED, len(stored), new=hosted[p:],
+                              host_view=_with_system(messages, hosted[:p]),
+                              reason=EditReason.UNANSWERED_REPLACED,
+                              edited=positions[p:], shared=p)
+    if p == 0:
+        return Reconciliation(Lineage.UNRELATED, 0)
+    point = positions[p]  # the first stored host entry the request does not agree with
+    return Reconciliation(Lineage.DIVERGED, point, new=hosted[offset + p:], shared=p)
+
+
+def _compacted_offset(stored: Sequence[MemoryEntry], positions: list[int], skeys: list[Key],
+                      rkeys: list[Key]) -> int | None:
+    """Where the stored conversation starts in the host's, after nonoka compacted its own
+    copy (its oldest entries replaced by a summary the host never saw)."""
+    if not skeys or not any(e.metadata.get("summary") for e in stored):
+        return None
+    first = skeys[0]
+    for start in range(len(rkeys)):
+        if rkeys[start] == first and rkeys[start:start + len(skeys)] == skeys:
+            return start
+    return None
+
+
+def _host_compaction(hosted: list[Message], summaries: Collection[str]) -> int | None:
+    """The index after the last assistant message that carries a known summary."""
+    if not summaries:
+        return None
+    for index in range(len(hosted) - 1, -1, -1):
+        message = hosted[index]
+        if message.role == "assistant" and content_digest(message.content) in summaries:
+            return index + 1
+    return None
+
+
+def _pruned(stored: Sequence[MemoryEntry], positions: list[int], skeys: list[Key],
+            rkeys: list[Key], p: int) -> list[int] | None:
+    """Stored entry indexes whose tool output the host replaced, when that is the only
+    difference; ``None`` otherwise."""
+    if len(rkeys) < len(skeys):
+        return None
+    edited: list[int] = []
+    for i in range(p, len(skeys)):
+        if skeys[i] == rkeys[i]:
+            continue
+        role = stored[positions[i]].role
+        if role != "tool" or _shape(skeys[i], role) != _shape(rkeys[i], role):
+            return None
+        edited.append(positions[i])
+    return edited or None
+
+
+def _unanswered(stored: Sequence[MemoryEntry], rest: list[int]) -> bool:
+    """Whether the stored entries at ``rest`` are user messages nothing answered."""
+    return bool(rest) and all(stored[i].role == "user" for i in rest) and not any(
+        e.role == "assistant" for e in stored[rest[0]:])
+
+
+def _with_system(messages: Sequence[Message], hosted: list[Message]) -> list[Message]:
+    """The host's version of the conversation: its leading system messages, then ``hosted``."""
+    lead = []
+    for message in messages:
+        if message.role != "system":
+            break
+        lead.append(message)
+    return lead + hosted
