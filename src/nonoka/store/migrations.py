@@ -19,17 +19,38 @@ checks a SQLite file's migrations before pydantic is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
 from nonoka.errors import UnsupportedVersionError
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
 if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Sequence
     from contextlib import AbstractAsyncContextManager
+    from typing import Any, Protocol, TypeVar
 
-M = TypeVar("M", bound=Callable[..., Any])
-M_contra = TypeVar("M_contra", bound=Callable[..., Any], contravariant=True)
-T = TypeVar("T")
+    M = TypeVar("M", bound=Callable[..., Any])
+    M_contra = TypeVar("M_contra", bound=Callable[..., Any], contravariant=True)
+    T = TypeVar("T")
+
+    class Ledger(Protocol[M_contra]):
+        """What an engine gives the runner: its ledger table and its write transaction.
+
+        For the type checker only: engines implement it structurally, nothing checks it
+        at run time, so importing this module costs no ``typing`` machinery.
+        """
+
+        async def applied(self) -> list[str]:
+            """The names recorded, oldest first; empty when there is no ledger yet."""
+            ...
+
+        def exclusive(self) -> AbstractAsyncContextManager[object]:
+            """A write transaction that no other migrating process runs at the same
+            time, with the ledger table created if missing; rolled back if the block
+            raises."""
+            ...
+
+        async def apply(self, migration: M_contra) -> None:
+            """Run ``migration`` inside the exclusive transaction and record its name."""
+            ...
 
 
 def registrar(migrations: list[M]) -> Callable[[M], M]:
@@ -47,23 +68,6 @@ def registrar(migrations: list[M]) -> Callable[[M], M]:
 def names(migrations: Sequence[Callable[..., Any]]) -> list[str]:
     """The recorded names of ``migrations``, in order."""
     return [m.__name__ for m in migrations]
-
-
-class Ledger(Protocol[M_contra]):
-    """What an engine gives the runner: its ledger table and its write transaction."""
-
-    async def applied(self) -> list[str]:
-        """The names recorded, oldest first; empty when there is no ledger yet."""
-        ...
-
-    def exclusive(self) -> AbstractAsyncContextManager[object]:
-        """A write transaction that no other migrating process runs at the same time,
-        with the ledger table created if missing; rolled back if the block raises."""
-        ...
-
-    async def apply(self, migration: M_contra) -> None:
-        """Run ``migration`` inside the exclusive transaction and record its name."""
-        ...
 
 
 def check_known(applied: Sequence[str], migrations: Sequence[Callable[..., Any]],

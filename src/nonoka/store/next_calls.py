@@ -11,13 +11,15 @@ for the early path, which runs on the standard library only, as this module does
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 
-@dataclass(frozen=True)
-class StoredNextCall:
-    """A session's template with what it was computed from, read in one transaction."""
+class StoredNextCall(NamedTuple):
+    """A session's template with what it was computed from, read in one transaction.
+
+    A named tuple, not a dataclass: this is imported on the early path, where a frozen
+    dataclass's generated code costs a measurable share of the start-up.
+    """
 
     template: str
     """The template as saved."""
