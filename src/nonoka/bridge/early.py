@@ -152,16 +152,20 @@ def request_conditions(request: Mapping[str, Any]) -> dict[str, str]:
 # -- the next turn's request, before the runtime loads -------------------------------------
 
 
-@dataclass
 class Dispatched:
     """What ``dispatch`` did for a request: the session lease it took and the model
-    request in flight. Handed to the turn that runs the request, which uses it once."""
+    request in flight. Handed to the turn that runs the request, which uses it once.
 
-    session_id: str
-    owner: str
-    """The owner token of the lease dispatch took."""
-    inflight: Inflight
-    released: bool = False
+    A plain class: a dataclass's generated code would cost the early path's import."""
+
+    __slots__ = ("inflight", "owner", "released", "session_id")
+
+    def __init__(self, session_id: str, owner: str, inflight: Inflight) -> None:
+        self.session_id = session_id
+        self.owner = owner
+        """The owner token of the lease dispatch took."""
+        self.inflight = inflight
+        self.released = False
 
     def lease_owner(self, session_id: str) -> str | None:
         """The owner token of the lease dispatch holds on ``session_id``, if it holds one.

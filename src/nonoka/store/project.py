@@ -225,8 +225,9 @@ _OPENERS: dict[str, Callable[[str], ProjectStores]] = {
 def open_next_call_store(cwd: Path,
                          database_url: str | None = None) -> ClosableNextCallStore | None:
     """The project's ``NextCallStore`` for the bridge's early dispatch, on the standard
-    library only; ``None`` when its engine keeps none or its database does not exist yet
-    (nothing is created or migrated here). Close it when done."""
+    library only; ``None`` when its engine keeps none or its database is not ready
+    (nothing is created or migrated here; a database from a newer nonoka raises
+    ``UnsupportedVersionError``). Close it when done."""
     engine, target = database_target(cwd, database_url)
     if engine != "sqlite":
         return None

@@ -83,7 +83,7 @@ class SQLiteNextCalls:
         migrated raises ``UnsupportedVersionError``."""
         if not os.path.isfile(path):
             return None
-        uri = Path(path).as_uri() + "?mode=rw"
+        uri = Path(os.path.abspath(path)).as_uri() + "?mode=rw"  # never creates the file
         db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2)
         try:
             if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
