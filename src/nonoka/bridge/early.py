@@ -32,9 +32,8 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nonoka.bridge.turns import joined_prompt, split_after_reply
 
@@ -61,8 +60,7 @@ def digest(value: object) -> str:
     return _sha256(json.dumps(value, sort_keys=True))
 
 
-@dataclass(frozen=True)
-class NextTurn:
+class NextTurn(NamedTuple):
     """A chat request that adds to a session it names: host tool results (in the order
     sent), a user prompt, or both — what the runtime appends before its model call."""
 
@@ -156,7 +154,8 @@ class Dispatched:
     """What ``dispatch`` did for a request: the session lease it took and the model
     request in flight. Handed to the turn that runs the request, which uses it once.
 
-    A plain class: a dataclass's generated code would cost the early path's import."""
+    A plain class, like the named tuples here: a dataclass's generated code would cost
+    the early path's import."""
 
     __slots__ = ("inflight", "owner", "released", "session_id")
 

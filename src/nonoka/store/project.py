@@ -11,7 +11,6 @@ share the connection. A ``postgresql://`` URL puts every project in one shared d
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -41,14 +40,24 @@ class _Closable(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass
 class ProjectStores:
-    """The stores one process uses for a project. ``url`` names the database opened."""
+    """The stores one process uses for a project. ``url`` names the database opened.
 
-    checkpoints: CheckpointStore
-    index: SessionIndex
-    events: EventLog
-    url: str
+    A plain class: this module is on the bridge's early path, which a dataclass would
+    make import ``dataclasses`` (and ``inspect``), several milliseconds of every turn.
+    """
+
+    __slots__ = ("checkpoints", "events", "index", "url")
+
+    def __init__(self, checkpoints: CheckpointStore, index: SessionIndex, events: EventLog,
+                 url: str) -> None:
+        self.checkpoints = checkpoints
+        self.index = index
+        self.events = events
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"ProjectStores(url={self.url!r})"
 
     @property
     def leases(self) -> SessionLeases:
