@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -98,3 +101,13 @@ def test_a_request_nobody_claims_is_dropped_when_the_turn_ends(raw: RawServer,
 def test_without_an_early_request_nothing_is_claimed(inflight: Inflight) -> None:
     assert inflight.claim(Endpoint.parse("http://127.0.0.1:9/v1"), BODY, {}) is None
     assert inflight.settle() is None
+
+
+def test_the_wire_and_the_early_request_need_no_pydantic() -> None:
+    code = ("import json, sys, nonoka.llm, nonoka.llm.wire, nonoka.llm.inflight; "
+            "print(json.dumps(sorted(m for m in sys.modules "
+            "if m.partition('.')[0] in ('pydantic', 'asyncio'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert json.loads(done.stdout) == []
+

@@ -90,3 +90,14 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     for module in (nonoka.store, nonoka.store.sqlite):
         with pytest.raises(AttributeError, match="NoSuchStore"):
             module.NoSuchStore  # noqa: B018
+
+
+def test_the_early_paths_store_modules_are_standard_library_only() -> None:
+    loaded = run("""
+import json, sys
+import nonoka.store.project, nonoka.store.next_calls, nonoka.store.migrations
+import nonoka.store.lease_terms, nonoka.store.sqlite.next_calls
+print(json.dumps(sorted(m for m in sys.modules
+                        if m.partition(".")[0] in ("pydantic", "asyncio", "psycopg"))))
+""")
+    assert loaded == []
