@@ -38,7 +38,7 @@ from nonoka.runtime import RuntimeLimits, RuntimeUsage, SessionRuntimeState
 from nonoka.state import SessionState, SessionStatus, TraceEvent
 from nonoka.store.base import CheckpointStore, entry_json, snapshot_json
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite_db import BUSY_TIMEOUT_SECONDS
+from nonoka.store.sqlite.database import BUSY_TIMEOUT_SECONDS
 
 SIZES = (10, 100, 1_000, 10_000)
 WORDS = [

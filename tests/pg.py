@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from nonoka.store.postgres_db import describe
+from nonoka.store.postgres.database import describe
 
 PG_URL = os.environ.get("NONOKA_TEST_POSTGRES_URL",
                         "postgresql://postgres@127.0.0.1:5432/test").strip()

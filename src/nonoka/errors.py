@@ -2,6 +2,7 @@
 
     NonokaError
     ├── ConfigurationError          a caller mistake: fix the code or the settings
+    │   └── MissingExtraError        an optional extra is not installed (also an ImportError)
     ├── ToolError                   a tool is unknown, its arguments are invalid, or it failed
     ├── ToolResultMismatchError     a tool result answers no pending call
     ├── ModelError                  the model endpoint failed (names endpoint and status)
@@ -24,6 +25,12 @@ class NonokaError(Exception):
 
 class ConfigurationError(NonokaError):
     """The caller configured something wrong; the message says what to change."""
+
+
+class MissingExtraError(ConfigurationError, ImportError):
+    """A feature needs an optional extra that is not installed; the message names it
+    (``pip install 'nonoka[postgres]'``). Also an ``ImportError``, since it is raised
+    where the feature is imported."""
 
 
 class ToolError(NonokaError):

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from nonoka.bridge.early import NextTurn
 from nonoka.llm.base import ToolSpec
 from nonoka.llm.openai import OpenAIChatModel
+from nonoka.llm.wire import entry_wire_message
 from nonoka.messages import MemoryEntry, ToolCall
 from nonoka.store.base import entry_json
 from nonoka.testing import call, calls, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer
-from nonoka.wire import entry_wire_message
 from tests.bridge.conftest import Bridge, assistant, chat, one, text_of, tool_message, user
 from tests.conftest import ScriptItem
 

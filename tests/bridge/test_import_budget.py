@@ -75,7 +75,7 @@ def test_a_prompt_turn_sends_its_model_request_before_pydantic_is_loaded(
     # sending thread to finish and list what is imported.
     code = ("import json, sys, threading, time\n"
             "from nonoka.bridge import early\n"
-            "sent = early.dispatch(json.loads(sys.argv[1]))\n"
+            "sent = early.dispatch(json.loads(sys.argv[1])) is not None\n"
             "while threading.active_count() > 1: time.sleep(0.005)\n"
             "print(json.dumps([sent, sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pydantic', 'pydantic_core', 'asyncio'))]))\n")

@@ -1,5 +1,9 @@
-"""The ``engine`` fixture: every conformance test runs once per engine in ``ENGINES``;
-``records`` does the same for the session index and event log (``RECORD_ENGINES``)."""
+"""The fixtures the conformance suite asks for, over nonoka's own engines.
+
+``engine``: every test runs once per engine in ``ENGINES``; ``records`` does the same
+for the session index and event log (``RECORD_ENGINES``); ``shared_engine`` is an engine
+other OS processes can open too.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from nonoka.store.base import CheckpointStore
 from tests.conformance.engines import (
     ENGINES,
     RECORD_ENGINES,
     SHARED_ENGINES,
     EngineHarness,
-    RecordsHarness,
+    RecordEngineHarness,
 )
 
 
@@ -40,15 +43,10 @@ async def shared_engine(
         await harness.aclose()
 
 
-@pytest.fixture
-def store(engine: EngineHarness) -> CheckpointStore:
-    return engine.store
-
-
 @pytest.fixture(params=sorted(RECORD_ENGINES))
 async def records(
     request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[RecordsHarness]:
+) -> AsyncIterator[RecordEngineHarness]:
     harness = await RECORD_ENGINES[request.param](tmp_path)
     try:
         yield harness

@@ -1,9 +1,11 @@
-"""Engine harnesses: how the conformance suite drives each checkpoint engine.
+"""Engine harnesses: how the conformance suite (``nonoka.testing.conformance``) drives
+each of nonoka's engines.
 
 A harness owns a store plus the back doors the suite needs: reopening the same data in a
 new store instance, writing raw rows (as a corrupting disk, an older or a newer nonoka
 would), and dumping everything stored for a session to prove a failed call changed
-nothing. An engine joins the whole suite by adding a harness class and one entry to
+nothing. The back doors poke each engine's own tables, so they live here, not in the
+suite. An engine joins the whole suite by adding a harness class and one entry to
 ``ENGINES`` (and, for the session index and event log, to ``RECORD_ENGINES``).
 
 The PostgreSQL harnesses give each test its own schema on the server named by
@@ -16,56 +18,34 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from nonoka.store.base import CheckpointStore
-from nonoka.store.memory import CheckpointRow, MemoryCheckpointStore, MemoryDatabase
-from nonoka.store.memory_records import MemoryRecordDatabase, MemoryRecordStore
+from nonoka.store.memory import (
+    CheckpointRow,
+    MemoryCheckpointStore,
+    MemoryDatabase,
+    MemoryRecordDatabase,
+    MemoryRecordStore,
+)
 from nonoka.store.postgres import PostgresCheckpointStore
-from nonoka.store.postgres_records import PostgresRecordStore
-from nonoka.store.records import EventLog, SessionIndex
+from nonoka.store.postgres.records import PostgresRecordStore
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite_records import SQLiteRecordStore
+from nonoka.store.sqlite.records import SQLiteRecordStore
+from nonoka.testing.conformance import RecordsHarness, RecordStore, RowsHarness, StoredRows
 from tests import pg
 
 
-@dataclass(frozen=True)
-class StoredRows:
-    """Everything an engine holds for one session, as text."""
+class EngineHarness(RowsHarness, Protocol):
+    """A ``RowsHarness`` for one of nonoka's engines, which the fixtures close."""
 
-    snapshot: str
-    revision: int
-    entries: tuple[str, ...]
-    steps: tuple[tuple[str, str, str, float], ...]
-
-
-class EngineHarness(Protocol):
     name: str
-    store: CheckpointStore
 
     @property
     def process_url(self) -> str | None:
         """How another OS process opens the same data (``None``: it cannot)."""
         ...
-
-    async def reopen(self) -> CheckpointStore:
-        """A new store instance over the same data; closed by ``aclose``."""
-        ...
-
-    def corrupt_snapshot(self, session_id: str, text: str) -> None: ...
-
-    def corrupt_entry(self, session_id: str, seq: int, text: str) -> None: ...
-
-    def corrupt_step_update(self, session_id: str, step_id: str, kind: str, text: str) -> None:
-        ...
-
-    def write_raw_snapshot(self, session_id: str, json_text: str) -> None:
-        """Store ``json_text`` as the snapshot row; a new row gets revision 1, no entries."""
-        ...
-
-    def dump(self, session_id: str) -> StoredRows | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -281,19 +261,10 @@ def open_store(url: str) -> CheckpointStore:
 # -- session index and event log ----------------------------------------------------------
 
 
-class RecordStore(SessionIndex, EventLog, Protocol):
-    """What a record engine implements: both protocols, plus ``close``."""
+class RecordEngineHarness(RecordsHarness, Protocol):
+    """A ``RecordsHarness`` for one of nonoka's engines, which the fixtures close."""
 
-    async def close(self) -> None: ...
-
-
-class RecordsHarness(Protocol):
     name: str
-    store: RecordStore
-
-    async def reopen(self) -> RecordStore:
-        """A new store instance over the same data; closed by ``aclose``."""
-        ...
 
     async def aclose(self) -> None: ...
 
@@ -351,19 +322,19 @@ class PostgresRecordsHarness:
             pg.drop_schema(self.schema)
 
 
-async def _memory_records(tmp: Path) -> RecordsHarness:
+async def _memory_records(tmp: Path) -> RecordEngineHarness:
     return MemoryRecordsHarness(tmp)
 
 
-async def _sqlite_records(tmp: Path) -> RecordsHarness:
+async def _sqlite_records(tmp: Path) -> RecordEngineHarness:
     return SQLiteRecordsHarness(tmp)
 
 
-async def _postgres_records(tmp: Path) -> RecordsHarness:
+async def _postgres_records(tmp: Path) -> RecordEngineHarness:
     return PostgresRecordsHarness(tmp)
 
 
-RECORD_ENGINES: dict[str, Callable[[Path], Awaitable[RecordsHarness]]] = {
+RECORD_ENGINES: dict[str, Callable[[Path], Awaitable[RecordEngineHarness]]] = {
     "memory": _memory_records,
     "sqlite": _sqlite_records,
     "postgres": _postgres_records,

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conformance import states
+from nonoka.testing.conformance import states
 from tests.conformance.engines import EngineHarness
 
 WORKER = Path(__file__).with_name("race_worker.py")

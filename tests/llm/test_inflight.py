@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from nonoka import inflight
-from nonoka.wire import Endpoint, request_headers
+from nonoka.llm.inflight import Inflight
+from nonoka.llm.wire import Endpoint, request_headers
 
 
 class RawServer:
@@ -43,17 +46,25 @@ class RawServer:
 
 
 @pytest.fixture
+def inflight() -> Iterator[Inflight]:
+    """The handle a turn's early request travels in, settled when the test ends."""
+    held = Inflight()
+    yield held
+    held.settle()
+
+
+@pytest.fixture
 def raw() -> Iterator[RawServer]:
     server = RawServer()
     yield server
     server.sock.close()
-    inflight.settle()
 
 
 BODY = b'{"model": "m"}'
 
 
-def test_the_same_request_is_handed_over_and_answered(raw: RawServer) -> None:
+def test_the_same_request_is_handed_over_and_answered(raw: RawServer,
+                                                       inflight: Inflight) -> None:
     headers = request_headers("k")
     inflight.start(raw.endpoint, BODY, headers, 5.0)
     early = inflight.claim(raw.endpoint, BODY, dict(headers))
@@ -67,7 +78,8 @@ def test_the_same_request_is_handed_over_and_answered(raw: RawServer) -> None:
 
 
 @pytest.mark.parametrize("what", ["body", "headers", "endpoint"])
-def test_any_other_request_drops_the_early_one(raw: RawServer, what: str) -> None:
+def test_any_other_request_drops_the_early_one(raw: RawServer, inflight: Inflight,
+                                               what: str) -> None:
     headers = request_headers("k")
     inflight.start(raw.endpoint, BODY, headers, 5.0)
     endpoint = Endpoint.parse("http://127.0.0.1:9/v1") if what == "endpoint" else raw.endpoint
@@ -78,13 +90,24 @@ def test_any_other_request_drops_the_early_one(raw: RawServer, what: str) -> Non
     assert inflight.claim(raw.endpoint, BODY, headers) is None, "claimed twice"
 
 
-def test_a_request_nobody_claims_is_dropped_when_the_turn_ends(raw: RawServer) -> None:
+def test_a_request_nobody_claims_is_dropped_when_the_turn_ends(raw: RawServer,
+                                                               inflight: Inflight) -> None:
     inflight.start(raw.endpoint, BODY, request_headers(None), 5.0)
     assert inflight.settle() == "unused"
     assert raw.done.wait(5)
     assert inflight.settle() is None
 
 
-def test_without_an_early_request_nothing_is_claimed() -> None:
+def test_without_an_early_request_nothing_is_claimed(inflight: Inflight) -> None:
     assert inflight.claim(Endpoint.parse("http://127.0.0.1:9/v1"), BODY, {}) is None
     assert inflight.settle() is None
+
+
+def test_the_wire_and_the_early_request_need_no_pydantic() -> None:
+    code = ("import json, sys, nonoka.llm, nonoka.llm.wire, nonoka.llm.inflight; "
+            "print(json.dumps(sorted(m for m in sys.modules "
+            "if m.partition('.')[0] in ('pydantic', 'asyncio'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert json.loads(done.stdout) == []
+

@@ -18,11 +18,11 @@ from nonoka.errors import (
 from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState, StepStatus
 from nonoka.store.postgres import PostgresCheckpointStore
-from nonoka.store.postgres_records import PostgresRecordStore
-from nonoka.store.postgres_schema import MIGRATIONS
+from nonoka.store.postgres.migrations import MIGRATIONS
+from nonoka.store.postgres.records import PostgresRecordStore
 from tests import pg
 
-NAMES = [name for name, _ in MIGRATIONS]
+NAMES = [m.__name__ for m in MIGRATIONS]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from nonoka.errors import ConfigurationError, StoreError
 from nonoka.state import SessionState
 from nonoka.store.memory import MemoryCheckpointStore
-from nonoka.store.memory_records import MemoryRecordStore
+from nonoka.store.memory.records import MemoryRecordStore
 from nonoka.store.project import (
     ProjectStores,
     database_url_from_env,
@@ -22,7 +22,7 @@ from nonoka.store.project import (
 )
 from nonoka.store.records import SessionRecord
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite_records import SQLiteRecordStore
+from nonoka.store.sqlite.records import SQLiteRecordStore
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ async def test_postgresql_opens_lazily(tmp_path: Path, url: str) -> None:
 
 async def test_postgresql_url(tmp_path: Path) -> None:
     from nonoka.store.postgres import PostgresCheckpointStore
-    from nonoka.store.postgres_records import PostgresRecordStore
+    from nonoka.store.postgres.records import PostgresRecordStore
     from tests import pg
 
     with pg.temp_schema() as schema:
@@ -218,9 +218,9 @@ def test_database_url_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 LAZY = """
 import sys
 import nonoka.store.project as project
-heavy = ("sqlite3", "_sqlite3", "nonoka.store.sqlite", "nonoka.store.sqlite_db",
-         "nonoka.store.sqlite_schema", "nonoka.store.sqlite_records", "nonoka.store.memory",
-         "nonoka.store.memory_records", "nonoka.store.records", "psycopg")
+heavy = ("sqlite3", "_sqlite3", "nonoka.store.sqlite", "nonoka.store.sqlite.database",
+         "nonoka.store.sqlite.migrations", "nonoka.store.sqlite.records", "nonoka.store.memory",
+         "nonoka.store.memory.records", "nonoka.store.records", "psycopg")
 loaded = [m for m in heavy if m in sys.modules]
 assert not loaded, f"importing nonoka.store.project loaded {loaded}"
 import asyncio

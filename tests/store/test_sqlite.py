@@ -18,7 +18,7 @@ from nonoka.errors import StoreError, UnsupportedVersionError
 from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite_schema import MIGRATIONS, apply_migrations
+from nonoka.store.sqlite.migrations import MIGRATIONS, apply_migrations
 
 
 def _raw(path: Path) -> closing[sqlite3.Connection]:

@@ -17,12 +17,12 @@ from nonoka.state import SessionState
 from nonoka.store.base import snapshot_json
 from nonoka.store.records import SessionRecord
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite_records import SQLiteRecordStore
-from nonoka.store.sqlite_schema import (
+from nonoka.store.sqlite.migrations import (
     MIGRATIONS,
     apply_migrations,
     m002_session_index_and_events,
 )
+from nonoka.store.sqlite.records import SQLiteRecordStore
 
 ALL = [m.__name__ for m in MIGRATIONS]
 
@@ -82,6 +82,21 @@ async def test_old_file_is_upgraded_by_the_checkpoint_store(tmp_path: Path) -> N
     finally:
         await store.close()
     assert {"cli_sessions", "events"} <= _tables(path)
+
+
+async def test_an_upgraded_file_has_the_schema_of_a_fresh_one(tmp_path: Path) -> None:
+    old, fresh = tmp_path / "old.db", tmp_path / "fresh.db"
+    _old_file(old)
+    for path in (old, fresh):
+        await SQLiteCheckpointStore(path).close()
+
+    def schema(path: Path) -> list[tuple[str, str, str, str | None]]:
+        with _raw(path) as db:
+            return sorted(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+
+    assert schema(old) == schema(fresh)
+    with _raw(old) as db:
+        assert [r[0] for r in db.execute("SELECT name FROM nonoka_migrations")] == ALL
 
 
 def test_m002_is_idempotent(tmp_path: Path) -> None:
@@ -166,7 +181,7 @@ class Trace:
 
 APPENDER = """
 import asyncio, sys, time
-from nonoka.store.sqlite_records import SQLiteRecordStore
+from nonoka.store.sqlite.records import SQLiteRecordStore
 path, name, count, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 async def main():
     records = SQLiteRecordStore(path)

@@ -13,11 +13,17 @@ the pending call ids), room left in the context budget.
 
 ``dispatch`` runs right after ``protocol_ack`` on the standard library only. It checks
 the request against the template, rebuilds the stored conversation's wire messages from
-the entry rows, verifies them against the digest, and sends the request through
-``nonoka.inflight``. The runtime then runs the turn as always; its model call uses the
-early request only when its own body is byte for byte the same, and otherwise the early
-request is closed unread. Anything unexpected here means "do not dispatch", never an
-error. SQLite projects only; ``NONOKA_EARLY_DISPATCH=0`` turns it off.
+the entry rows, verifies them against the digest, takes the session's lease and sends
+the request (``nonoka.llm.inflight``). It returns a ``Dispatched`` handle that the turn
+receives: the model adapter adopts the request in flight, and uses it only when its own
+body is byte for byte the same (otherwise the early request is closed unread); the turn
+keeps the lease under the same owner and settles the request when it ends. Anything
+unexpected here means "do not dispatch", never an error.
+
+What this module decides stays here; what it reads and writes goes through two optional
+capabilities: the store's ``NextCallStore`` (``nonoka.store.next_calls``; the SQLite
+engine keeps one) and the model's ``AdoptsInflight`` (``nonoka.llm.base``; the
+OpenAI-compatible adapter has it). ``NONOKA_EARLY_DISPATCH=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -25,19 +31,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nonoka.bridge.turns import joined_prompt, split_after_reply
 
 if TYPE_CHECKING:
-    import sqlite3
-
     from nonoka.llm.base import ChatModel
+    from nonoka.llm.inflight import Inflight, Outcome
     from nonoka.session import Session
+    from nonoka.store.base import SessionLeases
+    from nonoka.store.next_calls import StoredNextCall
     from nonoka.store.project import ProjectStores
     from nonoka.tools import Tool
 
@@ -55,8 +60,7 @@ def digest(value: object) -> str:
     return _sha256(json.dumps(value, sort_keys=True))
 
 
-@dataclass(frozen=True)
-class NextTurn:
+class NextTurn(NamedTuple):
     """A chat request that adds to a session it names: host tool results (in the order
     sent), a user prompt, or both — what the runtime appends before its model call."""
 
@@ -78,7 +82,7 @@ class NextTurn:
 
     def new_messages(self) -> list[dict[str, Any]]:
         """The wire messages the runtime appends for this turn, in its order."""
-        from nonoka.wire import wire_message
+        from nonoka.llm.wire import wire_message
 
         messages = [wire_message("tool", content, None, call_id)
                     for call_id, content in self.results]
@@ -146,149 +150,130 @@ def request_conditions(request: Mapping[str, Any]) -> dict[str, str]:
 # -- the next turn's request, before the runtime loads -------------------------------------
 
 
-def dispatch(request: Mapping[str, Any]) -> bool:
+class Dispatched:
+    """What ``dispatch`` did for a request: the session lease it took and the model
+    request in flight. Handed to the turn that runs the request, which uses it once.
+
+    A plain class, like the named tuples here: a dataclass's generated code would cost
+    the early path's import."""
+
+    __slots__ = ("inflight", "owner", "released", "session_id")
+
+    def __init__(self, session_id: str, owner: str, inflight: Inflight) -> None:
+        self.session_id = session_id
+        self.owner = owner
+        """The owner token of the lease dispatch took."""
+        self.inflight = inflight
+        self.released = False
+
+    def lease_owner(self, session_id: str) -> str | None:
+        """The owner token of the lease dispatch holds on ``session_id``, if it holds one.
+
+        The turn takes the lease again with the same token, so the session stays held
+        from before the model request until the turn ends.
+        """
+        return self.owner if session_id == self.session_id and not self.released else None
+
+    def offer(self, model: object) -> None:
+        """Let ``model`` answer from the request in flight, if it can adopt one (a model
+        that cannot leaves it unused)."""
+        from nonoka.llm.base import AdoptsInflight
+
+        if isinstance(model, AdoptsInflight):
+            model.adopt(self.inflight)
+
+    async def release_lease(self, leases: SessionLeases) -> None:
+        """Give back dispatch's lease; a no-op once given back (or after the turn, which
+        held it with the same owner, released it)."""
+        if not self.released:
+            self.released = True
+            await leases.release_lease(self.session_id, self.owner)
+
+    def settle(self) -> Outcome | None:
+        """Close the request if nobody claimed it; what became of it (once)."""
+        return self.inflight.settle()
+
+
+def dispatch(request: Mapping[str, Any]) -> Dispatched | None:
     """Send the model request ``request`` will make, if its session's template says
-    which; returns whether a request was sent."""
-    if _held is not None or not enabled(os.environ):
-        return False
+    which; the handle of what was sent, or ``None``."""
+    if not enabled(os.environ):
+        return None
     turn = NextTurn.of(request)
     if turn is None:
-        return False
+        return None
     try:
         return _dispatch(request, turn)
     except Exception:  # the runtime's own path reports every real problem
-        return False
+        return None
 
 
-def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> bool:
-    global _held
-    import sqlite3
-
-    from nonoka import inflight
+def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
     from nonoka.config import configured_model
-    from nonoka.store.lease_terms import new_lease_owner
-    from nonoka.store.project import database_target, database_url_from_env
-    from nonoka.wire import (
+    from nonoka.llm.inflight import Inflight
+    from nonoka.llm.wire import (
         DEFAULT_BASE_URL,
         DEFAULT_TIMEOUT,
         Endpoint,
         check_key,
+        entry_wire_message,
         request_headers,
         resolve_target,
     )
+    from nonoka.store.lease_terms import DEFAULT_TTL, new_lease_owner
+    from nonoka.store.project import database_url_from_env, open_next_call_store
 
     cwd = Path(str(request.get("cwd") or os.getcwd()))
-    engine, path = database_target(cwd, database_url_from_env())
-    if engine != "sqlite" or not os.path.isfile(path):
-        return False
-    spec = configured_model(cwd, request.get("model") or None)
-    target = resolve_target(spec, os.environ)
-    endpoint = Endpoint.parse(target.base_url or DEFAULT_BASE_URL)
-    check_key(endpoint, target.api_key)
-    owner = new_lease_owner()
-    db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None, timeout=0.2)
+    store = open_next_call_store(cwd, database_url_from_env())
+    if store is None:
+        return None
     try:
-        if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-            return False  # not a file the SQLite engine has set up
-        db.execute("PRAGMA synchronous = NORMAL")  # as the engine writes (sqlite_db.py)
-        found = _stored(db, path, turn)
+        spec = configured_model(cwd, request.get("model") or None)
+        target = resolve_target(spec, os.environ)
+        endpoint = Endpoint.parse(target.base_url or DEFAULT_BASE_URL)
+        check_key(endpoint, target.api_key)
+        found = store.load_next_call(turn.session_id)
         if found is None:
-            return False
-        template, entries, revision = found
-        headroom = template["headroom"]
-        if (template["model"] != spec or template["users"] != digest(turn.earlier_users)
-                or any(template[k] != v for k, v in request_conditions(request).items())
-                or (headroom is not None and turn.new_tokens() > headroom)):
-            return False
-        stored = [json.dumps(m) for m in entries]
+            return None
+        template = json.loads(found.template)
+        if not _expects(template, found, turn) or not _fits(template, request, turn, spec):
+            return None
+        stored = [json.dumps(entry_wire_message(json.loads(e))) for e in found.entries]
         head, tail = template["head"], template["tail"]
         if _sha256(head + ", ".join(stored) + tail) != template["digest"]:
-            return False
-        if not _take_lease(db, turn.session_id, revision, owner):
-            return False
+            return None
+        owner = new_lease_owner()
+        # Held from now on; the checkpoint must still be the one the body was built from.
+        if not store.lease_at_revision(turn.session_id, found.revision, owner, DEFAULT_TTL):
+            return None
     finally:
-        db.close()
-    _held = (turn.session_id, owner)
+        store.close()
     body = head + ", ".join([*stored, *map(json.dumps, turn.new_messages())]) + tail
+    inflight = Inflight()
     inflight.start(endpoint, body.encode(), request_headers(target.api_key), DEFAULT_TIMEOUT)
-    return True
+    return Dispatched(turn.session_id, owner, inflight)
 
 
-def _stored(db: sqlite3.Connection, path: str, turn: NextTurn,
-            ) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
-    """The session's current template, wire messages and revision, read in one
-    transaction; ``None`` unless the session is free and ``turn`` is what it expects: a
-    prompt after a finished turn, or results for exactly the host calls it waits for."""
-    from nonoka.store.sqlite_schema import MIGRATIONS, check_known
-    from nonoka.wire import entry_wire_message
+def _expects(template: dict[str, Any], found: StoredNextCall, turn: NextTurn) -> bool:
+    """Whether the session waits for ``turn``: a prompt after a finished turn, or results
+    for exactly the host calls it paused on."""
+    return (template.get("v") == TEMPLATE_VERSION and template.get("kind") == turn.kind
+            and found.status == _STATUS[turn.kind]
+            and sorted(template["pending"]) == sorted(c for c, _ in turn.results))
 
-    session_id = turn.session_id
-    db.execute("BEGIN")
-    try:
-        if len(check_known(db, path)) != len(MIGRATIONS):  # a newer file raises
-            return None
-        row = db.execute(
-            "SELECT n.template_json, c.state_json, c.entry_count, c.revision, l.expires_at "
-            "FROM next_calls n JOIN checkpoints c "
-            "ON c.session_id = n.session_id AND c.revision = n.revision "
-            "LEFT JOIN session_leases l ON l.session_id = n.session_id "
-            "WHERE n.session_id = ?", (session_id,)).fetchone()
-        if row is None or (row[4] is not None and row[4] > time.time()):
-            return None  # no current template, or another process runs the session
-        template = json.loads(row[0])
-        if (template.get("v") != TEMPLATE_VERSION or template.get("kind") != turn.kind
-                or json.loads(row[1]).get("status") != _STATUS[turn.kind]
-                or sorted(template["pending"]) != sorted(c for c, _ in turn.results)):
-            return None
-        entries = [entry_wire_message(json.loads(r[0])) for r in db.execute(
-            "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
-            (session_id,))]
-    finally:
-        db.execute("COMMIT")
-    return (template, entries, row[3]) if len(entries) == row[2] else None
+
+def _fits(template: dict[str, Any], request: Mapping[str, Any], turn: NextTurn,
+          spec: str) -> bool:
+    """Whether the runtime would build the template's request for ``request``: the same
+    model, tools, limits and earlier user messages, and room for what the turn adds."""
+    headroom = template["headroom"]
+    return (template["model"] == spec and template["users"] == digest(turn.earlier_users)
+            and all(template[k] == v for k, v in request_conditions(request).items())
+            and (headroom is None or turn.new_tokens() <= headroom))
 
 
 _STATUS = {"prompt": "completed", "tool_results": "paused"}
 """The stored status of a session that expects each kind of turn."""
-
-
-def _take_lease(db: sqlite3.Connection, session_id: str, revision: int, owner: str) -> bool:
-    """Hold the session for this process, if it is still as read and nobody else has it."""
-    from nonoka.store.lease_terms import DEFAULT_TTL, sqlite_acquire
-
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        row = db.execute("SELECT revision FROM checkpoints WHERE session_id = ?",
-                         (session_id,)).fetchone()
-        taken = row is not None and row[0] == revision and sqlite_acquire(
-            db, session_id, owner, DEFAULT_TTL, time.time())
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-    return taken
-
-
-_held: tuple[str, str] | None = None
-"""``(session_id, owner)`` of the lease ``dispatch`` took for its request."""
-
-
-def lease_owner(session_id: str) -> str | None:
-    """The owner token of the lease dispatch holds on ``session_id``, if it holds one.
-
-    The turn takes the lease again with the same token, so the session stays held from
-    before the model request until the turn ends.
-    """
-    return _held[1] if _held is not None and _held[0] == session_id else None
-
-
-async def release_lease(stores: ProjectStores) -> None:
-    """Give back dispatch's lease; a no-op once the turn has taken and released it."""
-    global _held
-    if _held is not None:
-        session_id, owner = _held
-        _held = None
-        await stores.leases.release_lease(session_id, owner)
 
 
 def _sha256(text: str) -> str:
@@ -307,16 +292,16 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
     their results. Returns whether a template was stored.
     """
     from nonoka.bridge.history import host_users
-    from nonoka.llm.openai import OpenAIChatModel
+    from nonoka.llm.base import AdoptsInflight
     from nonoka.messages import dangling_tool_calls
     from nonoka.state import SessionStatus
-    from nonoka.store.sqlite import SQLiteCheckpointStore
+    from nonoka.store.next_calls import NextCallStore
 
     store = stores.checkpoints
     entries = session.memory.entries
     limits = session.limits
-    if (not enabled(os.environ) or not isinstance(store, SQLiteCheckpointStore)
-            or not isinstance(model, OpenAIChatModel)
+    if (not enabled(os.environ) or not isinstance(store, NextCallStore)
+            or not isinstance(model, AdoptsInflight)
             or request.get("purpose") not in (None, "chat") or not entries
             or entries[-1].role != "assistant" or session.exceeded() is not None
             or limits.wall_timeout_seconds is not None

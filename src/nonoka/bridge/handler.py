@@ -24,10 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nonoka import faults, inflight
+from nonoka import faults
 from nonoka.agent import Agent
 from nonoka.bookkeeping import Failure, SessionBook, failure_of, finish_reason_of, title_from
 from nonoka.bridge import frames
+from nonoka.bridge.early import Dispatched
 from nonoka.bridge.history import matches_stored, plan_turn, split_for_new_session
 from nonoka.bridge.protocol import (
     BaseEvent,
@@ -88,11 +89,14 @@ class BridgeHandler:
     """Handles one ``chat`` request; every event goes through ``send``."""
 
     def __init__(self, request: ChatRequest, send: Send,
-                 raw: dict[str, object] | None = None) -> None:
+                 raw: dict[str, object] | None = None,
+                 early: Dispatched | None = None) -> None:
         self.request = request
         self._send = send
         self._raw = raw
         """The request as it arrived (decoded JSON); its early dispatch is judged on it."""
+        self._early = early
+        """What the early dispatch sent for this request, if anything."""
         self._agent: Agent | None = None
         self._answered: Session | None = None
         """The session as the answered turn left it."""
@@ -114,6 +118,8 @@ class BridgeHandler:
         try:
             cwd = self._cwd()
             model = self._model(cwd)
+            if self._early is not None:
+                self._early.offer(model)
             self._stores = _open_stores(cwd)
             self.book.attach(self._stores, metadata={
                 "conversation_key": self.key,
@@ -191,9 +197,8 @@ class BridgeHandler:
         for warning in decision.warnings:
             self.send(warning)
             await self.book.log("warning", {"code": warning.code, "message": warning.message})
-        from nonoka.bridge import early
-
-        async with self.stores.hold(session.session_id, early.lease_owner(session.session_id)):
+        early = self._early.lease_owner(session.session_id) if self._early else None
+        async with self.stores.hold(session.session_id, early):
             return await self._run_turn(runner, agent, session, prompt,
                                         new=decision.session is None)
 
@@ -309,7 +314,8 @@ class BridgeHandler:
         from nonoka.bridge import early
 
         try:
-            await early.release_lease(self.stores)
+            if self._early is not None:
+                await self._early.release_lease(self.stores.leases)
             session = self._answered
             if session is not None and self._raw is not None and self._agent is not None:
                 await early.remember_next_call(self.stores, session, model,
@@ -345,7 +351,8 @@ class BridgeHandler:
     # -- finishing --------------------------------------------------------------------------
 
     async def _finish(self, reason: str, termination: FinishTermination | None = None) -> None:
-        outcome = inflight.settle()  # the turn is over: nothing claims the request any more
+        # The turn is over: nothing claims the early request any more.
+        outcome = self._early.settle() if self._early is not None else None
         if outcome is not None:
             with contextlib.suppress(Exception):  # the timeline must not stop the finish
                 await self.book.log("early_request", {"outcome": outcome})

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     import asyncio
     from typing import Any, BinaryIO
 
+    from nonoka.bridge.early import Dispatched
+
 _CHUNK = 1 << 20
 
 
@@ -117,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from nonoka.bridge import early
 
-    early.dispatch(first[1])  # before the runtime loads: see nonoka.bridge.early
+    dispatched = early.dispatch(first[1])  # before the runtime loads: see nonoka.bridge.early
     import asyncio
 
-    server = _Server(reader, out)
+    server = _Server(reader, out, dispatched)
     code = asyncio.run(server.run(first))
     if not server.eof:
         # Stopped by a signal with input still open: the stdin thread is blocked in a read
@@ -142,10 +144,13 @@ Item = bytes | frames.ProtocolError | _Wake | None
 class _Server:
     """Serves acknowledged requests one after another while watching stdin for ``cancel``."""
 
-    def __init__(self, reader: LineReader, out: Output) -> None:
+    def __init__(self, reader: LineReader, out: Output,
+                 early: Dispatched | None = None) -> None:
         import asyncio
 
         self.reader, self.out = reader, out
+        self.early = early
+        """What the early dispatch sent for the first request; handed to its turn."""
         self.lines: asyncio.Queue[Item] = asyncio.Queue()
         self.queued: list[Checked] = []
         self.task: asyncio.Future[None] | None = None
@@ -204,6 +209,7 @@ class _Server:
         from nonoka.bridge.protocol import BaseEvent, ChatRequest, decode_request, encode_event
 
         line, raw = checked
+        early, self.early = self.early, None
         try:
             request = decode_request(line)
         except frames.ProtocolError as error:
@@ -215,7 +221,7 @@ class _Server:
         def send(event: BaseEvent) -> None:
             self.out.write(encode_event(event))
 
-        self.task = asyncio.ensure_future(BridgeHandler(request, send, raw).handle())
+        self.task = asyncio.ensure_future(BridgeHandler(request, send, raw, early).handle())
         await self._drive(self.task)
         self.task = None
 

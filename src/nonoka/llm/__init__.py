@@ -1,22 +1,45 @@
-"""Model adapters. Import from submodules; nothing heavy is loaded here."""
+"""Model adapters: the port (``base``), the OpenAI-compatible adapter (``openai``) and the
+wire format it speaks (``wire``, ``inflight``).
 
-from nonoka.llm.base import ChatModel, ModelResponse, TextSink, ToolSpec, Usage
+Nothing is imported here until a name is used: the bridge's early dispatch imports
+``nonoka.llm.wire`` and ``nonoka.llm.inflight`` (standard library only) before pydantic,
+which ``nonoka.llm.base`` needs, is loaded.
+"""
 
-__all__ = ["ChatModel", "ModelResponse", "TextSink", "ToolSpec", "Usage", "resolve_model"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nonoka.llm.base import AdoptsInflight, ChatModel, ModelResponse, TextSink, ToolSpec, Usage
+
+__all__ = ["AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec", "Usage",
+           "resolve_model"]
+
+_BASE = frozenset({"AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec",
+                   "Usage"})
 
 
-def resolve_model(spec: "str | ChatModel") -> ChatModel:
+def __getattr__(name: str) -> Any:
+    if name in _BASE:
+        from nonoka.llm import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def resolve_model(spec: str | ChatModel) -> ChatModel:
     """Turn ``"openai:gpt-4o-mini"`` (or any ``provider:model``) into a model instance.
 
-    Every prefix in ``nonoka.wire.PROVIDERS`` speaks the OpenAI-compatible wire format;
-    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` override the endpoint and key.
+    Every prefix in ``nonoka.llm.wire.PROVIDERS`` speaks the OpenAI-compatible wire
+    format; ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` override the endpoint and key.
     """
     if not isinstance(spec, str):
         return spec
     import os
 
     from nonoka.llm.openai import OpenAIChatModel
-    from nonoka.wire import resolve_target
+    from nonoka.llm.wire import resolve_target
 
     target = resolve_target(spec, os.environ)
     return OpenAIChatModel(model=target.model, label=spec, base_url=target.base_url,

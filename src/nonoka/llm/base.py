@@ -1,12 +1,17 @@
-"""The model port: what the runtime needs from any chat model."""
+"""The model port: what the runtime needs from any chat model, and one optional
+capability (``AdoptsInflight``) that lets the bridge send a request early."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nonoka.messages import Message, ToolCall
+
+if TYPE_CHECKING:
+    from nonoka.llm.inflight import Inflight
+    from nonoka.llm.wire import BodyFrame
 
 TextSink = Callable[[str], Awaitable[None] | None]
 """Receives streamed text as it arrives."""
@@ -68,4 +73,29 @@ class ChatModel(Protocol):
         on_text: TextSink | None = None,
     ) -> ModelResponse:
         """Answer the conversation; stream text to ``on_text`` as it arrives."""
+        ...
+
+
+@runtime_checkable
+class AdoptsInflight(ChatModel, Protocol):
+    """A model whose request the bridge can send before the runtime has loaded.
+
+    It tells the exact bytes it would post (``frame`` and ``request_body``, in the
+    Chat Completions wire format of ``nonoka.llm.wire``), so a turn can leave a template
+    of the next request behind, and it answers from a request already in flight
+    (``adopt``) only when its own request is byte for byte that one. Optional: a model
+    without it simply gets no early requests.
+    """
+
+    def frame(self, tools: Sequence[ToolSpec] = ()) -> BodyFrame:
+        """The request body around its messages, for ``tools``."""
+        ...
+
+    def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> bytes:
+        """The exact bytes the next ``complete`` posts for ``messages`` and ``tools``."""
+        ...
+
+    def adopt(self, inflight: Inflight) -> None:
+        """Take the early request held by ``inflight`` for the next call: its answer is
+        read if the call's request is the same, and it is closed unread otherwise."""
         ...

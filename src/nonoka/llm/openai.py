@@ -23,11 +23,9 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nonoka import inflight
 from nonoka.errors import ModelError
 from nonoka.llm.base import ModelResponse, TextSink, ToolSpec, Usage
-from nonoka.messages import Message, ToolCall
-from nonoka.wire import (
+from nonoka.llm.wire import (
     DEFAULT_BASE_URL,
     DEFAULT_TIMEOUT,
     BodyFrame,
@@ -36,12 +34,13 @@ from nonoka.wire import (
     request_headers,
     wire_message,
 )
+from nonoka.messages import Message, ToolCall
 
 if TYPE_CHECKING:
     import http.client
     import socket
 
-    from nonoka.inflight import EarlyRequest
+    from nonoka.llm.inflight import EarlyRequest, Inflight
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
 
@@ -58,6 +57,8 @@ class OpenAIChatModel:
     ``timeout`` bounds connecting and every wait for the next bytes, not the whole answer.
     ``max_retries`` retries rate limits, 5xx, timeouts and dropped connections, but only
     while no text has reached ``on_text`` yet, so streamed text is never duplicated.
+    It implements ``AdoptsInflight``: it says which request it would send, and answers
+    from a request the bridge already sent when its own is byte for byte the same.
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class OpenAIChatModel:
         self._backoff_base = backoff_base
         self._prices = (input_price_per_mtok, output_price_per_mtok)
         self._headers = request_headers(self._api_key, extra_headers)
+        self._inflight: Inflight | None = None
 
     @property
     def name(self) -> str:
@@ -98,6 +100,11 @@ class OpenAIChatModel:
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChatModel(model={self.model!r}, endpoint={self._endpoint.url!r})"
+
+    def adopt(self, inflight: Inflight) -> None:
+        """Answer the next call from ``inflight``'s request if it is the one this call
+        sends; otherwise that request is closed unread and this model sends its own."""
+        self._inflight = inflight
 
     def frame(self, tools: Sequence[ToolSpec] = ()) -> BodyFrame:
         """The request body around its messages, for ``tools``."""
@@ -115,7 +122,8 @@ class OpenAIChatModel:
         on_text: TextSink | None = None,
     ) -> ModelResponse:
         body = self.request_body(messages, tools)
-        early = inflight.claim(self._endpoint, body, self._headers)
+        inflight, self._inflight = self._inflight, None
+        early = None if inflight is None else inflight.claim(self._endpoint, body, self._headers)
         attempt = 0
         while True:
             stream = _Stream()

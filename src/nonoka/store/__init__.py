@@ -1,7 +1,16 @@
-"""Storage engines. Each is imported only when first used.
+"""Storage: one contract, one package per engine. Each is imported only when first used.
+
+The contract is ``base`` (``CheckpointStore``, ``SessionLeases``) and ``records``
+(``SessionIndex``, ``EventLog``); ``next_calls`` is an optional capability, and
+``migrations`` the schema runner both SQL engines share. The engines are ``memory``,
+``sqlite`` and ``postgres``, packages of one shape (``database``, ``checkpoints``,
+``records``, and ``migrations`` for the SQL ones). ``project`` opens a project's stores
+from a database URL.
 
 Nothing is imported here: the per-turn bridge reads ``nonoka.store.project`` before
-pydantic (which ``nonoka.store.base`` needs) is loaded.
+pydantic (which ``nonoka.store.base`` needs) is loaded, and ``PostgresCheckpointStore``
+needs the ``nonoka[postgres]`` extra (without it, using the name raises
+``MissingExtraError``, which says so).
 """
 
 from __future__ import annotations
@@ -9,24 +18,46 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nonoka.store.base import CheckpointStore
-    from nonoka.store.memory import MemoryCheckpointStore
-    from nonoka.store.sqlite import SQLiteCheckpointStore
+    from nonoka.store.base import CheckpointStore, SessionLeases
+    from nonoka.store.memory.checkpoints import MemoryCheckpointStore
+    from nonoka.store.memory.records import MemoryRecordStore
+    from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
+    from nonoka.store.postgres.records import PostgresRecordStore
+    from nonoka.store.records import EventLog, SessionIndex
+    from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
+    from nonoka.store.sqlite.records import SQLiteRecordStore
 
-__all__ = ["CheckpointStore", "MemoryCheckpointStore", "SQLiteCheckpointStore"]
+__all__ = [
+    "CheckpointStore",
+    "EventLog",
+    "MemoryCheckpointStore",
+    "MemoryRecordStore",
+    "PostgresCheckpointStore",
+    "PostgresRecordStore",
+    "SQLiteCheckpointStore",
+    "SQLiteRecordStore",
+    "SessionIndex",
+    "SessionLeases",
+]
+
+_WHERE = {
+    "CheckpointStore": "base",
+    "SessionLeases": "base",
+    "SessionIndex": "records",
+    "EventLog": "records",
+    "MemoryCheckpointStore": "memory.checkpoints",
+    "MemoryRecordStore": "memory.records",
+    "SQLiteCheckpointStore": "sqlite.checkpoints",
+    "SQLiteRecordStore": "sqlite.records",
+    "PostgresCheckpointStore": "postgres.checkpoints",
+    "PostgresRecordStore": "postgres.records",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "CheckpointStore":
-        from nonoka.store.base import CheckpointStore
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
 
-        return CheckpointStore
-    if name == "MemoryCheckpointStore":
-        from nonoka.store.memory import MemoryCheckpointStore
-
-        return MemoryCheckpointStore
-    if name == "SQLiteCheckpointStore":
-        from nonoka.store.sqlite import SQLiteCheckpointStore
-
-        return SQLiteCheckpointStore
-    raise AttributeError(name)
+    return getattr(import_module(f"{__name__}.{module}"), name)

@@ -11,7 +11,6 @@ share the connection. A ``postgresql://`` URL puts every project in one shared d
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
 
     from nonoka.store.base import CheckpointStore, SessionLeases
     from nonoka.store.leases import HeldLease
+    from nonoka.store.next_calls import ClosableNextCallStore
     from nonoka.store.records import EventLog, SessionIndex
 
 ENV_VAR = "NONOKA_DATABASE_URL"
@@ -40,14 +40,24 @@ class _Closable(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass
 class ProjectStores:
-    """The stores one process uses for a project. ``url`` names the database opened."""
+    """The stores one process uses for a project. ``url`` names the database opened.
 
-    checkpoints: CheckpointStore
-    index: SessionIndex
-    events: EventLog
-    url: str
+    A plain class: this module is on the bridge's early path, which a dataclass would
+    make import ``dataclasses`` (and ``inspect``), several milliseconds of every turn.
+    """
+
+    __slots__ = ("checkpoints", "events", "index", "url")
+
+    def __init__(self, checkpoints: CheckpointStore, index: SessionIndex, events: EventLog,
+                 url: str) -> None:
+        self.checkpoints = checkpoints
+        self.index = index
+        self.events = events
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"ProjectStores(url={self.url!r})"
 
     @property
     def leases(self) -> SessionLeases:
@@ -180,8 +190,8 @@ def _make_private_dir(project: Path) -> None:
 
 
 def _open_sqlite(path: str) -> ProjectStores:
-    from nonoka.store.sqlite import SQLiteCheckpointStore
-    from nonoka.store.sqlite_records import SQLiteRecordStore
+    from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
+    from nonoka.store.sqlite.records import SQLiteRecordStore
 
     checkpoints = SQLiteCheckpointStore(path)
     records = SQLiteRecordStore.from_checkpoints(checkpoints)
@@ -189,8 +199,8 @@ def _open_sqlite(path: str) -> ProjectStores:
 
 
 def _open_memory(url: str) -> ProjectStores:
-    from nonoka.store.memory import MemoryCheckpointStore
-    from nonoka.store.memory_records import MemoryRecordStore
+    from nonoka.store.memory.checkpoints import MemoryCheckpointStore
+    from nonoka.store.memory.records import MemoryRecordStore
 
     records = MemoryRecordStore()
     return ProjectStores(MemoryCheckpointStore(), records, records, url)
@@ -202,14 +212,9 @@ def _open_postgresql(url: str) -> ProjectStores:
     Opening lazily keeps this call synchronous and free of I/O; a server that is down
     fails the first store call with a ``StoreError`` naming it.
     """
-    try:
-        from nonoka.store.postgres import PostgresCheckpointStore
-        from nonoka.store.postgres_records import PostgresRecordStore
-    except ImportError as exc:  # psycopg's own C parts may fail to load, too
-        raise ConfigurationError(
-            "the PostgreSQL engine needs psycopg 3 and psycopg-pool: "
-            f"pip install 'nonoka[postgres]' ({exc.name or 'a module'} is missing)"
-        ) from None
+    # Without the extra this raises MissingExtraError, which names it.
+    from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
+    from nonoka.store.postgres.records import PostgresRecordStore
 
     checkpoints = PostgresCheckpointStore(url)
     records = PostgresRecordStore(checkpoints.database)
@@ -221,3 +226,20 @@ _OPENERS: dict[str, Callable[[str], ProjectStores]] = {
     "memory": _open_memory,
     "postgresql": _open_postgresql,
 }
+
+
+# -- the early path: the next-call store alone, before the runtime loads --------------------
+
+
+def open_next_call_store(cwd: Path,
+                         database_url: str | None = None) -> ClosableNextCallStore | None:
+    """The project's ``NextCallStore`` for the bridge's early dispatch, on the standard
+    library only; ``None`` when its engine keeps none or its database is not ready
+    (nothing is created or migrated here; a database from a newer nonoka raises
+    ``UnsupportedVersionError``). Close it when done."""
+    engine, target = database_target(cwd, database_url)
+    if engine != "sqlite":
+        return None
+    from nonoka.store.sqlite.next_calls import SQLiteNextCalls
+
+    return SQLiteNextCalls.open_existing(target)

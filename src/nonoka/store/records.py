@@ -3,11 +3,14 @@
 The index (``cli_sessions``) has one row per session with what a listing shows and the
 ``conversation_key`` that recovers a session whose id was lost. The event log is the
 timeline of each session: requests, model calls with usage, tool calls, warnings,
-errors, recoveries. Both live next to the checkpoints, in the same database.
+errors, recoveries. Both live next to the checkpoints, in the same database. Every
+engine encodes an event's data with ``event_json``, so secrets are redacted whatever the
+engine.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -172,3 +175,13 @@ def _mask(match: re.Match[str]) -> str:
     if match.re is _SECRET_PATTERNS[2]:
         return f"{match.group(1)}{match.group(2)}[redacted]"
     return "[redacted]"
+
+
+def event_json(data: dict[str, Any]) -> str:
+    """Redacted JSON text for an event's data; what JSON cannot encode becomes ``str()``.
+
+    A log entry should not fail a turn over a stray ``datetime``; non-finite floats are
+    still refused (``ValueError``), since they are not JSON and no database accepts them.
+    """
+    return json.dumps(redact(data), ensure_ascii=False, separators=(",", ":"), default=str,
+                      allow_nan=False)

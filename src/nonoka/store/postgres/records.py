@@ -1,7 +1,7 @@
 """The session index and event log in PostgreSQL, next to the checkpoints.
 
 The tables come from migration ``m002_session_index_and_events`` of
-``nonoka.store.postgres_schema``. Index metadata is ``jsonb`` with an expression index
+``nonoka.store.postgres.migrations``. Index metadata is ``jsonb`` with an expression index
 for the conversation-key lookup; event data is ``json`` (kept as written) and the usage
 summary is aggregated in SQL, so only the totals leave the database. Each session's
 event ``seq`` is computed under a per-session advisory lock, so concurrent writers from
@@ -14,13 +14,10 @@ import json
 import time
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from nonoka.store import index_sql
-from nonoka.store.memory_records import event_json
-from nonoka.store.postgres_db import PostgresDatabase
-from nonoka.store.postgres_schema import EVENT_LOCK
-from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+from nonoka.store.postgres.database import Jsonb, PostgresDatabase
+from nonoka.store.postgres.migrations import EVENT_LOCK
+from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
 
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT

@@ -1,4 +1,4 @@
-"""The in-memory reference engine.
+"""The in-memory reference engine's checkpoint store.
 
 It keeps what the SQLite engine keeps, as JSON text rather than object references, so a
 round trip through it is as faithful (and as lossy) as one through a database, and it
@@ -10,9 +10,7 @@ stand in for processes reopening the same file.
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
 
 from nonoka.state import SessionState
 from nonoka.store.base import (
@@ -26,36 +24,7 @@ from nonoka.store.base import (
     next_update_time,
     snapshot_json,
 )
-
-
-@dataclass
-class CheckpointRow:
-    state_json: str
-    revision: int
-    memory_generation: int
-    entries: list[str]
-    created_at: float
-    updated_at: float
-
-
-@dataclass
-class StepRow:
-    payload_json: str
-    updated_at: float
-    order: int
-    """Insertion order of the key, the stand-in for SQLite's rowid."""
-
-
-@dataclass
-class MemoryDatabase:
-    """The rows of every session; share one between stores to mimic a reopened file."""
-
-    checkpoints: dict[str, CheckpointRow] = field(default_factory=dict)
-    step_updates: dict[tuple[str, str, str], StepRow] = field(default_factory=dict)
-    leases: dict[str, tuple[str, float]] = field(default_factory=dict)
-    """``session_id`` → ``(owner, expiry)`` on the ``time.monotonic`` clock."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    next_order: int = 0
+from nonoka.store.memory.database import CheckpointRow, MemoryDatabase, StepRow
 
 
 class MemoryCheckpointStore(StepUpdateWriter):

@@ -31,8 +31,8 @@ from nonoka.store.base import (
     next_update_time,
     snapshot_json,
 )
-from nonoka.store.postgres_db import PostgresDatabase
-from nonoka.store.postgres_schema import STEP_LOCK
+from nonoka.store.postgres.database import PostgresDatabase
+from nonoka.store.postgres.migrations import STEP_LOCK
 
 _LOCK_ROW = ("SELECT revision, entry_count, memory_generation FROM checkpoints "
              "WHERE session_id = %s FOR UPDATE")
@@ -146,7 +146,6 @@ class PostgresCheckpointStore(StepUpdateWriter):
             )
         step_rows = [tuple(s) for s in json.loads(steps)] if steps else []
         return decode_session(session_id, snapshot, entries, revision, step_rows)
-
 
     async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         async with self.database.transaction() as conn:

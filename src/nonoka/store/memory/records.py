@@ -1,48 +1,19 @@
 """The session index and event log in memory: the reference the other engines match.
 
 Rows are kept as JSON text, as a database keeps them, so what comes back has been
-through the same encoding (and the same redaction) as with SQLite. Several store
-instances can share one ``MemoryRecordDatabase`` to stand in for processes reopening a
-file. ``event_json`` is the one event encoding every engine uses.
+through the same encoding (and the same redaction, ``nonoka.store.records.event_json``)
+as with SQLite. Several store instances can share one ``MemoryRecordDatabase`` to stand
+in for processes reopening a file.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, redact
-
-
-def event_json(data: dict[str, Any]) -> str:
-    """Redacted JSON text for an event's data; what JSON cannot encode becomes ``str()``.
-
-    A log entry should not fail a turn over a stray ``datetime``; non-finite floats are
-    still refused (``ValueError``), since they are not JSON and no database accepts them.
-    """
-    return json.dumps(redact(data), ensure_ascii=False, separators=(",", ":"), default=str,
-                      allow_nan=False)
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    seq: int
-    at: float
-    kind: str
-    data_json: str
-
-
-@dataclass
-class MemoryRecordDatabase:
-    """Index rows and event logs; share one between stores to mimic a reopened file."""
-
-    sessions: dict[str, str] = field(default_factory=dict)
-    """``session_id`` → the ``SessionRecord`` as JSON."""
-    events: dict[str, list[StoredEvent]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+from nonoka.store.memory.database import MemoryRecordDatabase, StoredEvent
+from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
 
 
 class MemoryRecordStore:

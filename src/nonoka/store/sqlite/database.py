@@ -1,7 +1,7 @@
 """Opening a nonoka SQLite file: permissions, sanity checks, pragmas, migrations.
 
-Shared by everything that keeps tables in the same file (the checkpoint store now, the
-CLI's session index and event log later), so they all get the same guarantees:
+Shared by everything that keeps tables in the same file (the checkpoint store, the
+session index and event log), so they all get the same guarantees:
 
 - a new file (and SQLite's ``-wal``/``-shm`` files, which copy its mode) is created
   owner-only, and a parent directory we create is ``0700``;
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from nonoka.errors import StoreError
-from nonoka.store.sqlite_schema import apply_migrations, check_known
+from nonoka.store.sqlite.migrations import apply_migrations, check_known
 
 BUSY_TIMEOUT_SECONDS = 5.0
 _MAGIC = b"SQLite format 3\x00"

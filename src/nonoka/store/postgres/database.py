@@ -18,19 +18,21 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from nonoka.errors import ConfigurationError, StoreError
+from nonoka.errors import ConfigurationError, MissingExtraError, StoreError
 
 try:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
+    from psycopg.types.json import Jsonb as Jsonb  # for the records: only here is psycopg imported
     from psycopg_pool import AsyncConnectionPool
-except ImportError as exc:  # pragma: no cover - exercised with the extra missing
-    raise ConfigurationError(
+except ImportError as exc:  # psycopg's own C parts may fail to load, too
+    raise MissingExtraError(
         "the PostgreSQL engine needs psycopg 3 and psycopg-pool: "
-        "pip install 'nonoka[postgres]'"
-    ) from exc
+        f"pip install 'nonoka[postgres]' ({exc.name or 'a module'} is missing)",
+        name=exc.name,
+    ) from None
 
-from nonoka.store.postgres_schema import SCHEMA_NAME, migrate
+from nonoka.store.postgres.migrations import SCHEMA_NAME, migrate
 
 CONNECT_TIMEOUT = 10
 """Seconds to wait for the server when connecting (unless the URL sets its own)."""

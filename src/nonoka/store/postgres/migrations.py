@@ -1,11 +1,12 @@
-"""The PostgreSQL schema, as an ordered list of named migrations.
+"""The PostgreSQL schema: its named migrations, and the PostgreSQL side of the runner.
 
-Same rules as ``nonoka.store.sqlite_schema``: applied names are recorded in
-``nonoka_migrations``; missing ones are applied in order in one transaction; a database
-that lists a name this code does not know was written by a newer nonoka and is refused
-before anything is changed. Several processes may open a fresh database at once: the
-migrating transaction holds a transaction-level advisory lock keyed on the schema, so
-each migration runs exactly once and the others wait, then find nothing to do.
+The migration model and runner are the SQLite engine's (``nonoka.store.migrations``):
+applied names are recorded in ``nonoka_migrations``; missing ones are applied in order in
+one transaction; a database that lists a name this code does not know was written by a
+newer nonoka and is refused before anything is changed. Several processes may open a
+fresh database at once: the migrating transaction holds a transaction-level advisory
+lock keyed on the schema, so each migration runs exactly once and the others wait, then
+find nothing to do.
 
 Everything lives in one schema: the one named by the store's ``schema`` argument or
 else the first one of the connection's ``search_path``; it is created if missing.
@@ -15,14 +16,20 @@ row stays readable for the error message); session ids sort with ``COLLATE "C"``
 by code point as the SQLite and memory engines do, which also lets a prefix ``LIKE`` use
 the primary key; event data is ``json`` (kept as written, ``\\u0000`` included, yet
 queryable for the usage summary); index metadata is ``jsonb`` for the key lookup.
+
+Adding a migration is one decorated function after the last one below. Never rename,
+reorder or edit one that has shipped: its name is what databases remember.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
-from nonoka.errors import StoreError, UnsupportedVersionError
+from nonoka.errors import StoreError
+from nonoka.store import migrations as runner
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -35,8 +42,19 @@ MIGRATION_LOCK = 0x6E6F6E6F
 STEP_LOCK = MIGRATION_LOCK + 1
 EVENT_LOCK = MIGRATION_LOCK + 2
 
-MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
-    ("m001_checkpoint_tables", (
+Migration = Callable[["AsyncConnection[Any]"], Awaitable[None]]
+
+MIGRATIONS: list[Migration] = []
+"""Every migration, oldest first; each one's ``__name__`` is its recorded name."""
+
+migration = runner.registrar(MIGRATIONS)
+"""Register a function as the next migration."""
+
+
+@migration
+async def m001_checkpoint_tables(conn: AsyncConnection[Any]) -> None:
+    """Snapshots, append-only conversation entries, and the latest step updates."""
+    await conn.execute(
         """CREATE TABLE checkpoints (
             session_id text COLLATE "C" PRIMARY KEY,
             state_json text NOT NULL,
@@ -45,13 +63,15 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             memory_generation integer NOT NULL,
             created_at double precision NOT NULL,
             updated_at double precision NOT NULL
-        )""",
+        )""")
+    await conn.execute(
         """CREATE TABLE session_entries (
             session_id text COLLATE "C" NOT NULL,
             seq integer NOT NULL,
             entry_json text NOT NULL,
             PRIMARY KEY (session_id, seq)
-        )""",
+        )""")
+    await conn.execute(
         """CREATE TABLE step_updates (
             session_id text COLLATE "C" NOT NULL,
             step_id text NOT NULL,
@@ -60,9 +80,13 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             updated_at double precision NOT NULL,
             id bigint GENERATED ALWAYS AS IDENTITY,
             PRIMARY KEY (session_id, step_id, update_type)
-        )""",
-    )),
-    ("m002_session_index_and_events", (
+        )""")
+
+
+@migration
+async def m002_session_index_and_events(conn: AsyncConnection[Any]) -> None:
+    """The session index and each session's event log (``nonoka.store.records``)."""
+    await conn.execute(
         """CREATE TABLE cli_sessions (
             session_id text COLLATE "C" PRIMARY KEY,
             title text NOT NULL DEFAULT '',
@@ -76,11 +100,13 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             output_tokens bigint NOT NULL DEFAULT 0,
             cost_usd double precision NOT NULL DEFAULT 0,
             metadata jsonb NOT NULL DEFAULT '{}'
-        )""",
-        "CREATE INDEX cli_sessions_last_active ON cli_sessions (last_active)",
-        # The lookup's expression, exactly, so the planner uses the index.
+        )""")
+    await conn.execute("CREATE INDEX cli_sessions_last_active ON cli_sessions (last_active)")
+    # The lookup's expression, exactly, so the planner uses the index.
+    await conn.execute(
         """CREATE INDEX cli_sessions_conversation_key
-            ON cli_sessions ((metadata ->> 'conversation_key'), last_active)""",
+            ON cli_sessions ((metadata ->> 'conversation_key'), last_active)""")
+    await conn.execute(
         """CREATE TABLE events (
             session_id text COLLATE "C" NOT NULL,
             seq bigint NOT NULL,
@@ -88,19 +114,23 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             kind text NOT NULL,
             data_json json NOT NULL,
             PRIMARY KEY (session_id, seq)
-        )""",
-    )),
-    ("m003_session_leases", (
-        # The database's clock decides expiry: workers on many machines share it.
+        )""")
+
+
+@migration
+async def m003_session_leases(conn: AsyncConnection[Any]) -> None:
+    """Who runs each session now; the database's clock decides expiry, so workers on
+    many machines share it."""
+    await conn.execute(
         """CREATE TABLE session_leases (
             session_id text COLLATE "C" PRIMARY KEY,
             owner text NOT NULL,
             expires_at timestamptz NOT NULL,
             acquired_at timestamptz NOT NULL
-        )""",
-    )),
-]
-"""Every migration, oldest first: ``(name, statements)``. Never edit a shipped one."""
+        )""")
+
+
+# -- the runner's PostgreSQL side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (
     name text PRIMARY KEY,
@@ -108,29 +138,17 @@ _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (
 )"""
 
 
-async def applied_migrations(conn: AsyncConnection) -> list[str] | None:
-    """Names recorded in the current schema, oldest first; ``None`` without a ledger."""
+async def applied_migrations(conn: AsyncConnection[Any]) -> list[str]:
+    """Names recorded in the current schema, oldest first; empty without a ledger."""
     cur = await conn.execute("SELECT to_regclass('nonoka_migrations') IS NOT NULL")
     row = await cur.fetchone()
     if row is None or not row[0]:
-        return None
+        return []
     cur = await conn.execute("SELECT name FROM nonoka_migrations ORDER BY applied_at, name")
     return [name for (name,) in await cur.fetchall()]
 
 
-def check_known(applied: list[str], where: str,
-                migrations: list[tuple[str, tuple[str, ...]]] = MIGRATIONS) -> None:
-    """``UnsupportedVersionError`` if ``applied`` names a migration this code lacks."""
-    known = {name for name, _ in migrations}
-    unknown = [name for name in applied if name not in known]
-    if unknown:
-        raise UnsupportedVersionError(
-            f"{where} was written by a newer nonoka (unknown schema migrations: "
-            f"{', '.join(unknown)}). Upgrade nonoka to use it; nothing was changed."
-        )
-
-
-async def _target_schema(conn: AsyncConnection, where: str) -> str:
+async def _target_schema(conn: AsyncConnection[Any], where: str) -> str:
     """The schema tables go to: the current one, else the first named in search_path."""
     cur = await conn.execute("SELECT current_schema(), current_setting('search_path')")
     row = await cur.fetchone()
@@ -149,8 +167,8 @@ async def _target_schema(conn: AsyncConnection, where: str) -> str:
 
 
 async def migrate(
-    conn: AsyncConnection, where: str, schema: str | None = None,
-    migrations: list[tuple[str, tuple[str, ...]]] = MIGRATIONS,
+    conn: AsyncConnection[Any], where: str, schema: str | None = None,
+    migrations: Sequence[Migration] = MIGRATIONS,
 ) -> list[str]:
     """Bring the schema up to date; return the names applied (usually none).
 
@@ -159,21 +177,35 @@ async def migrate(
     """
     if schema is None:
         schema = await _target_schema(conn, where)
-    applied = await applied_migrations(conn)
-    if applied is not None:
-        check_known(applied, where, migrations)
-        if len(applied) == len(migrations):
-            return []
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                           (MIGRATION_LOCK, schema))
-        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        await conn.execute(_LEDGER)
-        done = await applied_migrations(conn) or []  # others may have migrated meanwhile
-        check_known(done, where, migrations)
-        new = [(name, steps) for name, steps in migrations if name not in done]
-        for name, steps in new:
-            for statement in steps:
-                await conn.execute(statement)
-            await conn.execute("INSERT INTO nonoka_migrations (name) VALUES (%s)", (name,))
-    return [name for name, _ in new]
+    return await runner.migrate(_Ledger(conn, schema), migrations, where)
+
+
+class _Ledger:
+    """``nonoka.store.migrations.Ledger`` over one autocommit connection."""
+
+    def __init__(self, conn: AsyncConnection[Any], schema: str) -> None:
+        self._conn = conn
+        self._schema = schema
+
+    async def applied(self) -> list[str]:
+        return await applied_migrations(self._conn)
+
+    def exclusive(self) -> AbstractAsyncContextManager[None]:
+        return self._exclusive()
+
+    @asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """One transaction under an advisory lock keyed on the schema (created if
+        missing), so concurrent openers migrate one after another."""
+        conn = self._conn
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                               (MIGRATION_LOCK, self._schema))
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
+            await conn.execute(_LEDGER)
+            yield
+
+    async def apply(self, migration: Migration) -> None:
+        await migration(self._conn)
+        await self._conn.execute("INSERT INTO nonoka_migrations (name) VALUES (%s)",
+                                 (migration.__name__,))

@@ -2,10 +2,11 @@
 
 The bridge can often tell from the stored session alone which request the turn will
 send to the model (``nonoka.bridge.early``). It sends that request at once, on a worker
-thread, while the rest of the process is still loading. When the runtime then makes its
-own request, ``claim`` hands the connection over only if the runtime's request is byte
-for byte the one already sent; a different request closes the early one unread, and so
-does ``settle`` when the turn never asked. At most one per process. Standard library only.
+thread, while the rest of the process is still loading, and hands the ``Inflight`` that
+holds it to the model adapter (``AdoptsInflight.adopt``) and to the turn. When the
+adapter makes its own request, ``claim`` hands the connection over only if the adapter's
+request is byte for byte the one already sent; a different request closes the early one
+unread, and so does ``settle`` when the turn never asked. Standard library only.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from nonoka import faults
 if TYPE_CHECKING:
     import http.client
 
-    from nonoka.wire import Endpoint
+    from nonoka.llm.wire import Endpoint
 
 Outcome = Literal["used", "mismatch", "unused"]
 
@@ -76,37 +77,42 @@ class EarlyRequest:
             self._conn.close()
 
 
-_pending: EarlyRequest | None = None
-_outcome: Outcome | None = None
+class Inflight:
+    """At most one early request of a turn, and what became of it.
 
+    An explicit handle, passed from whoever sent the request to whoever may use it: the
+    model adapter claims it, the turn settles it when it is over.
+    """
 
-def start(endpoint: Endpoint, body: bytes, headers: dict[str, str], timeout: float) -> None:
-    """Send ``body`` now; the runtime's matching request will pick up the answer."""
-    global _pending, _outcome
-    if _pending is not None:
-        _pending.close()
-    _pending, _outcome = EarlyRequest(endpoint, body, headers, timeout), None
+    def __init__(self) -> None:
+        self._pending: EarlyRequest | None = None
+        self._outcome: Outcome | None = None
 
+    def start(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
+              timeout: float) -> None:
+        """Send ``body`` now; a matching ``claim`` will pick up the answer."""
+        if self._pending is not None:
+            self._pending.close()
+        self._pending, self._outcome = EarlyRequest(endpoint, body, headers, timeout), None
 
-def claim(endpoint: Endpoint, body: bytes, headers: dict[str, str]) -> EarlyRequest | None:
-    """The early request if it is exactly this one (closing it otherwise), else ``None``."""
-    global _pending, _outcome
-    early, _pending = _pending, None
-    if early is None:
+    def claim(self, endpoint: Endpoint, body: bytes,
+              headers: dict[str, str]) -> EarlyRequest | None:
+        """The early request if it is exactly this one (closing it otherwise), else
+        ``None``; a request is claimed at most once."""
+        early, self._pending = self._pending, None
+        if early is None:
+            return None
+        if early.endpoint == endpoint and early.body == body and early.headers == headers:
+            self._outcome = "used"
+            return early
+        early.close()
+        self._outcome = "mismatch"
         return None
-    if early.endpoint == endpoint and early.body == body and early.headers == headers:
-        _outcome = "used"
-        return early
-    early.close()
-    _outcome = "mismatch"
-    return None
 
-
-def settle() -> Outcome | None:
-    """Close a request nobody claimed; what became of this process's early request."""
-    global _pending, _outcome
-    if _pending is not None:
-        _pending.close()
-        _pending, _outcome = None, "unused"
-    outcome, _outcome = _outcome, None
-    return outcome
+    def settle(self) -> Outcome | None:
+        """Close a request nobody claimed; what became of the early request (once)."""
+        if self._pending is not None:
+            self._pending.close()
+            self._pending, self._outcome = None, "unused"
+        outcome, self._outcome = self._outcome, None
+        return outcome

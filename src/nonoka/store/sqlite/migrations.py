@@ -1,14 +1,16 @@
-"""The SQLite schema, as an ordered list of named migrations.
+"""The SQLite schema: its named migrations, and the SQLite side of the shared runner.
 
-Every nonoka table in a database file (the checkpoint tables, the CLI's session index
-and the event log) is created by a migration in ``MIGRATIONS``. The runner
-records applied names in ``nonoka_migrations`` and applies the missing ones, in order,
-inside one ``BEGIN IMMEDIATE`` transaction, so two processes opening a fresh file at once
-apply each migration exactly once. A file that lists a name this code does not know was
-written by a newer nonoka and is refused before anything is changed.
+Every nonoka table in a database file (the checkpoint tables, the session index, the
+event log, leases, next-call templates) is created by a migration in ``MIGRATIONS``, run
+by ``nonoka.store.migrations.migrate``: applied names are recorded in
+``nonoka_migrations``, the missing ones are applied in order inside one ``BEGIN
+IMMEDIATE`` transaction (so two processes opening a fresh file at once apply each exactly
+once), and a file that lists a name this code does not know was written by a newer nonoka
+and is refused before anything is changed.
 
 Adding a migration is one decorated function after the last one below. Never rename,
-reorder or edit one that has shipped: its name is what databases remember.
+reorder or edit one that has shipped: its name is what databases remember. Standard
+library only (the bridge's early dispatch checks a file before pydantic is loaded).
 """
 
 from __future__ import annotations
@@ -17,20 +19,15 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 
-from nonoka.errors import UnsupportedVersionError
+from nonoka.store import migrations as runner
 
 Migration = Callable[[sqlite3.Connection], None]
 
 MIGRATIONS: list[Migration] = []
 """Every migration, oldest first; each one's ``__name__`` is its recorded name."""
 
-
-def migration(fn: Migration) -> Migration:
-    """Register ``fn`` as the next migration."""
-    if any(m.__name__ == fn.__name__ for m in MIGRATIONS):
-        raise ValueError(f"duplicate migration name {fn.__name__!r}")
-    MIGRATIONS.append(fn)
-    return fn
+migration = runner.registrar(MIGRATIONS)
+"""Register a function as the next migration."""
 
 
 @migration
@@ -133,7 +130,7 @@ def m003_session_leases(db: sqlite3.Connection) -> None:
 
 @migration
 def m004_next_calls(db: sqlite3.Connection) -> None:
-    """The request each session's next turn is expected to send (``nonoka.bridge.early``).
+    """The request each session's next turn is expected to send (``nonoka.store.next_calls``).
 
     One row per session, replaced after each bridge turn; ``revision`` is the checkpoint
     revision it was computed from, so a row that a later save outdated is ignored.
@@ -147,7 +144,7 @@ def m004_next_calls(db: sqlite3.Connection) -> None:
     )
 
 
-# -- runner -------------------------------------------------------------------------------
+# -- the runner's SQLite side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (
     name TEXT PRIMARY KEY,
@@ -170,13 +167,7 @@ def check_known(
 ) -> list[str]:
     """The applied names; ``UnsupportedVersionError`` if any is unknown to this code."""
     applied = applied_migrations(db)
-    known = {m.__name__ for m in migrations}
-    unknown = [name for name in applied if name not in known]
-    if unknown:
-        raise UnsupportedVersionError(
-            f"{where} was written by a newer nonoka (unknown schema migrations: "
-            f"{', '.join(unknown)}). Upgrade nonoka to open it; the file was not changed."
-        )
+    runner.check_known(applied, migrations, where)
     return applied
 
 
@@ -188,24 +179,44 @@ def apply_migrations(
     ``db`` must be in autocommit mode (``isolation_level=None``). When nothing is
     missing this only reads, so the common open takes no write lock.
     """
-    applied = check_known(db, where, migrations)
-    if len(applied) == len(migrations):
-        return []
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        db.execute(_LEDGER)
-        # Another process may have migrated while we waited for the write lock.
-        done = set(check_known(db, where, migrations))
-        new = [m for m in migrations if m.__name__ not in done]
-        for step in new:
-            step(db)
-            db.execute(
-                "INSERT INTO nonoka_migrations (name, applied_at) VALUES (?, ?)",
-                (step.__name__, time.time()),
-            )
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-    return [m.__name__ for m in new]
+    return runner.run_sync(runner.migrate(_Ledger(db), migrations, where))
+
+
+class _Ledger:
+    """``nonoka.store.migrations.Ledger`` over a sqlite3 connection: nothing here
+    suspends, so ``run_sync`` drives the runner without an event loop."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    async def applied(self) -> list[str]:
+        return applied_migrations(self._db)
+
+    def exclusive(self) -> _Immediate:
+        return _Immediate(self._db)
+
+    async def apply(self, migration: Migration) -> None:
+        migration(self._db)
+        self._db.execute("INSERT INTO nonoka_migrations (name, applied_at) VALUES (?, ?)",
+                         (migration.__name__, time.time()))
+
+
+class _Immediate:
+    """``BEGIN IMMEDIATE``: the file's write lock, which serialises migrating openers."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute(_LEDGER)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    async def __aexit__(self, kind: object, value: object, traceback: object, /) -> None:
+        if kind is None:
+            self._db.execute("COMMIT")
+        elif self._db.in_transaction:
+            self._db.execute("ROLLBACK")

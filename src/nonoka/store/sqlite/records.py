@@ -1,6 +1,7 @@
 """The session index and event log in SQLite, next to the checkpoints.
 
-The tables come from migration ``m002_session_index_and_events``, so every opener of the
+The tables come from migration ``m002_session_index_and_events``
+(``nonoka.store.sqlite.migrations``), so every opener of the
 file (checkpoint store or this one) brings them up to date. A process that already has
 a ``SQLiteCheckpointStore`` open shares its connection through ``from_checkpoints`` and
 writes through its ``transaction()``: the per-turn bridge opens (and checks and
@@ -17,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from nonoka.store import index_sql
-from nonoka.store.memory_records import event_json
-from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
-from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
+from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT

@@ -8,9 +8,12 @@ A load reads the snapshot, the entries and the step updates in one read transact
 Leases (``SessionLeases``) are rows of ``session_leases`` with a ``time.time()`` expiry:
 every process sharing the file runs on the same machine, so they share that clock.
 
-Other tables can live in the same file (the CLI's session index and event log): they
-are created by migrations in ``nonoka.store.sqlite_schema`` and can be written through
-``SQLiteCheckpointStore.transaction`` on the store's own connection.
+Other tables live in the same file (the session index and event log,
+``nonoka.store.sqlite.records``): they are created by migrations in
+``nonoka.store.sqlite.migrations`` and can be written through
+``SQLiteCheckpointStore.transaction`` on the store's own connection. The store also keeps
+next-call templates for the bridge's early dispatch (``NextCallStore``, with the SQL of
+``nonoka.store.sqlite.next_calls``).
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from nonoka.store.base import (
     next_update_time,
     snapshot_json,
 )
-from nonoka.store.lease_terms import sqlite_acquire
-from nonoka.store.sqlite_db import open_database
+from nonoka.store.next_calls import StoredNextCall
+from nonoka.store.sqlite import leases, next_calls
+from nonoka.store.sqlite.database import open_database
 
 _UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
@@ -59,10 +63,10 @@ ON CONFLICT (session_id, step_id, update_type) DO UPDATE SET
     updated_at = excluded.updated_at
 """
 
-# Taken when free, expired, or already the caller's (then only the expiry moves).
+
 class SQLiteCheckpointStore(StepUpdateWriter):
-    """A ``CheckpointStore`` and ``SessionLeases`` in the SQLite file at ``path``
-    (created owner-only if new).
+    """A ``CheckpointStore``, ``SessionLeases`` and ``NextCallStore`` in the SQLite file
+    at ``path`` (created owner-only if new).
 
     The sqlite3 calls run synchronously inside the ``async`` methods, on purpose: a
     local write takes about 50 µs, less than handing it to a worker thread costs, and
@@ -198,17 +202,21 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             db.execute("DELETE FROM next_calls WHERE session_id = ?", (session_id,))
         return removed > 0
 
-    def save_next_call(self, session_id: str, revision: int, template_json: str) -> bool:
-        """Store the session's next-call template (``nonoka.bridge.early``) if the
-        checkpoint is still at ``revision``; returns whether it was stored."""
+    # -- NextCallStore -------------------------------------------------------------------
+
+    def save_next_call(self, session_id: str, revision: int, template: str) -> bool:
         with self.transaction() as db:
-            row = db.execute("SELECT revision FROM checkpoints WHERE session_id = ?",
-                             (session_id,)).fetchone()
-            if row is None or row[0] != revision:
-                return False
-            db.execute("INSERT OR REPLACE INTO next_calls (session_id, revision, template_json) "
-                       "VALUES (?, ?, ?)", (session_id, revision, template_json))
-            return True
+            return next_calls.save(db, session_id, revision, template)
+
+    def load_next_call(self, session_id: str) -> StoredNextCall | None:
+        with self.transaction(write=False) as db:
+            return next_calls.load(db, session_id)
+
+    def lease_at_revision(self, session_id: str, revision: int, owner: str,
+                          ttl_seconds: float) -> bool:
+        check_lease_args(owner, ttl_seconds)
+        with self.transaction() as db:
+            return next_calls.lease_at_revision(db, session_id, revision, owner, ttl_seconds)
 
     # -- SessionLeases -------------------------------------------------------------------
 
@@ -216,7 +224,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         check_lease_args(owner, ttl_seconds)
         now = time.time()
         with self.transaction() as db:
-            return sqlite_acquire(db, session_id, owner, ttl_seconds, now)
+            return leases.acquire(db, session_id, owner, ttl_seconds, now)
 
     async def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
         check_lease_args(owner, ttl_seconds)

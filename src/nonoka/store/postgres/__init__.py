@@ -1,0 +1,38 @@
+"""The PostgreSQL engine: one database shared by every worker on every machine.
+
+- ``database``: ``PostgresDatabase``, the pool opened on first use, and driver errors;
+- ``migrations``: the schema as named migrations, run by ``nonoka.store.migrations``
+  under an advisory lock;
+- ``checkpoints``: ``PostgresCheckpointStore`` (``CheckpointStore``, ``SessionLeases``);
+- ``records``: ``PostgresRecordStore`` (``SessionIndex`` and ``EventLog``).
+
+It needs ``pip install 'nonoka[postgres]'`` (psycopg 3 and psycopg-pool). Nothing is
+imported until a name is used; without the extra, using one raises
+``MissingExtraError`` (a ``ConfigurationError`` and an ``ImportError``) naming it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
+    from nonoka.store.postgres.database import PostgresDatabase
+    from nonoka.store.postgres.records import PostgresRecordStore
+
+__all__ = ["PostgresCheckpointStore", "PostgresDatabase", "PostgresRecordStore"]
+
+_WHERE = {
+    "PostgresCheckpointStore": "checkpoints",
+    "PostgresRecordStore": "records",
+    "PostgresDatabase": "database",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{module}"), name)

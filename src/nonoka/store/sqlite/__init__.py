@@ -1,0 +1,38 @@
+"""The SQLite engine: one file per project, safe for many short-lived processes.
+
+- ``database``: opening a file (permissions, sanity checks, WAL, busy timeout) and
+  bringing it up to date;
+- ``migrations``: the schema as named migrations, run by ``nonoka.store.migrations``;
+- ``checkpoints``: ``SQLiteCheckpointStore`` (``CheckpointStore``, ``SessionLeases``,
+  ``NextCallStore``);
+- ``records``: ``SQLiteRecordStore`` (``SessionIndex`` and ``EventLog``), which can share
+  the checkpoint store's connection;
+- ``leases`` and ``next_calls``: the SQL the bridge's early dispatch also runs, before
+  pydantic is loaded — which is why this package imports nothing until a name is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
+    from nonoka.store.sqlite.next_calls import SQLiteNextCalls
+    from nonoka.store.sqlite.records import SQLiteRecordStore
+
+__all__ = ["SQLiteCheckpointStore", "SQLiteNextCalls", "SQLiteRecordStore"]
+
+_WHERE = {
+    "SQLiteCheckpointStore": "checkpoints",
+    "SQLiteRecordStore": "records",
+    "SQLiteNextCalls": "next_calls",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,30 @@
+"""SQLite's statement for taking a session lease, on the standard library only.
+
+The SQLite checkpoint store takes its leases with it, and so does the early path
+(``nonoka.store.sqlite.next_calls``), which must hold the session before the bridge
+sends a model request and runs before pydantic (and so ``nonoka.store.base``) is loaded.
+Expiry is a ``time.time()`` timestamp: every process sharing a file runs on one machine.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
+if TYPE_CHECKING:
+    import sqlite3
+
+ACQUIRE = """
+INSERT INTO session_leases (session_id, owner, expires_at, acquired_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (session_id) DO UPDATE SET
+    owner = excluded.owner,
+    expires_at = excluded.expires_at,
+    acquired_at = CASE WHEN session_leases.owner = excluded.owner
+                       THEN session_leases.acquired_at ELSE excluded.acquired_at END
+WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= excluded.acquired_at
+"""
+"""Take (or renew, for the same owner) a lease that is free, expired or ours."""
+
+
+def acquire(db: sqlite3.Connection, session_id: str, owner: str, ttl: float,
+            now: float) -> bool:
+    """Take the lease inside the caller's write transaction; whether it was taken."""
+    return db.execute(ACQUIRE, (session_id, owner, now + ttl, now)).rowcount == 1

@@ -1,0 +1,163 @@
+"""Next-call templates (``NextCallStore``): the SQLite engine's, in its checkpoint store
+and as the early path opens it before the runtime loads.
+
+Both implementations run the same checks here on a real file: a template belongs to the
+checkpoint revision it was saved at, is not handed out while another owner holds the
+session, and the lease is taken only while the checkpoint is unchanged.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from nonoka.errors import UnsupportedVersionError
+from nonoka.messages import MemoryEntry
+from nonoka.state import SessionState, SessionStatus
+from nonoka.store.base import entry_json
+from nonoka.store.memory import MemoryCheckpointStore
+from nonoka.store.next_calls import ClosableNextCallStore, NextCallStore
+from nonoka.store.project import open_next_call_store
+from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite.migrations import MIGRATIONS, apply_migrations
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[SQLiteCheckpointStore]:
+    """The runtime's store, which creates and migrates the file."""
+    store = SQLiteCheckpointStore(tmp_path / "sessions.db")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def early(runtime: SQLiteCheckpointStore) -> Iterator[ClosableNextCallStore]:
+    """The store the early path opens on the same file, before the runtime loads."""
+    opened = open_next_call_store(runtime.path.parent, str(runtime.path))
+    assert opened is not None
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture(params=["checkpoint store", "early path"])
+def calls(request: pytest.FixtureRequest, runtime: SQLiteCheckpointStore) -> NextCallStore:
+    """Each implementation in turn."""
+    if request.param == "checkpoint store":
+        return runtime
+    early: NextCallStore = request.getfixturevalue("early")
+    return early
+
+
+def _state(status: SessionStatus = SessionStatus.COMPLETED) -> SessionState:
+    return SessionState(session_id="s1", status=status, memory_entries=[
+        MemoryEntry.make("user", "hi ✓"), MemoryEntry.make("assistant", "hello")])
+
+
+async def test_a_template_belongs_to_its_revision(runtime: SQLiteCheckpointStore,
+                                                  calls: NextCallStore) -> None:
+    state = _state()
+    revision = await runtime.save_session(state)
+    assert calls.load_next_call("s1") is None
+    assert calls.save_next_call("s1", revision + 1, "ahead") is False
+    assert calls.save_next_call("unknown", 1, "nobody") is False
+    assert calls.save_next_call("s1", revision, "first") is True
+    assert calls.save_next_call("s1", revision, "second") is True  # replaced
+    found = calls.load_next_call("s1")
+    assert found is not None
+    assert (found.template, found.revision, found.status) == ("second", revision, "completed")
+    assert found.entries == [entry_json(e) for e in state.memory_entries]
+    # A later save outdates it: it is no longer handed out.
+    await runtime.save_session(state.model_copy(update={"revision": revision,
+                                                        "status": SessionStatus.PAUSED}))
+    assert calls.load_next_call("s1") is None
+
+
+async def test_no_template_while_another_owner_holds_the_session(
+        runtime: SQLiteCheckpointStore, calls: NextCallStore) -> None:
+    revision = await runtime.save_session(_state())
+    assert calls.save_next_call("s1", revision, "t")
+    assert await runtime.acquire_lease("s1", "someone", 60)
+    assert calls.load_next_call("s1") is None
+    assert calls.lease_at_revision("s1", revision, "me", 30) is False
+    assert await runtime.release_lease("s1", "someone")
+    found = calls.load_next_call("s1")
+    assert found is not None and found.template == "t"
+
+
+async def test_the_lease_is_taken_only_at_the_revision(runtime: SQLiteCheckpointStore,
+                                                       calls: NextCallStore) -> None:
+    revision = await runtime.save_session(_state())
+    assert calls.lease_at_revision("s1", revision + 1, "me", 30) is False
+    assert calls.lease_at_revision("unknown", 1, "me", 30) is False
+    assert await runtime.get_lease("s1") is None
+    assert calls.lease_at_revision("s1", revision, "me", 30) is True
+    lease = await runtime.get_lease("s1")
+    assert lease is not None and lease.owner == "me" and 29 < lease.expires_in <= 30
+    # The turn then takes it again under the same owner, as the bridge does.
+    assert await runtime.acquire_lease("s1", "me", 30)
+    assert await runtime.acquire_lease("s1", "other", 30) is False
+
+
+async def test_entries_that_disagree_with_the_checkpoint_give_no_template(
+        runtime: SQLiteCheckpointStore, early: NextCallStore) -> None:
+    revision = await runtime.save_session(_state())
+    assert runtime.save_next_call("s1", revision, "t")
+    with runtime.transaction() as db:
+        db.execute("DELETE FROM session_entries WHERE seq = 1")
+    assert runtime.load_next_call("s1") is None
+    assert early.load_next_call("s1") is None
+
+
+def test_which_stores_keep_templates() -> None:
+    assert not isinstance(MemoryCheckpointStore(), NextCallStore)
+
+
+def test_both_sqlite_stores_keep_templates(runtime: SQLiteCheckpointStore,
+                                           early: NextCallStore) -> None:
+    assert isinstance(runtime, NextCallStore)
+    assert isinstance(early, NextCallStore)
+
+
+@pytest.mark.parametrize("url", ["memory:", "postgresql://me@127.0.0.1:1/nonoka"])
+def test_other_engines_have_no_early_store(tmp_path: Path, url: str) -> None:
+    assert open_next_call_store(tmp_path, url) is None
+
+
+def test_the_early_path_creates_nothing(tmp_path: Path) -> None:
+    assert open_next_call_store(tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def _raw(path: Path) -> closing[sqlite3.Connection]:
+    return closing(sqlite3.connect(path, isolation_level=None, timeout=5))
+
+
+def test_the_early_path_uses_only_a_file_the_engine_set_up(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.db"
+    with _raw(foreign) as db:  # a rollback-journal file, not the engine's
+        db.execute("CREATE TABLE t (x)")
+    before = foreign.read_bytes()
+    assert open_next_call_store(tmp_path, str(foreign)) is None
+    assert foreign.read_bytes() == before
+    old = tmp_path / "old.db"
+    with _raw(old) as db:  # WAL, but a migration short: the runtime migrates it first
+        db.execute("PRAGMA journal_mode = WAL")
+        apply_migrations(db, str(old), MIGRATIONS[:-1])
+    assert open_next_call_store(tmp_path, str(old)) is None
+
+
+async def test_a_file_from_a_newer_nonoka_is_refused(runtime: SQLiteCheckpointStore) -> None:
+    with runtime.transaction() as db:
+        db.execute("INSERT INTO nonoka_migrations VALUES ('m999_from_the_future', ?)",
+                   (time.time(),))
+    with pytest.raises(UnsupportedVersionError, match="m999_from_the_future"):
+        open_next_call_store(runtime.path.parent, str(runtime.path))
