@@ -147,7 +147,7 @@ class HostToolSpec(_Frame):
 
 
 class RequestLimits(_Frame):
-    """Per-request budget overrides; ``None`` leaves the configured value."""
+    """Per-request budget overrides; a limit left out (or null) keeps the configured value."""
 
     max_model_turns: int | None = Field(default=None, ge=0)
     max_tool_calls: int | None = Field(default=None, ge=0)
