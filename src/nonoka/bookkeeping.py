@@ -57,7 +57,7 @@ class TurnUsage:
                 "cost_usd": self.cost_usd}
 
 
-def finish_reason_of(result: RunResult) -> FinishReason:
+def finish_reason_of(result: RunResult) -> str:
     """How a run ended, in the protocol's finish reasons (also used in the timeline)."""
     term = result.termination
     if result.status == SessionStatus.COMPLETED:
@@ -75,7 +75,7 @@ def finish_reason_of(result: RunResult) -> FinishReason:
 class Failure:
     """An error as the protocol and the timeline name it."""
 
-    code: ErrorCode
+    code: str
     message: str
     retryable: bool = False
 
@@ -210,12 +210,12 @@ class SessionBook:
         elif isinstance(event, RunWarning):
             await self.log("warning", {"code": event.code, "message": event.message})
 
-    async def error(self, code: ErrorCode, message: str) -> None:
+    async def error(self, code: str, message: str) -> None:
         """Log an error; a failing log must not hide the error itself."""
         with contextlib.suppress(Exception):
             await self.log("error", {"code": code, "message": message})
 
-    async def finish(self, reason: FinishReason) -> None:
+    async def finish(self, reason: str) -> None:
         """End the turn: bring the index row up to date and log ``finish`` (never raises)."""
         await self.refresh()
         with contextlib.suppress(Exception):  # the timeline must not stop the finish

@@ -81,14 +81,14 @@ class Decision:
     """Which session a request runs in, and what to tell the provider about it."""
 
     session: Session | None = None
-    recovery_reason: RecoveryReason | None = None
+    recovery_reason: str | None = None
     warnings: list[WarningEvent] = field(default_factory=list)
 
 
 class _Failure(Exception):
     """Stops a request with a protocol error the handler chose itself."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.failure = Failure(code, message)
 
@@ -353,8 +353,7 @@ class BridgeHandler:
 
     # -- finishing --------------------------------------------------------------------------
 
-    async def _finish(self, reason: FinishReason,
-                      termination: FinishTermination | None = None) -> None:
+    async def _finish(self, reason: str, termination: FinishTermination | None = None) -> None:
         outcome = inflight.settle()  # the turn is over: nothing claims the request any more
         if outcome is not None:
             with contextlib.suppress(Exception):  # the timeline must not stop the finish

@@ -12,8 +12,13 @@ definition, with the meaning of each error and warning code.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+import textwrap
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -60,6 +65,8 @@ def build(requests: Sequence[type[BaseModel]] = REQUESTS,
         *((model, "serialization") for model in events)]
     _, generated = models_json_schema(wanted, schema_generator=_WireSchema)
     defs: dict[str, Any] = generated["$defs"]
+    for model in _models([*requests, *events]):
+        _describe_fields(defs.get(model.__name__, {}), _field_docs(model))
     for enum, meanings in ENUMS:
         defs[enum.__name__] = _enum_def(enum, meanings)
     defs["Request"] = _union(requests, "A line from a provider to the bridge.")
@@ -85,6 +92,55 @@ def build(requests: Sequence[type[BaseModel]] = REQUESTS,
 def render(schema: Mapping[str, Any]) -> str:
     """The schema as the committed file's text."""
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+def _models(roots: Sequence[type[BaseModel]]) -> Iterator[type[BaseModel]]:
+    """``roots`` and every model their fields hold, each once."""
+    seen: set[type[BaseModel]] = set()
+    stack = list(roots)
+    while stack:
+        model = stack.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        yield model
+        for field in model.model_fields.values():
+            stack.extend(_model_classes(field.annotation))
+
+
+def _model_classes(annotation: Any) -> Iterator[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for argument in typing.get_args(annotation):
+        yield from _model_classes(argument)
+
+
+def _field_docs(model: type[BaseModel]) -> dict[str, str]:
+    """The docstrings written under a model's fields, its base classes' included.
+
+    Read from the source here rather than by pydantic (``use_attribute_docstrings``), which
+    would parse it on every import of the models.
+    """
+    docs: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not issubclass(cls, BaseModel) or cls is BaseModel:
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+        for node, following in itertools.pairwise(body):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(following, ast.Expr)
+                    and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)):
+                docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def _describe_fields(definition: dict[str, Any], docs: Mapping[str, str]) -> None:
+    for name, prop in definition.get("properties", {}).items():
+        if name in docs:
+            prop["description"] = docs[name]
+            definition["properties"][name] = dict(sorted(prop.items()))
 
 
 def _enum_def(enum: type[StrEnum], meanings: Mapping[Any, str] | None) -> dict[str, Any]:
