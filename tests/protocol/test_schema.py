@@ -8,6 +8,7 @@ fails them, with the command to run in the message.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 import subprocess
@@ -96,7 +97,8 @@ def test_the_command_refuses_a_directory_that_is_no_checkout(tmp_path: Path) -> 
 
 def test_the_schema_ships_in_the_wheel() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "protocol/schema.json" in config["tool"]["setuptools"]["package-data"]["nonoka"]
+    patterns = config["tool"]["setuptools"]["package-data"]["nonoka"]
+    assert any(fnmatch.fnmatch("protocol/schema.json", p) for p in patterns), patterns
     shipped = resources.files("nonoka.protocol").joinpath("schema.json").read_text("utf-8")
     assert json.loads(shipped)["x-protocol-version"] == "1"
 

@@ -42,8 +42,7 @@ from nonoka.llm import resolve_model
 from nonoka.llm.base import ChatModel
 from nonoka.messages import dangling_tool_calls
 from nonoka.paradigms.env import RunResult
-from nonoka.protocol import frames
-from nonoka.protocol.frames import Purpose
+from nonoka.protocol.frames import Purpose, is_continuation
 from nonoka.protocol.models import (
     BaseEvent,
     ChatRequest,
@@ -255,7 +254,7 @@ class BridgeHandler:
             return await self._title_session(runner)
         if request.new_session:
             return Decision()
-        continuation = frames.is_continuation(request.messages)
+        continuation = is_continuation(request.messages)
         if request.session_id:
             session = await self._load(runner, request.session_id)
             if session is not None and (

@@ -23,8 +23,7 @@ from nonoka.events import EventSink, RunEvent, emit
 from nonoka.llm import resolve_model
 from nonoka.llm.base import ChatModel
 from nonoka.messages import Message
-from nonoka.protocol import frames
-from nonoka.protocol.frames import Purpose
+from nonoka.protocol.frames import Purpose, conversation_key
 from nonoka.protocol.values import ErrorCode, FinishReason
 from nonoka.runner import Runner
 from nonoka.store.project import ProjectStores
@@ -69,7 +68,7 @@ async def run_turn(project: Path, message: str, model: ChatModel, *,
     async with open_stores(project) as stores:
         session_id = await _pick(stores, session_ref, continue_latest)
         book = SessionBook(stores, title=title_from(message), metadata={
-            "conversation_key": frames.conversation_key([Message(role="user",
+            "conversation_key": conversation_key([Message(role="user",
                                                                  content=message)]),
             "purpose": Purpose.CHAT, "cwd": str(project), "source": "nonoka run"})
         return await _run(stores, book, project, message, model, session_id, on_event)
