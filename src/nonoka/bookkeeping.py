@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nonoka import faults
-from nonoka.bridge import frames
 from nonoka.errors import (
     ConfigurationError,
     CorruptSessionError,
@@ -34,6 +33,7 @@ from nonoka.errors import (
 )
 from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
 from nonoka.paradigms.env import RunResult
+from nonoka.protocol.values import ErrorCode, FinishReason
 from nonoka.session import Session
 from nonoka.state import SessionStatus
 from nonoka.store.project import ProjectStores
@@ -61,14 +61,14 @@ def finish_reason_of(result: RunResult) -> str:
     """How a run ended, in the protocol's finish reasons (also used in the timeline)."""
     term = result.termination
     if result.status == SessionStatus.COMPLETED:
-        return frames.FINISH_STOP
+        return FinishReason.STOP
     if result.status == SessionStatus.PAUSED:
-        return frames.FINISH_TOOL_CALLS if result.pending_tool_calls else frames.FINISH_STOP
+        return FinishReason.TOOL_CALLS if result.pending_tool_calls else FinishReason.STOP
     if result.status == SessionStatus.CANCELLED:
-        return frames.FINISH_CANCELLED
+        return FinishReason.CANCELLED
     if term is not None and term.reason == "limit":
-        return frames.FINISH_LIMIT
-    return frames.FINISH_ERROR
+        return FinishReason.LIMIT
+    return FinishReason.ERROR
 
 
 @dataclass(frozen=True)
@@ -83,23 +83,23 @@ class Failure:
 def failure_of(exc: Exception) -> Failure:
     """Map an exception to the protocol's error codes (a traceback goes to stderr for bugs)."""
     if isinstance(exc, ToolResultMismatchError):
-        return Failure(frames.ERROR_TOOL_RESULT_MISMATCH, str(exc))
+        return Failure(ErrorCode.TOOL_RESULT_MISMATCH, str(exc))
     if isinstance(exc, SessionBusyError):
-        return Failure(frames.ERROR_SESSION_BUSY, str(exc), retryable=True)
+        return Failure(ErrorCode.SESSION_BUSY, str(exc), retryable=True)
     if isinstance(exc, SessionConflictError):
-        return Failure(frames.ERROR_SESSION_CONFLICT, str(exc), retryable=True)
+        return Failure(ErrorCode.SESSION_CONFLICT, str(exc), retryable=True)
     if isinstance(exc, UnsupportedVersionError):
-        return Failure(frames.ERROR_SESSION_CORRUPT, str(exc))
+        return Failure(ErrorCode.SESSION_CORRUPT, str(exc))
     if isinstance(exc, CorruptSessionError):
-        return Failure(frames.ERROR_SESSION_CORRUPT, _with_advice(str(exc), _CORRUPT_ADVICE))
+        return Failure(ErrorCode.SESSION_CORRUPT, _with_advice(str(exc), _CORRUPT_ADVICE))
     if isinstance(exc, StoreError):
-        return Failure(frames.ERROR_STORE_ERROR, store_advice(str(exc)))
+        return Failure(ErrorCode.STORE_ERROR, store_advice(str(exc)))
     if isinstance(exc, ConfigurationError):
-        return Failure(frames.ERROR_INVALID_REQUEST, str(exc))
+        return Failure(ErrorCode.INVALID_REQUEST, str(exc))
     if isinstance(exc, NonokaError):
-        return Failure(frames.ERROR_INTERNAL_ERROR, str(exc))
+        return Failure(ErrorCode.INTERNAL_ERROR, str(exc))
     traceback.print_exc(file=sys.stderr)
-    return Failure(frames.ERROR_INTERNAL_ERROR,
+    return Failure(ErrorCode.INTERNAL_ERROR,
                    f"{type(exc).__name__}: {exc} (a bug in nonoka; stderr has the traceback)")
 
 

@@ -20,7 +20,7 @@ BRIDGE = [sys.executable, "-m", "nonoka", "bridge"]
 
 def chat(messages: Sequence[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     """A chat request in the protocol's shape."""
-    from nonoka.bridge.frames import conversation_key
+    from nonoka.protocol.frames import conversation_key
 
     request: dict[str, Any] = {"type": "chat", "protocol": {"version": "1"},
                                "messages": list(messages)}

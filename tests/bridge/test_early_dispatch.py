@@ -325,7 +325,7 @@ message = st.fixed_dictionaries(
         "model": text_mostly}))
 def test_a_request_early_dispatch_takes_is_one_the_runtime_accepts(
         messages: list[dict[str, Any]], fields: dict[str, Any]) -> None:
-    from nonoka.bridge.protocol import ChatRequest, decode_request
+    from nonoka.protocol.models import ChatRequest, decode_request
 
     request = {"type": "chat", "protocol": {"version": "1"}, "messages": messages, **fields}
     if NextTurn.of(request) is not None:

@@ -56,7 +56,7 @@ def test_a_turn_imports_nothing_heavy(bridge: Bridge, scripted: list[Step]) -> N
 
 
 def test_protocol_ack_needs_no_pydantic() -> None:
-    code = ("import sys, nonoka.bridge.server, nonoka.bridge.frames; "
+    code = ("import sys, nonoka.bridge.server, nonoka.protocol.frames; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pydantic', 'asyncio', 'sqlite3')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

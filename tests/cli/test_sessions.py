@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nonoka.bridge.frames import conversation_key
+from nonoka.protocol.frames import conversation_key
 from nonoka.store.records import SessionRecord
 from nonoka.testing import call, text
 from tests.cli.conftest import Project, no_ansi

@@ -21,8 +21,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from nonoka.bridge import frames
-from nonoka.bridge.protocol import decode_request
+from nonoka.protocol import frames
+from nonoka.protocol.frames import REQUEST_TYPES, EventType, RequestType
+from nonoka.protocol.models import decode_request
+from nonoka.protocol.values import ERROR_CODES, ErrorCode, FinishReason
 
 BRIDGE = [sys.executable, "-m", "nonoka", "bridge"]
 MAX_FRAME = 4096
@@ -70,7 +72,7 @@ class LongLivedBridge:
                                      f"after {events}") from None
             assert raw is not None, f"the bridge exited: {self.stderr.decode()[-2000:]}"
             events.append(json.loads(raw))
-            if events[-1]["type"] == frames.EVENT_FINISH:
+            if events[-1]["type"] == EventType.FINISH:
                 self.served += 1
                 return events
 
@@ -94,7 +96,7 @@ def expected_code(line: bytes) -> str | None:
         obj = frames.check_request_frame(line, max_frame_bytes=MAX_FRAME)
     except frames.ProtocolError as error:
         return error.code
-    if obj.get("type") == frames.REQUEST_CANCEL:
+    if obj.get("type") == RequestType.CANCEL:
         return SKIP
     try:
         decode_request(line, max_frame_bytes=MAX_FRAME)
@@ -107,18 +109,18 @@ def check_answer(line: bytes, events: list[dict[str, Any]]) -> str | None:
     """Assert the protocol's promises about the answer to ``line``; its error code."""
     code = expected_code(line)
     kinds = [e["type"] for e in events]
-    assert kinds[-1] == frames.EVENT_FINISH and kinds.count(frames.EVENT_FINISH) == 1, kinds
-    errors = [e for e in events if e["type"] == frames.EVENT_ERROR]
+    assert kinds[-1] == EventType.FINISH and kinds.count(EventType.FINISH) == 1, kinds
+    errors = [e for e in events if e["type"] == EventType.ERROR]
     for error in errors:
-        assert error["code"] in frames.ERROR_CODES, error
+        assert error["code"] in ERROR_CODES, error
         assert error["message"], error
     if errors:
-        assert events[-1]["finish_reason"] == frames.FINISH_ERROR, events
+        assert events[-1]["finish_reason"] == FinishReason.ERROR, events
     if code is None:  # a usable request: acknowledged, run, finished
-        assert kinds[0] == frames.EVENT_PROTOCOL_ACK, kinds
+        assert kinds[0] == EventType.PROTOCOL_ACK, kinds
         return errors[0]["code"] if errors else None
     assert len(errors) == 1 and errors[0]["code"] == code, (code, events)
-    if code == frames.ERROR_INVALID_REQUEST and kinds[0] == frames.EVENT_PROTOCOL_ACK:
+    if code == ErrorCode.INVALID_REQUEST and kinds[0] == EventType.PROTOCOL_ACK:
         assert kinds == ["protocol_ack", "error", "finish"], kinds  # valid frame, bad fields
     else:
         assert kinds == ["error", "finish"], kinds
@@ -254,7 +256,7 @@ def deep_lines(draw: st.DrawFn) -> bytes:
 
 unknown_types = st.one_of(
     st.fixed_dictionaries({"type": st.text(max_size=12).filter(
-        lambda t: t not in frames.REQUEST_TYPES)}, optional={"request_id": st.text(max_size=8)}),
+        lambda t: t not in REQUEST_TYPES)}, optional={"request_id": st.text(max_size=8)}),
     st.fixed_dictionaries({"type": st.just("chat"), "protocol": st.just({"version": "1"}),
                            "messages": st.lists(st.fixed_dictionaries({
                                "role": st.text(max_size=10).filter(

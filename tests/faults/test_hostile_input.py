@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nonoka.bridge import frames
+from nonoka.protocol.values import ErrorCode
 from nonoka.testing import call, text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.faults.hostile import (
@@ -127,7 +127,7 @@ def test_hostile_lines_get_errors_and_change_nothing(
             codes[code or "(ran)"] += 1
             ran[family] += 1
             if family == "tool results":
-                assert code == frames.ERROR_TOOL_RESULT_MISMATCH, code
+                assert code == ErrorCode.TOOL_RESULT_MISMATCH, code
             process.healthy()
 
         serve()
@@ -140,7 +140,7 @@ def test_hostile_lines_get_errors_and_change_nothing(
     assert sum(ran.values()) >= 0.9 * SCALE * sum(EXAMPLES.values()), ran
     for family in ("truncated lines", "huge frames"):
         assert ran[family] > 0
-    assert codes[frames.ERROR_FRAME_TOO_LARGE] and codes[frames.ERROR_INVALID_UTF8]
-    assert codes[frames.ERROR_INVALID_JSON] and codes[frames.ERROR_INVALID_REQUEST]
-    assert codes[frames.ERROR_UNKNOWN_REQUEST_TYPE]
+    assert codes[ErrorCode.FRAME_TOO_LARGE] and codes[ErrorCode.INVALID_UTF8]
+    assert codes[ErrorCode.INVALID_JSON] and codes[ErrorCode.INVALID_REQUEST]
+    assert codes[ErrorCode.UNKNOWN_REQUEST_TYPE]
     print(f"\nserved {process.served} lines in one process: {dict(ran)}; codes {dict(codes)}")

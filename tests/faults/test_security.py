@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from nonoka import Agent, Plan, Runner, Step
-from nonoka.bridge.frames import conversation_key
 from nonoka.errors import ConfigurationError
 from nonoka.messages import ToolResult
+from nonoka.protocol.frames import conversation_key
 from nonoka.provider import NonokaProvider
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.testing import ScriptedModel, call, text

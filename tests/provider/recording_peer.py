@@ -3,7 +3,7 @@
 Not a bridge. The provider's own unit tests point ``command`` at this script to check
 what the provider sends and how it copes with a peer that dies, hangs or writes garbage.
 Every line it receives (the request, any ``cancel``) is appended verbatim to ``--record``.
-Events are built with ``nonoka.bridge.protocol``, so they are valid by construction.
+Events are built with ``nonoka.protocol.models``, so they are valid by construction.
 
 Modes (``--mode``):
 
@@ -27,8 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nonoka.bridge.frames import dump_line
-from nonoka.bridge.protocol import (
+from nonoka.protocol.frames import dump_line
+from nonoka.protocol.models import (
     BaseEvent,
     ChatRequest,
     Finish,

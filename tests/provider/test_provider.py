@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from nonoka.bridge.protocol import Event, Finish, SessionInit, TextDelta
 from nonoka.errors import ConfigurationError
 from nonoka.messages import Message, ToolCall
+from nonoka.protocol.models import Event, Finish, SessionInit, TextDelta
 from nonoka.provider import (
     BridgeError,
     BridgeTimeoutError,
@@ -520,7 +520,7 @@ async def test_cancel_with_nothing_running_is_a_no_op(peer: Peer) -> None:
 
 
 def test_results_are_plain_data() -> None:
-    from nonoka.bridge.protocol import ChatRequest
+    from nonoka.protocol.models import ChatRequest
 
     result = ProviderResult(request=ChatRequest(messages=[Message(role="user", content="x")]))
     assert result.text == "" and not result.ok

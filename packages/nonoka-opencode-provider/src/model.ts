@@ -35,11 +35,15 @@ import {
   type ErrorEvent,
   type FinishEvent,
   type FinishReason,
+  type Purpose,
   type RequestLimits,
   type UsageTotals,
   type WarningEvent,
 } from "./protocol.js";
 import type { SessionTracker } from "./session.js";
+
+/** The chat request this provider sends: the protocol's, with the fields it always sets. */
+type OutgoingRequest = ChatRequest & { request_id: string; purpose: Purpose; cwd: string; conversation_key?: string };
 
 /** What a model needs from its provider; resolved once by `createNonoka`. */
 export interface ModelConfig {
@@ -178,7 +182,7 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     const cwd = config.cwd();
     const tracker = config.tracker(cwd);
     const hint = tracker.prepare(messages, purpose);
-    const request: ChatRequest = {
+    const request: OutgoingRequest = {
       type: "chat",
       protocol: { version: PROTOCOL_VERSION, required_capabilities: config.requiredCapabilities },
       request_id: `req-${randomBytes(8).toString("hex")}`,
@@ -198,7 +202,7 @@ export class NonokaLanguageModel implements LanguageModelV3 {
 
 /** One request in flight: its process, what it produced so far, and how it is ending. */
 class BridgeCall {
-  readonly request: ChatRequest;
+  readonly request: OutgoingRequest;
   readonly stream: ReadableStream<LanguageModelV3StreamPart>;
   private readonly config: ModelConfig;
   private readonly tracker: SessionTracker;
@@ -222,7 +226,7 @@ class BridgeCall {
 
   constructor(
     config: ModelConfig,
-    request: ChatRequest,
+    request: OutgoingRequest,
     tracker: SessionTracker,
     warnings: SharedV3Warning[],
     modelId: string,

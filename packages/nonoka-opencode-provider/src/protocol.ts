@@ -1,148 +1,47 @@
 /**
- * The bridge protocol, version "1", as the provider side sees it (docs/protocol.md).
+ * The bridge protocol, version "1", as the provider side uses it (docs/protocol.md).
  *
- * Only what a provider writes or reads is typed here. Names are the wire names: other
- * programs are written against them, so nothing is renamed on the way.
+ * The types are generated from the protocol's JSON Schema into protocol.gen.ts (run
+ * `python -m nonoka.protocol.generate`); this file holds only what the provider does with
+ * them: read events, write requests, and compute the conversation identity.
  */
 
 import { createHash } from "node:crypto";
 
-export const PROTOCOL_VERSION = "1";
-/** One frame (line) may be this long, terminator not counted: the bridge's default. */
-export const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;
+import type {
+  ErrorCode,
+  Event,
+  Finish,
+  HostToolSpec,
+  Message,
+  ProtocolAck,
+  Request,
+  SessionInit,
+  TextDelta,
+  ToolCall,
+} from "./protocol.gen.js";
 
-export type Role = "system" | "user" | "assistant" | "tool";
-export type Purpose = "chat" | "title";
-export type FinishReason = "stop" | "tool_calls" | "cancelled" | "error" | "limit";
+export * from "./protocol.gen.js";
 
-export interface ProtocolToolCall {
-  id: string;
-  name: string;
-  /** The JSON text of the arguments (a string, not an object). */
-  arguments: string;
-}
+// The names this package has always exported for the generated types.
+export type ProtocolMessage = Message;
+export type ProtocolToolCall = ToolCall;
+export type Role = Message["role"];
+export type HostTool = HostToolSpec;
+export type BridgeEvent = Event;
+export type ProtocolAckEvent = ProtocolAck;
+export type SessionInitEvent = SessionInit;
+export type TextDeltaEvent = TextDelta;
+export type FinishEvent = Finish;
 
-export interface ProtocolMessage {
-  role: Role;
-  content: string;
-  tool_calls?: ProtocolToolCall[];
-  tool_call_id?: string;
-}
+type JsonKind = "string" | "boolean" | "number" | "object";
+/** For each event type, some of its (generated) fields with their JSON types. */
+type FieldChecks = {
+  [K in BridgeEvent["type"]]: Partial<Record<keyof Extract<BridgeEvent, { type: K }>, JsonKind>>;
+};
 
-export interface HostTool {
-  name: string;
-  description: string;
-  /** JSON Schema of the arguments. */
-  parameters: Record<string, unknown>;
-}
-
-export interface RequestLimits {
-  max_model_turns?: number;
-  max_tool_calls?: number;
-  wall_timeout_seconds?: number;
-  max_total_tokens?: number;
-  max_cost_usd?: number;
-}
-
-export interface ChatRequest {
-  type: "chat";
-  protocol: { version: string; required_capabilities: string[] };
-  request_id: string;
-  purpose: Purpose;
-  messages: ProtocolMessage[];
-  tools: HostTool[];
-  session_id?: string;
-  new_session: boolean;
-  conversation_key?: string;
-  cwd: string;
-  model?: string;
-  limits?: RequestLimits;
-}
-
-export interface CancelRequest {
-  type: "cancel";
-  request_id?: string;
-}
-
-export interface UsageTotals {
-  input_tokens: number;
-  output_tokens: number;
-  cost_usd?: number | null;
-}
-
-interface EventBase {
-  request_id?: string | null;
-}
-
-export interface ProtocolAckEvent extends EventBase {
-  type: "protocol_ack";
-  version: string;
-  capabilities: string[];
-  server_version: string;
-}
-export interface SessionInitEvent extends EventBase {
-  type: "session_init";
-  session_id: string;
-  recovered: boolean;
-  recovery_reason?: string | null;
-}
-export interface WarningEvent extends EventBase {
-  type: "warning";
-  code: string;
-  message: string;
-  details?: Record<string, unknown>;
-}
-export interface TextDeltaEvent extends EventBase {
-  type: "text_delta";
-  text: string;
-}
-export interface ToolCallEvent extends EventBase {
-  type: "tool_call";
-  tool_call_id: string;
-  tool_name: string;
-  arguments: string;
-  executed_by: "host" | "nonoka";
-}
-export interface ToolResultEvent extends EventBase {
-  type: "tool_result";
-  tool_call_id: string;
-  tool_name: string;
-  content: string;
-  is_error: boolean;
-}
-export interface UsageEvent extends EventBase {
-  type: "usage";
-  input_tokens: number;
-  output_tokens: number;
-  cost_usd?: number | null;
-}
-export interface ErrorEvent extends EventBase {
-  type: "error";
-  code: string;
-  message: string;
-  retryable: boolean;
-  details?: Record<string, unknown>;
-}
-export interface FinishEvent extends EventBase {
-  type: "finish";
-  finish_reason: FinishReason;
-  usage: UsageTotals;
-  termination?: { reason: string; detail?: string | null; limit?: string | null } | null;
-}
-
-export type BridgeEvent =
-  | ProtocolAckEvent
-  | SessionInitEvent
-  | WarningEvent
-  | TextDeltaEvent
-  | ToolCallEvent
-  | ToolResultEvent
-  | UsageEvent
-  | ErrorEvent
-  | FinishEvent;
-
-/** The field each event type must carry, with its JSON type; checked on every line read. */
-const REQUIRED: Record<BridgeEvent["type"], Record<string, "string" | "boolean" | "number" | "object">> = {
+/** The fields the provider relies on, with their JSON type; checked on every line read. */
+const REQUIRED: FieldChecks = {
   protocol_ack: { version: "string" },
   session_init: { session_id: "string", recovered: "boolean" },
   warning: { code: "string", message: "string" },
@@ -156,7 +55,7 @@ const REQUIRED: Record<BridgeEvent["type"], Record<string, "string" | "boolean" 
 
 /** Why a line from the bridge could not be used. `unknown_event_type` lines are skipped. */
 export class EventDecodeError extends Error {
-  readonly code: "unknown_event_type" | "invalid_event" | "invalid_json";
+  readonly code: Extract<ErrorCode, "unknown_event_type" | "invalid_event" | "invalid_json">;
   constructor(code: EventDecodeError["code"], message: string) {
     super(message);
     this.name = "EventDecodeError";
@@ -203,7 +102,7 @@ export function decodeEvent(line: string): BridgeEvent {
  * U+2028/U+2029/U+0085 are escaped (JSON.stringify leaves them raw) so no line splitter
  * can cut the frame in two; JSON.stringify already escapes unpaired surrogates.
  */
-export function encodeRequest(request: ChatRequest | CancelRequest): string {
+export function encodeRequest(request: Request): string {
   return JSON.stringify(request).replace(/[\u2028\u2029\u0085]/g, (c) =>
     `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
   ) + "\n";
@@ -221,11 +120,11 @@ const PY_BLANK = /^[\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2
  * Node encodes unpaired surrogates as U+FFFD, as the Python twin does.
  */
 export function conversationKey(messages: readonly ProtocolMessage[]): string | undefined {
-  const first = messages.find((m) => m.role === "user");
-  if (first === undefined || PY_BLANK.test(first.content)) {
+  const text = messages.find((m) => m.role === "user")?.content ?? "";
+  if (PY_BLANK.test(text)) {
     return undefined;
   }
-  return createHash("sha256").update(first.content, "utf8").digest("hex");
+  return createHash("sha256").update(text, "utf8").digest("hex");
 }
 
 /** A history that already holds a reply (assistant or tool message) continues a conversation. */

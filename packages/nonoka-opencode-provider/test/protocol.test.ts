@@ -28,7 +28,7 @@ describe("conversationKey", () => {
   test("matches the Python twin byte for byte", { skip: HAVE_PYTHON ? false : `no venv Python at ${PYTHON}` }, () => {
     const texts = ["hello", "héllo wörld ✓ 日本語 🎉", '"Create hello.txt please"', "a\u2028b\r\n", "lone \ud800 surrogate", "\ufeffbom", "\x1c\x1d"];
     const script =
-      "import json,sys\nfrom nonoka.bridge.frames import conversation_key\n" +
+      "import json,sys\nfrom nonoka.protocol.frames import conversation_key\n" +
       "texts=json.loads(sys.stdin.read())\nprint(json.dumps([conversation_key([{'role':'user','content':t}]) for t in texts]))";
     const out = execFileSync(PYTHON, ["-c", script], { input: JSON.stringify(texts), encoding: "utf8" });
     const expected = JSON.parse(out) as Array<string | null>;

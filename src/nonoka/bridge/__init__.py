@@ -1,7 +1,6 @@
-"""The bridge: ``nonoka bridge`` speaking the NDJSON protocol on stdio.
+"""The bridge: ``nonoka bridge`` serving the NDJSON protocol (``nonoka.protocol``) on stdio.
 
-``nonoka.bridge.frames`` holds the cheap, dependency-free parts (constants, frame checks,
-the ``protocol_ack`` line) so a bridge can answer before pydantic is imported;
-``nonoka.bridge.protocol`` holds the typed pydantic models. Nothing is imported here, so
-importing a submodule stays as cheap as that submodule.
+The server reads and checks the first line with ``nonoka.protocol.frames`` and writes
+``protocol_ack`` before pydantic is imported. Nothing is imported here, so importing a
+submodule stays as cheap as that submodule.
 """

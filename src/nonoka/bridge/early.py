@@ -35,7 +35,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from nonoka.bridge.turns import joined_prompt, split_after_reply
+from nonoka.protocol.frames import Purpose, RequestType
+from nonoka.protocol.turns import joined_prompt, split_after_reply
 
 if TYPE_CHECKING:
     from nonoka.llm.base import ChatModel
@@ -70,7 +71,7 @@ class NextTurn(NamedTuple):
     message."""
     prompt: str | None
     """The user messages after the host's last assistant message, joined
-    (``nonoka.bridge.turns``)."""
+    (``nonoka.protocol.turns``)."""
     earlier_users: list[str]
     """The user messages before those, as the host resent them."""
 
@@ -106,7 +107,8 @@ class NextTurn(NamedTuple):
         """
         session_id = request.get("session_id")
         messages = request.get("messages")
-        if (request.get("type") != "chat" or request.get("purpose", "chat") != "chat"
+        if (request.get("type") != RequestType.CHAT
+                or request.get("purpose", Purpose.CHAT) != Purpose.CHAT
                 or request.get("new_session", False) is not False
                 or not isinstance(session_id, str) or not session_id.strip()
                 or not all(isinstance(request.get(k), str | None) for k in _OPTIONAL_TEXT)
@@ -302,7 +304,7 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
     limits = session.limits
     if (not enabled(os.environ) or not isinstance(store, NextCallStore)
             or not isinstance(model, AdoptsInflight)
-            or request.get("purpose") not in (None, "chat") or not entries
+            or request.get("purpose") not in (None, Purpose.CHAT) or not entries
             or entries[-1].role != "assistant" or session.exceeded() is not None
             or limits.wall_timeout_seconds is not None
             or session.runtime.deadline_at is not None):

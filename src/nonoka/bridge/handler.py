@@ -27,23 +27,8 @@ from pathlib import Path
 from nonoka import faults
 from nonoka.agent import Agent
 from nonoka.bookkeeping import Failure, SessionBook, failure_of, finish_reason_of, title_from
-from nonoka.bridge import frames
 from nonoka.bridge.early import Dispatched
 from nonoka.bridge.history import matches_stored, plan_turn, split_for_new_session
-from nonoka.bridge.protocol import (
-    BaseEvent,
-    ChatRequest,
-    ErrorEvent,
-    Finish,
-    FinishTermination,
-    SessionInit,
-    TextDelta,
-    ToolCallEvent,
-    ToolResultEvent,
-    UsageEvent,
-    UsageTotals,
-    WarningEvent,
-)
 from nonoka.config import configured_model
 from nonoka.errors import ConfigurationError, UnsupportedVersionError
 from nonoka.events import (
@@ -58,6 +43,29 @@ from nonoka.llm import resolve_model
 from nonoka.llm.base import ChatModel
 from nonoka.messages import dangling_tool_calls
 from nonoka.paradigms.env import RunResult
+from nonoka.protocol.frames import Purpose, is_continuation
+from nonoka.protocol.models import (
+    BaseEvent,
+    ChatRequest,
+    ErrorEvent,
+    Finish,
+    FinishTermination,
+    SessionInit,
+    TextDelta,
+    ToolCallEvent,
+    ToolResultEvent,
+    UsageEvent,
+    UsageTotals,
+    WarningEvent,
+)
+from nonoka.protocol.values import (
+    WARNING_CODES,
+    ErrorCode,
+    ExecutedBy,
+    FinishReason,
+    RecoveryReason,
+    WarningCode,
+)
 from nonoka.runner import Runner
 from nonoka.runtime import RuntimeLimits
 from nonoka.session import Session, validate_session_id
@@ -129,7 +137,7 @@ class BridgeHandler:
                 await self._finish_run(result)
                 self._answered = result.session
             except asyncio.CancelledError:
-                await self._finish(frames.FINISH_CANCELLED)
+                await self._finish(FinishReason.CANCELLED)
             except _Failure as refused:
                 await self._fail(refused.failure)
             except Exception as exc:  # the process must answer, whatever went wrong
@@ -147,7 +155,7 @@ class BridgeHandler:
     def _cwd(self) -> Path:
         cwd = Path(self.request.cwd or os.getcwd())
         if not cwd.is_dir():
-            raise _Failure(frames.ERROR_INVALID_CWD,
+            raise _Failure(ErrorCode.INVALID_CWD,
                            f"cwd {str(cwd)!r} is not a directory; send the workspace path")
         return cwd.resolve()
 
@@ -155,7 +163,7 @@ class BridgeHandler:
         try:
             return resolve_model(configured_model(cwd, self.request.model))
         except ConfigurationError as exc:
-            raise _Failure(frames.ERROR_MODEL_NOT_CONFIGURED, str(exc)) from exc
+            raise _Failure(ErrorCode.MODEL_NOT_CONFIGURED, str(exc)) from exc
 
     def _limits(self) -> RuntimeLimits | None:
         limits = self.request.limits
@@ -246,35 +254,35 @@ class BridgeHandler:
             try:
                 validate_session_id(request.session_id)
             except ConfigurationError as exc:
-                raise _Failure(frames.ERROR_INVALID_REQUEST, f"session_id: {exc}") from None
-        if request.purpose == frames.PURPOSE_TITLE:
+                raise _Failure(ErrorCode.INVALID_REQUEST, f"session_id: {exc}") from None
+        if request.purpose == Purpose.TITLE:
             return await self._title_session(runner)
         if request.new_session:
             return Decision()
-        continuation = frames.is_continuation(request.messages)
+        continuation = is_continuation(request.messages)
         if request.session_id:
             session = await self._load(runner, request.session_id)
             if session is not None and (
                     not continuation or matches_stored(session.memory.entries, request.messages)):
                 return Decision(session=session)
-            reason = (frames.RECOVERY_SESSION_NOT_FOUND if session is None
-                      else frames.RECOVERY_SESSION_MISMATCH)
+            reason = (RecoveryReason.SESSION_NOT_FOUND if session is None
+                      else RecoveryReason.SESSION_MISMATCH)
             found = await self._recover(runner, continuation)
             if found is not None:
                 return Decision(session=found, recovery_reason=reason)
-            code = (frames.WARNING_SESSION_NOT_FOUND_STARTING_NEW if session is None
-                    else frames.WARNING_SESSION_MISMATCH_STARTING_NEW)
+            code = (WarningCode.SESSION_NOT_FOUND_STARTING_NEW if session is None
+                    else WarningCode.SESSION_MISMATCH_STARTING_NEW)
             return Decision(warnings=[WarningEvent(
-                code=code, message=frames.WARNING_CODES[code],
+                code=code, message=WARNING_CODES[code],
                 details={"requested_session_id": request.session_id})])
         found = await self._recover(runner, continuation)
         if found is not None:
-            return Decision(session=found, recovery_reason=frames.RECOVERY_SESSION_ID_MISSING)
+            return Decision(session=found, recovery_reason=RecoveryReason.SESSION_ID_MISSING)
         if not continuation:
             return Decision()
         recent = await self.stores.index.list_sessions(limit=5)
-        code = frames.WARNING_SESSION_ID_MISSING_STARTING_FRESH
-        return Decision(warnings=[WarningEvent(code=code, message=frames.WARNING_CODES[code],
+        code = WarningCode.SESSION_ID_MISSING_STARTING_FRESH
+        return Decision(warnings=[WarningEvent(code=code, message=WARNING_CODES[code],
                                                details={"recent_sessions": [
                                                    {"session_id": r.session_id, "title": r.title,
                                                     "last_active": r.last_active}
@@ -283,7 +291,7 @@ class BridgeHandler:
     async def _title_session(self, runner: Runner) -> Decision:
         if self.request.session_id:
             record = await self.stores.index.get_session(self.request.session_id)
-            if record is not None and record.purpose == frames.PURPOSE_TITLE:
+            if record is not None and record.purpose == Purpose.TITLE:
                 session = await self._load(runner, record.session_id)
                 if session is not None:
                     return Decision(session=session)
@@ -293,7 +301,7 @@ class BridgeHandler:
         try:
             return await runner.load_session(session_id)
         except ConfigurationError as exc:
-            raise _Failure(frames.ERROR_INVALID_REQUEST, f"session_id: {exc}") from exc
+            raise _Failure(ErrorCode.INVALID_REQUEST, f"session_id: {exc}") from exc
 
     async def _recover(self, runner: Runner, continuation: bool) -> Session | None:
         key = self.key
@@ -365,7 +373,7 @@ class BridgeHandler:
         await self.book.error(failure.code, failure.message)
         self.send(ErrorEvent(code=failure.code, message=failure.message,
                              retryable=failure.retryable))
-        await self._finish(frames.FINISH_ERROR, termination)
+        await self._finish(FinishReason.ERROR, termination)
 
     async def _replay(self, result: RunResult) -> None:
         """Send the host a stored answer it never received.
@@ -392,7 +400,7 @@ class BridgeHandler:
                 if call.id in pending:
                     self.send(ToolCallEvent(tool_call_id=call.id, tool_name=call.name,
                                             arguments=call.arguments,
-                                            executed_by=frames.EXECUTED_BY_HOST))
+                                            executed_by=ExecutedBy.HOST))
                     replayed += 1
         if answers:
             await self.book.log("replay", {"entries": len(answers), "tool_calls": replayed})
@@ -403,8 +411,8 @@ class BridgeHandler:
         termination = (FinishTermination(reason=term.reason, detail=term.detail, limit=term.limit)
                        if term is not None else None)
         reason = finish_reason_of(result)
-        if reason == frames.FINISH_ERROR:
-            await self._fail(Failure(frames.ERROR_MODEL_ERROR, result.error or "the run failed",
+        if reason == FinishReason.ERROR:
+            await self._fail(Failure(ErrorCode.MODEL_ERROR, result.error or "the run failed",
                                      retryable=result.retryable), termination)
         else:
             await self._finish(reason, termination)
@@ -422,8 +430,8 @@ def _checked_key(key: str | None) -> tuple[str | None, list[WarningEvent]]:
     warning: anything else is a provider bug, and must not become a lookup key."""
     if key is None or (len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
         return key, []
-    code = frames.WARNING_CONVERSATION_KEY_IGNORED
-    return None, [WarningEvent(code=code, message=frames.WARNING_CODES[code],
+    code = WarningCode.CONVERSATION_KEY_IGNORED
+    return None, [WarningEvent(code=code, message=WARNING_CODES[code],
                                details={"length": len(key)})]
 
 
@@ -432,9 +440,9 @@ def _open_stores(cwd: Path) -> ProjectStores:
     try:
         return open_project_stores(cwd, database_url_from_env())
     except UnsupportedVersionError as exc:  # the whole database, not one session
-        raise _Failure(frames.ERROR_STORE_ERROR, str(exc)) from None
+        raise _Failure(ErrorCode.STORE_ERROR, str(exc)) from None
     except OSError as exc:  # .nonoka/ cannot be created in the workspace
-        raise _Failure(frames.ERROR_INVALID_CWD, (
+        raise _Failure(ErrorCode.INVALID_CWD, (
             f"cannot create {cwd / '.nonoka'}: {exc.strerror or exc}; make the workspace "
             "writable for this user, or point NONOKA_DATABASE_URL at a writable place"),
         ) from None

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from nonoka.bridge.turns import joined_prompt, split_after_reply
 from nonoka.messages import MemoryEntry, Message, ToolResult
+from nonoka.protocol.turns import joined_prompt, split_after_reply
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import os
 import sys
 
 from nonoka import __version__
-from nonoka.bridge import frames
+from nonoka.protocol import frames
+from nonoka.protocol.frames import DEFAULT_MAX_FRAME_BYTES, RequestType
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,8 +51,10 @@ class LineReader:
             if not line:
                 break
             size += len(line.rstrip(b"\n"))
+        from nonoka.protocol.values import ErrorCode  # only for a rejected line
+
         return frames.ProtocolError(
-            frames.ERROR_FRAME_TOO_LARGE,
+            ErrorCode.FRAME_TOO_LARGE,
             f"the line is {size} bytes, over the {self._max} byte frame limit; send a "
             "shorter history (compact it or start a new conversation)",
             {"size": size, "max_frame_bytes": self._max})
@@ -103,7 +106,7 @@ def _first_request(reader: LineReader, out: Output) -> Checked | None:
         if line is None:
             return None
         checked = _check(line, out)
-        if checked is None or checked[1].get("type") == frames.REQUEST_CANCEL:
+        if checked is None or checked[1].get("type") == RequestType.CANCEL:
             continue  # a cancel with nothing running has nothing to cancel
         _acknowledge(checked[1], out)
         return checked
@@ -111,7 +114,7 @@ def _first_request(reader: LineReader, out: Output) -> Checked | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve requests from stdin until end of input; returns the exit code."""
-    max_frame = int(os.environ.get("NONOKA_MAX_FRAME_BYTES", frames.DEFAULT_MAX_FRAME_BYTES))
+    max_frame = int(os.environ.get("NONOKA_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES))
     reader = LineReader(sys.stdin.buffer, max_frame)
     out = Output(sys.stdout.buffer)
     first = _first_request(reader, out)
@@ -206,7 +209,7 @@ class _Server:
         import asyncio
 
         from nonoka.bridge.handler import BridgeHandler
-        from nonoka.bridge.protocol import BaseEvent, ChatRequest, decode_request, encode_event
+        from nonoka.protocol.models import BaseEvent, ChatRequest, decode_request, encode_event
 
         line, raw = checked
         early, self.early = self.early, None
@@ -251,7 +254,7 @@ class _Server:
         checked = _check(item, self.out)
         if checked is None:
             return
-        if checked[1].get("type") == frames.REQUEST_CANCEL:
+        if checked[1].get("type") == RequestType.CANCEL:
             if self.task is not None and not self.task.done():
                 self.task.cancel()
             return

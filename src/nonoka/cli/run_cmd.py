@@ -15,7 +15,6 @@ from typing import Any
 
 from nonoka.agent import Agent
 from nonoka.bookkeeping import SessionBook, TurnUsage, failure_of, finish_reason_of, title_from
-from nonoka.bridge import frames
 from nonoka.cli.common import CliError, find_session, open_stores
 from nonoka.cli.tools import builtin_tools
 from nonoka.config import configured_model
@@ -24,6 +23,8 @@ from nonoka.events import EventSink, RunEvent, emit
 from nonoka.llm import resolve_model
 from nonoka.llm.base import ChatModel
 from nonoka.messages import Message
+from nonoka.protocol.frames import Purpose, conversation_key
+from nonoka.protocol.values import ErrorCode, FinishReason
 from nonoka.runner import Runner
 from nonoka.store.project import ProjectStores
 
@@ -67,9 +68,9 @@ async def run_turn(project: Path, message: str, model: ChatModel, *,
     async with open_stores(project) as stores:
         session_id = await _pick(stores, session_ref, continue_latest)
         book = SessionBook(stores, title=title_from(message), metadata={
-            "conversation_key": frames.conversation_key([Message(role="user",
+            "conversation_key": conversation_key([Message(role="user",
                                                                  content=message)]),
-            "purpose": frames.PURPOSE_CHAT, "cwd": str(project), "source": "nonoka run"})
+            "purpose": Purpose.CHAT, "cwd": str(project), "source": "nonoka run"})
         return await _run(stores, book, project, message, model, session_id, on_event)
 
 
@@ -100,7 +101,7 @@ async def _run(stores: ProjectStores, book: SessionBook, project: Path, message:
                on_event: EventSink | None) -> TurnOutcome:
     runner = Runner(stores.checkpoints)
     agent = Agent(model=model, tools=builtin_tools(project), system_prompt=SYSTEM_PROMPT)
-    await book.log("request", {"source": "nonoka run", "purpose": frames.PURPOSE_CHAT,
+    await book.log("request", {"source": "nonoka run", "purpose": Purpose.CHAT,
                                "messages": 1, "tools": list(agent.tool_map),
                                "model": model.name})
     new = session_id is None
@@ -121,19 +122,19 @@ async def _run(stores: ProjectStores, book: SessionBook, project: Path, message:
             result = await runner.run_react(agent, message, session_id=session_id,
                                             on_event=sink)
     except asyncio.CancelledError:
-        await asyncio.shield(book.finish(frames.FINISH_CANCELLED))
+        await asyncio.shield(book.finish(FinishReason.CANCELLED))
         raise
     except Exception as exc:
         failure = failure_of(exc)
         await book.error(failure.code, failure.message)
-        await book.finish(frames.FINISH_ERROR)
+        await book.finish(FinishReason.ERROR)
         raise CliError(f"{failure.message} (session {session_id})") from exc
     reason = finish_reason_of(result)
     error = None
-    if reason == frames.FINISH_ERROR:
+    if reason == FinishReason.ERROR:
         error = result.error or "the run failed"
-        await book.error(frames.ERROR_MODEL_ERROR, error)
-    elif reason == frames.FINISH_LIMIT and result.termination is not None:
+        await book.error(ErrorCode.MODEL_ERROR, error)
+    elif reason == FinishReason.LIMIT and result.termination is not None:
         error = f"stopped by a limit: {result.termination.detail or result.termination.limit}"
     await book.finish(reason)
     output = result.output if isinstance(result.output, str) else ""

@@ -21,21 +21,20 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from nonoka.bridge.frames import (
+from nonoka.errors import ConfigurationError
+from nonoka.messages import Message
+from nonoka.protocol.frames import (
     DEFAULT_MAX_FRAME_BYTES,
-    ERROR_UNKNOWN_EVENT_TYPE,
-    FINISH_CANCELLED,
-    PURPOSE_CHAT,
-    PURPOSE_TITLE,
     ProtocolError,
+    Purpose,
     conversation_key,
     is_continuation,
 )
-from nonoka.bridge.protocol import (
+from nonoka.protocol.models import (
     CancelRequest,
     ChatRequest,
     ErrorEvent,
@@ -49,8 +48,7 @@ from nonoka.bridge.protocol import (
     decode_event,
     encode_request,
 )
-from nonoka.errors import ConfigurationError
-from nonoka.messages import Message
+from nonoka.protocol.values import ErrorCode, FinishReason
 from nonoka.provider.idfile import (
     clear_session_id,
     id_file_path,
@@ -76,13 +74,13 @@ DEFAULT_TIMEOUT = 600.0
 """Seconds one call may take, model calls and nonoka's own tools included."""
 DEFAULT_CANCEL_GRACE = 5.0
 """Seconds a bridge gets at each step of stopping (cancel line, SIGTERM) before the next."""
+_PURPOSES = tuple(Purpose)
 _KNOWN_CONVERSATIONS = 64
 """How many conversation-key -> session-id pairs one provider remembers."""
 
 MessageLike = Message | Mapping[str, Any]
 ToolLike = HostToolSpec | Mapping[str, Any]
 EventCallback = Callable[[Event], Awaitable[None] | None]
-Purpose = Literal["chat", "title"]
 
 
 def default_command() -> list[str]:
@@ -205,7 +203,7 @@ class NonokaProvider:
         messages: Sequence[MessageLike],
         tools: Sequence[ToolLike] = (),
         *,
-        purpose: Purpose = "chat",
+        purpose: Purpose | str = Purpose.CHAT,
         request_id: str | None = None,
         on_event: EventCallback | None = None,
         new_session: bool | None = None,
@@ -232,7 +230,7 @@ class NonokaProvider:
         messages: Sequence[MessageLike],
         tools: Sequence[ToolLike] = (),
         *,
-        purpose: Purpose = "chat",
+        purpose: Purpose | str = Purpose.CHAT,
         request_id: str | None = None,
         new_session: bool | None = None,
     ) -> ProviderStream:
@@ -257,16 +255,17 @@ class NonokaProvider:
     # -- building the request ----------------------------------------------------------
 
     def _prepare(self, messages: Sequence[MessageLike], tools: Sequence[ToolLike], *,
-                 purpose: str, request_id: str | None, new_session: bool | None,
+                 purpose: Purpose | str, request_id: str | None, new_session: bool | None,
                  ) -> ChatRequest:
-        if purpose not in (PURPOSE_CHAT, PURPOSE_TITLE):
+        if purpose not in _PURPOSES:
             raise ConfigurationError(f"purpose must be 'chat' or 'title', not {purpose!r}")
+        purpose = Purpose(purpose)
         history = [_as_message(m, i) for i, m in enumerate(messages)]
         specs = [_as_tool(t, i) for i, t in enumerate(tools)]
         fresh = not is_continuation(history) if new_session is None else new_session
         # Title requests get no key: their first user message may well be the chat's, and
         # the bridge must never recover a chat into a title session (or the reverse).
-        key = conversation_key(history) if purpose == PURPOSE_CHAT else None
+        key = conversation_key(history) if purpose == Purpose.CHAT else None
         session_id = None if fresh else self._session_for(purpose, key)
         try:
             request = ChatRequest(
@@ -296,7 +295,7 @@ class NonokaProvider:
         conversation's own id, or none and lets the bridge recover by ``conversation_key``
         — never the other conversation's session.
         """
-        if purpose == PURPOSE_TITLE:
+        if purpose == Purpose.TITLE:
             return self._title_session_id
         if key is not None and key in self._known:
             return self._known[key]
@@ -306,7 +305,7 @@ class NonokaProvider:
 
     def _forget(self, purpose: str, key: str | None) -> None:
         """A new conversation: drop the held id, and its on-disk copy with it."""
-        if purpose == PURPOSE_TITLE:
+        if purpose == Purpose.TITLE:
             self._title_session_id = None
             return
         if key is not None:
@@ -330,7 +329,7 @@ class NonokaProvider:
             logger.warning("ignoring the session id %r from the bridge: it is not a "
                            "plausible session id", event.session_id[:80])
             return
-        if request.purpose == PURPOSE_TITLE:
+        if request.purpose == Purpose.TITLE:
             self._title_session_id = event.session_id
             return
         self._session_id = event.session_id
@@ -423,7 +422,7 @@ class NonokaProvider:
         try:
             event = decode_event(line, max_frame_bytes=self.max_frame_bytes)
         except ProtocolError as exc:
-            if exc.code == ERROR_UNKNOWN_EVENT_TYPE:  # a newer bridge: skip, per protocol
+            if exc.code == ErrorCode.UNKNOWN_EVENT_TYPE:  # a newer bridge: skip, per protocol
                 logger.debug("skipping an event of unknown type: %s", exc.message)
                 return None
             raise await self._bad_line(process, exc, line) from None
@@ -456,7 +455,7 @@ class NonokaProvider:
         if call.cancel_requested:
             await process.stop(self.cancel_grace)
             if call.result.finish_reason is None:
-                call.result.finish_reason = FINISH_CANCELLED
+                call.result.finish_reason = FinishReason.CANCELLED
             logger.warning("the bridge for request %s ended without a finish event after "
                            "being cancelled (%s)", call.request.request_id,
                            describe_exit(process.returncode))

@@ -17,8 +17,9 @@ import shlex
 import signal
 from collections.abc import Mapping, Sequence
 
-from nonoka.bridge.frames import DEFAULT_MAX_FRAME_BYTES, ERROR_FRAME_TOO_LARGE, ProtocolError
 from nonoka.errors import NonokaError
+from nonoka.protocol.frames import DEFAULT_MAX_FRAME_BYTES, ProtocolError
+from nonoka.protocol.values import ErrorCode
 
 __all__ = ["STDERR_TAIL_BYTES", "BridgeError", "BridgeProcess", "BridgeTimeoutError",
            "StderrTail", "describe_exit", "merged_env"]
@@ -147,7 +148,7 @@ class BridgeProcess:
         try:
             return await stdout.readline()
         except ValueError as exc:  # the reader's limit: one line over the frame limit
-            raise ProtocolError(ERROR_FRAME_TOO_LARGE,
+            raise ProtocolError(ErrorCode.FRAME_TOO_LARGE,
                                 f"the bridge wrote a line over the frame limit ({exc})") from None
 
     async def close_stdin(self) -> None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nonoka.bridge.frames import EXECUTED_BY_HOST, FINISH_STOP, FINISH_TOOL_CALLS
-from nonoka.bridge.protocol import (
+from nonoka.messages import Message, ToolCall
+from nonoka.protocol.models import (
     ChatRequest,
     ErrorEvent,
     Event,
     Finish,
-    FinishReason,
     FinishTermination,
     ProtocolAck,
     SessionInit,
@@ -21,7 +20,7 @@ from nonoka.bridge.protocol import (
     UsageTotals,
     WarningEvent,
 )
-from nonoka.messages import Message, ToolCall
+from nonoka.protocol.values import ExecutedBy, FinishReason
 
 __all__ = ["ProviderResult"]
 
@@ -72,12 +71,12 @@ class ProviderResult:
     @property
     def ok(self) -> bool:
         """The turn completed, or paused for host tools."""
-        return self.finish_reason in (FINISH_STOP, FINISH_TOOL_CALLS)
+        return self.finish_reason in (FinishReason.STOP, FinishReason.TOOL_CALLS)
 
     @property
     def host_tool_calls(self) -> list[ToolCallEvent]:
         """Calls the host must run and answer with ``tool`` messages."""
-        return [c for c in self.tool_calls if c.executed_by == EXECUTED_BY_HOST]
+        return [c for c in self.tool_calls if c.executed_by == ExecutedBy.HOST]
 
     def assistant_message(self) -> Message:
         """The assistant message to append to the host's history before the next request.

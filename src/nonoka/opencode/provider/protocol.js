@@ -1,14 +1,13 @@
 /**
- * The bridge protocol, version "1", as the provider side sees it (docs/protocol.md).
+ * The bridge protocol, version "1", as the provider side uses it (docs/protocol.md).
  *
- * Only what a provider writes or reads is typed here. Names are the wire names: other
- * programs are written against them, so nothing is renamed on the way.
+ * The types are generated from the protocol's JSON Schema into protocol.gen.ts (run
+ * `python -m nonoka.protocol.generate`); this file holds only what the provider does with
+ * them: read events, write requests, and compute the conversation identity.
  */
 import { createHash } from "node:crypto";
-export const PROTOCOL_VERSION = "1";
-/** One frame (line) may be this long, terminator not counted: the bridge's default. */
-export const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;
-/** The field each event type must carry, with its JSON type; checked on every line read. */
+export * from "./protocol.gen.js";
+/** The fields the provider relies on, with their JSON type; checked on every line read. */
 const REQUIRED = {
     protocol_ack: { version: "string" },
     session_init: { session_id: "string", recovered: "boolean" },
@@ -79,11 +78,11 @@ const PY_BLANK = /^[\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2
  * Node encodes unpaired surrogates as U+FFFD, as the Python twin does.
  */
 export function conversationKey(messages) {
-    const first = messages.find((m) => m.role === "user");
-    if (first === undefined || PY_BLANK.test(first.content)) {
+    const text = messages.find((m) => m.role === "user")?.content ?? "";
+    if (PY_BLANK.test(text)) {
         return undefined;
     }
-    return createHash("sha256").update(first.content, "utf8").digest("hex");
+    return createHash("sha256").update(text, "utf8").digest("hex");
 }
 /** A history that already holds a reply (assistant or tool message) continues a conversation. */
 export function isContinuation(messages) {

@@ -1,13 +1,13 @@
 """Where a host's history splits: what was said before, and what this request adds.
 
-The bridge's runtime path (``history.py``, on typed messages) and its early dispatch
-(``early.py``, on the decoded JSON, before pydantic is loaded) must cut a request's
-messages and join its new user messages the same way, so both call these.
+The bridge's runtime path (``nonoka.bridge.history``, on typed messages) and its early
+dispatch (``nonoka.bridge.early``, on the decoded JSON, before pydantic is loaded) must
+cut a request's messages and join its new user messages the same way, so both call these.
 """
 
 from __future__ import annotations
 
-from nonoka.bridge.frames import message_field
+from nonoka.protocol.frames import message_field
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early dispatch's import budget
 if TYPE_CHECKING:

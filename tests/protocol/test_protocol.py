@@ -14,12 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from nonoka.bridge import frames
-from nonoka.bridge.protocol import (
+from nonoka.messages import Message, ToolCall
+from nonoka.protocol import frames
+from nonoka.protocol.frames import (
     CAPABILITIES,
-    ERROR_CODES,
-    WARNING_CODES,
-    WARNING_SESSION_ID_MISSING_STARTING_FRESH,
+    EVENT_TYPES,
+    ProtocolError,
+    conversation_key,
+    is_continuation,
+)
+from nonoka.protocol.models import (
     CancelRequest,
     ChatRequest,
     ErrorEvent,
@@ -28,7 +32,6 @@ from nonoka.bridge.protocol import (
     FinishTermination,
     HostToolSpec,
     ProtocolAck,
-    ProtocolError,
     Request,
     RequestLimits,
     SessionInit,
@@ -38,14 +41,12 @@ from nonoka.bridge.protocol import (
     UsageEvent,
     UsageTotals,
     WarningEvent,
-    conversation_key,
     decode_event,
     decode_request,
     encode_event,
     encode_request,
-    is_continuation,
 )
-from nonoka.messages import Message, ToolCall
+from nonoka.protocol.values import ERROR_CODES, RETRYABLE_ERROR_CODES, WARNING_CODES, WarningCode
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,7 +95,7 @@ ALL_EVENTS: list[Any] = [
     SessionInit(session_id="s-1", request_id="r"),
     SessionInit(session_id="s-2", recovered=True, recovery_reason="session_id_missing"),
     SessionInit(session_id="s-3", recovered=True, recovery_reason="session_not_found"),
-    WarningEvent(code=WARNING_SESSION_ID_MISSING_STARTING_FRESH, message="started fresh",
+    WarningEvent(code=WarningCode.SESSION_ID_MISSING_STARTING_FRESH, message="started fresh",
                  details={"recent_sessions": [{"id": "s-9", "title": None}]}, request_id="r"),
     TextDelta(text="Hello, wörld\n"),
     ToolCallEvent(tool_call_id="c1", tool_name="ls", arguments='{"path":"."}',
@@ -132,7 +133,7 @@ def test_every_event_round_trips(event: Any) -> None:
 
 
 def test_every_event_type_is_covered() -> None:
-    assert {e.type for e in ALL_EVENTS} == set(frames.EVENT_TYPES)
+    assert {e.type for e in ALL_EVENTS} == set(EVENT_TYPES)
 
 
 @pytest.mark.parametrize("request_", [full_chat_request(),
@@ -542,7 +543,7 @@ def test_is_continuation() -> None:
 
 
 def test_frames_import_does_not_load_pydantic() -> None:
-    code = ("import sys, nonoka.bridge.frames as f; "
+    code = ("import sys, nonoka.protocol.frames as f; "
             "f.check_request_frame(b'{\"type\":\"cancel\"}'); "
             "f.ack_line(server_version='0'); "
             "f.conversation_key([{'role': 'user', 'content': 'hi'}]); "
@@ -552,12 +553,12 @@ def test_frames_import_does_not_load_pydantic() -> None:
                          check=True).stdout
     loaded = json.loads(out.replace("'", '"'))
     assert not [m for m in loaded if m.startswith("pydantic")], loaded
-    assert set(loaded) <= {"nonoka", "nonoka.bridge", "nonoka.bridge.frames", "nonoka.errors"}
+    assert set(loaded) <= {"nonoka", "nonoka.protocol", "nonoka.protocol.frames", "nonoka.errors"}
 
 
 def test_docs_list_every_code_and_capability() -> None:
     doc = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
-    for name in [*ERROR_CODES, *WARNING_CODES, *CAPABILITIES, *frames.EVENT_TYPES]:
+    for name in [*ERROR_CODES, *WARNING_CODES, *CAPABILITIES, *EVENT_TYPES]:
         assert f"`{name}`" in doc, name
 
 
@@ -581,4 +582,4 @@ def test_error_and_warning_codes_are_distinct_snake_case() -> None:
     codes = [*ERROR_CODES, *WARNING_CODES]
     assert len(codes) == len(set(codes))
     assert all(c.replace("_", "").isalnum() and c.islower() for c in codes)
-    assert set(ERROR_CODES) >= frames.RETRYABLE_ERROR_CODES
+    assert set(ERROR_CODES) >= RETRYABLE_ERROR_CODES

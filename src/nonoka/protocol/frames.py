@@ -1,10 +1,13 @@
-"""Frame-level half of the bridge protocol, version "1": names, limits and cheap checks.
+"""Frame level of the bridge protocol, version "1": its frames, and one line read, checked
+and written.
 
 A bridge process is spawned for every model step, so its start-up time is paid on every
-turn. This module imports only ``json`` (and ``nonoka.errors``), never pydantic, so the
-bridge can read a line, check it, and write ``protocol_ack`` (or a rejection) before the
-≈60 ms pydantic import. The typed models live in ``nonoka.bridge.protocol`` and build on
-the checks here; the two must agree, and the tests hold them to it.
+turn. This module imports only ``json``, ``enum`` (which ``json`` loads anyway) and
+``nonoka.errors``, never pydantic, so the bridge can read a line, check it, and write
+``protocol_ack`` before the ≈60 ms pydantic import; the field values
+(``nonoka.protocol.values``) are imported only when a line is rejected. The typed models
+live in ``nonoka.protocol.models`` and build on the checks here; the two must agree, and
+the tests hold them to it.
 
 Every name below is part of the wire contract (see ``docs/protocol.md``): other programs,
 such as the TypeScript provider, are written against them. Add names; never rename them.
@@ -13,8 +16,7 @@ such as the TypeScript provider, are written against them. Add names; never rena
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from types import MappingProxyType
+from enum import StrEnum
 
 from nonoka.errors import NonokaError
 
@@ -22,10 +24,11 @@ from nonoka.errors import NonokaError
 # treats any name ``TYPE_CHECKING`` as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
     from typing import Any, Final
 
     from nonoka.messages import Message
+    from nonoka.protocol.values import ErrorCode
 
 # -- versions and limits ---------------------------------------------------------------
 
@@ -38,151 +41,60 @@ MAX_NESTING: Final = 100
 accepted never depends on how deep the reader's stack happens to be (the JSON parser and
 every encoder downstream recurse), and nothing valid comes near it."""
 
-# -- capabilities ----------------------------------------------------------------------
 
-CAP_SESSION_INIT: Final = "session_init"
-CAP_HOST_TOOLS: Final = "host_tools"
-CAP_TITLE_SESSIONS: Final = "title_sessions"
-CAP_CONVERSATION_KEY_RECOVERY: Final = "conversation_key_recovery"
-CAP_CANCEL: Final = "cancel"
-CAP_USAGE: Final = "usage"
-CAPABILITIES: Final = (
-    CAP_SESSION_INIT,
-    CAP_HOST_TOOLS,
-    CAP_TITLE_SESSIONS,
-    CAP_CONVERSATION_KEY_RECOVERY,
-    CAP_CANCEL,
-    CAP_USAGE,
-)
+# -- frames ----------------------------------------------------------------------------
+
+
+class RequestType(StrEnum):
+    """The ``type`` of a request (provider → bridge)."""
+
+    CHAT = "chat"
+    CANCEL = "cancel"
+
+
+class EventType(StrEnum):
+    """The ``type`` of an event (bridge → provider)."""
+
+    PROTOCOL_ACK = "protocol_ack"
+    SESSION_INIT = "session_init"
+    WARNING = "warning"
+    TEXT_DELTA = "text_delta"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    USAGE = "usage"
+    ERROR = "error"
+    FINISH = "finish"
+
+
+REQUEST_TYPES: Final = tuple(RequestType)
+EVENT_TYPES: Final = tuple(EventType)
+"""Tuples for membership tests with plain strings (``"x" in EventType`` warns on 3.11)."""
+
+
+class Capability(StrEnum):
+    """Something a bridge supports; ``protocol.required_capabilities`` may demand it."""
+
+    SESSION_INIT = "session_init"
+    HOST_TOOLS = "host_tools"
+    TITLE_SESSIONS = "title_sessions"
+    CONVERSATION_KEY_RECOVERY = "conversation_key_recovery"
+    CANCEL = "cancel"
+    USAGE = "usage"
+
+
+CAPABILITIES: Final = tuple(Capability)
 """What this bridge supports; sent in ``protocol_ack`` and checked against
 ``protocol.required_capabilities``. A tuple, so nobody can change it by accident."""
 
-# -- request and event types -----------------------------------------------------------
 
-REQUEST_CHAT: Final = "chat"
-REQUEST_CANCEL: Final = "cancel"
-REQUEST_TYPES: Final = (REQUEST_CHAT, REQUEST_CANCEL)
+class Purpose(StrEnum):
+    """What a chat request is for; a title request runs in its own session.
 
-EVENT_PROTOCOL_ACK: Final = "protocol_ack"
-EVENT_SESSION_INIT: Final = "session_init"
-EVENT_WARNING: Final = "warning"
-EVENT_TEXT_DELTA: Final = "text_delta"
-EVENT_TOOL_CALL: Final = "tool_call"
-EVENT_TOOL_RESULT: Final = "tool_result"
-EVENT_USAGE: Final = "usage"
-EVENT_ERROR: Final = "error"
-EVENT_FINISH: Final = "finish"
-EVENT_TYPES: Final = (
-    EVENT_PROTOCOL_ACK,
-    EVENT_SESSION_INIT,
-    EVENT_WARNING,
-    EVENT_TEXT_DELTA,
-    EVENT_TOOL_CALL,
-    EVENT_TOOL_RESULT,
-    EVENT_USAGE,
-    EVENT_ERROR,
-    EVENT_FINISH,
-)
+    Here rather than in ``values``: the early dispatch reads it before pydantic loads.
+    """
 
-# -- enumerated field values -----------------------------------------------------------
-
-PURPOSE_CHAT: Final = "chat"
-PURPOSE_TITLE: Final = "title"
-
-RECOVERY_SESSION_ID_MISSING: Final = "session_id_missing"
-RECOVERY_SESSION_NOT_FOUND: Final = "session_not_found"
-RECOVERY_SESSION_MISMATCH: Final = "session_mismatch"
-"""The sent id belongs to another conversation (two conversations share one id file)."""
-
-EXECUTED_BY_HOST: Final = "host"
-EXECUTED_BY_NONOKA: Final = "nonoka"
-
-FINISH_STOP: Final = "stop"
-FINISH_TOOL_CALLS: Final = "tool_calls"
-FINISH_CANCELLED: Final = "cancelled"
-FINISH_ERROR: Final = "error"
-FINISH_LIMIT: Final = "limit"
-FINISH_REASONS: Final = (FINISH_STOP, FINISH_TOOL_CALLS, FINISH_CANCELLED, FINISH_ERROR,
-                         FINISH_LIMIT)
-
-# -- warning codes ---------------------------------------------------------------------
-
-WARNING_SESSION_NOT_FOUND_STARTING_NEW: Final = "session_not_found_starting_new"
-WARNING_SESSION_ID_MISSING_STARTING_FRESH: Final = "session_id_missing_starting_fresh"
-WARNING_SESSION_MISMATCH_STARTING_NEW: Final = "session_mismatch_starting_new"
-WARNING_CONVERSATION_KEY_IGNORED: Final = "conversation_key_ignored"
-WARNING_CODES: Final[Mapping[str, str]] = MappingProxyType({
-    WARNING_SESSION_MISMATCH_STARTING_NEW:
-        "the sent session_id belongs to a different conversation (its stored history does "
-        "not match the request's) and no session matched conversation_key; a new session "
-        "was started (seeded with the history)",
-    WARNING_SESSION_NOT_FOUND_STARTING_NEW:
-        "the requested session_id is not in this project's database and no session "
-        "matched conversation_key; a new session was started (seeded with the history)",
-    WARNING_SESSION_ID_MISSING_STARTING_FRESH:
-        "the history is a continuation but no session_id was sent and none matched "
-        "conversation_key; a new session was started (seeded with the history); details "
-        "list the most recently active sessions",
-    WARNING_CONVERSATION_KEY_IGNORED:
-        "conversation_key is not 64 lower-case hex digits (the SHA-256 of the first user "
-        "message), so it was ignored: this request cannot be recovered by key; fix the "
-        "provider",
-})
-
-# -- error codes -----------------------------------------------------------------------
-
-# A request line the bridge cannot use (raised as ProtocolError by the decoders).
-ERROR_FRAME_TOO_LARGE: Final = "frame_too_large"
-ERROR_INVALID_UTF8: Final = "invalid_utf8"
-ERROR_INVALID_JSON: Final = "invalid_json"
-ERROR_NOT_AN_OBJECT: Final = "not_an_object"
-ERROR_UNKNOWN_REQUEST_TYPE: Final = "unknown_request_type"
-ERROR_INVALID_REQUEST: Final = "invalid_request"
-ERROR_UNSUPPORTED_PROTOCOL_VERSION: Final = "unsupported_protocol_version"
-ERROR_MISSING_CAPABILITY: Final = "missing_capability"
-# An event line a provider cannot use.
-ERROR_UNKNOWN_EVENT_TYPE: Final = "unknown_event_type"
-ERROR_INVALID_EVENT: Final = "invalid_event"
-# Running the request failed.
-ERROR_SESSION_BUSY: Final = "session_busy"
-ERROR_SESSION_CONFLICT: Final = "session_conflict"
-ERROR_SESSION_CORRUPT: Final = "session_corrupt"
-ERROR_STORE_ERROR: Final = "store_error"
-ERROR_INVALID_CWD: Final = "invalid_cwd"
-ERROR_MODEL_NOT_CONFIGURED: Final = "model_not_configured"
-ERROR_MODEL_ERROR: Final = "model_error"
-ERROR_TOOL_ERROR: Final = "tool_error"
-ERROR_TOOL_RESULT_MISMATCH: Final = "tool_result_mismatch"
-ERROR_CANCELLED: Final = "cancelled"
-ERROR_INTERNAL_ERROR: Final = "internal_error"
-
-ERROR_CODES: Final[Mapping[str, str]] = MappingProxyType({
-    ERROR_FRAME_TOO_LARGE: "the line is longer than the frame limit",
-    ERROR_INVALID_UTF8: "the line is not valid UTF-8",
-    ERROR_INVALID_JSON: "the line is not one complete JSON value (often: a truncated line)",
-    ERROR_NOT_AN_OBJECT: "the line is JSON but not an object",
-    ERROR_UNKNOWN_REQUEST_TYPE: "`type` is missing or names no request type",
-    ERROR_INVALID_REQUEST: "fields are missing or have the wrong type; details list them",
-    ERROR_UNSUPPORTED_PROTOCOL_VERSION: "`protocol.version` is not one this bridge speaks",
-    ERROR_MISSING_CAPABILITY: "`protocol.required_capabilities` names something unsupported",
-    ERROR_UNKNOWN_EVENT_TYPE: "(provider side) an event `type` this provider does not know",
-    ERROR_INVALID_EVENT: "(provider side) an event's fields are missing or mistyped",
-    ERROR_SESSION_BUSY: "another live process is running this session",
-    ERROR_SESSION_CONFLICT: "another writer saved the session first",
-    ERROR_SESSION_CORRUPT: "the stored session cannot be decoded",
-    ERROR_STORE_ERROR: "the project database failed; nothing stored was changed",
-    ERROR_INVALID_CWD: "`cwd` does not exist or `.nonoka/` cannot be created in it",
-    ERROR_MODEL_NOT_CONFIGURED: "no model was given and none is configured, or it is unknown",
-    ERROR_MODEL_ERROR: "the model endpoint failed; `retryable` says whether to try again",
-    ERROR_TOOL_ERROR: "a tool nonoka runs itself could not be found, validated or run",
-    ERROR_TOOL_RESULT_MISMATCH: "a `tool` message answers no call the session waits for",
-    ERROR_CANCELLED: "the request was stopped by cancel, SIGTERM or SIGINT",
-    ERROR_INTERNAL_ERROR: "a bug in nonoka; the message and stderr say more",
-})
-"""Every error code with a one-line meaning; ``docs/protocol.md`` has the full table."""
-
-RETRYABLE_ERROR_CODES: Final = frozenset({ERROR_SESSION_BUSY, ERROR_SESSION_CONFLICT})
-"""Codes that are retryable as such; ``model_error`` decides per error."""
+    CHAT = "chat"
+    TITLE = "title"
 
 
 class ProtocolError(NonokaError):
@@ -197,7 +109,7 @@ class ProtocolError(NonokaError):
 
     def __init__(
         self,
-        code: str,
+        code: ErrorCode,
         message: str,
         details: dict[str, Any] | None = None,
         *,
@@ -218,6 +130,13 @@ class ProtocolError(NonokaError):
                             retryable=self.retryable, details=self.details)
 
 
+def _codes() -> type[ErrorCode]:
+    """``ErrorCode``, imported when a line is rejected: a usable line never needs it."""
+    from nonoka.protocol.values import ErrorCode
+
+    return ErrorCode
+
+
 # -- reading ---------------------------------------------------------------------------
 
 
@@ -233,7 +152,7 @@ def parse_frame(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         size -= 2 if line.endswith(b"\r\n") else 1
     if size > max_frame_bytes:
         raise ProtocolError(
-            ERROR_FRAME_TOO_LARGE,
+            _codes().FRAME_TOO_LARGE,
             f"the line is {_mib(size)}, over the {_mib(max_frame_bytes)} frame limit; "
             "send a shorter history (compact it or start a new conversation) or raise "
             "the bridge's max_frame_bytes",
@@ -244,7 +163,7 @@ def parse_frame(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     except UnicodeDecodeError as exc:
         bad = line[exc.start:exc.start + 1].hex()
         raise ProtocolError(
-            ERROR_INVALID_UTF8,
+            _codes().INVALID_UTF8,
             f"the line is not valid UTF-8 (byte 0x{bad} at offset {exc.start}: "
             f"{exc.reason}); encode every line as UTF-8",
             {"offset": exc.start},
@@ -254,7 +173,7 @@ def parse_frame(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     obj = _loads(text)
     if not isinstance(obj, dict):
         raise ProtocolError(
-            ERROR_NOT_AN_OBJECT,
+            _codes().NOT_AN_OBJECT,
             f"the line is a JSON {_json_kind(obj)}, not an object; every frame is one "
             'object such as {"type": "chat", ...}',
             {"got": _json_kind(obj)},
@@ -282,12 +201,12 @@ def check_request_frame(
         valid = ", ".join(REQUEST_TYPES)
         said = 'has no "type"' if "type" not in obj else f"has type {_short(kind)}"
         raise ProtocolError(
-            ERROR_UNKNOWN_REQUEST_TYPE,
+            _codes().UNKNOWN_REQUEST_TYPE,
             f"the request {said}; valid request types are: {valid}",
             {"type": kind if isinstance(kind, str) else None, "valid": list(REQUEST_TYPES)},
             request_id=rid,
         )
-    if kind == REQUEST_CHAT:
+    if kind == RequestType.CHAT:
         _check_protocol(obj.get("protocol", _MISSING), frozenset(capabilities), rid)
     return obj
 
@@ -300,7 +219,7 @@ def check_event_frame(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_B
     if kind not in EVENT_TYPES:
         request_id = obj.get("request_id")
         raise ProtocolError(
-            ERROR_UNKNOWN_EVENT_TYPE,
+            _codes().UNKNOWN_EVENT_TYPE,
             f"the event has type {_short(kind)}, which this provider does not know "
             f"(known: {', '.join(EVENT_TYPES)}); a newer bridge may send it — skip it",
             {"type": kind if isinstance(kind, str) else None, "valid": list(EVENT_TYPES)},
@@ -337,7 +256,7 @@ def dump_line(obj: dict[str, Any]) -> bytes:
 def ack_line(*, server_version: str, request_id: str | None = None,
              capabilities: Iterable[str] = CAPABILITIES) -> bytes:
     """The ``protocol_ack`` line, byte-identical to encoding ``ProtocolAck``."""
-    event: dict[str, Any] = {"type": EVENT_PROTOCOL_ACK}
+    event: dict[str, Any] = {"type": EventType.PROTOCOL_ACK}
     if request_id is not None:
         event["request_id"] = request_id
     event.update(version=PROTOCOL_VERSION, capabilities=list(capabilities),
@@ -354,10 +273,13 @@ def error_line(code: str, message: str, *, request_id: str | None = None,
 
 def rejection_lines(error: ProtocolError) -> bytes:
     """What a bridge writes for an unusable request: ``error`` then ``finish`` (error)."""
-    finish: dict[str, Any] = {"type": EVENT_FINISH}
+    finish: dict[str, Any] = {"type": EventType.FINISH}
     if error.request_id is not None:
         finish["request_id"] = error.request_id
-    finish.update(finish_reason=FINISH_ERROR, usage={"input_tokens": 0, "output_tokens": 0})
+    from nonoka.protocol.values import FinishReason
+
+    finish.update(finish_reason=FinishReason.ERROR,
+                  usage={"input_tokens": 0, "output_tokens": 0})
     return dump_line(error.to_event()) + dump_line(finish)
 
 
@@ -422,7 +344,7 @@ def _reject_constant(name: str) -> Any:
 def _loads(text: str) -> Any:
     """``json.loads`` with every failure turned into an ``invalid_json`` ProtocolError."""
     if not text or text.isspace():
-        raise ProtocolError(ERROR_INVALID_JSON,
+        raise ProtocolError(_codes().INVALID_JSON,
                             "the line is empty; send one JSON object per line",
                             {"reason": "empty"})
     try:
@@ -434,26 +356,26 @@ def _loads(text: str) -> Any:
                 "write each frame as one complete line" if truncated
                 else "send one JSON object per line")
         raise ProtocolError(
-            ERROR_INVALID_JSON,
+            _codes().INVALID_JSON,
             f"the line is not valid JSON ({exc.msg}: column {exc.colno}); {hint}",
             {"reason": "truncated" if truncated else "syntax", "offset": exc.pos},
         ) from None
     except _NonFiniteError as exc:
         raise ProtocolError(
-            ERROR_INVALID_JSON,
+            _codes().INVALID_JSON,
             f"the line uses {exc}, which is not JSON; send finite numbers or null",
             {"reason": "non_finite_number"},
         ) from None
     except RecursionError:
-        raise ProtocolError(ERROR_INVALID_JSON,
+        raise ProtocolError(_codes().INVALID_JSON,
                             f"the line's JSON is nested more than {MAX_NESTING} levels deep; "
                             "flatten it", {"reason": "too_deep"}) from None
     except ValueError as exc:  # e.g. an integer with more digits than Python allows
-        raise ProtocolError(ERROR_INVALID_JSON,
+        raise ProtocolError(_codes().INVALID_JSON,
                             f"the line's JSON cannot be read ({exc}); fix the value",
                             {"reason": "unreadable_value"}) from None
     if _too_deep(obj):
-        raise ProtocolError(ERROR_INVALID_JSON,
+        raise ProtocolError(_codes().INVALID_JSON,
                             f"the line's JSON is nested more than {MAX_NESTING} levels deep; "
                             "flatten it", {"reason": "too_deep"})
     if "\\ud" in text or "\\uD" in text:  # cheap test: only escapes make surrogates
@@ -516,7 +438,7 @@ def _check_protocol(spec: Any, capabilities: frozenset[str], rid: str | None) ->
         where = "protocol" if spec is _MISSING or not isinstance(spec, dict) else \
             "protocol.version"
         raise ProtocolError(
-            ERROR_INVALID_REQUEST,
+            _codes().INVALID_REQUEST,
             f'invalid chat request: {where} is missing; send "protocol": '
             f'{{"version": "{PROTOCOL_VERSION}"}}',
             {"errors": [{"loc": where, "msg": "Field required", "type": "missing"}]},
@@ -526,7 +448,7 @@ def _check_protocol(spec: Any, capabilities: frozenset[str], rid: str | None) ->
     if not isinstance(version, str) or version not in SUPPORTED_PROTOCOL_VERSIONS:
         supported = ", ".join(f'"{v}"' for v in SUPPORTED_PROTOCOL_VERSIONS)
         raise ProtocolError(
-            ERROR_UNSUPPORTED_PROTOCOL_VERSION,
+            _codes().UNSUPPORTED_PROTOCOL_VERSION,
             f"protocol version {_short(version)} is not supported; this bridge speaks "
             f"{supported} (a string); upgrade nonoka or the provider so they agree",
             {"requested": version if isinstance(version, str | int) else None,
@@ -538,7 +460,7 @@ def _check_protocol(spec: Any, capabilities: frozenset[str], rid: str | None) ->
         missing = sorted({c for c in required if isinstance(c, str)} - capabilities)
         if missing:
             raise ProtocolError(
-                ERROR_MISSING_CAPABILITY,
+                _codes().MISSING_CAPABILITY,
                 f"this bridge lacks required capabilities: {', '.join(missing)} (it "
                 f"supports: {', '.join(sorted(capabilities))}); upgrade nonoka or stop "
                 "requiring them",
@@ -549,7 +471,7 @@ def _check_protocol(spec: Any, capabilities: frozenset[str], rid: str | None) ->
 
 def _error_event(code: str, message: str, *, request_id: str | None, retryable: bool,
                  details: Mapping[str, Any] | None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": EVENT_ERROR}
+    event: dict[str, Any] = {"type": EventType.ERROR}
     if request_id is not None:
         event["request_id"] = request_id
     event.update(code=code, message=message, retryable=retryable,
@@ -559,6 +481,10 @@ def _error_event(code: str, message: str, *, request_id: str | None, retryable: 
 
 def message_field(message: Any, name: str) -> Any:
     """A field of a message, whether a decoded JSON object or a typed ``Message``."""
+    if isinstance(message, dict):  # the common case, without importing collections.abc
+        return message.get(name)
+    from collections.abc import Mapping  # loaded already wherever other mappings exist
+
     if isinstance(message, Mapping):
         return message.get(name)
     return getattr(message, name, None)

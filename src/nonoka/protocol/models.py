@@ -1,111 +1,49 @@
 """Typed envelope of the bridge protocol, version "1", shared by the bridge and providers.
 
 One pydantic model per request and per event, with exactly the wire names of
-``docs/protocol.md``. Decoding runs the cheap frame checks of ``nonoka.bridge.frames``
+``docs/protocol.md``. Decoding runs the cheap frame checks of ``nonoka.protocol.frames``
 first, then validates fields strictly (JSON ``"true"`` is not a boolean, ``5`` is not a
 string): a protocol is easier to keep honest when nothing is silently coerced.
 
 Unknown fields are ignored in both directions, so a newer peer may add optional fields
 without a version bump; anything a peer must understand goes in
-``protocol.required_capabilities`` instead.
+``protocol.required_capabilities`` instead. These models are the machine-readable source
+of the protocol: ``nonoka.protocol.schema`` turns them into the committed JSON Schema.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+    field_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from nonoka.bridge.frames import (
-    CAP_CANCEL,
-    CAP_CONVERSATION_KEY_RECOVERY,
-    CAP_HOST_TOOLS,
-    CAP_SESSION_INIT,
-    CAP_TITLE_SESSIONS,
-    CAP_USAGE,
+from nonoka.messages import Message
+from nonoka.protocol.frames import (
     CAPABILITIES,
     DEFAULT_MAX_FRAME_BYTES,
-    ERROR_CANCELLED,
-    ERROR_CODES,
-    ERROR_FRAME_TOO_LARGE,
-    ERROR_INTERNAL_ERROR,
-    ERROR_INVALID_CWD,
-    ERROR_INVALID_EVENT,
-    ERROR_INVALID_JSON,
-    ERROR_INVALID_REQUEST,
-    ERROR_INVALID_UTF8,
-    ERROR_MISSING_CAPABILITY,
-    ERROR_MODEL_ERROR,
-    ERROR_MODEL_NOT_CONFIGURED,
-    ERROR_NOT_AN_OBJECT,
-    ERROR_SESSION_BUSY,
-    ERROR_SESSION_CONFLICT,
-    ERROR_SESSION_CORRUPT,
-    ERROR_STORE_ERROR,
-    ERROR_TOOL_ERROR,
-    ERROR_TOOL_RESULT_MISMATCH,
-    ERROR_UNKNOWN_EVENT_TYPE,
-    ERROR_UNKNOWN_REQUEST_TYPE,
-    ERROR_UNSUPPORTED_PROTOCOL_VERSION,
-    EVENT_TYPES,
-    FINISH_REASONS,
     PROTOCOL_VERSION,
-    REQUEST_TYPES,
-    RETRYABLE_ERROR_CODES,
-    SUPPORTED_PROTOCOL_VERSIONS,
-    WARNING_CODES,
-    WARNING_SESSION_ID_MISSING_STARTING_FRESH,
-    WARNING_SESSION_NOT_FOUND_STARTING_NEW,
+    EventType,
     ProtocolError,
+    Purpose,
+    RequestType,
     check_event_frame,
     check_request_frame,
-    conversation_key,
     dump_line,
-    is_continuation,
 )
-from nonoka.messages import Message
+from nonoka.protocol.values import ErrorCode, ExecutedBy, FinishReason, RecoveryReason
 
 __all__ = [
-    "CAPABILITIES",
-    "CAP_CANCEL",
-    "CAP_CONVERSATION_KEY_RECOVERY",
-    "CAP_HOST_TOOLS",
-    "CAP_SESSION_INIT",
-    "CAP_TITLE_SESSIONS",
-    "CAP_USAGE",
-    "DEFAULT_MAX_FRAME_BYTES",
-    "ERROR_CANCELLED",
-    "ERROR_CODES",
-    "ERROR_FRAME_TOO_LARGE",
-    "ERROR_INTERNAL_ERROR",
-    "ERROR_INVALID_CWD",
-    "ERROR_INVALID_EVENT",
-    "ERROR_INVALID_JSON",
-    "ERROR_INVALID_REQUEST",
-    "ERROR_INVALID_UTF8",
-    "ERROR_MISSING_CAPABILITY",
-    "ERROR_MODEL_ERROR",
-    "ERROR_MODEL_NOT_CONFIGURED",
-    "ERROR_NOT_AN_OBJECT",
-    "ERROR_SESSION_BUSY",
-    "ERROR_SESSION_CONFLICT",
-    "ERROR_SESSION_CORRUPT",
-    "ERROR_STORE_ERROR",
-    "ERROR_TOOL_ERROR",
-    "ERROR_TOOL_RESULT_MISMATCH",
-    "ERROR_UNKNOWN_EVENT_TYPE",
-    "ERROR_UNKNOWN_REQUEST_TYPE",
-    "ERROR_UNSUPPORTED_PROTOCOL_VERSION",
-    "EVENT_TYPES",
-    "FINISH_REASONS",
-    "PROTOCOL_VERSION",
-    "REQUEST_TYPES",
-    "RETRYABLE_ERROR_CODES",
-    "SUPPORTED_PROTOCOL_VERSIONS",
-    "WARNING_CODES",
-    "WARNING_SESSION_ID_MISSING_STARTING_FRESH",
-    "WARNING_SESSION_NOT_FOUND_STARTING_NEW",
     "BaseEvent",
     "CancelRequest",
     "ChatRequest",
@@ -115,7 +53,6 @@ __all__ = [
     "FinishTermination",
     "HostToolSpec",
     "ProtocolAck",
-    "ProtocolError",
     "ProtocolSpec",
     "Request",
     "RequestLimits",
@@ -126,20 +63,60 @@ __all__ = [
     "UsageEvent",
     "UsageTotals",
     "WarningEvent",
-    "conversation_key",
     "decode_event",
     "decode_request",
     "encode_event",
     "encode_request",
-    "is_continuation",
 ]
 
-FinishReason = Literal["stop", "tool_calls", "cancelled", "error", "limit"]
-RecoveryReason = Literal["session_id_missing", "session_not_found", "session_mismatch"]
+
+class _WireValue:
+    """A ``StrEnum`` field that takes its wire strings under strict validation.
+
+    Strict pydantic wants an enum *instance* from Python input, and the decoders validate
+    already-parsed JSON, so the field checks the string against the enum's values (with
+    the error a ``Literal`` gives), then hands back the member. In JSON Schema the field is
+    a reference to the enum, named after its class.
+    """
+
+    def __get_pydantic_core_schema__(self, source: type[StrEnum],
+                                     handler: GetCoreSchemaHandler) -> CoreSchema:
+        values = core_schema.literal_schema([member.value for member in source])
+        return core_schema.no_info_after_validator_function(
+            source, values, metadata={"nonoka_enum": source})
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        enum: type[StrEnum] = schema["metadata"]["nonoka_enum"]
+        name = enum.__name__
+        return handler(core_schema.definitions_schema(
+            core_schema.definition_reference_schema(name),
+            [core_schema.enum_schema(enum, list(enum), sub_type="str", ref=name)]))
+
+
+_WIRE = _WireValue()
+PurposeValue = Annotated[Purpose, _WIRE]
+RecoveryReasonValue = Annotated[RecoveryReason, _WIRE]
+ExecutedByValue = Annotated[ExecutedBy, _WIRE]
+FinishReasonValue = Annotated[FinishReason, _WIRE]
+
+
+def _required_on_the_wire(*names: str) -> Any:
+    """``json_schema_extra`` marking fields the frame checks require although the model
+    defaults them for convenience (``type``, ``protocol``, ``protocol.version``)."""
+    def extra(schema: dict[str, Any]) -> None:
+        required = set(schema.get("required", ())) | set(names)
+        schema["required"] = [name for name in schema["properties"] if name in required]
+    return extra
 
 
 class _Frame(BaseModel):
-    """Common config: immutable, finite numbers only, unknown fields ignored."""
+    """Common config: immutable, finite numbers only, unknown fields ignored.
+
+    The docstrings under fields become the field descriptions of the JSON Schema (read by
+    ``nonoka.protocol.schema`` from the source, not by pydantic at import: that would
+    cost every bridge process ~15 ms).
+    """
 
     model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
 
@@ -150,14 +127,19 @@ class _Frame(BaseModel):
 class ProtocolSpec(_Frame):
     """The contract a request is written against."""
 
+    model_config = ConfigDict(json_schema_extra=_required_on_the_wire("version"))
+
     version: Literal["1"] = PROTOCOL_VERSION
+    """Checked before any other field: another version is ``unsupported_protocol_version``."""
     required_capabilities: list[str] = Field(default_factory=list)
+    """Capabilities the provider cannot work without (``missing_capability`` if absent)."""
 
 
 class HostToolSpec(_Frame):
     """A tool the host runs; the model sees it, the bridge pauses when it is called."""
 
     name: str = Field(min_length=1)
+    """Unique among the request's tools."""
     description: str = ""
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}})
@@ -165,7 +147,7 @@ class HostToolSpec(_Frame):
 
 
 class RequestLimits(_Frame):
-    """Per-request budget overrides; ``None`` leaves the configured value."""
+    """Per-request budget overrides; a limit left out (or null) keeps the configured value."""
 
     max_model_turns: int | None = Field(default=None, ge=0)
     max_tool_calls: int | None = Field(default=None, ge=0)
@@ -177,18 +159,30 @@ class RequestLimits(_Frame):
 class ChatRequest(_Frame):
     """Run one turn: the full history the host holds, plus where and how to run it."""
 
-    type: Literal["chat"] = "chat"
+    model_config = ConfigDict(json_schema_extra=_required_on_the_wire("type", "protocol"))
+
+    type: Literal[RequestType.CHAT] = RequestType.CHAT
     protocol: ProtocolSpec = Field(default_factory=ProtocolSpec)
     """Required on the wire (the frame check enforces it); defaulted for convenience."""
     request_id: str | None = None
-    purpose: Literal["chat", "title"] = "chat"
+    """Echoed on every event of this request."""
+    purpose: PurposeValue = Purpose.CHAT
+    """Title requests run in their own session."""
     messages: list[Message] = Field(min_length=1)
+    """The full history the host holds, oldest first."""
     tools: list[HostToolSpec] = Field(default_factory=list)
+    """Host-executed tools."""
     session_id: str | None = None
+    """The session to continue; ``""`` counts as none."""
     new_session: bool = False
+    """Force a new session."""
     conversation_key: str | None = None
+    """SHA-256 hex of the first user message's text; ``""`` counts as none."""
     cwd: str | None = None
+    """The workspace (the project database lives in ``<cwd>/.nonoka/``); default: the
+    bridge's working directory."""
     model: str | None = None
+    """A model spec such as ``openai:gpt-4o-mini``; default: from configuration."""
     limits: RequestLimits | None = None
 
     @field_validator("session_id", "conversation_key")
@@ -225,7 +219,9 @@ class ChatRequest(_Frame):
 class CancelRequest(_Frame):
     """Stop the running request; the bridge saves the session and finishes 'cancelled'."""
 
-    type: Literal["cancel"] = "cancel"
+    model_config = ConfigDict(json_schema_extra=_required_on_the_wire("type"))
+
+    type: Literal[RequestType.CANCEL] = RequestType.CANCEL
     request_id: str | None = None
 
 
@@ -244,26 +240,30 @@ class BaseEvent(_Frame):
 class ProtocolAck(BaseEvent):
     """First event of every usable request: which version and capabilities apply."""
 
-    type: Literal["protocol_ack"] = "protocol_ack"
+    type: Literal[EventType.PROTOCOL_ACK] = EventType.PROTOCOL_ACK
     version: str = PROTOCOL_VERSION
-    capabilities: list[str] = Field(default_factory=lambda: list(CAPABILITIES))
+    capabilities: list[str] = Field(default_factory=lambda: list[str](CAPABILITIES))
+    """Everything this bridge supports."""
     server_version: str
+    """nonoka's version."""
 
 
 class SessionInit(BaseEvent):
     """The session this request runs in; a chat provider persists the id."""
 
-    type: Literal["session_init"] = "session_init"
+    type: Literal[EventType.SESSION_INIT] = EventType.SESSION_INIT
     session_id: str
     recovered: bool = False
-    recovery_reason: RecoveryReason | None = None
+    """The session is not the one the request named (or it named none)."""
+    recovery_reason: RecoveryReasonValue | None = None
 
 
 class WarningEvent(BaseEvent):
     """Something the host should know that did not stop the request."""
 
-    type: Literal["warning"] = "warning"
+    type: Literal[EventType.WARNING] = EventType.WARNING
     code: str
+    """A ``WarningCode``; a newer bridge may send others."""
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
 
@@ -271,25 +271,25 @@ class WarningEvent(BaseEvent):
 class TextDelta(BaseEvent):
     """A piece of streamed assistant text."""
 
-    type: Literal["text_delta"] = "text_delta"
+    type: Literal[EventType.TEXT_DELTA] = EventType.TEXT_DELTA
     text: str
 
 
 class ToolCallEvent(BaseEvent):
     """The model called a tool; ``executed_by`` says who runs it."""
 
-    type: Literal["tool_call"] = "tool_call"
+    type: Literal[EventType.TOOL_CALL] = EventType.TOOL_CALL
     tool_call_id: str
     tool_name: str
     arguments: str = "{}"
     """The JSON text the model wrote, passed through as is (it may even be invalid)."""
-    executed_by: Literal["host", "nonoka"]
+    executed_by: ExecutedByValue
 
 
 class ToolResultEvent(BaseEvent):
     """A tool nonoka ran itself finished (host tools report through the host)."""
 
-    type: Literal["tool_result"] = "tool_result"
+    type: Literal[EventType.TOOL_RESULT] = EventType.TOOL_RESULT
     tool_call_id: str
     tool_name: str
     content: str
@@ -299,7 +299,7 @@ class ToolResultEvent(BaseEvent):
 class UsageEvent(BaseEvent):
     """Counts of one model call — not cumulative; ``finish.usage`` has the total."""
 
-    type: Literal["usage"] = "usage"
+    type: Literal[EventType.USAGE] = EventType.USAGE
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     cost_usd: float | None = Field(default=None, ge=0)
@@ -308,11 +308,14 @@ class UsageEvent(BaseEvent):
 class ErrorEvent(BaseEvent):
     """Something failed; a ``finish`` follows."""
 
-    type: Literal["error"] = "error"
+    type: Literal[EventType.ERROR] = EventType.ERROR
     code: str
+    """An ``ErrorCode``; a newer bridge may send others."""
     message: str
+    """For a person: what went wrong and what to do."""
     retryable: bool = False
     details: dict[str, Any] = Field(default_factory=dict)
+    """Machine-readable specifics (never the offending input itself)."""
 
     @classmethod
     def from_protocol_error(cls, error: ProtocolError) -> ErrorEvent:
@@ -339,9 +342,10 @@ class FinishTermination(_Frame):
 class Finish(BaseEvent):
     """Last event of a request. ``tool_calls`` means: paused, waiting for host results."""
 
-    type: Literal["finish"] = "finish"
-    finish_reason: FinishReason
+    type: Literal[EventType.FINISH] = EventType.FINISH
+    finish_reason: FinishReasonValue
     usage: UsageTotals = Field(default_factory=UsageTotals)
+    """This request's total."""
     termination: FinishTermination | None = None
 
 
@@ -352,7 +356,7 @@ Event = Annotated[
 ]
 
 _REQUEST_MODELS: dict[str, type[ChatRequest] | type[CancelRequest]] = {
-    "chat": ChatRequest, "cancel": CancelRequest}
+    RequestType.CHAT: ChatRequest, RequestType.CANCEL: CancelRequest}
 _EVENT_MODELS: dict[str, type[BaseEvent]] = {
     model.model_fields["type"].default: model
     for model in (ProtocolAck, SessionInit, WarningEvent, TextDelta, ToolCallEvent,
@@ -381,7 +385,7 @@ def decode_request(
     try:
         return model.model_validate(obj, strict=True)
     except ValidationError as exc:
-        raise _field_errors(ERROR_INVALID_REQUEST, f"{obj['type']} request", exc,
+        raise _field_errors(ErrorCode.INVALID_REQUEST, f"{obj['type']} request", exc,
                             obj.get("request_id")) from None
 
 
@@ -396,7 +400,7 @@ def decode_event(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES)
     try:
         event = model.model_validate(obj, strict=True)
     except ValidationError as exc:
-        raise _field_errors(ERROR_INVALID_EVENT, f"{obj['type']} event", exc,
+        raise _field_errors(ErrorCode.INVALID_EVENT, f"{obj['type']} event", exc,
                             obj.get("request_id")) from None
     return event  # type: ignore[return-value]  # _EVENT_MODELS only holds Event members
 
@@ -410,7 +414,7 @@ _MAX_LISTED_ERRORS = 3
 _MAX_DETAILED_ERRORS = 20
 
 
-def _field_errors(code: str, what: str, exc: ValidationError, request_id: Any,
+def _field_errors(code: ErrorCode, what: str, exc: ValidationError, request_id: Any,
                   ) -> ProtocolError:
     """A short, path-first summary of pydantic's errors (inputs are never echoed)."""
     errors = [{"loc": _path(e["loc"]), "msg": e["msg"], "type": e["type"]}

@@ -1,0 +1,322 @@
+// Generated from src/nonoka/protocol/schema.json by `python -m nonoka.protocol.generate`:
+// do not edit. The bridge protocol's types (docs/protocol.md); the behaviour that uses
+// them is in protocol.ts.
+
+/** The protocol version these types describe. */
+export const PROTOCOL_VERSION = "1";
+
+/** One frame (line) may be this long, terminator not counted: the bridge's default. */
+export const DEFAULT_MAX_FRAME_BYTES = 16777216;
+
+/** Deepest nesting of arrays and objects a bridge accepts. */
+export const MAX_NESTING = 100;
+
+/** Stop the running request; the bridge saves the session and finishes 'cancelled'. */
+export interface CancelRequest {
+  type: "cancel";
+  request_id?: string | null;
+}
+
+/** Something a bridge supports; `protocol.required_capabilities` may demand it. */
+export type Capability =
+  | "session_init"
+  | "host_tools"
+  | "title_sessions"
+  | "conversation_key_recovery"
+  | "cancel"
+  | "usage";
+
+/** Run one turn: the full history the host holds, plus where and how to run it. */
+export interface ChatRequest {
+  type: "chat";
+  /** Required on the wire (the frame check enforces it); defaulted for convenience. */
+  protocol: ProtocolSpec;
+  /** Echoed on every event of this request. */
+  request_id?: string | null;
+  /** Title requests run in their own session. */
+  purpose?: Purpose;
+  /** The full history the host holds, oldest first. */
+  messages: Message[];
+  /** Host-executed tools. */
+  tools?: HostToolSpec[];
+  /** The session to continue; `""` counts as none. */
+  session_id?: string | null;
+  /** Force a new session. */
+  new_session?: boolean;
+  /** SHA-256 hex of the first user message's text; `""` counts as none. */
+  conversation_key?: string | null;
+  /** The workspace (the project database lives in `<cwd>/.nonoka/`); default: the bridge's working directory. */
+  cwd?: string | null;
+  /** A model spec such as `openai:gpt-4o-mini`; default: from configuration. */
+  model?: string | null;
+  limits?: RequestLimits | null;
+}
+
+/** The `code` of an `error` event, or of a `ProtocolError`. */
+export type ErrorCode =
+  /** the line is longer than the frame limit */
+  | "frame_too_large"
+  /** the line is not valid UTF-8 */
+  | "invalid_utf8"
+  /** the line is not one complete JSON value (often: a truncated line) */
+  | "invalid_json"
+  /** the line is JSON but not an object */
+  | "not_an_object"
+  /** `type` is missing or names no request type */
+  | "unknown_request_type"
+  /** fields are missing or have the wrong type; details list them */
+  | "invalid_request"
+  /** `protocol.version` is not one this bridge speaks */
+  | "unsupported_protocol_version"
+  /** `protocol.required_capabilities` names something unsupported */
+  | "missing_capability"
+  /** (provider side) an event `type` this provider does not know */
+  | "unknown_event_type"
+  /** (provider side) an event's fields are missing or mistyped */
+  | "invalid_event"
+  /** another live process is running this session */
+  | "session_busy"
+  /** another writer saved the session first */
+  | "session_conflict"
+  /** the stored session cannot be decoded */
+  | "session_corrupt"
+  /** the project database failed; nothing stored was changed */
+  | "store_error"
+  /** `cwd` does not exist or `.nonoka/` cannot be created in it */
+  | "invalid_cwd"
+  /** no model was given and none is configured, or it is unknown */
+  | "model_not_configured"
+  /** the model endpoint failed; `retryable` says whether to try again */
+  | "model_error"
+  /** a tool nonoka runs itself could not be found, validated or run */
+  | "tool_error"
+  /** a `tool` message answers no call the session waits for */
+  | "tool_result_mismatch"
+  /** the request was stopped by cancel, SIGTERM or SIGINT */
+  | "cancelled"
+  /** a bug in nonoka; the message and stderr say more */
+  | "internal_error";
+
+/** Something failed; a `finish` follows. */
+export interface ErrorEvent {
+  type: "error";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  /** An `ErrorCode`; a newer bridge may send others. */
+  code: string;
+  /** For a person: what went wrong and what to do. */
+  message: string;
+  retryable: boolean;
+  /** Machine-readable specifics (never the offending input itself). */
+  details: Record<string, unknown>;
+}
+
+/** A line from the bridge to a provider. */
+export type Event =
+  | ProtocolAck
+  | SessionInit
+  | WarningEvent
+  | TextDelta
+  | ToolCallEvent
+  | ToolResultEvent
+  | UsageEvent
+  | ErrorEvent
+  | Finish;
+
+/** The `type` of an event (bridge → provider). */
+export type EventType =
+  | "protocol_ack"
+  | "session_init"
+  | "warning"
+  | "text_delta"
+  | "tool_call"
+  | "tool_result"
+  | "usage"
+  | "error"
+  | "finish";
+
+/** Who runs a tool the model called: the host (the session pauses) or nonoka. */
+export type ExecutedBy =
+  | "host"
+  | "nonoka";
+
+/** Last event of a request. `tool_calls` means: paused, waiting for host results. */
+export interface Finish {
+  type: "finish";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  finish_reason: FinishReason;
+  /** This request's total. */
+  usage: UsageTotals;
+  termination?: FinishTermination | null;
+}
+
+/** Why a request ended; `tool_calls` means paused, waiting for host tool results. */
+export type FinishReason =
+  | "stop"
+  | "tool_calls"
+  | "cancelled"
+  | "error"
+  | "limit";
+
+/** Why the run stopped, when the runtime recorded a reason (e.g. which limit). */
+export interface FinishTermination {
+  reason: string;
+  detail: string;
+  limit?: string | null;
+}
+
+/** A tool the host runs; the model sees it, the bridge pauses when it is called. */
+export interface HostToolSpec {
+  /** Unique among the request's tools. */
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments. */
+  parameters?: Record<string, unknown>;
+}
+
+/** A chat message in the OpenAI-style shape every front end speaks. */
+export interface Message {
+  role: "system" | "user" | "assistant" | "tool";
+  content?: string;
+  tool_calls?: ToolCall[] | null;
+  tool_call_id?: string | null;
+}
+
+/** First event of every usable request: which version and capabilities apply. */
+export interface ProtocolAck {
+  type: "protocol_ack";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  version: string;
+  /** Everything this bridge supports. */
+  capabilities: string[];
+  /** nonoka's version. */
+  server_version: string;
+}
+
+/** The contract a request is written against. */
+export interface ProtocolSpec {
+  /** Checked before any other field: another version is `unsupported_protocol_version`. */
+  version: "1";
+  /** Capabilities the provider cannot work without (`missing_capability` if absent). */
+  required_capabilities?: string[];
+}
+
+/** What a chat request is for; a title request runs in its own session. */
+export type Purpose =
+  | "chat"
+  | "title";
+
+/** Why `session_init` reports a session other than the one the request named. */
+export type RecoveryReason =
+  | "session_id_missing"
+  | "session_not_found"
+  | "session_mismatch";
+
+/** A line from a provider to the bridge. */
+export type Request =
+  | ChatRequest
+  | CancelRequest;
+
+/** Per-request budget overrides; a limit left out (or null) keeps the configured value. */
+export interface RequestLimits {
+  max_model_turns?: number | null;
+  max_tool_calls?: number | null;
+  wall_timeout_seconds?: number | null;
+  max_total_tokens?: number | null;
+  max_cost_usd?: number | null;
+}
+
+/** The `type` of a request (provider → bridge). */
+export type RequestType =
+  | "chat"
+  | "cancel";
+
+/** The session this request runs in; a chat provider persists the id. */
+export interface SessionInit {
+  type: "session_init";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  session_id: string;
+  /** The session is not the one the request named (or it named none). */
+  recovered: boolean;
+  recovery_reason?: RecoveryReason | null;
+}
+
+/** A piece of streamed assistant text. */
+export interface TextDelta {
+  type: "text_delta";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  text: string;
+}
+
+/** One call the model asked for. `arguments` is the JSON text the model wrote. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments?: string;
+}
+
+/** The model called a tool; `executed_by` says who runs it. */
+export interface ToolCallEvent {
+  type: "tool_call";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  tool_call_id: string;
+  tool_name: string;
+  /** The JSON text the model wrote, passed through as is (it may even be invalid). */
+  arguments: string;
+  executed_by: ExecutedBy;
+}
+
+/** A tool nonoka ran itself finished (host tools report through the host). */
+export interface ToolResultEvent {
+  type: "tool_result";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  tool_call_id: string;
+  tool_name: string;
+  content: string;
+  is_error: boolean;
+}
+
+/** Counts of one model call — not cumulative; `finish.usage` has the total. */
+export interface UsageEvent {
+  type: "usage";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  input_tokens: number;
+  output_tokens: number;
+  cost_usd?: number | null;
+}
+
+/** What a whole request used, across its model calls. */
+export interface UsageTotals {
+  input_tokens: number;
+  output_tokens: number;
+  cost_usd?: number | null;
+}
+
+/** The `code` of a `warning` event: something the host should know. */
+export type WarningCode =
+  /** the requested session_id is not in this project's database and no session matched conversation_key; a new session was started (seeded with the history) */
+  | "session_not_found_starting_new"
+  /** the history is a continuation but no session_id was sent and none matched conversation_key; a new session was started (seeded with the history); details list the most recently active sessions */
+  | "session_id_missing_starting_fresh"
+  /** the sent session_id belongs to a different conversation (its stored history does not match the request's) and no session matched conversation_key; a new session was started (seeded with the history) */
+  | "session_mismatch_starting_new"
+  /** conversation_key is not 64 lower-case hex digits (the SHA-256 of the first user message), so it was ignored: this request cannot be recovered by key; fix the provider */
+  | "conversation_key_ignored";
+
+/** Something the host should know that did not stop the request. */
+export interface WarningEvent {
+  type: "warning";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  /** A `WarningCode`; a newer bridge may send others. */
+  code: string;
+  message: string;
+  details: Record<string, unknown>;
+}
