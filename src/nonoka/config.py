@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nonoka.errors import ConfigurationError
+from nonoka.errors import ConfigurationError, ModelNotConfiguredError
 
 CONFIG_FILE = Path(".nonoka") / "config.toml"
 
@@ -23,7 +23,8 @@ MODEL_HELP = (
 
 
 def configured_model(cwd: Path, explicit: str | None = None) -> str:
-    """The model spec to use, or a ``ConfigurationError`` that says how to set one."""
+    """The model spec to use, or a ``ModelNotConfiguredError`` that says how to set one
+    (a ``ConfigurationError`` when the config file cannot be read)."""
     if explicit:
         return explicit
     from_env = os.environ.get("NONOKA_MODEL", "").strip()
@@ -40,4 +41,4 @@ def configured_model(cwd: Path, explicit: str | None = None) -> str:
         model = data.get("model")
         if isinstance(model, str) and model.strip():
             return model.strip()
-    raise ConfigurationError(f"no model is configured; {MODEL_HELP}")
+    raise ModelNotConfiguredError(f"no model is configured; {MODEL_HELP}")

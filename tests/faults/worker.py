@@ -2,8 +2,8 @@
 
 Usage: ``python -m tests.faults.worker '<json job>'``. The bridge only knows host tools, so
 nonoka-run tools and plans with parallel steps are driven here through ``Runner``, with the
-index row and timeline written by ``SessionBook`` exactly as ``nonoka run`` does. The model
-is a pure function of the conversation, so a retried step asks it the same questions.
+index row and timeline written by the turn service's ``Journal`` as ``nonoka run``'s are. The
+model is a pure function of the conversation, so a retried step asks it the same questions.
 
 Job fields: ``project`` (its ``.nonoka/sessions.db`` is used), ``markers`` (a file every tool
 start is appended to, ``<tool> <key>``), ``session_id``, ``mode`` (``react`` | ``plan``),
@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from nonoka import Agent, Plan, Runner, Step, tool
-from nonoka.bookkeeping import SessionBook, finish_reason_of
 from nonoka.events import RunEvent, RunWarning
 from nonoka.llm.base import ModelResponse
 from nonoka.messages import Message
 from nonoka.paradigms.env import RunResult
 from nonoka.store.project import open_project_stores
 from nonoka.testing import FunctionModel, calls, text
+from nonoka.turn.journal import Journal
+from nonoka.turn.outcome import finish_reason_of
 
 PLAN = [
     {"id": "a", "tool": "lookup", "args": {"key": "a"}},
@@ -81,7 +82,7 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
         model = FunctionModel(respond, name="test:campaign")
         agent = Agent(model=model, tools=build_tools(Path(job["markers"])))
         runner = Runner(stores.checkpoints)
-        book = SessionBook(stores, title=f"campaign {sid}",
+        book = Journal(stores, title=f"campaign {sid}",
                            metadata={"purpose": "chat", "source": "fault campaign"})
 
         async def on_event(event: RunEvent) -> None:

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nonoka.errors import NonokaError
-from nonoka.store.project import (
-    DEFAULT_DATABASE,
-    ProjectStores,
-    database_url_from_env,
-    open_project_stores,
-)
+from nonoka.errors import NonokaError, failure_of
+from nonoka.store.project import DEFAULT_DATABASE, ProjectStores, database_url_from_env
 from nonoka.store.records import SessionIndex, SessionRecord
 
 
@@ -39,16 +34,12 @@ def open_stores(project: Path) -> ProjectStores:
     disk) or a ``.nonoka/`` that cannot be made is a ``CliError`` that says what to do,
     not a traceback.
     """
-    from nonoka.bookkeeping import store_advice
+    from nonoka.turn.project import open_stores as open_project
 
     try:
-        return open_project_stores(project, database_url_from_env())
-    except OSError as exc:
-        raise CliError(f"cannot create {project / '.nonoka'}: {exc.strerror or exc}; make "
-                       "the project directory writable, or point NONOKA_DATABASE_URL at a "
-                       "writable place") from None
+        return open_project(project)
     except NonokaError as exc:
-        raise CliError(store_advice(str(exc))) from None
+        raise CliError(failure_of(exc).message) from None
 
 
 def has_database(project: Path) -> bool:

@@ -1,9 +1,11 @@
 """``nonoka run``: one turn in this process, recorded like a bridge turn.
 
 No bridge and no provider: the turn runs here, with the model configured for the project
-and nonoka's read-only built-in tools. The session, its index row and its timeline go to
-the project database through the same ``SessionBook`` the bridge uses, so the session shows
-up in ``nonoka sessions`` and can be continued by ``run`` or by a provider later.
+and nonoka's read-only built-in tools. The turn goes through the same turn service the
+bridge uses (``nonoka.turn``), so the session, its index row and its timeline land in the
+project database in one format: the session shows up in ``nonoka sessions`` and can be
+continued by ``run`` or by a provider later. This module only picks the session and
+shapes what the terminal shows.
 """
 
 from __future__ import annotations
@@ -14,19 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from nonoka.agent import Agent
-from nonoka.bookkeeping import SessionBook, TurnUsage, failure_of, finish_reason_of, title_from
-from nonoka.cli.common import CliError, find_session, open_stores
+from nonoka.cli.common import CliError, find_session
 from nonoka.cli.tools import builtin_tools
-from nonoka.config import configured_model
-from nonoka.errors import ConfigurationError
-from nonoka.events import EventSink, RunEvent, emit
-from nonoka.llm import resolve_model
+from nonoka.errors import ConfigurationError, NonokaError, failure_of
+from nonoka.events import EventSink, emit
 from nonoka.llm.base import ChatModel
 from nonoka.messages import Message
 from nonoka.protocol.frames import Purpose, conversation_key
-from nonoka.protocol.values import ErrorCode, FinishReason
-from nonoka.runner import Runner
-from nonoka.store.project import ProjectStores
+from nonoka.turn.journal import TurnUsage, title_from
+from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_LIMIT
+from nonoka.turn.project import configured
+from nonoka.turn.service import Opening, SessionOpened, TurnEvent, TurnInput, TurnService
 
 SYSTEM_PROMPT = (
     "You are a helpful assistant working in a project directory. Your tools read files, "
@@ -55,7 +55,7 @@ class TurnOutcome:
 def model_for(project: Path, explicit: str | None) -> ChatModel:
     """The model to run, or a ``CliError`` (exit 2) that says how to configure one."""
     try:
-        return resolve_model(configured_model(project, explicit))
+        return configured(project, explicit)
     except ConfigurationError as exc:
         raise CliError(str(exc), exit_code=2) from None
 
@@ -65,30 +65,34 @@ async def run_turn(project: Path, message: str, model: ChatModel, *,
                    on_event: EventSink | None = None) -> TurnOutcome:
     """Send ``message`` in a new session, the latest one (``continue_latest``) or
     ``session_ref`` (an id or an unambiguous prefix); ``on_event`` sees the run's events."""
-    async with open_stores(project) as stores:
-        session_id = await _pick(stores, session_ref, continue_latest)
-        book = SessionBook(stores, title=title_from(message), metadata={
+    try:
+        turn = TurnService.open(project, title=title_from(message), metadata={
             "conversation_key": conversation_key([Message(role="user",
                                                                  content=message)]),
             "purpose": Purpose.CHAT, "cwd": str(project), "source": "nonoka run"})
-        return await _run(stores, book, project, message, model, session_id, on_event)
+    except NonokaError as exc:
+        raise CliError(failure_of(exc).message) from None
+    try:
+        session_id = await _pick(turn, session_ref, continue_latest)
+        return await _run(turn, project, message, model, session_id, on_event)
+    finally:
+        await turn.close()
 
 
-async def _pick(stores: ProjectStores, ref: str | None, latest: bool) -> str | None:
+async def _pick(turn: TurnService, ref: str | None, latest: bool) -> str | None:
     """The id of the session to continue, or ``None`` for a new one."""
     if ref is not None:
         try:
-            return (await find_session(stores.index, ref)).session_id
+            return (await find_session(turn.stores.index, ref)).session_id
         except CliError:
-            runner = Runner(stores.checkpoints)  # a session the index never saw (library use)
-            try:
-                if await runner.load_session(ref.strip()) is not None:
+            try:  # a session the index never saw (library use)
+                if await turn.runner.load_session(ref.strip()) is not None:
                     return ref.strip()
             except ConfigurationError:
                 pass
             raise
     if latest:
-        recent = await stores.index.list_sessions(limit=1)
+        recent = await turn.stores.index.list_sessions(limit=1)
         if not recent:
             raise CliError("there is no session to continue in this project yet; start one "
                            "with: nonoka run \"your message\"")
@@ -96,48 +100,34 @@ async def _pick(stores: ProjectStores, ref: str | None, latest: bool) -> str | N
     return None
 
 
-async def _run(stores: ProjectStores, book: SessionBook, project: Path, message: str,
-               model: ChatModel, session_id: str | None,
-               on_event: EventSink | None) -> TurnOutcome:
-    runner = Runner(stores.checkpoints)
+async def _run(turn: TurnService, project: Path, message: str, model: ChatModel,
+               session_id: str | None, on_event: EventSink | None) -> TurnOutcome:
     agent = Agent(model=model, tools=builtin_tools(project), system_prompt=SYSTEM_PROMPT)
-    await book.log("request", {"source": "nonoka run", "purpose": Purpose.CHAT,
-                               "messages": 1, "tools": list(agent.tool_map),
-                               "model": model.name})
-    new = session_id is None
-    if session_id is None:
-        session = await runner.open_session(agent)
-        await runner.save_session(session)
-        await book.index(session, model=model.name, created=True)
-        session_id = session.session_id
-    book.start(session_id)
-    await book.log("session", {"new": new, "recovery_reason": None})
 
-    async def sink(event: RunEvent) -> None:
-        await emit(on_event, event)
-        await book.on_event(event)
+    async def show(event: TurnEvent) -> None:
+        if not isinstance(event, SessionOpened):
+            await emit(on_event, event)
 
-    try:
-        async with stores.hold(session_id):
-            result = await runner.run_react(agent, message, session_id=session_id,
-                                            on_event=sink)
-    except asyncio.CancelledError:
-        await asyncio.shield(book.finish(FinishReason.CANCELLED))
-        raise
-    except Exception as exc:
-        failure = failure_of(exc)
-        await book.error(failure.code, failure.message)
-        await book.finish(FinishReason.ERROR)
-        raise CliError(f"{failure.message} (session {session_id})") from exc
-    reason = finish_reason_of(result)
+    outcome = await turn.run(
+        agent, Opening(session_id, TurnInput("prompt", message)),
+        request={"source": "nonoka run", "purpose": Purpose.CHAT, "messages": 1,
+                 "tools": list(agent.tool_map), "model": model.name},
+        on_event=show)
+    reason, result = outcome.finish_reason, outcome.result
+    if reason == FINISH_CANCELLED:
+        await asyncio.shield(turn.finish(reason))
+        raise asyncio.CancelledError
+    await turn.finish(reason)
+    sid = outcome.session_id
+    if result is None:  # the turn raised: one line, no traceback
+        failure = outcome.failure
+        message = failure.message if failure is not None else "the turn failed"
+        raise CliError(f"{message} (session {sid})" if sid else message)
     error = None
-    if reason == FinishReason.ERROR:
-        error = result.error or "the run failed"
-        await book.error(ErrorCode.MODEL_ERROR, error)
-    elif reason == FinishReason.LIMIT and result.termination is not None:
+    if outcome.failure is not None:
+        error = outcome.failure.message
+    elif reason == FINISH_LIMIT and result.termination is not None:
         error = f"stopped by a limit: {result.termination.detail or result.termination.limit}"
-    await book.finish(reason)
     output = result.output if isinstance(result.output, str) else ""
-    return TurnOutcome(session_id=session_id, new_session=new, output=output, finish=reason,
-                       usage=book.usage, error=error)
-
+    return TurnOutcome(session_id=result.session_id, new_session=outcome.new, output=output,
+                       finish=reason, usage=outcome.usage, error=error)

@@ -1,11 +1,11 @@
-"""The session index row and the event-log timeline, written the same way by every front end.
+"""A turn's journal: the session index row and the event-log timeline.
 
-The bridge (one process per model step) and ``nonoka run`` (one turn in-process) both
-record what a turn did, so ``nonoka sessions list`` and ``sessions show`` read one format
-whoever wrote it. ``SessionBook`` is that shared writer: it holds the turn's events back
-until the session is known, keeps the index row (``cli_sessions``) in step with the stored
-session, logs the runtime's events (model calls with usage, tool calls and results,
-warnings) and ends the turn with a ``finish`` entry.
+Every front end (the bridge, one process per model step; ``nonoka run``, one turn
+in-process) records what a turn did through this one writer, so ``nonoka sessions list``
+and ``sessions show`` read one format whoever wrote it. ``Journal`` holds the turn's
+events back until the session is known, keeps the index row (``cli_sessions``) in step
+with the stored session, logs the runtime's events (model calls with usage, tool calls
+and results, warnings) and ends the turn with a ``finish`` entry.
 
 It is on the bridge's per-turn path: it imports nothing a bridge turn does not already load.
 """
@@ -21,21 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from nonoka import faults
-from nonoka.errors import (
-    ConfigurationError,
-    CorruptSessionError,
-    NonokaError,
-    SessionBusyError,
-    SessionConflictError,
-    StoreError,
-    ToolResultMismatchError,
-    UnsupportedVersionError,
-)
+from nonoka.errors import NonokaError
 from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
-from nonoka.paradigms.env import RunResult
-from nonoka.protocol.values import ErrorCode, FinishReason
 from nonoka.session import Session
-from nonoka.state import SessionStatus
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 
@@ -57,97 +45,16 @@ class TurnUsage:
                 "cost_usd": self.cost_usd}
 
 
-def finish_reason_of(result: RunResult) -> str:
-    """How a run ended, in the protocol's finish reasons (also used in the timeline)."""
-    term = result.termination
-    if result.status == SessionStatus.COMPLETED:
-        return FinishReason.STOP
-    if result.status == SessionStatus.PAUSED:
-        return FinishReason.TOOL_CALLS if result.pending_tool_calls else FinishReason.STOP
-    if result.status == SessionStatus.CANCELLED:
-        return FinishReason.CANCELLED
-    if term is not None and term.reason == "limit":
-        return FinishReason.LIMIT
-    return FinishReason.ERROR
-
-
-@dataclass(frozen=True)
-class Failure:
-    """An error as the protocol and the timeline name it."""
-
-    code: str
-    message: str
-    retryable: bool = False
-
-
-def failure_of(exc: Exception) -> Failure:
-    """Map an exception to the protocol's error codes (a traceback goes to stderr for bugs)."""
-    if isinstance(exc, ToolResultMismatchError):
-        return Failure(ErrorCode.TOOL_RESULT_MISMATCH, str(exc))
-    if isinstance(exc, SessionBusyError):
-        return Failure(ErrorCode.SESSION_BUSY, str(exc), retryable=True)
-    if isinstance(exc, SessionConflictError):
-        return Failure(ErrorCode.SESSION_CONFLICT, str(exc), retryable=True)
-    if isinstance(exc, UnsupportedVersionError):
-        return Failure(ErrorCode.SESSION_CORRUPT, str(exc))
-    if isinstance(exc, CorruptSessionError):
-        return Failure(ErrorCode.SESSION_CORRUPT, _with_advice(str(exc), _CORRUPT_ADVICE))
-    if isinstance(exc, StoreError):
-        return Failure(ErrorCode.STORE_ERROR, store_advice(str(exc)))
-    if isinstance(exc, ConfigurationError):
-        return Failure(ErrorCode.INVALID_REQUEST, str(exc))
-    if isinstance(exc, NonokaError):
-        return Failure(ErrorCode.INTERNAL_ERROR, str(exc))
-    traceback.print_exc(file=sys.stderr)
-    return Failure(ErrorCode.INTERNAL_ERROR,
-                   f"{type(exc).__name__}: {exc} (a bug in nonoka; stderr has the traceback)")
-
-
-_CORRUPT_ADVICE = ("this session cannot be continued: start a new conversation, or restore "
-                   ".nonoka/sessions.db from a backup to get it back")
-_STORE_ADVICE = (
-    ("disk is full", "the disk is full: free some space, then send the request again"),
-    ("disk i/o error", "writing the database failed (is the disk full, or a file size limit "
-                       "reached?): free some space or check the disk, then send the request "
-                       "again"),
-    ("readonly database", "the database is read-only: make .nonoka/ and its files writable "
-                          "for this user, then send the request again"),
-    ("unable to open database file", "the database cannot be opened: make sure .nonoka/ "
-                                     "exists and is writable for this user"),
-    ("permission denied", "make .nonoka/ and its files writable for this user, then send "
-                          "the request again"),
-    ("read-only file system", "the workspace is on a read-only file system: point "
-                              "NONOKA_DATABASE_URL at a writable place"),
-)
-
-
-def store_advice(message: str) -> str:
-    """A store error's message with what to do about it, for the errors people can fix.
-
-    SQLite names the failure ("disk I/O error") but not the remedy; the person reading
-    the error needs the remedy. A failed write changes nothing that was stored.
-    """
-    lowered = message.lower()
-    for needle, advice in _STORE_ADVICE:
-        if needle in lowered:
-            return _with_advice(message, advice + " (the failed write changed nothing)")
-    return message
-
-
-def _with_advice(message: str, advice: str) -> str:
-    return f"{message.rstrip('. ')}; {advice}"
-
-
-class SessionBook:
+class Journal:
     """Writes one turn's index row and timeline entries into a project's stores.
 
     ``title`` and ``metadata`` (``conversation_key``, ``purpose``, ``cwd``, ...) go into
     a session's row when the row is created; an existing row keeps its own. Events logged
-    before ``attach`` and ``start`` are buffered, so the timeline of a session begins with
-    the request that created it.
+    before ``start`` are buffered, so the timeline of a session begins with the request
+    that created it (and a turn that fails before it has a session leaves no trace).
     """
 
-    def __init__(self, stores: ProjectStores | None = None, *, title: str = "",
+    def __init__(self, stores: ProjectStores, *, title: str = "",
                  metadata: Mapping[str, Any] | None = None) -> None:
         self.stores = stores
         self.title = title
@@ -155,13 +62,6 @@ class SessionBook:
         self.session_id: str | None = None
         self.usage = TurnUsage()
         self._pending: list[tuple[str, dict[str, Any]]] = []
-
-    def attach(self, stores: ProjectStores, *, metadata: Mapping[str, Any] | None = None) -> None:
-        """Use ``stores`` from now on (opened after the book was made, e.g. once the
-        request proved valid); ``metadata`` replaces the defaults for new rows."""
-        self.stores = stores
-        if metadata is not None:
-            self.metadata = dict(metadata)
 
     def start(self, session_id: str) -> None:
         """The turn runs in ``session_id``; what was held back is written with the next entry."""
@@ -178,7 +78,7 @@ class SessionBook:
         await self._flush()
 
     async def _flush(self) -> None:
-        if self.stores is None or self.session_id is None:
+        if self.session_id is None:
             return
         pending, self._pending = self._pending, []
         for kind, data in pending:
@@ -230,7 +130,6 @@ class SessionBook:
         A row that exists keeps its title, model (unless ``model`` is given), metadata
         and creation time; ``created=True`` skips the look-up for a brand-new session.
         """
-        assert self.stores is not None, "attach the stores before indexing"
         index = self.stores.index
         existing = None if created else await index.get_session(session.session_id)
         usage = session.usage
@@ -249,7 +148,7 @@ class SessionBook:
 
     async def refresh(self) -> None:
         """Bring the row up to date with the stored session (never raises)."""
-        if self.stores is None or self.session_id is None:
+        if self.session_id is None:
             return
         try:
             state = await self.stores.checkpoints.load_session(self.session_id)

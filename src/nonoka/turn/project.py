@@ -1,0 +1,47 @@
+"""What a turn needs before it can start: the project's stores and its model.
+
+Every front end opens them through here, so a failure a person can fix is named the
+same way (and carries the same error code) whoever met it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nonoka.errors import ConfigurationError, ModelNotConfiguredError, WorkspaceError
+from nonoka.store.project import ProjectStores, database_url_from_env, open_project_stores
+
+if TYPE_CHECKING:
+    from nonoka.llm.base import ChatModel
+
+
+def open_stores(project: Path) -> ProjectStores:
+    """The project's stores (``NONOKA_DATABASE_URL`` honoured).
+
+    Raises ``WorkspaceError`` when ``.nonoka/`` cannot be created, ``StoreError`` (or a
+    subclass) when the database cannot be opened, ``ConfigurationError`` for a bad URL.
+    """
+    try:
+        return open_project_stores(project, database_url_from_env())
+    except OSError as exc:
+        raise WorkspaceError(
+            f"cannot create {project / '.nonoka'}: {exc.strerror or exc}; make the workspace "
+            "writable for this user, or point NONOKA_DATABASE_URL at a writable place",
+        ) from None
+
+
+def configured(project: Path, explicit: str | None = None) -> ChatModel:
+    """The model to run: ``explicit``, else ``NONOKA_MODEL``, else ``.nonoka/config.toml``.
+
+    Raises ``ModelNotConfiguredError`` when there is none or it cannot be used.
+    """
+    from nonoka.config import configured_model
+    from nonoka.llm import resolve_model
+
+    try:
+        return resolve_model(configured_model(project, explicit))
+    except ModelNotConfiguredError:
+        raise
+    except ConfigurationError as exc:
+        raise ModelNotConfiguredError(str(exc)) from exc

@@ -1,0 +1,228 @@
+"""One turn of a session, done the same way for the bridge and for ``nonoka run``.
+
+A front end opens the service on a project (its stores) and says which session the turn
+runs in and what the turn brings to it (an ``Opening``, or a coroutine that decides one;
+what it brings is a ``TurnInput``, or a function that works it out from the session as
+stored once the lease is held). The service creates or loads the session, holds its lease, runs the
+``Runner``, records the index row, the timeline and the usage, and hands every event to
+the front end's sink: first ``SessionOpened``, then the runtime's events. It never
+raises: the ``TurnOutcome`` says how the turn ended, with the ``Failure`` a host is told.
+The front end reports the outcome, then calls ``finish`` and ``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nonoka.agent import Agent
+from nonoka.errors import Failure, ModelError, StoreError, failure_of
+from nonoka.events import RunEvent, RunWarning
+from nonoka.messages import Message, ToolResult, dangling_tool_calls
+from nonoka.paradigms.env import RunResult
+from nonoka.runner import Runner
+from nonoka.runtime import RuntimeLimits
+from nonoka.session import Session
+from nonoka.store.project import ProjectStores
+from nonoka.turn.journal import LOGGED_TEXT, Journal
+from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_ERROR, TurnOutcome, finish_reason_of
+from nonoka.turn.project import open_stores
+
+
+@dataclass(frozen=True)
+class SessionOpened:
+    """The turn's session is known; sent before any runtime event of the turn."""
+
+    session_id: str
+    new: bool
+    """Whether the turn created it."""
+    recovery_reason: str | None = None
+    """Why the front end continued a session other than the one asked for, if it did."""
+
+
+TurnEvent = SessionOpened | RunEvent
+TurnSink = Callable[[TurnEvent], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """What a turn brings to its session.
+
+    ``prompt``: a new user message; ``tool_results``: results of the host tool calls the
+    session paused on (with ``prompt``, a user message that came along); ``resume``:
+    nothing new — carry the session on (``reopen`` retries a failed or cancelled turn).
+    """
+
+    kind: Literal["prompt", "tool_results", "resume"] = "resume"
+    prompt: str | None = None
+    results: Sequence[ToolResult] = ()
+    reopen: bool = False
+
+
+Planner = Callable[[Session], TurnInput]
+"""Works out a turn's input from its session as stored once the lease is held."""
+
+
+@dataclass(frozen=True)
+class Opening:
+    """Which session a turn runs in, as its front end chose it."""
+
+    session: Session | str | None = None
+    """The session to continue (loaded, or only its id), or ``None`` for a new one."""
+    plan: TurnInput | Planner = TurnInput()
+    """What the turn brings: known now, or worked out from the session under the lease."""
+    seed: Sequence[Message] = ()
+    """The history a new session starts with."""
+    recovery_reason: str | None = None
+    warnings: Sequence[RunWarning] = field(default_factory=tuple)
+    """Said to the front end and logged once the session is known."""
+
+
+Chooser = Callable[[], Awaitable[Opening]]
+
+
+class TurnService:
+    """Does turns against one project's stores, recording them in one journal."""
+
+    def __init__(self, stores: ProjectStores, *, title: str = "",
+                 metadata: Mapping[str, Any] | None = None) -> None:
+        self.stores = stores
+        self.runner = Runner(stores.checkpoints)
+        self.journal = Journal(stores, title=title, metadata=metadata)
+        """The index row and the timeline; ``title`` and ``metadata`` go into a new row."""
+
+    @classmethod
+    def open(cls, project: Path, *, title: str = "",
+             metadata: Mapping[str, Any] | None = None) -> TurnService:
+        """Open the project's stores (``turn.project.open_stores`` says what may fail)."""
+        return cls(open_stores(project), title=title, metadata=metadata)
+
+    async def run(self, agent: Agent, opening: Opening | Chooser, *,
+                  limits: RuntimeLimits | None = None,
+                  request: Mapping[str, Any] | None = None,
+                  lease_owner: Callable[[str], str | None] | None = None,
+                  on_event: TurnSink | None = None) -> TurnOutcome:
+        """Run one turn; a failure or a cancellation ends up in the outcome, not raised.
+
+        ``limits`` apply to a new session when it is created and to a continued one for
+        this turn; ``request`` is the timeline's ``request`` entry; ``lease_owner`` gives
+        the token of a lease this process already holds on a session (it is renewed).
+        """
+        turn = _Turn(self, agent, on_event)
+        journal = self.journal
+        try:
+            if request is not None:
+                await journal.log("request", dict(request))
+            chosen = opening if isinstance(opening, Opening) else await opening()
+            result = await turn.run(chosen, limits, lease_owner)
+        except asyncio.CancelledError:
+            return TurnOutcome(FINISH_CANCELLED, turn.session_id, turn.new, usage=journal.usage)
+        except Exception as exc:  # whatever went wrong, the turn must be answered
+            raised = failure_of(exc)
+            await journal.error(raised.code, raised.message)
+            return TurnOutcome(FINISH_ERROR, turn.session_id, turn.new, failure=raised,
+                               usage=journal.usage)
+        reason = finish_reason_of(result)
+        failure: Failure | None = None
+        if reason == FINISH_ERROR:
+            failure = failure_of(ModelError(result.error or "the run failed",
+                                            retryable=result.retryable))
+            await journal.error(failure.code, failure.message)
+        return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage)
+
+    async def finish(self, reason: str) -> None:
+        """End the turn in the journal: the index row brought up to date, ``finish`` logged."""
+        await self.journal.finish(reason)
+
+    async def close(self) -> None:
+        """Close the stores; the turn has been answered, so a failure is only reported.
+
+        Whatever a failed close leaves (a write-ahead log not folded back) the next opener
+        recovers, so it must not turn into a second answer.
+        """
+        try:
+            await self.stores.close()
+        except Exception as exc:
+            print(f"nonoka: closing the project database failed: {exc}", file=sys.stderr)
+
+
+class _Turn:
+    """One run of ``TurnService.run``: the session it landed in and the event stream."""
+
+    def __init__(self, service: TurnService, agent: Agent, sink: TurnSink | None) -> None:
+        self.service = service
+        self.agent = agent
+        self.sink = sink
+        self.session_id: str | None = None
+        self.new = False
+
+    async def run(self, chosen: Opening, limits: RuntimeLimits | None,
+                  lease_owner: Callable[[str], str | None] | None) -> RunResult:
+        service, journal = self.service, self.service.journal
+        runner, target = service.runner, chosen.session
+        if target is None:
+            created = await runner.open_session(self.agent, limits=limits, history=chosen.seed)
+            await runner.save_session(created)
+            await journal.index(created, model=self.agent.get_model().name, created=True)
+            self.session_id, self.new = created.session_id, True
+        else:
+            self.session_id = target if isinstance(target, str) else target.session_id
+        sid = self.session_id
+        journal.start(sid)
+        await self._tell(SessionOpened(sid, self.new, chosen.recovery_reason))
+        await journal.log("session", {"new": self.new,
+                                      "recovery_reason": chosen.recovery_reason})
+        for warning in chosen.warnings:
+            await self.deliver(warning)
+        owner = lease_owner(sid) if lease_owner is not None else None
+        async with service.stores.hold(sid, owner):
+            loaded = target if isinstance(target, Session) else None
+            plan = chosen.plan
+            if not isinstance(plan, TurnInput):
+                # Read the session again now that it is ours: another process may have
+                # just finished a turn of it between the choice and the lease.
+                loaded = await runner.load_session(sid) or loaded
+                if loaded is None:
+                    raise StoreError(f"session {sid!r} is no longer stored")
+                plan = plan(loaded)
+            # A new session got its limits when it was created.
+            return await self._feed(plan, loaded, None if self.new else limits)
+
+    async def _feed(self, given: TurnInput, session: Session | None,
+                    limits: RuntimeLimits | None) -> RunResult:
+        runner, agent, sid = self.service.runner, self.agent, self.session_id
+        assert sid is not None
+        if given.kind == "prompt" and given.prompt is not None:
+            return await runner.run_react(agent, given.prompt, session_id=sid, limits=limits,
+                                          on_event=self.deliver)
+        if given.kind == "tool_results":
+            pending = dangling_tool_calls(session.memory.entries)[1] if session else []
+            names = {c.id: c.name for c in pending}
+            for result in given.results:
+                await self.service.journal.log("tool_result", {
+                    "tool_call_id": result.tool_call_id,
+                    "tool_name": names.get(result.tool_call_id, "?"),
+                    "content": result.content[:LOGGED_TEXT], "is_error": result.is_error,
+                    "executed_by": "host"})
+            return await runner.submit_tool_results(agent, sid, list(given.results),
+                                                    prompt=given.prompt, limits=limits,
+                                                    on_event=self.deliver)
+        return await runner.resume(agent, sid, limits=limits, on_event=self.deliver,
+                                   reopen=given.reopen)
+
+    async def deliver(self, event: RunEvent) -> None:
+        """Hand a runtime event to the front end first, then record it."""
+        await self._tell(event)
+        await self.service.journal.on_event(event)
+
+    async def _tell(self, event: TurnEvent) -> None:
+        if self.sink is None:
+            return
+        outcome = self.sink(event)
+        if inspect.isawaitable(outcome):
+            await outcome
