@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from importlib import import_module
 
-TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs every spawn ~4 ms
+from nonoka._version import __version__ as __version__
 
-__version__ = "0.1.0"
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs every spawn ~4 ms
 
 _EXPORTS = {
     "Agent": "nonoka.agent",
@@ -92,3 +92,7 @@ def __getattr__(name: str) -> object:
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -17,6 +17,19 @@ status ``cancelled``.
 
 from __future__ import annotations
 
+__all__ = [
+    "ConfigurationError",
+    "CorruptSessionError",
+    "ModelError",
+    "NonokaError",
+    "SessionBusyError",
+    "SessionConflictError",
+    "StoreError",
+    "ToolError",
+    "ToolResultMismatchError",
+    "UnsupportedVersionError",
+]
+
 
 class NonokaError(Exception):
     """Base class for every error nonoka raises on purpose."""

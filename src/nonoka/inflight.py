@@ -6,6 +6,8 @@ thread, while the rest of the process is still loading. When the runtime then ma
 own request, ``claim`` hands the connection over only if the runtime's request is byte
 for byte the one already sent; a different request closes the early one unread, and so
 does ``settle`` when the turn never asked. At most one per process. Standard library only.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
 from __future__ import annotations

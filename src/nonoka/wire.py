@@ -5,6 +5,8 @@ message and how a request body is put together. The adapter (``nonoka.llm.openai
 builds every request with these functions, and so does the bridge's early dispatch
 (``nonoka.bridge.early``), which must not import pydantic: one implementation of the
 bytes a model endpoint receives.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
 from __future__ import annotations

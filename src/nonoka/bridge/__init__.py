@@ -4,4 +4,6 @@
 the ``protocol_ack`` line) so a bridge can answer before pydantic is imported;
 ``nonoka.bridge.protocol`` holds the typed pydantic models. Nothing is imported here, so
 importing a submodule stays as cheap as that submodule.
+
+Internal: the protocol in docs/protocol.md is the contract, not these modules.
 """
