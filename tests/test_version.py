@@ -1,6 +1,6 @@
 """One version, everywhere: the package, the installed metadata, the command, the bridge.
 
-``nonoka/_version.py`` holds the literal; ``pyproject.toml`` reads it (setuptools
+``nonoka/__init__.py`` holds the literal; ``pyproject.toml`` reads it (setuptools
 ``attr``), so a release bumps one line and nothing can drift.
 """
 
@@ -10,17 +10,22 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
 import nonoka
-from nonoka._version import __version__
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_package_exposes_the_version_module_literal() -> None:
-    assert nonoka.__version__ == __version__
-    parts = __version__.split(".")
-    assert len(parts) >= 3 and all(p.isdigit() for p in parts[:3]), __version__
+def test_pyproject_takes_the_version_from_the_package() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in pyproject["project"]
+    assert pyproject["project"]["dynamic"] == ["version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "nonoka.__version__"}
+    parts = nonoka.__version__.split(".")
+    assert len(parts) >= 3 and all(p.isdigit() for p in parts[:3]), nonoka.__version__
 
 
 def test_the_installed_distribution_carries_the_same_version() -> None:

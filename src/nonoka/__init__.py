@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from nonoka._version import __version__ as __version__
-
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs every spawn ~4 ms
+
+__version__ = "0.1.0"
+"""The one place the version is written: ``pyproject.toml`` reads this literal statically
+(setuptools ``attr``), ``nonoka --version`` prints it and the bridge sends it as
+``server_version``, with no ``importlib.metadata`` lookup on the per-turn path."""
 
 _EXPORTS = {
     "Agent": "nonoka.agent",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from nonoka._version import __version__
+from nonoka import __version__
 from nonoka.bridge import frames
 
 TYPE_CHECKING = False

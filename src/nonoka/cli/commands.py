@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from nonoka._version import __version__
+from nonoka import __version__
 from nonoka.cli.opencode_cmd import opencode
 
 T = TypeVar("T")
