@@ -1,13 +1,20 @@
-"""Fixtures shared by every test that talks to a model over real HTTP."""
+"""Fixtures shared across test folders: the scripted model server, a project directory, a
+bridge spawner in it, and a project with one stored session.
+
+A folder's own ``conftest.py`` may override ``project`` with a richer one (``tests/cli``).
+The helpers these build on live in ``tests/support/``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import pytest
 
 from nonoka.testing.server import ScriptedOpenAIServer, Step
+from tests.support.bridge import Bridge, first_turn
 
 ScriptItem: TypeAlias = "Step | Callable[[dict[str, Any]], Step]"
 """A step, or a function from the request body to a step (called when the request comes)."""
@@ -32,3 +39,23 @@ def server(scripted: list[ScriptItem]) -> Iterator[ScriptedOpenAIServer]:
     with ScriptedOpenAIServer(next_step) as running:
         yield running
     assert not running.failures, running.failures
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty project directory (its ``.nonoka/`` is created by the first turn)."""
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def bridge(project: Path, server: ScriptedOpenAIServer) -> Bridge:
+    """Spawns real bridge processes in ``project``, answered by ``server``."""
+    return Bridge(project, server)
+
+
+@pytest.fixture
+def seeded(bridge: Bridge, scripted: list[ScriptItem]) -> str:
+    """A project with one stored session, so bad input has something to leave alone."""
+    return str(first_turn(bridge, scripted)[0])

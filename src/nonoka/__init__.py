@@ -12,6 +12,9 @@ from importlib import import_module
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs every spawn ~4 ms
 
 __version__ = "0.1.0"
+"""The one place the version is written: ``pyproject.toml`` reads this literal statically
+(setuptools ``attr``), ``nonoka --version`` prints it and the bridge sends it as
+``server_version``, with no ``importlib.metadata`` lookup on the per-turn path."""
 
 _EXPORTS = {
     "Agent": "nonoka.agent",
@@ -92,3 +95,7 @@ def __getattr__(name: str) -> object:
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

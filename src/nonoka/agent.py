@@ -1,4 +1,7 @@
-"""``Agent``: pure configuration — which model, which tools, which instructions."""
+"""``Agent``: pure configuration — which model, which tools, which instructions.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
+"""
 
 from __future__ import annotations
 

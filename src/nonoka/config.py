@@ -3,6 +3,8 @@
 Order: the explicit value (a request's ``model``, a ``--model`` flag), then the
 ``NONOKA_MODEL`` environment variable, then ``model = "..."`` in
 ``<cwd>/.nonoka/config.toml``.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
 from __future__ import annotations

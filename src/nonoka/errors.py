@@ -40,6 +40,24 @@ The bridge imports this module before anything else, so it imports nothing itsel
 
 from __future__ import annotations
 
+__all__ = [
+    "ConfigurationError",
+    "CorruptSessionError",
+    "Failure",
+    "MissingExtraError",
+    "ModelError",
+    "ModelNotConfiguredError",
+    "NonokaError",
+    "SessionBusyError",
+    "SessionConflictError",
+    "StoreError",
+    "ToolError",
+    "ToolResultMismatchError",
+    "UnsupportedVersionError",
+    "WorkspaceError",
+    "failure_of",
+]
+
 
 class NonokaError(Exception):
     """Base class for every error nonoka raises on purpose."""

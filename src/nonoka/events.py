@@ -14,6 +14,9 @@ from typing import Any, Literal
 from nonoka.llm.base import Usage
 from nonoka.messages import ToolCall
 
+__all__ = ["EventSink", "ModelCalled", "RunEvent", "RunWarning", "TextDelta", "ToolCallFinished",
+           "ToolCallRequested"]
+
 
 @dataclass(frozen=True)
 class TextDelta:

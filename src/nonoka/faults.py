@@ -14,6 +14,8 @@ each of them in turn. Two environment variables, read once when this module is i
 
 Unarmed (the normal case) ``point`` is a module-level function that does nothing, so a
 hook costs one call. This module imports ``os`` only: the bridge imports it on every turn.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Compaction keeps the leading system entries, never separates an assistant entry 
 called tools from the tool results answering it, and always keeps the newest exchange.
 Dropped entries are summarised through the model when the limits enable it, else
 trimmed. Any rewrite bumps ``generation`` so stores know to rewrite instead of append.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
 """
 
 from __future__ import annotations

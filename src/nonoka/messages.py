@@ -4,6 +4,8 @@ A ``MemoryEntry`` is what a session stores; a ``Message`` is what crosses the wi
 model, or between a provider and the bridge). An assistant entry lists its tool calls in
 ``metadata["tool_calls"]``; a tool entry names the call it answers in
 ``metadata["tool_call_id"]``. A call is complete when both halves exist.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 A step runs a tool with arguments, or asks the model a prompt. An argument (or a part of
 the prompt) may refer to another step's output with ``Ref("step_id")``; a reference is a
 dependency even when ``depends_on`` does not list it.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
 """
 
 from __future__ import annotations

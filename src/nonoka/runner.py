@@ -2,6 +2,8 @@
 
 Every method loads what it needs from the checkpoint store and writes back as it goes,
 so any of them can be called from a process that has never seen the session before.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
 """
 
 from __future__ import annotations

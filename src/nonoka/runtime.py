@@ -7,6 +7,8 @@ fresh one, so a budget cannot be dodged by killing the process.
 process that ran it, so a session paused while a host runs tools does not age);
 ``deadline_at`` (from ``deadline_seconds``) is an absolute point in time after which
 nothing more runs.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 It does the bookkeeping a run needs between two checkpoints — budgets, tool-call
 reservations, running time, tool-call intents — and converts to and from the snapshot
 with ``to_state()`` / ``Session.from_state()``.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ Versions:
        step results as ``{"data": ...}``.
     2  epoch-second timestamps, ledger always present, ``trace`` a bounded list,
        ``memory_generation`` (lets stores append instead of rewriting), ``revision``.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
 """
 
 from __future__ import annotations

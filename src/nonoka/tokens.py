@@ -2,6 +2,8 @@
 
 The bridge's early dispatch checks a budget before pydantic is loaded, so the estimate a
 stored entry carries is computed here, once.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ parameters). A first parameter annotated ``RunContext`` receives the run's conte
 are re-run. A non-idempotent call that had started is not silently re-run; its unknown
 outcome is recorded instead. ``requires_approval=True`` makes the approval extension
 pause the session until someone decides.
+
+Internal: import its public names from ``nonoka``; this module's layout may change.
 """
 
 from __future__ import annotations

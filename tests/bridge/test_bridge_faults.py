@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
-import subprocess
 import time
 from typing import Any
 
@@ -14,41 +12,19 @@ import pytest
 
 from nonoka.messages import dangling_tool_calls
 from nonoka.state import SessionStatus
-from nonoka.store.project import open_project_stores
 from nonoka.testing import call, text
 from nonoka.testing.server import Delay, Step
-from tests.bridge.conftest import Bridge, assistant, chat, of_type, one, text_of, user
-
-
-def read_events_until(proc: subprocess.Popen[bytes], kind: str) -> list[dict[str, Any]]:
-    assert proc.stdout is not None
-    events: list[dict[str, Any]] = []
-    while True:
-        line = proc.stdout.readline()
-        assert line, "the bridge closed stdout early"
-        events.append(json.loads(line))
-        if events[-1]["type"] == kind:
-            return events
-
-
-def load_state(bridge: Bridge, session_id: str) -> Any:
-    async def load() -> Any:
-        stores = open_project_stores(bridge.project)
-        try:
-            return await stores.checkpoints.load_session(session_id)
-        finally:
-            await stores.close()
-
-    return asyncio.run(load())
-
-
-@pytest.fixture
-def seeded(bridge: Bridge, scripted: list[Step]) -> str:
-    """A project with one stored session, so bad input has something to leave alone."""
-    scripted.append(text("stored answer"))
-    events = bridge.run(chat([user("keep me")], new_session=True))
-    return str(one(events, "session_init")["session_id"])
-
+from tests.support.bridge import (
+    Bridge,
+    assistant,
+    chat,
+    load_state,
+    of_type,
+    one,
+    read_events_until,
+    text_of,
+    user,
+)
 
 BAD_LINES: list[tuple[bytes, str]] = [
     (b'{"type": "chat", "protocol": {"version": "1"}, "messages": [', "invalid_json"),

@@ -9,10 +9,12 @@ from typing import Any
 from nonoka.store.project import open_project_stores
 from nonoka.testing import call, text
 from nonoka.testing.server import Step
-from tests.bridge.conftest import (
+from tests.support.bridge import (
     Bridge,
     assistant,
     chat,
+    first_turn,
+    load_state,
     of_type,
     one,
     text_of,
@@ -22,16 +24,9 @@ from tests.bridge.conftest import (
 
 
 def stored_contents(bridge: Bridge, session_id: str) -> list[tuple[str, str]]:
-    async def load() -> list[tuple[str, str]]:
-        stores = open_project_stores(bridge.project)
-        try:
-            state = await stores.checkpoints.load_session(session_id)
-            assert state is not None
-            return [(e.role, e.content) for e in state.memory_entries]
-        finally:
-            await stores.close()
-
-    return asyncio.run(load())
+    state = load_state(bridge, session_id)
+    assert state is not None
+    return [(e.role, e.content) for e in state.memory_entries]
 
 
 def index_ids(bridge: Bridge, purpose: str | None = "chat") -> list[str]:
@@ -43,13 +38,6 @@ def index_ids(bridge: Bridge, purpose: str | None = "chat") -> list[str]:
             await stores.close()
 
     return asyncio.run(load())
-
-
-def first_turn(bridge: Bridge, scripted: list[Step], prompt: str,
-               answer: str) -> tuple[str, list[dict[str, Any]]]:
-    scripted.append(text(answer))
-    events = bridge.run(chat([user(prompt)], new_session=True))
-    return one(events, "session_init")["session_id"], events
 
 
 def test_a_new_conversation_streams_and_stores(bridge: Bridge, scripted: list[Step]) -> None:

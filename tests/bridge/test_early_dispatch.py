@@ -28,8 +28,8 @@ from nonoka.messages import MemoryEntry, ToolCall
 from nonoka.store.base import entry_json
 from nonoka.testing import call, calls, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer
-from tests.bridge.conftest import Bridge, assistant, chat, one, text_of, tool_message, user
 from tests.conftest import ScriptItem
+from tests.support.bridge import Bridge, assistant, chat, one, text_of, tool_message, user
 
 SEARCH = {"name": "search", "description": "Search the web",
           "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}

@@ -13,7 +13,7 @@ import sys
 
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
-from tests.bridge.conftest import Bridge, assistant, chat, one, user
+from tests.support.bridge import Bridge, assistant, chat, one, user
 
 FORBIDDEN = {
     "rich": "a table renderer (only the human commands use it)",

@@ -11,8 +11,8 @@ from typing import Any
 
 from nonoka.testing import call, text
 from nonoka.testing.server import Step
-from tests.bridge.conftest import Bridge, assistant, chat, one, tool_message, user
 from tests.protocol.wire_schema import schema_errors
+from tests.support.bridge import Bridge, assistant, chat, one, tool_message, user
 
 DEFINITION = {"protocol_ack": "ProtocolAck", "session_init": "SessionInit",
               "warning": "WarningEvent", "text_delta": "TextDelta",

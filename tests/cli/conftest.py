@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,8 +20,7 @@ from nonoka.cli.commands import cli
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import EventRecord, SessionRecord
 from nonoka.testing.server import ScriptedOpenAIServer
-
-NONOKA = [sys.executable, "-m", "nonoka"]
+from tests.support.processes import model_env, run_nonoka
 
 
 class Project:
@@ -31,17 +29,14 @@ class Project:
     def __init__(self, path: Path, server: ScriptedOpenAIServer) -> None:
         self.path = path
         self.server = server
-        self.env = {**os.environ, "NONOKA_MODEL": "openai:test-model", "OPENAI_API_KEY": "test",
-                    "OPENAI_BASE_URL": server.base_url}
+        self.env = {**os.environ, **model_env(server.base_url, api_key="test")}
         for name in ("NONOKA_DATABASE_URL", "FORCE_COLOR", "NO_COLOR"):
             self.env.pop(name, None)
 
     def nonoka(self, *args: str, input: str | None = None, timeout: float = 60,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``python -m nonoka ARGS`` here, output piped."""
-        return subprocess.run([*NONOKA, *args], cwd=self.path, env=env or self.env,
-                              input=input, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        return run_nonoka(self.path, *args, env=env or self.env, input=input, timeout=timeout)
 
     def invoke(self, *args: str, monkeypatch: pytest.MonkeyPatch) -> Result:
         """Run the click group in this process (cwd and environment set for the call)."""

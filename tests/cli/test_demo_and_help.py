@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from nonoka.cli.commands import cli
-from tests.cli.conftest import NONOKA, no_ansi
+from tests.cli.conftest import no_ansi
+from tests.support.processes import NONOKA
 
 COMMANDS = [[], ["run"], ["sessions"], ["sessions", "list"], ["sessions", "show"], ["demo"],
             ["bridge"]]

@@ -10,8 +10,9 @@ from typing import Any
 
 from nonoka.testing import call, text
 from nonoka.testing.server import HttpError, Step
-from tests.cli.conftest import NONOKA, Project, kinds, no_ansi
+from tests.cli.conftest import Project, kinds, no_ansi
 from tests.conftest import ScriptItem
+from tests.support.processes import NONOKA
 
 
 def session_of(stderr: str) -> str:

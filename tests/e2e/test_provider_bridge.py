@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,12 +22,10 @@ from nonoka.provider import BridgeError, NonokaProvider
 from nonoka.provider.result import ProviderResult
 from nonoka.testing import call, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer, Step
+from tests.support.bridge import user
+from tests.support.processes import model_env, run_nonoka
 
 Msg = dict[str, Any]
-
-
-def user(content: str) -> Msg:
-    return {"role": "user", "content": content}
 
 
 def answer(result: ProviderResult) -> Msg:
@@ -56,22 +53,13 @@ class Host:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    path = tmp_path / "project"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def env(server: ScriptedOpenAIServer) -> dict[str, str]:
-    return {"NONOKA_MODEL": "openai:test-model", "OPENAI_API_KEY": "sk-test",
-            "OPENAI_BASE_URL": server.base_url, "NONOKA_DATABASE_URL": ""}
+    return {**model_env(server.base_url), "NONOKA_DATABASE_URL": ""}
 
 
 def nonoka_json(project: Path, *args: str) -> Any:
-    done = subprocess.run([sys.executable, "-m", "nonoka", *args, "--json"], cwd=project,
-                          capture_output=True, text=True, timeout=60, check=True,
-                          env={**os.environ, "NONOKA_DATABASE_URL": ""})
+    done = run_nonoka(project, *args, "--json", env={**os.environ, "NONOKA_DATABASE_URL": ""})
+    done.check_returncode()
     return json.loads(done.stdout)
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from nonoka.faults import FAULT_ENV, POINTS, TRACE_ENV
-from tests.bridge.conftest import BRIDGE, Bridge, chat, user
+from tests.support.bridge import BRIDGE, Bridge, chat, user
 
 SCRIPT = ("from nonoka import faults\n"
           "for name in ['a', 'b', 'a', 'a']:\n"

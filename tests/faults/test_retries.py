@@ -17,18 +17,19 @@ from nonoka.faults import FAULT_ENV
 from nonoka.state import SessionStatus
 from nonoka.testing import call, text
 from nonoka.testing.server import HttpError, ScriptedOpenAIServer
-from tests.bridge.conftest import (
+from tests.support.bridge import (
     BRIDGE,
     Bridge,
     assistant,
     chat,
+    load_state,
     of_type,
     one,
+    read_events_until,
     text_of,
     tool_message,
     user,
 )
-from tests.bridge.test_bridge_faults import load_state, read_events_until
 
 TOOLS = [{"name": "read", "parameters": {"type": "object", "properties": {}}}]
 

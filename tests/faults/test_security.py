@@ -7,9 +7,6 @@ import asyncio
 import json
 import os
 import sqlite3
-import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,9 @@ from nonoka.provider import NonokaProvider
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.testing import ScriptedModel, call, text
 from nonoka.testing.server import Delay, HttpError, ScriptedOpenAIServer
-from tests.bridge.conftest import Bridge, assistant, chat, of_type, one, user
+from tests.support.bridge import Bridge, assistant, chat, of_type, one, user
+from tests.support.files import mode
+from tests.support.processes import model_env, run_nonoka
 
 HOSTILE_IDS = [
     "../../etc/passwd", "..", "/abs/path", "x' OR '1'='1", "a; DROP TABLE checkpoints; --",
@@ -43,13 +42,6 @@ def table_dump(db: Path) -> list[Any]:
                 for t in tables if t != "events"]
     finally:
         con.close()
-
-
-@pytest.fixture
-def seeded(bridge: Bridge, scripted: list[Any]) -> str:
-    scripted.append(text("stored answer"))
-    return str(one(bridge.run(chat([user("keep me")], new_session=True)),
-                   "session_init")["session_id"])
 
 
 def test_the_bridge_refuses_hostile_session_ids(bridge: Bridge, seeded: str) -> None:
@@ -100,23 +92,18 @@ def test_a_well_formed_key_still_recovers(bridge: Bridge, seeded: str,
     assert not of_type(events, "warning")
 
 
-def nonoka(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nonoka", *args], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
-
-
 HOSTILE_REFS = ["*", "?", "[0-9a-f]*", "' OR 1=1 --", "%", "../", "_"]
 
 
 def test_cli_session_references_match_ids_literally(bridge: Bridge, seeded: str) -> None:
     before = table_dump(bridge.db)
     for ref in HOSTILE_REFS:
-        shown = nonoka(bridge.project, bridge.env, "sessions", "show", ref, "--json")
+        shown = run_nonoka(bridge.project, "sessions", "show", ref, "--json", env=bridge.env)
         assert shown.returncode != 0 and seeded not in shown.stdout, (ref, shown.stdout)
         assert "no session id starts with" in shown.stderr, (ref, shown.stderr)
         assert "Traceback" not in shown.stderr
     for ref in HOSTILE_REFS[:1]:  # the same look-up as show; each run costs a process start
-        ran = nonoka(bridge.project, bridge.env, "run", "--session", ref, "hello")
+        ran = run_nonoka(bridge.project, "run", "--session", ref, "hello", env=bridge.env)
         assert ran.returncode != 0 and "no session id starts with" in ran.stderr, ran.stderr
         assert "Traceback" not in ran.stderr
     assert table_dump(bridge.db) == before
@@ -192,8 +179,7 @@ OTHER_KEY = "other-provider-key-42"
 async def test_the_event_log_never_holds_a_key_or_token(project: Path,
                                                         scripted: list[Any],
                                                         server: ScriptedOpenAIServer) -> None:
-    env = {"NONOKA_MODEL": "openai:test-model", "OPENAI_API_KEY": SECRET_KEY,
-           "OPENAI_BASE_URL": server.base_url, "NONOKA_DATABASE_URL": ""}
+    env = {**model_env(server.base_url, api_key=SECRET_KEY), "NONOKA_DATABASE_URL": ""}
     provider = NonokaProvider(project, env=env, timeout=60)
     tools = [{"name": "read", "parameters": {"type": "object"}}]
     history: list[dict[str, Any]] = [user("show me the environment")]
@@ -222,21 +208,16 @@ async def test_the_event_log_never_holds_a_key_or_token(project: Path,
     assert {"error", "tool_call", "tool_result"} <= kinds, kinds
     for secret in (SECRET_KEY, BEARER, SK_TOKEN, OTHER_KEY):
         assert secret not in logged, f"{secret} reached the event log"
-    shown = nonoka(project, {**os.environ, **env}, "sessions", "show",
-                   str(paused.session_id), "--json")
+    shown = run_nonoka(project, "sessions", "show", str(paused.session_id), "--json",
+                       env={**os.environ, **env})
     assert shown.returncode == 0, shown.stderr
     for secret in (SECRET_KEY, BEARER, SK_TOKEN, OTHER_KEY):
         assert secret not in shown.stdout
 
 
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
-
-
 async def test_state_files_are_owner_only_even_with_a_lax_umask(
         project: Path, scripted: list[Any], server: ScriptedOpenAIServer) -> None:
-    env = {"NONOKA_MODEL": "openai:test-model", "OPENAI_API_KEY": "sk-test",
-           "OPENAI_BASE_URL": server.base_url, "NONOKA_DATABASE_URL": ""}
+    env = {**model_env(server.base_url), "NONOKA_DATABASE_URL": ""}
     scripted.append(Delay(0.8, text("hi")))
     old = os.umask(0)  # the bridge inherits it; the provider writes the id file under it
     try:

@@ -9,7 +9,6 @@ no traceback, and the session stored before still loads once the damage is undon
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -23,21 +22,9 @@ from typing import Any
 
 import pytest
 
-from nonoka.state import SessionState
-from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.testing import text
-from tests.bridge.conftest import BRIDGE, Bridge, assistant, chat, one, user
-
-
-def load(db: Path, session_id: str) -> SessionState | None:
-    async def go() -> SessionState | None:
-        store = SQLiteCheckpointStore(db)
-        try:
-            return await store.load_session(session_id)
-        finally:
-            await store.close()
-
-    return asyncio.run(go())
+from tests.support.bridge import BRIDGE, Bridge, assistant, chat, first_turn, one, user
+from tests.support.stores import load_stored
 
 
 def run_bridge(bridge: Bridge, request: dict[str, Any], *, prefix: Sequence[str] = (),
@@ -68,9 +55,7 @@ def failed_with(events: list[dict[str, Any]], code: str, *advice: str) -> str:
 @pytest.fixture
 def seeded(bridge: Bridge, scripted: list[Any]) -> tuple[str, list[dict[str, Any]]]:
     """A stored session and the history that continues it."""
-    scripted.append(text("stored answer"))
-    events = bridge.run(chat([user("keep me")], new_session=True))
-    sid = str(one(events, "session_init")["session_id"])
+    sid = str(first_turn(bridge, scripted)[0])
     return sid, [user("keep me"), assistant("stored answer"), user("next")]
 
 
@@ -105,7 +90,7 @@ def test_a_truncated_database_is_refused_untouched(
     assert bridge.db.read_bytes() == truncated, "the truncated file was written to"
     assert not Path(f"{bridge.db}-wal").exists()
     shutil.copy(backup, bridge.db)
-    restored = load(bridge.db, sid)
+    restored = load_stored(bridge.db, sid)
     assert restored is not None and restored.memory_entries[-1].content == "stored answer"
 
 
@@ -123,7 +108,7 @@ def test_a_database_from_a_newer_nonoka_is_refused_untouched(
     with sqlite3.connect(bridge.db) as db:
         db.execute("DELETE FROM nonoka_migrations WHERE name = 'm999_from_the_future'")
     db.close()
-    state = load(bridge.db, sid)
+    state = load_stored(bridge.db, sid)
     assert state is not None and state.memory_entries[-1].content == "stored answer"
 
 
@@ -154,7 +139,7 @@ def test_a_read_only_state_directory_is_a_clear_error(
         assert bridge.db_digest() == before
     finally:
         os.chmod(state_dir, 0o700)
-    state = load(bridge.db, sid)
+    state = load_stored(bridge.db, sid)
     assert state is not None and state.memory_entries[-1].content == "stored answer"
 
 
@@ -190,14 +175,14 @@ def test_a_full_disk_is_a_clear_error_and_loses_nothing(
 def assert_retry_completes(bridge: Bridge, sid: str, history: list[dict[str, Any]],
                            scripted: list[Any]) -> None:
     """What was stored before still loads; the host's retry finishes the turn, once."""
-    state = load(bridge.db, sid)
+    state = load_stored(bridge.db, sid)
     assert state is not None
     assert [e.content for e in state.memory_entries][:2] == ["keep me", "stored answer"]
     if not scripted:
         scripted.append(text("stored now"))
     events, _ = run_bridge(bridge, chat(history, session_id=sid))
     assert events[-1]["finish_reason"] == "stop", events
-    final = load(bridge.db, sid)
+    final = load_stored(bridge.db, sid)
     assert final is not None
     assert [e.content for e in final.memory_entries] == [
         "keep me", "stored answer", "next", "stored now"]

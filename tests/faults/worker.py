@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nonoka import Agent, Plan, Runner, Step, tool
+from nonoka import Agent, Plan, Runner, Step, Tool
 from nonoka.events import RunEvent, RunWarning
 from nonoka.llm.base import ModelResponse
 from nonoka.messages import Message
@@ -28,6 +28,7 @@ from nonoka.store.project import open_project_stores
 from nonoka.testing import FunctionModel, calls, text
 from nonoka.turn.journal import Journal
 from nonoka.turn.outcome import finish_reason_of
+from tests.support.tools import marked_tools
 
 PLAN = [
     {"id": "a", "tool": "lookup", "args": {"key": "a"}},
@@ -53,24 +54,12 @@ def respond(messages: list[Message], _tools: Any) -> ModelResponse:
     return text(f"answer to {last.content}", input_tokens=7, output_tokens=5)
 
 
-def build_tools(markers: Path) -> list[Any]:
+def build_tools(markers: Path) -> list[Tool]:
     def started(name: str, key: str) -> None:
         with markers.open("a") as log:
             log.write(f"{name} {key}\n")
 
-    @tool(idempotent=True)
-    def lookup(key: str) -> str:
-        """Look a key up (safe to repeat)."""
-        started("lookup", key)
-        return f"value-{key}"
-
-    @tool
-    def send_email(to: str) -> str:
-        """Send an email (not safe to repeat)."""
-        started("send_email", to)
-        return f"sent to {to}"
-
-    return [lookup, send_email]
+    return marked_tools(started)
 
 
 async def run(job: dict[str, Any]) -> dict[str, Any]:

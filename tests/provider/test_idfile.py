@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,9 @@ from nonoka.provider import (
     read_session_id,
     write_session_id,
 )
+from tests.support.files import mode
 
 SID = "6f1c2a9e-3b7d-4e55-9d0a-2c8b1f4e7a10"
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_the_file_lives_in_the_workspace_state_dir(tmp_path: Path) -> None:

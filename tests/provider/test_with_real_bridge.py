@@ -16,6 +16,7 @@ from nonoka.messages import Message
 from nonoka.provider import MessageLike, NonokaProvider, id_file_path
 from nonoka.testing import call, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer, Step
+from tests.support.processes import model_env
 
 READ_TOOL = {"name": "read", "description": "Read a file",
              "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
@@ -42,17 +43,15 @@ def serve() -> Iterator[Serve]:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "project"
-    path.mkdir()
-    return path
+def workspace(project: Path) -> Path:
+    """The shared empty ``project`` directory, under the name the provider uses for it."""
+    return project
 
 
 def make_provider(workspace: Path, server: ScriptedOpenAIServer, *,
                   cancel_grace: float = 5.0) -> NonokaProvider:
-    env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test",
-           "NONOKA_MODEL": "openai:test-model"}
-    return NonokaProvider(workspace, env=env, timeout=60, cancel_grace=cancel_grace)
+    return NonokaProvider(workspace, env=model_env(server.base_url, api_key="test"), timeout=60,
+                          cancel_grace=cancel_grace)
 
 
 async def test_a_conversation_continues_across_processes_and_providers(

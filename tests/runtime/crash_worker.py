@@ -1,8 +1,9 @@
 """A process that runs one step of a session, for tests that kill it with SIGKILL.
 
-Usage: python crash_worker.py '<json job>'. The job names the database, the session, what
-to do (react, resume, plan), the model's script, a directory where tools log each start,
-and which tool should hang (so the parent can kill the process mid-call).
+Usage: ``python -m tests.runtime.crash_worker '<json job>'`` from the repository root. The
+job names the database, the session, what to do (react, resume, plan), the model's script,
+a directory where tools log each start, and which tool should hang (so the parent can kill
+the process mid-call).
 """
 
 from __future__ import annotations
@@ -14,32 +15,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nonoka import Agent, Plan, Runner, Step, ToolApproval, tool
+from nonoka import Agent, Plan, Runner, Step, Tool, ToolApproval, tool
 from nonoka.errors import ModelError
 from nonoka.events import RunEvent, RunWarning
 from nonoka.llm.base import ModelResponse
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.testing import ScriptedModel, calls, text
+from tests.support.tools import marked_tools
 
 
-def build_tools(markers: Path, hang_on: str | None) -> list[Any]:
+def build_tools(markers: Path, hang_on: str | None) -> list[Tool]:
     def started(name: str, key: str) -> None:
         with (markers / f"{name}.log").open("a") as log:
             log.write(f"{key}\n")
         if hang_on in (name, f"{name}:{key}"):
             time.sleep(3600)
-
-    @tool(idempotent=True)
-    def lookup(key: str) -> str:
-        """Look a key up (safe to repeat)."""
-        started("lookup", key)
-        return f"value-{key}"
-
-    @tool
-    def send_email(to: str) -> str:
-        """Send an email (not safe to repeat)."""
-        started("send_email", to)
-        return f"sent to {to}"
 
     @tool(requires_approval=True)
     def delete_file(path: str) -> str:
@@ -47,7 +37,7 @@ def build_tools(markers: Path, hang_on: str | None) -> list[Any]:
         started("delete_file", path)
         return f"deleted {path}"
 
-    return [lookup, send_email, delete_file]
+    return [*marked_tools(started), delete_file]
 
 
 def build_step(raw: dict[str, Any]) -> ModelResponse | BaseException:

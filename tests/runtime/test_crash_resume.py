@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -16,9 +15,10 @@ import pytest
 
 from nonoka.messages import dangling_tool_calls
 from nonoka.state import SessionState, SessionStatus
-from nonoka.store.sqlite import SQLiteCheckpointStore
+from tests.support.stores import load_stored
 
-WORKER = Path(__file__).with_name("crash_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = [sys.executable, "-m", "tests.runtime.crash_worker"]
 
 
 class Harness:
@@ -32,7 +32,7 @@ class Harness:
                            **fields})
 
     def run(self, **fields: Any) -> dict[str, Any]:
-        done = subprocess.run([sys.executable, str(WORKER), self.job(**fields)],
+        done = subprocess.run([*WORKER, self.job(**fields)], cwd=ROOT,
                               capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
         result: dict[str, Any] = json.loads(done.stdout)
@@ -40,7 +40,7 @@ class Harness:
 
     def run_and_kill(self, *, when_logged: tuple[str, str], **fields: Any) -> None:
         """Start a worker, wait until a tool logs its start, then SIGKILL the process."""
-        proc = subprocess.Popen([sys.executable, str(WORKER), self.job(**fields)],
+        proc = subprocess.Popen([*WORKER, self.job(**fields)], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         log, key = self.markers / f"{when_logged[0]}.log", when_logged[1]
         deadline = time.monotonic() + 30
@@ -57,14 +57,7 @@ class Harness:
         return log.read_text().split() if log.exists() else []
 
     def state(self) -> SessionState:
-        async def load() -> SessionState | None:
-            store = SQLiteCheckpointStore(self.db)
-            try:
-                return await store.load_session("s1")
-            finally:
-                await store.close()
-
-        state = asyncio.run(load())
+        state = load_stored(self.db, "s1")
         assert state is not None
         return state
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +21,6 @@ from nonoka.store.project import (
 from nonoka.store.records import SessionRecord
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite.records import SQLiteRecordStore
-
-
-@pytest.fixture
-def open_umask() -> Iterator[None]:
-    """A permissive umask, to show the modes do not depend on the caller's."""
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def _listing(folder: Path) -> list[Path]:

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import stat
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -19,10 +16,7 @@ from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite.migrations import MIGRATIONS, apply_migrations
-
-
-def _raw(path: Path) -> closing[sqlite3.Connection]:
-    return closing(sqlite3.connect(path, isolation_level=None, timeout=5))
+from tests.support.stores import raw_sqlite
 
 
 def _bytes(path: Path) -> bytes:
@@ -39,16 +33,6 @@ def _state(session_id: str = "s1", entries: int = 4) -> SessionState:
     ])
 
 
-@pytest.fixture
-def open_umask() -> Iterator[None]:
-    """A permissive umask, to show the modes do not depend on the caller's."""
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
 async def test_wal_and_pragmas(tmp_path: Path) -> None:
     store = SQLiteCheckpointStore(tmp_path / "s.db")
     try:
@@ -59,7 +43,7 @@ async def test_wal_and_pragmas(tmp_path: Path) -> None:
         assert store.path == tmp_path / "s.db"
     finally:
         await store.close()
-    with _raw(tmp_path / "s.db") as db:  # WAL is a property of the file
+    with raw_sqlite(tmp_path / "s.db") as db:  # WAL is a property of the file
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -89,7 +73,7 @@ async def test_existing_file_mode_is_left_alone(tmp_path: Path) -> None:
 async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     await SQLiteCheckpointStore(path).close()
-    with _raw(path) as db:
+    with raw_sqlite(path) as db:
         first = db.execute("SELECT name, applied_at FROM nonoka_migrations").fetchall()
     assert [name for name, _ in first] == [m.__name__ for m in MIGRATIONS]
     store = SQLiteCheckpointStore(path)
@@ -97,7 +81,7 @@ async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
         assert apply_migrations(store.connection, str(path)) == []
     finally:
         await store.close()
-    with _raw(path) as db:
+    with raw_sqlite(path) as db:
         assert db.execute("SELECT name, applied_at FROM nonoka_migrations").fetchall() == first
 
 
@@ -106,7 +90,7 @@ async def test_database_from_a_newer_nonoka_is_refused_untouched(tmp_path: Path)
     store = SQLiteCheckpointStore(path)
     await store.save_session(_state())
     await store.close()
-    with _raw(path) as db:
+    with raw_sqlite(path) as db:
         db.execute("INSERT INTO nonoka_migrations VALUES ('m999_from_the_future', 0)")
     before = _bytes(path)
     with pytest.raises(UnsupportedVersionError, match=r"m999_from_the_future") as info:
@@ -232,7 +216,7 @@ async def test_processes_opening_a_fresh_file_at_once(tmp_path: Path) -> None:
     outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 60)
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err.decode()
-    with _raw(path) as db:
+    with raw_sqlite(path) as db:
         names = [r[0] for r in db.execute("SELECT name FROM nonoka_migrations")]
         sessions = {r[0] for r in db.execute("SELECT session_id FROM checkpoints")}
     assert names == [m.__name__ for m in MIGRATIONS]

@@ -7,7 +7,6 @@ import asyncio
 import sqlite3
 import sys
 import time
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -23,23 +22,20 @@ from nonoka.store.sqlite.migrations import (
     m002_session_index_and_events,
 )
 from nonoka.store.sqlite.records import SQLiteRecordStore
+from tests.support.stores import raw_sqlite
 
 ALL = [m.__name__ for m in MIGRATIONS]
 
 
-def _raw(path: Path) -> closing[sqlite3.Connection]:
-    return closing(sqlite3.connect(path, isolation_level=None, timeout=5))
-
-
 def _tables(path: Path) -> set[str]:
-    with _raw(path) as db:
+    with raw_sqlite(path) as db:
         return {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
 
 
 def _old_file(path: Path) -> SessionState:
     """A file as the previous nonoka left it: only m001, with one session stored."""
     state = SessionState(session_id="old-session")
-    with _raw(path) as db:
+    with raw_sqlite(path) as db:
         assert apply_migrations(db, str(path), MIGRATIONS[:1]) == ["m001_checkpoint_tables"]
         db.execute("INSERT INTO checkpoints VALUES (?, ?, 1, 0, 0, 0, 0)",
                    (state.session_id, snapshot_json(state)))
@@ -61,7 +57,7 @@ async def test_old_file_is_upgraded_by_the_record_store(tmp_path: Path) -> None:
         assert [e.seq for e in await records.list_events(old.session_id)] == [1]
     finally:
         await records.close()
-    with _raw(path) as db:
+    with raw_sqlite(path) as db:
         assert [r[0] for r in db.execute("SELECT name FROM nonoka_migrations")] == ALL
     assert {"cli_sessions", "events", "cli_sessions_last_active",
             "cli_sessions_conversation_key"} <= _tables(path)
@@ -91,16 +87,16 @@ async def test_an_upgraded_file_has_the_schema_of_a_fresh_one(tmp_path: Path) ->
         await SQLiteCheckpointStore(path).close()
 
     def schema(path: Path) -> list[tuple[str, str, str, str | None]]:
-        with _raw(path) as db:
+        with raw_sqlite(path) as db:
             return sorted(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
 
     assert schema(old) == schema(fresh)
-    with _raw(old) as db:
+    with raw_sqlite(old) as db:
         assert [r[0] for r in db.execute("SELECT name FROM nonoka_migrations")] == ALL
 
 
 def test_m002_is_idempotent(tmp_path: Path) -> None:
-    with _raw(tmp_path / "s.db") as db:
+    with raw_sqlite(tmp_path / "s.db") as db:
         m002_session_index_and_events(db)
         m002_session_index_and_events(db)
         assert db.execute("SELECT count(*) FROM cli_sessions").fetchone() == (0,)

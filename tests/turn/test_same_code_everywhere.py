@@ -21,9 +21,9 @@ from nonoka.store.lease_terms import new_lease_owner
 from nonoka.store.project import open_project_stores
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer
-from tests.bridge.conftest import Bridge, assistant, chat, one, user
 from tests.cli.conftest import Project
 from tests.conftest import ScriptItem
+from tests.support.bridge import Bridge, assistant, chat, one, user
 
 
 @pytest.fixture

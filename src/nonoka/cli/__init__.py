@@ -1,1 +1,4 @@
-"""The ``nonoka`` command."""
+"""The ``nonoka`` command.
+
+Internal: the command line is the interface, not these modules.
+"""

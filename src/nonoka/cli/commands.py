@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from nonoka import __version__
 from nonoka.cli.opencode_cmd import opencode
 
 T = TypeVar("T")
@@ -40,7 +41,7 @@ def _call(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="nonoka")
+@click.version_option(__version__, prog_name="nonoka")
 def cli() -> None:
     """nonoka: an agent runtime whose sessions survive process death.
 

@@ -3,9 +3,10 @@
 OpenCode loads a provider from a local folder when ``opencode.json`` names it as
 ``"npm": "file:/absolute/path"``. The provider ships inside this Python package
 (``nonoka/opencode/provider/``, built from ``packages/nonoka-opencode-provider``), so
-``pip install nonoka`` alone brings it; ``init`` copies it into ``<project>/.nonoka/`` (a
-stable path that survives reinstalls and virtualenv moves) and points OpenCode at it, with
-the bridge command set to this very interpreter so it works from a virtualenv.
+installing nonoka (``pip install .`` from a checkout, or its wheel) brings it; ``init``
+copies it into ``<project>/.nonoka/`` (a stable path that survives reinstalls and
+virtualenv moves) and points OpenCode at it, with the bridge command set to this very
+interpreter so it works from a virtualenv.
 
 Re-running is harmless: the copy is refreshed only when it differs, and the provider block
 is merged into ``opencode.json`` without touching the user's other settings.

@@ -7,6 +7,8 @@ holds it to the model adapter (``AdoptsInflight.adopt``) and to the turn. When t
 adapter makes its own request, ``claim`` hands the connection over only if the adapter's
 request is byte for byte the one already sent; a different request closes the early one
 unread, and so does ``settle`` when the turn never asked. Standard library only.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ builds every request with these functions, and so does the bridge's early dispat
 (``nonoka.bridge.early``), which must not import pydantic: one implementation of the
 bytes a model endpoint receives. Its value types are named tuples, which cost the
 per-turn process far less to define than frozen dataclasses.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
 from __future__ import annotations

@@ -1,1 +1,4 @@
-"""Execution paradigms: the ReAct loop and the plan executor."""
+"""Execution paradigms: the ReAct loop and the plan executor.
+
+Internal: run them through ``nonoka.Runner``.
+"""

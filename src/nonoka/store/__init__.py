@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nonoka.store.base import CheckpointStore, SessionLeases
+    from nonoka.store.leases import hold_lease, new_lease_owner
     from nonoka.store.memory.checkpoints import MemoryCheckpointStore
     from nonoka.store.memory.records import MemoryRecordStore
     from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
     from nonoka.store.postgres.records import PostgresRecordStore
+    from nonoka.store.project import ProjectStores, open_project_stores
     from nonoka.store.records import EventLog, SessionIndex
     from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
     from nonoka.store.sqlite.records import SQLiteRecordStore
@@ -34,10 +36,14 @@ __all__ = [
     "MemoryRecordStore",
     "PostgresCheckpointStore",
     "PostgresRecordStore",
+    "ProjectStores",
     "SQLiteCheckpointStore",
     "SQLiteRecordStore",
     "SessionIndex",
     "SessionLeases",
+    "hold_lease",
+    "new_lease_owner",
+    "open_project_stores",
 ]
 
 _WHERE = {
@@ -51,6 +57,10 @@ _WHERE = {
     "SQLiteRecordStore": "sqlite.records",
     "PostgresCheckpointStore": "postgres.checkpoints",
     "PostgresRecordStore": "postgres.records",
+    "ProjectStores": "project",
+    "open_project_stores": "project",
+    "hold_lease": "leases",
+    "new_lease_owner": "leases",
 }
 
 
@@ -61,3 +71,7 @@ def __getattr__(name: str) -> Any:
     from importlib import import_module
 
     return getattr(import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -8,6 +8,8 @@ with the stored session, logs the runtime's events (model calls with usage, tool
 and results, warnings) and ends the turn with a ``finish`` entry.
 
 It is on the bridge's per-turn path: it imports nothing a bridge turn does not already load.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Real ``nonoka bridge`` processes against a local scripted OpenAI-compatible server."""
+"""Real ``nonoka bridge`` processes, and the protocol's requests and events as plain dicts."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer
+from tests.support.processes import model_env
+from tests.support.stores import load_stored
 
 BRIDGE = [sys.executable, "-m", "nonoka", "bridge"]
 
@@ -51,8 +52,8 @@ class Bridge:
 
     def __init__(self, project: Path, server: ScriptedOpenAIServer | None) -> None:
         self.project = project
-        self.env = {**os.environ, "NONOKA_MODEL": "openai:test-model", "OPENAI_API_KEY": "sk-test",
-                    "OPENAI_BASE_URL": server.base_url if server else "http://127.0.0.1:9/v1"}
+        self.env = {**os.environ,
+                    **model_env(server.base_url if server else "http://127.0.0.1:9/v1")}
         self.env.pop("NONOKA_DATABASE_URL", None)
 
     @property
@@ -97,13 +98,26 @@ def text_of(events: list[dict[str, Any]]) -> str:
     return "".join(e["text"] for e in of_type(events, "text_delta"))
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    path = tmp_path / "project"
-    path.mkdir()
-    return path
+def read_events_until(proc: subprocess.Popen[bytes], kind: str) -> list[dict[str, Any]]:
+    """Events from a spawned bridge's stdout, up to and including the first ``kind``."""
+    assert proc.stdout is not None
+    events: list[dict[str, Any]] = []
+    while True:
+        line = proc.stdout.readline()
+        assert line, "the bridge closed stdout early"
+        events.append(json.loads(line))
+        if events[-1]["type"] == kind:
+            return events
 
 
-@pytest.fixture
-def bridge(project: Path, server: ScriptedOpenAIServer) -> Bridge:
-    return Bridge(project, server)
+def load_state(bridge: Bridge, session_id: str) -> Any:
+    """The stored ``SessionState`` (or ``None``), loaded as a fresh process would."""
+    return load_stored(bridge.db, session_id)
+
+
+def first_turn(bridge: Bridge, scripted: list[Any], prompt: str = "keep me",
+               answer: str = "stored answer") -> tuple[str, list[dict[str, Any]]]:
+    """A new session with one exchange; its id and the events of the turn."""
+    scripted.append(text(answer))
+    events = bridge.run(chat([user(prompt)], new_session=True))
+    return one(events, "session_init")["session_id"], events
