@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from nonoka.cli.opencode_cmd import opencode
+from nonoka.cli.ui_cmd import ui
 
 T = TypeVar("T")
 
@@ -193,3 +194,4 @@ def demo(directory: Path | None) -> None:
 
 
 cli.add_command(opencode)
+cli.add_command(ui)
