@@ -10,12 +10,14 @@ same bookkeeping the bridge uses.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.bridge.conftest import Bridge, assistant, chat, one, text_of, tool_message, user
+from tests.ui.harness import run_async
 
 from nonoka import Agent, Plan, Runner, Step, tool
 from nonoka.bookkeeping import SessionBook
@@ -23,7 +25,6 @@ from nonoka.store.project import open_project_stores
 from nonoka.testing import ScriptedModel, call, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer
 from nonoka.testing.server import Step as ServerStep
-from tests.bridge.conftest import Bridge, assistant, chat, one, text_of, tool_message, user
 
 WRITE = {"name": "write", "description": "Write a file in the project",
          "parameters": {"type": "object", "properties": {
@@ -106,7 +107,7 @@ def fill(project: Path) -> Filled:
         _branches(bridge, script, filled)
         _hostile(bridge, script, filled)
         assert not server.failures, server.failures
-    asyncio.run(_plan(project, filled))
+    run_async(_plan(project, filled))
     return filled
 
 
@@ -148,7 +149,7 @@ def _branches(bridge: Bridge, script: list[ServerStep], filled: Filled) -> None:
     host.say("Add a day trip to Nara", said("Day 4: Nara park and Todai-ji.", 700, 22,
                                             0.00075))
     root = str(host.session_id)
-    branches = []
+    branches: list[str] = []
     for base, edit in ((host.history[:2], "Add a day trip to Osaka instead"),
                        (host.history[:2], "Make it a food-focused trip"),
                        (None, "Make it vegetarian-friendly")):
@@ -167,7 +168,7 @@ def _branches(bridge: Bridge, script: list[ServerStep], filled: Filled) -> None:
     filled.ids["branch_root"] = root
     for index, sid in enumerate(branches, 1):
         filled.ids[f"branch_{index}"] = sid
-    asyncio.run(_tag_lineage(filled.project, [
+    run_async(_tag_lineage(filled.project, [
         (branches[0], root, 2), (branches[1], root, 2), (branches[2], branches[0], 4)]))
 
 

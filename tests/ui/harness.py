@@ -6,6 +6,7 @@ browser download is never used. Each browser gets a fresh profile directory.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -14,15 +15,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from playwright.sync_api import BrowserContext, sync_playwright
 
 CHROMIUM = os.environ.get("NONOKA_TEST_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+T = TypeVar("T")
 URL = re.compile(r"(http://127\.0\.0\.1:(\d+)/)\?token=(\S+)")
 
 
@@ -37,6 +41,7 @@ class UiServer:
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True)
         self.output = ""
+        self.errors = ""
         deadline = time.monotonic() + 30
         assert self.process.stdout is not None
         while time.monotonic() < deadline:
@@ -50,20 +55,21 @@ class UiServer:
                     found.group(3)
                 self.url = f"{self.base}?token={self.token}"
                 return
-        self.stop()
-        raise AssertionError(f"nonoka ui printed no address: {self.output}"
-                             f"{self.process.stderr.read() if self.process.stderr else ''}")
+        errors = self.stop()
+        raise AssertionError(f"nonoka ui printed no address: {self.output}{errors}")
 
     def stop(self) -> str:
         """Stop it as Ctrl+C would; returns what it wrote on stderr."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+        if self.process.returncode is None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGINT)
             try:
-                self.process.wait(timeout=15)
+                out, self.errors = self.process.communicate(timeout=15)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait()
-        return self.process.stderr.read() if self.process.stderr else ""
+                out, self.errors = self.process.communicate()
+            self.output += out
+        return self.errors
 
 
 @contextmanager
@@ -82,3 +88,13 @@ def chromium(width: int = 1440, height: int = 900) -> Iterator[BrowserContext]:
                 context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to the end on a loop of its own, in a worker thread.
+
+    Playwright's sync API keeps an event loop running on the test's thread, so
+    ``asyncio.run`` cannot be called there while a browser is open.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

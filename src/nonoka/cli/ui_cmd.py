@@ -28,6 +28,11 @@ def missing_extra() -> str | None:
     return None
 
 
+def _say(text: str) -> None:
+    click.echo(text)
+    sys.stdout.flush()
+
+
 @click.command()
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on (0 picks a free one).")
@@ -67,7 +72,7 @@ def ui(port: int, host: str, open_browser: bool, allow_actions: bool) -> None:
     try:
         asyncio.run(serve(project, database_url_from_env(), host=host, port=port,
                           allow_actions=allow_actions, open_browser=open_browser,
-                          say=lambda text: click.echo(text) or sys.stdout.flush()))
+                          say=_say))
     except KeyboardInterrupt:
         pass
     except OSError as exc:

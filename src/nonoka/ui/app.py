@@ -14,20 +14,14 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import (
-    HTMLResponse,
-    JSONResponse,
-    PlainTextResponse,
-    RedirectResponse,
-    Response,
-)
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from nonoka.errors import NonokaError
 from nonoka.ui import format as fmt
 from nonoka.ui import pages
-from nonoka.ui.data import NotAvailableError, UiData
+from nonoka.ui.data import NotAvailableError, SessionRecord, UiData
 from nonoka.ui.markdown import render as markdown
 from nonoka.ui.security import ASGIApp, TokenGuard
 
@@ -55,121 +49,135 @@ def templates() -> Environment:
     return env
 
 
-def create_app(data: UiData, settings: Settings, *, token: str, port: int,
-               hosts: frozenset[str] | None) -> ASGIApp:
-    """The application, already wrapped in the token guard."""
-    env = templates()
-    env.globals.update(settings=settings, live_interval=LIVE_INTERVAL_MS)
+class Pages:
+    """The endpoints; each reads through ``data`` and renders with ``env``."""
 
-    def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        return HTMLResponse(env.get_template(name).render(**context), status_code=status)
+    def __init__(self, data: UiData, settings: Settings) -> None:
+        self.data = data
+        self.settings = settings
+        self.env = templates()
+        self.env.globals.update(settings=settings, live_interval=LIVE_INTERVAL_MS)
 
-    def fragment(name: str, macro: str, *args: Any, **kwargs: Any) -> str:
-        return str(getattr(env.get_template(name).module, macro)(*args, **kwargs))
+    def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
 
-    async def sessions(request: Request) -> Response:
-        view = await pages.list_view(data, dict(request.query_params))
-        return page("sessions.html", view=view, params=dict(request.query_params))
+    def macro(self, template: str, name: str, *args: Any) -> str:
+        return str(getattr(self.env.get_template(template).module, name)(*args))
 
-    async def find(request: Request) -> Any:
+    async def lookup(self, request: Request) -> SessionRecord | Response:
+        """The session the path names (an unambiguous prefix is enough), or a 404 page."""
         ref = str(request.path_params["sid"])
-        record = await data.get_session(ref)
-        if record is None:
-            return page("missing.html", 404, ref=ref)
-        return record
+        record = await self.data.get_session(ref)
+        return record if record is not None else self.page("missing.html", 404, ref=ref)
 
-    async def session(request: Request) -> Response:
-        record = await find(request)
+    async def sessions(self, request: Request) -> Response:
+        params = dict(request.query_params)
+        return self.page("sessions.html", view=await pages.list_view(self.data, params),
+                         params=params)
+
+    async def session(self, request: Request) -> Response:
+        record = await self.lookup(request)
         if isinstance(record, Response):
             return record
         if record.session_id != request.path_params["sid"]:
             return RedirectResponse(f"/s/{record.session_id}", 303)
-        view = await pages.session_view(data, record, actions=settings.allow_actions)
-        notice = request.query_params.get("notice", "")
-        return page("session.html", view=view, notice=notice)
+        view = await pages.session_view(self.data, record,
+                                        actions=self.settings.allow_actions)
+        return self.page("session.html", view=view)
 
-    async def entries(request: Request) -> Response:
-        record = await find(request)
+    async def entries(self, request: Request) -> Response:
+        """A page of the conversation, before or after a ``seq``, as rendered entries."""
+        record = await self.lookup(request)
         if isinstance(record, Response):
             return record
-        before, after = _int(request.query_params.get("before")), _int(
-            request.query_params.get("after"))
-        chunk = await data.entries(record.session_id, before=before, after=after,
-                                   limit=pages.FIRST_ENTRIES if after is None else 500)
-        html = fragment("_conversation.html", "entry_list", chunk.rows, settings.allow_actions)
+        query = request.query_params
+        before, after = _int(query.get("before")), _int(query.get("after"))
+        chunk = await self.data.entries(
+            record.session_id, before=before, after=after,
+            limit=pages.FIRST_ENTRIES if after is None else pages.LIVE_ENTRIES)
+        html = self.macro("_conversation.html", "entry_list", chunk.rows,
+                          self.settings.allow_actions)
         return JSONResponse({"html": html, "first": chunk.first_seq, "last": chunk.last_seq,
                              "total": chunk.total})
 
-    async def revision(request: Request) -> Response:
-        record = await find(request)
+    async def revision(self, request: Request) -> Response:
+        record = await self.lookup(request)
         if isinstance(record, Response):
             return record
-        return JSONResponse({"revision": await data.revision(record.session_id)})
+        return JSONResponse({"revision": await self.data.revision(record.session_id)})
 
-    async def parts(request: Request) -> Response:
-        """Every section of a session page, fresh, for a page that saw a change."""
-        record = await find(request)
+    async def parts(self, request: Request) -> Response:
+        """Every section of a session page but the conversation, fresh."""
+        record = await self.lookup(request)
         if isinstance(record, Response):
             return record
-        view = await pages.session_view(data, record, actions=settings.allow_actions)
-        module = env.get_template("_session.html").module
-        return JSONResponse({
-            "revision": view.revision,
-            **{name: str(getattr(module, name)(view)) for name in
-               ("header", "summary", "timeline_panel", "plan_panel", "usage_panel",
-                "sidebar", "tab_counts")},
-        })
+        view = await pages.session_view(self.data, record,
+                                        actions=self.settings.allow_actions)
+        module = self.env.get_template("_session.html").module
+        fresh = {name: str(getattr(module, name)(view)) for name in PARTS}
+        return JSONResponse({"revision": view.revision, **fresh})
 
-    async def act(request: Request) -> Response:
-        if not settings.allow_actions:
-            return _answer(request, 403, "actions are off: start `nonoka ui --allow-actions` "
-                                         "to cancel, fork or export sessions")
+    async def act(self, request: Request) -> Response:
+        """Cancel, fork or export: only with ``--allow-actions``, only from the page."""
+        if not self.settings.allow_actions:
+            return _answer(403, "actions are off: start `nonoka ui --allow-actions` to "
+                                "cancel, fork or export sessions")
         if request.headers.get("x-nonoka-action") != "1":
-            return _answer(request, 403, "actions are sent by the page's own script")
-        record = await find(request)
+            return _answer(403, "actions are sent by the page's own script")
+        record = await self.lookup(request)
         if isinstance(record, Response):
             return record
-        action = request.path_params["action"]
-        sid = record.session_id
         try:
-            if action == "cancel":
-                done = await data.cancel_session(sid)
-                return _answer(request, 200, "session cancelled" if done else
-                               "nothing to cancel: the session has already ended")
-            if action == "fork":
-                form = await request.form()
-                new = await data.fork_session(sid, _int(str(form.get("entry", ""))) or 0)
-                return _answer(request, 200, "forked", location=f"/s/{new}")
-            if action == "export":
-                body = await data.export_session(sid)
-                return Response(body, media_type="application/json", headers={
-                    "content-disposition": f'attachment; filename="{sid}.json"'})
+            return await self._act(request, str(request.path_params["action"]), record)
         except NotAvailableError as exc:
-            return _answer(request, 501, str(exc))
+            return _answer(501, str(exc))
         except NonokaError as exc:
-            return _answer(request, 409, str(exc))
-        return _answer(request, 404, f"unknown action {action!r}")
+            return _answer(409, str(exc))
 
+    async def _act(self, request: Request, action: str, record: SessionRecord) -> Response:
+        sid = record.session_id
+        if action == "cancel":
+            done = await self.data.cancel_session(sid)
+            return _answer(200, "session cancelled" if done else
+                           "nothing to cancel: the session has already ended")
+        if action == "fork":
+            form = await request.form()
+            new = await self.data.fork_session(sid, _int(str(form.get("entry", ""))) or 0)
+            return _answer(200, "forked", location=f"/s/{new}")
+        if action == "export":
+            body = await self.data.export_session(sid)
+            return Response(body, media_type="application/json", headers={
+                "content-disposition": f'attachment; filename="{sid}.json"'})
+        return _answer(404, f"unknown action {action!r}")
+
+
+PARTS = ("header", "summary", "timeline_panel", "plan_panel", "usage_panel", "sidebar",
+         "tab_counts")
+"""The sections of ``_session.html`` a live page swaps in."""
+
+
+def create_app(data: UiData, settings: Settings, *, token: str, port: int,
+               hosts: frozenset[str] | None) -> ASGIApp:
+    """The application, already wrapped in the token guard."""
+    endpoints = Pages(data, settings)
     routes = [
-        Route("/", sessions),
-        Route("/s/{sid}", session),
-        Route("/s/{sid}/entries", entries),
-        Route("/s/{sid}/revision", revision),
-        Route("/s/{sid}/parts", parts),
-        Route("/s/{sid}/{action}", act, methods=["POST"]),
+        Route("/", endpoints.sessions),
+        Route("/s/{sid}", endpoints.session),
+        Route("/s/{sid}/entries", endpoints.entries),
+        Route("/s/{sid}/revision", endpoints.revision),
+        Route("/s/{sid}/parts", endpoints.parts),
+        Route("/s/{sid}/{action}", endpoints.act, methods=["POST"]),
         Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={
-        404: lambda _r, _e: PlainTextResponse("404 Not Found\n", 404)})
-    return TokenGuard(app, token, port, hosts)
+    return TokenGuard(Starlette(routes=routes), token, port, hosts)
 
 
 async def favicon(_request: Request) -> Response:
     return RedirectResponse("/static/favicon.svg", 301)
 
 
-def _answer(request: Request, status: int, message: str, location: str = "") -> Response:
+def _answer(status: int, message: str, location: str = "") -> Response:
     return JSONResponse({"ok": status < 300, "message": message, "location": location},
                         status_code=status)
 

@@ -63,7 +63,7 @@ def cost_chart(turns: Sequence[Turn]) -> Chart:
                  f"{fmt.money(sum(t.cost for t in turns))} total")
 
 
-def _bar(index: int, count: int, parts: list[tuple[float, str]], peak: float, tip: str,
+def _bar(index: int, count: int, parts: Sequence[tuple[float, str]], peak: float, tip: str,
          label: str) -> Bar:
     room = WIDTH - LEFT - 8
     slot = room / max(count, 1)

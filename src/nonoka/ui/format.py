@@ -7,6 +7,9 @@ import time
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
+NONE = "\u2013"
+"""An en dash: what a cell shows for no value."""
+
 
 def tokens(count: int | float | None) -> str:
     value = int(count or 0)
@@ -19,7 +22,7 @@ def tokens(count: int | float | None) -> str:
 
 def money(usd: float | None) -> str:
     if not usd:
-        return "–"
+        return NONE
     if usd >= 1:
         return f"${usd:,.2f}"
     return f"${usd:.4f}" if usd >= 0.001 else f"${usd:.6f}"
@@ -28,7 +31,7 @@ def money(usd: float | None) -> str:
 def ago(timestamp: float | None, now: float | None = None) -> str:
     """``"3 min ago"``; the date for anything older than a month."""
     if not timestamp:
-        return "–"
+        return NONE
     seconds = max(0.0, (time.time() if now is None else now) - timestamp)
     if seconds < 10:
         return "just now"
@@ -43,7 +46,7 @@ def ago(timestamp: float | None, now: float | None = None) -> str:
 def stamp(timestamp: float | None) -> str:
     """A full local date and time, for tooltips and the detail rows."""
     if not timestamp:
-        return "–"
+        return NONE
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 

@@ -27,6 +27,8 @@ PAGE_SIZES = (25, 50, 100)
 FIRST_ENTRIES = 40
 """Conversation entries on a session page's first screen; earlier ones load on demand."""
 TIMELINE_EVENTS = 500
+LIVE_ENTRIES = 500
+"""At most this many new entries are appended to a live page at once."""
 
 
 # -- the sessions page ------------------------------------------------------------------------

@@ -96,19 +96,26 @@
   let failures = 0;
 
   async function refresh() {
-    const last = Number(root.dataset.last);
-    const chunk = await getJSON(base + "/entries?after=" + last);
-    if (chunk.html) {
-      const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+    const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+    for (;;) {  // new entries, in pages, until the stored conversation is all shown
+      const chunk = await getJSON(base + "/entries?after=" + root.dataset.last);
+      if (chunk.total - 1 < Number(root.dataset.last)) {  // compacted: rewritten, not appended
+        location.reload();
+        return root.dataset.revision;
+      }
+      if (!chunk.html) break;
       const holder = document.createElement("div");
       holder.innerHTML = chunk.html;
       Array.from(holder.children).forEach((el) => {
         el.classList.add("new");
         conversation.appendChild(el);
       });
-      if (chunk.last >= 0) root.dataset.last = String(chunk.last);
-      if (nearBottom && root.dataset.tab === "conversation") window.scrollTo(0, document.body.scrollHeight);
+      root.dataset.last = String(chunk.last);
+      if (chunk.last >= chunk.total - 1) break;
     }
+    const empty = $("#panel-conversation .empty-panel");
+    if (empty && conversation.children.length) empty.remove();
+    if (nearBottom && root.dataset.tab === "conversation") window.scrollTo(0, document.body.scrollHeight);
     const parts = await getJSON(base + "/parts");
     const map = { header: "#part-header", summary: "#part-summary", timeline_panel: "#part-timeline",
       plan_panel: "#part-plan", usage_panel: "#part-usage", sidebar: "#part-sidebar", tab_counts: "#part-tabs" };
