@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.bridge.conftest import Bridge, assistant, chat, one, text_of, tool_message, user
-from tests.ui.harness import run_async
-
 from nonoka import Agent, Plan, Runner, Step, tool
 from nonoka.bookkeeping import SessionBook
 from nonoka.store.project import open_project_stores
 from nonoka.testing import ScriptedModel, call, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer
 from nonoka.testing.server import Step as ServerStep
+from tests.bridge.conftest import Bridge, assistant, chat, one, text_of, tool_message, user
+from tests.ui.harness import run_async
 
 WRITE = {"name": "write", "description": "Write a file in the project",
          "parameters": {"type": "object", "properties": {

@@ -27,7 +27,7 @@ CHROMIUM = os.environ.get("NONOKA_TEST_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 T = TypeVar("T")
-URL = re.compile(r"(http://127\.0\.0\.1:(\d+)/)\?token=(\S+)")
+URL = re.compile(r"(http://[^/\s]+:(\d+)/)\?token=(\S+)")
 
 
 class UiServer:

@@ -141,8 +141,11 @@ class Pages:
             return _answer(200, "session cancelled" if done else
                            "nothing to cancel: the session has already ended")
         if action == "fork":
-            form = await request.form()
-            new = await self.data.fork_session(sid, _int(str(form.get("entry", ""))) or 0)
+            fields = await _json(request)
+            entry = fields.get("entry")
+            if not isinstance(entry, int) or isinstance(entry, bool) or entry < 0:
+                return _answer(400, "fork needs the entry to fork at")
+            new = await self.data.fork_session(sid, entry)
             return _answer(200, "forked", location=f"/s/{new}")
         if action == "export":
             body = await self.data.export_session(sid)
@@ -180,6 +183,14 @@ async def favicon(_request: Request) -> Response:
 def _answer(status: int, message: str, location: str = "") -> Response:
     return JSONResponse({"ok": status < 300, "message": message, "location": location},
                         status_code=status)
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    try:
+        value = await request.json()
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _int(text: str | None) -> int | None:

@@ -58,6 +58,9 @@ STATUSES = ("created", "running", "paused", "completed", "failed", "cancelled")
 _COLUMNS = ("session_id", "title", "model", "created_at", "last_active", "status",
             "turn_count", "message_count", "input_tokens", "output_tokens", "cost_usd",
             "metadata")
+COUNT_CAP = 10_000
+"""Matches are counted up to here (``total`` is then ``COUNT_CAP + 1``): an exact count
+of 100,000 rows costs more than the page itself."""
 LINEAGE_DEPTH = 6
 LINEAGE_BREADTH = 25
 
@@ -89,8 +92,13 @@ class SessionQuery:
 class SessionPage:
     rows: list[SessionRecord]
     total: int
+    """Matching sessions, counted up to ``COUNT_CAP + 1`` (see ``more_than_cap``)."""
     next_cursor: str | None
     prev_cursor: str | None
+
+    @property
+    def more_than_cap(self) -> bool:
+        return self.total > COUNT_CAP
 
 
 @dataclass(frozen=True)
@@ -236,7 +244,8 @@ class UiData:
         direction = "DESC" if descending else "ASC"
         select = (f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions {_where(page_where)} "
                   f"ORDER BY {key} {direction}, session_id {direction} LIMIT ?")
-        count = f"SELECT count(*) FROM cli_sessions {_where(where)}"
+        count = (f"SELECT count(*) FROM (SELECT 1 FROM cli_sessions {_where(where)} "
+                 f"LIMIT {COUNT_CAP + 1}) AS capped")
         rows, total = await self._query((select, [*page_params, query.limit + 1]),
                                         (count, params))
         records = [self._record(r) for r in rows[: query.limit]]

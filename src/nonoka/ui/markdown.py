@@ -24,6 +24,7 @@ _NUMBERED = re.compile(r"^\s*\d+[.)]\s+(.*)$")
 
 def render(text: str) -> Markup:
     """``text`` as safe HTML."""
+    text = text.replace("\x00", "")  # the inline pass uses NUL as a placeholder
     out: list[str] = []
     position = 0
     for match in _FENCE.finditer(text):
@@ -70,7 +71,7 @@ def _inline(text: str) -> str:
         spans.append(f"<code>{match.group(1)}</code>")
         return f"\x00{len(spans) - 1}\x00"
 
-    html = _CODE_SPAN.sub(keep, str(escape(text.replace("\x00", ""))))
+    html = _CODE_SPAN.sub(keep, str(escape(text)))
     html = _LINK.sub(r'<a href="\2" rel="noopener noreferrer nofollow" target="_blank">\1</a>',
                      html)
     html = _BOLD.sub(r"<strong>\1</strong>", html)

@@ -155,10 +155,10 @@
   poll();
 
   // Actions (only rendered with --allow-actions): sent with a header no other site can set.
-  async function act(action, body) {
+  async function act(action, fields) {
     const response = await fetch(base + "/" + action, {
-      method: "POST", credentials: "same-origin", body: body || new FormData(),
-      headers: { "X-Nonoka-Action": "1", "Accept": "application/json" },
+      method: "POST", credentials: "same-origin", body: JSON.stringify(fields),
+      headers: { "X-Nonoka-Action": "1", "Accept": "application/json", "Content-Type": "application/json" },
     });
     const type = response.headers.get("content-type") || "";
     if (type.includes("application/json")) {
@@ -178,8 +178,7 @@
     const button = event.target.closest("[data-action]");
     if (!button) return;
     if (button.dataset.confirm && !window.confirm(button.dataset.confirm)) return;
-    const body = new FormData();
-    if (button.dataset.entry) body.append("entry", button.dataset.entry);
-    act(button.dataset.action, body).catch((error) => toast(error.message, true));
+    const fields = button.dataset.entry ? { entry: Number(button.dataset.entry) } : {};
+    act(button.dataset.action, fields).catch((error) => toast(error.message, true));
   });
 })();
