@@ -7,6 +7,7 @@ rendered by the same templates, so there is one renderer and one place that esca
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,16 @@ class Pages:
         self.env = templates()
         self.env.globals.update(settings=settings, live_interval=LIVE_INTERVAL_MS)
 
-    def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
+    def page(self, name: str, status: int = 200, *, started: float | None = None,
+             **context: Any) -> HTMLResponse:
+        """Render ``name``; with ``started`` (a ``perf_counter`` reading) the answer says
+        how long the server took, in a ``Server-Timing`` header the browser exposes."""
+        html = self.env.get_template(name).render(**context)
+        headers = {}
+        if started is not None:
+            elapsed = (time.perf_counter() - started) * 1000
+            headers["server-timing"] = f"render;dur={elapsed:.2f}"
+        return HTMLResponse(html, status_code=status, headers=headers)
 
     def macro(self, template: str, name: str, *args: Any) -> str:
         return str(getattr(self.env.get_template(template).module, name)(*args))
@@ -71,11 +80,13 @@ class Pages:
         return record if record is not None else self.page("missing.html", 404, ref=ref)
 
     async def sessions(self, request: Request) -> Response:
+        started = time.perf_counter()
         params = dict(request.query_params)
         return self.page("sessions.html", view=await pages.list_view(self.data, params),
-                         params=params)
+                         params=params, started=started)
 
     async def session(self, request: Request) -> Response:
+        started = time.perf_counter()
         record = await self.lookup(request)
         if isinstance(record, Response):
             return record
@@ -83,7 +94,7 @@ class Pages:
             return RedirectResponse(f"/s/{record.session_id}", 303)
         view = await pages.session_view(self.data, record,
                                         actions=self.settings.allow_actions)
-        return self.page("session.html", view=view)
+        return self.page("session.html", view=view, started=started)
 
     async def entries(self, request: Request) -> Response:
         """A page of the conversation, before or after a ``seq``, as rendered entries."""
