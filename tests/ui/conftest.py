@@ -26,8 +26,10 @@ def ui(filled: Filled) -> Iterator[UiServer]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[BrowserContext]:
+    """Per module: Playwright keeps an event loop running on the test thread while a
+    browser is open, and async tests elsewhere need that thread's loop free."""
     with chromium() as context:
         yield context
 
