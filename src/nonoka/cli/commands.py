@@ -17,6 +17,7 @@ import click
 
 from nonoka import __version__
 from nonoka.cli.opencode_cmd import opencode
+from nonoka.cli.ui_cmd import ui
 
 T = TypeVar("T")
 
@@ -194,3 +195,4 @@ def demo(directory: Path | None) -> None:
 
 
 cli.add_command(opencode)
+cli.add_command(ui)

@@ -1,0 +1,211 @@
+"""The web application: routes, templates and the actions, over one ``UiData``.
+
+Pages are rendered on the server (Jinja2, autoescaped); the page script only pages the
+conversation, switches tabs, polls the session's revision and swaps in fresh fragments
+rendered by the same templates, so there is one renderer and one place that escapes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from nonoka.errors import NonokaError
+from nonoka.ui import format as fmt
+from nonoka.ui import pages
+from nonoka.ui.data import NotAvailableError, SessionRecord, UiData
+from nonoka.ui.markdown import render as markdown
+from nonoka.ui.security import ASGIApp, TokenGuard
+
+HERE = Path(__file__).parent
+LIVE_INTERVAL_MS = 1000
+"""How often a session page asks whether the session changed."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    database: str
+    allow_actions: bool = False
+
+
+def templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(tokens=fmt.tokens, money=fmt.money, ago=fmt.ago, stamp=fmt.stamp,
+                       clock=fmt.clock, duration=fmt.duration, number=fmt.number,
+                       markdown=markdown)
+    env.globals.update(link=fmt.link, is_long=fmt.is_long, first_line=fmt.first_line,
+                       pretty_json=fmt.pretty_json)
+    return env
+
+
+class Pages:
+    """The endpoints; each reads through ``data`` and renders with ``env``."""
+
+    def __init__(self, data: UiData, settings: Settings) -> None:
+        self.data = data
+        self.settings = settings
+        self.env = templates()
+        self.env.globals.update(settings=settings, live_interval=LIVE_INTERVAL_MS)
+
+    def page(self, name: str, status: int = 200, *, started: float | None = None,
+             **context: Any) -> HTMLResponse:
+        """Render ``name``; with ``started`` (a ``perf_counter`` reading) the answer says
+        how long the server took, in a ``Server-Timing`` header the browser exposes."""
+        html = self.env.get_template(name).render(**context)
+        headers = {}
+        if started is not None:
+            elapsed = (time.perf_counter() - started) * 1000
+            headers["server-timing"] = f"render;dur={elapsed:.2f}"
+        return HTMLResponse(html, status_code=status, headers=headers)
+
+    def macro(self, template: str, name: str, *args: Any) -> str:
+        return str(getattr(self.env.get_template(template).module, name)(*args))
+
+    async def lookup(self, request: Request) -> SessionRecord | Response:
+        """The session the path names (an unambiguous prefix is enough), or a 404 page."""
+        ref = str(request.path_params["sid"])
+        record = await self.data.get_session(ref)
+        return record if record is not None else self.page("missing.html", 404, ref=ref)
+
+    async def sessions(self, request: Request) -> Response:
+        started = time.perf_counter()
+        params = dict(request.query_params)
+        return self.page("sessions.html", view=await pages.list_view(self.data, params),
+                         params=params, started=started)
+
+    async def session(self, request: Request) -> Response:
+        started = time.perf_counter()
+        record = await self.lookup(request)
+        if isinstance(record, Response):
+            return record
+        if record.session_id != request.path_params["sid"]:
+            return RedirectResponse(f"/s/{record.session_id}", 303)
+        view = await pages.session_view(self.data, record,
+                                        actions=self.settings.allow_actions)
+        return self.page("session.html", view=view, started=started)
+
+    async def entries(self, request: Request) -> Response:
+        """A page of the conversation, before or after a ``seq``, as rendered entries."""
+        record = await self.lookup(request)
+        if isinstance(record, Response):
+            return record
+        query = request.query_params
+        before, after = _int(query.get("before")), _int(query.get("after"))
+        chunk = await self.data.entries(
+            record.session_id, before=before, after=after,
+            limit=pages.FIRST_ENTRIES if after is None else pages.LIVE_ENTRIES)
+        html = self.macro("_conversation.html", "entry_list", chunk.rows,
+                          self.settings.allow_actions)
+        return JSONResponse({"html": html, "first": chunk.first_seq, "last": chunk.last_seq,
+                             "total": chunk.total})
+
+    async def revision(self, request: Request) -> Response:
+        record = await self.lookup(request)
+        if isinstance(record, Response):
+            return record
+        return JSONResponse({"revision": await self.data.revision(record.session_id)})
+
+    async def parts(self, request: Request) -> Response:
+        """Every section of a session page but the conversation, fresh."""
+        record = await self.lookup(request)
+        if isinstance(record, Response):
+            return record
+        view = await pages.session_view(self.data, record,
+                                        actions=self.settings.allow_actions)
+        module = self.env.get_template("_session.html").module
+        fresh = {name: str(getattr(module, name)(view)) for name in PARTS}
+        return JSONResponse({"revision": view.revision, **fresh})
+
+    async def act(self, request: Request) -> Response:
+        """Cancel, fork or export: only with ``--allow-actions``, only from the page."""
+        if not self.settings.allow_actions:
+            return _answer(403, "actions are off: start `nonoka ui --allow-actions` to "
+                                "cancel, fork or export sessions")
+        if request.headers.get("x-nonoka-action") != "1":
+            return _answer(403, "actions are sent by the page's own script")
+        record = await self.lookup(request)
+        if isinstance(record, Response):
+            return record
+        try:
+            return await self._act(request, str(request.path_params["action"]), record)
+        except NotAvailableError as exc:
+            return _answer(501, str(exc))
+        except NonokaError as exc:
+            return _answer(409, str(exc))
+
+    async def _act(self, request: Request, action: str, record: SessionRecord) -> Response:
+        sid = record.session_id
+        if action == "cancel":
+            done = await self.data.cancel_session(sid)
+            return _answer(200, "session cancelled" if done else
+                           "nothing to cancel: the session has already ended")
+        if action == "fork":
+            fields = await _json(request)
+            entry = fields.get("entry")
+            if not isinstance(entry, int) or isinstance(entry, bool) or entry < 0:
+                return _answer(400, "fork needs the entry to fork at")
+            new = await self.data.fork_session(sid, entry)
+            return _answer(200, "forked", location=f"/s/{new}")
+        if action == "export":
+            body = await self.data.export_session(sid)
+            return Response(body, media_type="application/json", headers={
+                "content-disposition": f'attachment; filename="{sid}.json"'})
+        return _answer(404, f"unknown action {action!r}")
+
+
+PARTS = ("header", "summary", "timeline_panel", "plan_panel", "usage_panel", "sidebar",
+         "tab_counts")
+"""The sections of ``_session.html`` a live page swaps in."""
+
+
+def create_app(data: UiData, settings: Settings, *, token: str, port: int,
+               hosts: frozenset[str] | None) -> ASGIApp:
+    """The application, already wrapped in the token guard."""
+    endpoints = Pages(data, settings)
+    routes = [
+        Route("/", endpoints.sessions),
+        Route("/s/{sid}", endpoints.session),
+        Route("/s/{sid}/entries", endpoints.entries),
+        Route("/s/{sid}/revision", endpoints.revision),
+        Route("/s/{sid}/parts", endpoints.parts),
+        Route("/s/{sid}/{action}", endpoints.act, methods=["POST"]),
+        Route("/favicon.ico", favicon),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return TokenGuard(Starlette(routes=routes), token, port, hosts)
+
+
+async def favicon(_request: Request) -> Response:
+    return RedirectResponse("/static/favicon.svg", 301)
+
+
+def _answer(status: int, message: str, location: str = "") -> Response:
+    return JSONResponse({"ok": status < 300, "message": message, "location": location},
+                        status_code=status)
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    try:
+        value = await request.json()
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text not in (None, "") else None
+    except ValueError:
+        return None

@@ -1,0 +1,487 @@
+"""Everything ``nonoka ui`` reads from a project's database, and the actions it may take.
+
+The rest of the ui package never imports the store: it calls ``UiData`` and gets back
+the types re-exported here. Store modules, table names and the two SQL dialects are
+known in this module only, so when storage is reorganised, lineage gets its own
+columns or full-text search arrives, this is the one file to change (``_text_match`` is
+the search switch; ``lineage_of`` reads ``forked_from``/``fork_point`` from the index
+row's metadata; ``fork_session`` and ``export_session`` are the hooks still to wire).
+
+Reads go through the stores' own connections (``SQLiteCheckpointStore.transaction``, a
+PostgreSQL store's ``database``), each in one read transaction, and page everything
+that grows: sessions by keyset (no ``OFFSET``), conversation entries and events by
+``seq``. A 10,000-entry session is never decoded whole to draw its first screen.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from nonoka.errors import ConfigurationError, NonokaError
+from nonoka.messages import MemoryEntry
+from nonoka.state import SessionState
+from nonoka.store.base import decode_entries, decode_session
+from nonoka.store.project import ProjectStores
+from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+
+__all__ = [
+    "EntryPage",
+    "EntryRow",
+    "EventRecord",
+    "LineageNode",
+    "NotAvailableError",
+    "SessionPage",
+    "SessionQuery",
+    "SessionRecord",
+    "SessionState",
+    "UiData",
+    "UsageSummary",
+]
+
+SORTS = {
+    "last_active": "last_active",
+    "created": "created_at",
+    "turns": "turn_count",
+    "tokens": "(input_tokens + output_tokens)",
+    "cost": "cost_usd",
+    "title": "title",
+}
+"""Sort keys the sessions page offers, and the SQL expression behind each."""
+STATUSES = ("created", "running", "paused", "completed", "failed", "cancelled")
+_COLUMNS = ("session_id", "title", "model", "created_at", "last_active", "status",
+            "turn_count", "message_count", "input_tokens", "output_tokens", "cost_usd",
+            "metadata")
+COUNT_CAP = 10_000
+"""Matches are counted up to here (``total`` is then ``COUNT_CAP + 1``): an exact count
+of 100,000 rows costs more than the page itself."""
+LINEAGE_DEPTH = 6
+LINEAGE_BREADTH = 25
+
+
+class NotAvailableError(NonokaError):
+    """An action this version of nonoka cannot carry out yet."""
+
+
+@dataclass(frozen=True)
+class SessionQuery:
+    """What the sessions page asks for: a search, filters, a sort and a page."""
+
+    text: str = ""
+    status: str = ""
+    since: float | None = None
+    until: float | None = None
+    sort: str = "last_active"
+    descending: bool = True
+    after: str | None = None
+    """Cursor: the page after the row it names."""
+    before: str | None = None
+    """Cursor: the page before the row it names."""
+    everything: bool = False
+    """Title-generation sessions too."""
+    limit: int = 50
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    rows: list[SessionRecord]
+    total: int
+    """Matching sessions, counted up to ``COUNT_CAP + 1`` (see ``more_than_cap``)."""
+    next_cursor: str | None
+    prev_cursor: str | None
+
+    @property
+    def more_than_cap(self) -> bool:
+        return self.total > COUNT_CAP
+
+
+@dataclass(frozen=True)
+class EntryRow:
+    seq: int
+    entry: MemoryEntry
+
+
+@dataclass(frozen=True)
+class EntryPage:
+    """Entries ``rows`` (oldest first) of a conversation of ``total`` entries."""
+
+    rows: list[EntryRow]
+    total: int
+
+    @property
+    def first_seq(self) -> int:
+        return self.rows[0].seq if self.rows else self.total
+
+    @property
+    def last_seq(self) -> int:
+        return self.rows[-1].seq if self.rows else -1
+
+
+@dataclass
+class LineageNode:
+    record: SessionRecord
+    fork_point: int | None = None
+    children: list[LineageNode] = field(default_factory=list)
+    more: bool = False
+    """Further branches exist beyond the ones listed."""
+    label: str = ""
+    """What the branch changed: its entry at the fork point (the edited message)."""
+
+
+def fork_point_of(record: SessionRecord) -> int | None:
+    value = record.metadata.get("fork_point")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parent_of(record: SessionRecord) -> str | None:
+    value = record.metadata.get("forked_from")
+    return value if isinstance(value, str) and value else None
+
+
+# -- the two SQL engines -------------------------------------------------------------------
+
+
+@runtime_checkable
+class _SQLiteStore(Protocol):
+    def transaction(self, *, write: bool = True) -> AbstractContextManager[sqlite3.Connection]:
+        ...
+
+
+@runtime_checkable
+class _PostgresStore(Protocol):
+    @property
+    def database(self) -> Any: ...
+
+
+Statement = tuple[str, Sequence[object]]
+
+
+class _Dialect:
+    """SQL written with ``?`` placeholders and ``{meta:name}`` JSON look-ups."""
+
+    like = "LIKE"
+
+    def meta(self, name: str) -> str:
+        return f"json_extract(metadata, '$.{name}')"
+
+    def entry_content(self) -> str:
+        return "json_extract(e.entry_json, '$.content')"
+
+    def sql(self, text: str) -> str:
+        return text
+
+
+class _PostgresDialect(_Dialect):
+    like = "ILIKE"
+
+    def meta(self, name: str) -> str:
+        return f"(metadata ->> '{name}')"
+
+    def entry_content(self) -> str:
+        return "(e.entry_json::json ->> 'content')"
+
+    def sql(self, text: str) -> str:
+        return text.replace("%", "%%").replace("?", "%s")
+
+
+class UiData:
+    """Reads (and the allowed actions) over one project's open stores."""
+
+    def __init__(self, stores: ProjectStores) -> None:
+        self.stores = stores
+        checkpoints = stores.checkpoints
+        if isinstance(checkpoints, _SQLiteStore):
+            self._dialect = _Dialect()
+            self.engine = "sqlite"
+        elif isinstance(checkpoints, _PostgresStore):
+            self._dialect = _PostgresDialect()
+            self.engine = "postgresql"
+        else:
+            raise ConfigurationError(
+                f"nonoka ui reads a SQLite file or a PostgreSQL database, not {stores.url}")
+
+    @property
+    def url(self) -> str:
+        return self.stores.url
+
+    async def _query(self, *statements: Statement) -> list[list[tuple[Any, ...]]]:
+        """Run ``statements`` in one read transaction; one row list per statement."""
+        sqls = [(self._dialect.sql(text), list(params)) for text, params in statements]
+        checkpoints = self.stores.checkpoints
+        if isinstance(checkpoints, _SQLiteStore):
+            with checkpoints.transaction(write=False) as db:
+                return [db.execute(text, params).fetchall() for text, params in sqls]
+        async with self._pg_transaction() as conn:
+            return [await (await conn.execute(text, params)).fetchall() for text, params in sqls]
+
+    @asynccontextmanager
+    async def _pg_transaction(self) -> AsyncIterator[Any]:
+        database = self.stores.checkpoints.database  # type: ignore[attr-defined]
+        async with database.transaction() as conn:
+            yield conn
+
+    # -- sessions ---------------------------------------------------------------------
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        """One page of the index, by keyset on the sort key (fast at any depth)."""
+        key = SORTS.get(query.sort, SORTS["last_active"])
+        where, params = self._filters(query)
+        cursor = _decode_cursor(query.before or query.after)
+        backwards = query.before is not None and cursor is not None
+        # Going back reads the other way and flips the rows afterwards.
+        descending = query.descending != backwards
+        page_where = list(where)
+        page_params = list(params)
+        if cursor is not None:
+            page_where.append(f"({key}, session_id) {'<' if descending else '>'} (?, ?)")
+            page_params += cursor
+        direction = "DESC" if descending else "ASC"
+        select = (f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions {_where(page_where)} "
+                  f"ORDER BY {key} {direction}, session_id {direction} LIMIT ?")
+        count = (f"SELECT count(*) FROM (SELECT 1 FROM cli_sessions {_where(where)} "
+                 f"LIMIT {COUNT_CAP + 1}) AS capped")
+        rows, total = await self._query((select, [*page_params, query.limit + 1]),
+                                        (count, params))
+        records = [self._record(r) for r in rows[: query.limit]]
+        more = len(rows) > query.limit
+        if backwards:
+            records.reverse()
+        first, last = (records[0], records[-1]) if records else (None, None)
+        has_prev = more if backwards else cursor is not None
+        has_next = True if backwards else more
+        return SessionPage(
+            rows=records, total=int(total[0][0]),
+            next_cursor=_encode_cursor(last, query.sort) if has_next and last else None,
+            prev_cursor=_encode_cursor(first, query.sort) if has_prev and first else None)
+
+    def _filters(self, query: SessionQuery) -> tuple[list[str], list[object]]:
+        where: list[str] = []
+        params: list[object] = []
+        if not query.everything:
+            where.append(f"coalesce({self._dialect.meta('purpose')}, 'chat') = 'chat'")
+        if query.status:
+            where.append("status = ?")
+            params.append(query.status)
+        if query.since is not None:
+            where.append("last_active >= ?")
+            params.append(query.since)
+        if query.until is not None:
+            where.append("last_active < ?")
+            params.append(query.until)
+        text = query.text.strip()
+        if text:
+            clause, values = self._text_match(text)
+            where.append(clause)
+            params += values
+        return where, params
+
+    def _text_match(self, text: str) -> tuple[str, list[object]]:
+        """The search: title, model, id prefix and the conversation's text.
+
+        A plain pattern match, portable across engines; the place to switch to the
+        full-text index once the store has one.
+        """
+        like = self._dialect.like
+        pattern = "%" + _escape_like(text) + "%"
+        entries = (f"EXISTS (SELECT 1 FROM session_entries e WHERE e.session_id = "
+                   f"cli_sessions.session_id AND {self._dialect.entry_content()} {like} ? "
+                   "ESCAPE '\\')")
+        clause = (f"(title {like} ? ESCAPE '\\' OR model {like} ? ESCAPE '\\' OR "
+                  f"session_id LIKE ? ESCAPE '\\' OR {entries})")
+        return clause, [pattern, pattern, _escape_like(text) + "%", pattern]
+
+    async def get_session(self, ref: str) -> SessionRecord | None:
+        """The session whose id is ``ref`` (or the only one starting with it)."""
+        if not ref:
+            return None
+        found = await self.stores.index.get_session(ref)
+        if found is not None:
+            return found
+        candidates = await self.stores.index.find_sessions_by_prefix(ref, limit=2)
+        return candidates[0] if len(candidates) == 1 else None
+
+    def _record(self, row: Sequence[Any]) -> SessionRecord:
+        values = dict(zip(_COLUMNS, row, strict=True))
+        meta = values["metadata"]
+        values["metadata"] = json.loads(meta) if isinstance(meta, str | bytes) else meta
+        return SessionRecord.model_validate(values)
+
+    # -- one session ------------------------------------------------------------------
+
+    async def snapshot(self, session_id: str) -> SessionState | None:
+        """The stored state without its conversation (plan, steps, ledger, counters)."""
+        order = "updated_at, rowid" if self.engine == "sqlite" else "updated_at, id"
+        head, steps = await self._query(
+            ("SELECT state_json, revision FROM checkpoints WHERE session_id = ?", [session_id]),
+            ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
+             f"WHERE session_id = ? ORDER BY {order}", [session_id]))
+        if not head:
+            return None
+        snapshot, revision = head[0]
+        return decode_session(session_id, snapshot, [], int(revision), steps)
+
+    async def entries(self, session_id: str, *, before: int | None = None,
+                      after: int | None = None, limit: int = 50) -> EntryPage:
+        """A page of the conversation: the ``limit`` entries before ``before`` (the latest
+        when neither bound is given) or after ``after``; ``total`` is the entry count."""
+        if after is not None:
+            select: Statement = ("SELECT seq, entry_json FROM session_entries WHERE "
+                                 "session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                                 [session_id, after, limit])
+        else:
+            bound = before if before is not None else 2**62
+            select = ("SELECT seq, entry_json FROM session_entries WHERE session_id = ? "
+                      "AND seq < ? ORDER BY seq DESC LIMIT ?", [session_id, bound, limit])
+        rows, count = await self._query(
+            select, ("SELECT entry_count FROM checkpoints WHERE session_id = ?", [session_id]))
+        rows = sorted(rows)
+        decoded = decode_entries(session_id, [r[1] for r in rows])
+        return EntryPage([EntryRow(int(r[0]), e) for r, e in zip(rows, decoded, strict=True)],
+                         int(count[0][0]) if count else 0)
+
+    async def events(self, session_id: str, *, after: int = 0,
+                     limit: int = 500) -> list[EventRecord]:
+        """Events after ``seq`` ``after``, oldest first; with ``after=0`` the latest
+        ``limit`` (the head of a very long log is left out)."""
+        data = "data_json" if self.engine == "sqlite" else "data_json::text"
+        if after:
+            statement: Statement = (f"SELECT seq, at, kind, {data} FROM events WHERE "
+                                    "session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                                    [session_id, after, limit])
+        else:
+            statement = (f"SELECT seq, at, kind, {data} FROM events WHERE session_id = ? "
+                         "ORDER BY seq DESC LIMIT ?", [session_id, limit])
+        (rows,) = await self._query(statement)
+        return [EventRecord(session_id=session_id, seq=int(seq), at=float(at), kind=kind,
+                            data=json.loads(text))
+                for seq, at, kind, text in sorted(rows)]
+
+    async def usage(self, session_id: str) -> UsageSummary:
+        return await self.stores.events.usage_summary(session_id)
+
+    async def is_running(self, session_id: str) -> bool:
+        """Whether a process holds the session's lease now (a turn is under way)."""
+        return await self.stores.leases.get_lease(session_id) is not None
+
+    async def revision(self, session_id: str) -> str:
+        """A token that changes whenever anything shown for the session changes."""
+        head, events, row = await self._query(
+            ("SELECT revision, entry_count FROM checkpoints WHERE session_id = ?", [session_id]),
+            ("SELECT max(seq) FROM events WHERE session_id = ?", [session_id]),
+            ("SELECT last_active, status FROM cli_sessions WHERE session_id = ?", [session_id]))
+        parts = [*(head[0] if head else (0, 0)), events[0][0] if events else 0,
+                 *(row[0] if row else (0, ""))]
+        return ".".join(str(p or 0) for p in parts)
+
+    # -- lineage ----------------------------------------------------------------------
+
+    async def lineage_of(self, record: SessionRecord) -> LineageNode:
+        """The tree ``record`` belongs to: from its oldest known ancestor down, at most
+        ``LINEAGE_DEPTH`` levels and ``LINEAGE_BREADTH`` branches a node."""
+        root = record
+        seen = {record.session_id}
+        for _ in range(LINEAGE_DEPTH):
+            parent_id = parent_of(root)
+            if parent_id is None or parent_id in seen:
+                break
+            parent = await self.stores.index.get_session(parent_id)
+            if parent is None:
+                break
+            seen.add(parent_id)
+            root = parent
+        node = LineageNode(root, fork_point_of(root))
+        await self._grow(node, LINEAGE_DEPTH, {root.session_id})
+        return node
+
+    async def _grow(self, node: LineageNode, depth: int, seen: set[str]) -> None:
+        if depth <= 0:
+            return
+        meta = self._dialect.meta("forked_from")
+        (rows,) = await self._query(
+            (f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions WHERE {meta} = ? "
+             "ORDER BY created_at, session_id LIMIT ?",
+             [node.record.session_id, LINEAGE_BREADTH + 1]))
+        children = [self._record(r) for r in rows]
+        node.more = len(children) > LINEAGE_BREADTH
+        for child in children[:LINEAGE_BREADTH]:
+            if child.session_id in seen:
+                continue
+            seen.add(child.session_id)
+            branch = LineageNode(child, fork_point_of(child))
+            branch.label = await self._entry_text(child.session_id, branch.fork_point)
+            node.children.append(branch)
+            await self._grow(branch, depth - 1, seen)
+
+    async def _entry_text(self, session_id: str, seq: int | None) -> str:
+        if seq is None:
+            return ""
+        page = await self.entries(session_id, after=seq - 1, limit=1)
+        return page.rows[0].entry.content if page.rows and page.rows[0].seq == seq else ""
+
+    # -- actions ----------------------------------------------------------------------
+
+    async def cancel_session(self, session_id: str) -> bool:
+        """Cancel the session as ``Runner.cancel_session`` does (the running process
+        stops at its next save); the index row and the timeline record it."""
+        from nonoka.runner import Runner
+
+        cancelled = await Runner(self.stores.checkpoints).cancel_session(session_id)
+        if cancelled:
+            row = await self.stores.index.get_session(session_id)
+            if row is not None:
+                await self.stores.index.upsert_session(
+                    row.model_copy(update={"status": "cancelled", "last_active": time.time()}))
+            await self.stores.events.append_event(
+                session_id, "cancel", {"source": "nonoka ui", "detail": "cancelled on request"})
+        return cancelled
+
+    async def fork_session(self, session_id: str, entry: int) -> str:
+        """A new session holding the conversation up to entry ``entry``; its id."""
+        raise NotAvailableError("forking a session is not available in this version of "
+                                "nonoka")
+
+    async def export_session(self, session_id: str) -> bytes:
+        """The session as one portable document."""
+        raise NotAvailableError("exporting a session is not available in this version of "
+                                "nonoka")
+
+
+def _where(clauses: Sequence[str]) -> str:
+    return "WHERE " + " AND ".join(clauses) if clauses else ""
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _sort_value(record: SessionRecord, sort: str) -> object:
+    if sort == "tokens":
+        return record.input_tokens + record.output_tokens
+    column = SORTS.get(sort, "last_active")
+    return getattr(record, column)
+
+
+def _encode_cursor(record: SessionRecord, sort: str) -> str:
+    raw = json.dumps([_sort_value(record, sort), record.session_id])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> list[object] | None:
+    """``[sort value, session id]``, or ``None`` for a missing or malformed cursor."""
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)
+            and isinstance(value[0], int | float | str) and not isinstance(value[0], bool)):
+        return value
+    return None

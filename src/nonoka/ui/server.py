@@ -1,0 +1,81 @@
+"""Serve the ui: open the project's stores, bind, print the address with its token, run.
+
+The socket is bound here rather than by uvicorn so that ``--port 0`` (any free port)
+still prints the real address, and the token cookie can be named after the port.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import socket
+import threading
+import webbrowser
+from collections.abc import Callable
+from pathlib import Path
+
+import uvicorn
+
+from nonoka.store.project import open_project_stores
+from nonoka.ui.app import Settings, create_app
+from nonoka.ui.data import SessionQuery, UiData
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket; ``OSError`` names the address when it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def address(host: str, port: int, token: str) -> str:
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}/?token={token}"
+
+
+async def serve(project: Path, database_url: str | None, *, host: str, port: int,
+                allow_actions: bool, open_browser: bool, say: Callable[[str], None]) -> None:
+    """Run until interrupted (SIGINT or SIGTERM)."""
+    stores = open_project_stores(project, database_url)
+    try:
+        data = UiData(stores)
+        await data.list_sessions(SessionQuery(limit=1))  # fail now, not on the first page
+        sock = bind(host, port)
+        port = sock.getsockname()[1]
+        token = secrets.token_urlsafe(24)
+        hosts = None
+        if is_loopback(host):
+            hosts = frozenset(f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]",
+                                                               host))
+        settings = Settings(project=str(project), database=stores.url,
+                            allow_actions=allow_actions)
+        app = create_app(data, settings, token=token, port=port, hosts=hosts)
+        url = address(host, port, token)
+        mode = "actions allowed" if allow_actions else "read-only"
+        say(f"nonoka ui: {settings.project} ({mode})\n  {url}\n"
+            "  the address carries an access token: share it only with people who may read "
+            "these sessions. Ctrl+C stops.")
+        if open_browser:
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2, server_header=False)
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        await stores.close()

@@ -1,0 +1,184 @@
+// nonoka ui: the page script. Everything it inserts is HTML the server rendered (and
+// escaped); it never builds markup from session data itself.
+"use strict";
+
+(function () {
+  const $ = (sel, root) => (root || document).querySelector(sel);
+  const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
+
+  function toast(message, isError) {
+    const box = $("#toast");
+    if (!box) return;
+    box.textContent = message;
+    box.className = "toast" + (isError ? " error" : "");
+    box.hidden = false;
+    clearTimeout(toast.timer);
+    toast.timer = setTimeout(() => { box.hidden = true; }, 5000);
+  }
+
+  async function getJSON(url) {
+    const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+    if (!response.ok) throw new Error(response.status + " " + response.statusText);
+    return response.json();
+  }
+
+  // -- the sessions page ---------------------------------------------------------------
+  const filters = $("#filters");
+  if (filters) {
+    $$("[data-autosubmit]", filters).forEach((el) => el.addEventListener("change", () => filters.submit()));
+    document.addEventListener("keydown", (event) => {
+      const search = $("#q");
+      if (event.key === "/" && search && document.activeElement !== search) {
+        event.preventDefault();
+        search.focus();
+        search.select();
+      }
+    });
+  }
+
+  // -- the session page ----------------------------------------------------------------
+  const root = $("#session");
+  if (!root) return;
+  const sid = root.dataset.session;
+  const base = "/s/" + encodeURIComponent(sid);
+
+  function showTab(name) {
+    const tabs = $$("[data-tab]");
+    if (!tabs.some((t) => t.dataset.tab === name)) name = "conversation";
+    tabs.forEach((t) => {
+      t.classList.toggle("active", t.dataset.tab === name);
+      t.setAttribute("aria-selected", t.dataset.tab === name ? "true" : "false");
+    });
+    $$("[data-panel]").forEach((p) => { p.hidden = p.dataset.panel !== name; });
+    root.dataset.tab = name;
+  }
+  function bindTabs() {
+    $$("[data-tab]").forEach((t) => t.addEventListener("click", () => {
+      history.replaceState(null, "", "#" + t.dataset.tab);
+      showTab(t.dataset.tab);
+    }));
+  }
+  bindTabs();
+  showTab((location.hash || "#conversation").slice(1).split("-")[0] === "step" ? "plan" : (location.hash || "#conversation").slice(1));
+  window.addEventListener("hashchange", () => {
+    const name = location.hash.slice(1);
+    if (name.startsWith("step-")) showTab("plan");
+    else if (["conversation", "timeline", "plan", "usage"].includes(name)) showTab(name);
+  });
+
+  const conversation = $("#conversation");
+  const earlier = $("#load-earlier");
+  if (earlier) {
+    earlier.addEventListener("click", async () => {
+      earlier.disabled = true;
+      try {
+        const chunk = await getJSON(base + "/entries?before=" + root.dataset.first);
+        const anchor = conversation.firstElementChild;
+        const top = anchor ? anchor.getBoundingClientRect().top : 0;
+        conversation.insertAdjacentHTML("afterbegin", chunk.html);
+        if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - top);
+        root.dataset.first = String(chunk.first);
+        if (chunk.first <= 0) earlier.parentElement.remove();
+        else earlier.querySelector(".muted").textContent = "(" + chunk.first.toLocaleString() + " more)";
+      } catch (error) {
+        toast("could not load earlier entries: " + error.message, true);
+      } finally {
+        earlier.disabled = false;
+      }
+    });
+  }
+
+  // Live: poll the revision; when it moves, fetch the new entries and fresh sections.
+  const live = $("#live");
+  const liveText = $("#live-text");
+  const interval = Number(root.dataset.interval) || 1000;
+  let busy = false;
+  let failures = 0;
+
+  async function refresh() {
+    const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+    for (;;) {  // new entries, in pages, until the stored conversation is all shown
+      const chunk = await getJSON(base + "/entries?after=" + root.dataset.last);
+      if (chunk.total - 1 < Number(root.dataset.last)) {  // compacted: rewritten, not appended
+        location.reload();
+        return root.dataset.revision;
+      }
+      if (!chunk.html) break;
+      const holder = document.createElement("div");
+      holder.innerHTML = chunk.html;
+      Array.from(holder.children).forEach((el) => {
+        el.classList.add("new");
+        conversation.appendChild(el);
+      });
+      root.dataset.last = String(chunk.last);
+      if (chunk.last >= chunk.total - 1) break;
+    }
+    const empty = $("#panel-conversation .empty-panel");
+    if (empty && conversation.children.length) empty.remove();
+    if (nearBottom && root.dataset.tab === "conversation") window.scrollTo(0, document.body.scrollHeight);
+    const parts = await getJSON(base + "/parts");
+    const map = { header: "#part-header", summary: "#part-summary", timeline_panel: "#part-timeline",
+      plan_panel: "#part-plan", usage_panel: "#part-usage", sidebar: "#part-sidebar", tab_counts: "#part-tabs" };
+    Object.keys(map).forEach((key) => { const el = $(map[key]); if (el && key in parts) el.innerHTML = parts[key]; });
+    bindTabs();
+    showTab(root.dataset.tab || "conversation");
+    return parts.revision;
+  }
+
+  async function poll() {
+    if (busy || document.hidden) return;
+    busy = true;
+    try {
+      const { revision } = await getJSON(base + "/revision");
+      if (revision !== root.dataset.revision) {
+        live.classList.add("flash");
+        root.dataset.revision = await refresh();
+        root.dataset.updates = String(Number(root.dataset.updates || 0) + 1);
+        setTimeout(() => live.classList.remove("flash"), 600);
+      }
+      failures = 0;
+      live.classList.add("on");
+      live.classList.remove("off");
+      liveText.textContent = "live";
+    } catch (error) {
+      failures += 1;
+      if (failures > 2) {
+        live.classList.add("off");
+        live.classList.remove("on");
+        liveText.textContent = "offline";
+      }
+    } finally {
+      busy = false;
+    }
+  }
+  setInterval(poll, interval);
+  poll();
+
+  // Actions (only rendered with --allow-actions): sent with a header no other site can set.
+  async function act(action, fields) {
+    const response = await fetch(base + "/" + action, {
+      method: "POST", credentials: "same-origin", body: JSON.stringify(fields),
+      headers: { "X-Nonoka-Action": "1", "Accept": "application/json", "Content-Type": "application/json" },
+    });
+    const type = response.headers.get("content-type") || "";
+    if (type.includes("application/json")) {
+      const answer = await response.json();
+      if (answer.location) { location.href = answer.location; return; }
+      toast(answer.message, !answer.ok);
+      if (answer.ok) poll();
+      return;
+    }
+    const blob = await response.blob();
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(blob);
+    link.download = sid + ".json";
+    link.click();
+  }
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-action]");
+    if (!button) return;
+    if (button.dataset.confirm && !window.confirm(button.dataset.confirm)) return;
+    const fields = button.dataset.entry ? { entry: Number(button.dataset.entry) } : {};
+    act(button.dataset.action, fields).catch((error) => toast(error.message, true));
+  });
+})();

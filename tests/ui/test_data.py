@@ -1,0 +1,193 @@
+"""The ui's one reader of nonoka's data, on a real SQLite file and the real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from nonoka.messages import MemoryEntry
+from nonoka.plan import Plan, Step
+from nonoka.state import SessionState, SessionStatus, StepResult, StepStatus
+from nonoka.store.project import ProjectStores, open_project_stores
+from nonoka.store.records import SessionRecord
+from nonoka.ui.data import NotAvailableError, SessionQuery, UiData
+from tests.pg import schema_url, temp_schema
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
+    if request.param == "sqlite":
+        yield None
+    else:
+        with temp_schema() as schema:
+            yield schema_url(schema)
+
+
+@pytest.fixture
+async def data(database: str | None, tmp_path: Path) -> AsyncIterator[UiData]:
+    async with open_project_stores(tmp_path, database) as stores:
+        yield UiData(stores)
+
+
+async def add(stores: ProjectStores, title: str, *, status: str = "completed",
+              entries: int = 0, last_active: float, tokens: int = 0,
+              metadata: dict[str, object] | None = None, plan: bool = False) -> str:
+    sid = str(uuid.uuid4())
+    memory = [MemoryEntry.make("user" if i % 2 == 0 else "assistant", f"{title} entry {i}")
+              for i in range(entries)]
+    state = SessionState(session_id=sid, status=SessionStatus(status), memory_entries=memory)
+    if plan:
+        state = state.model_copy(update={
+            "current_plan": Plan(steps=[Step(id="a", tool="t"), Step(id="b", prompt="{{a}}")]),
+            "step_statuses": {"a": StepStatus.COMPLETED}})
+    await stores.checkpoints.save_session(state)
+    if plan:
+        await stores.checkpoints.save_step_result(sid, "a", StepResult(output={"n": 1}))
+    await stores.index.upsert_session(SessionRecord(
+        session_id=sid, title=title, model="openai:m", status=status, last_active=last_active,
+        created_at=last_active - 10, input_tokens=tokens, message_count=entries,
+        metadata={"purpose": "chat", **(metadata or {})}))
+    return sid
+
+
+async def test_listing_filters_searches_sorts_and_pages(data: UiData) -> None:
+    stores = data.stores
+    now = time.time()
+    ids = [await add(stores, f"chat {i}", last_active=now - i, tokens=i * 10,
+                     status="failed" if i % 3 == 0 else "completed") for i in range(7)]
+    title = await add(stores, "a title request", last_active=now + 5,
+                      metadata={"purpose": "title"})
+    deep = await add(stores, "quiet one", entries=3, last_active=now - 100)
+    page = await data.list_sessions(SessionQuery(limit=3))
+    assert [r.session_id for r in page.rows] == ids[:3] and page.total == 8
+    assert page.prev_cursor is None and page.next_cursor
+    seen = list(page.rows)
+    while page.next_cursor:
+        page = await data.list_sessions(SessionQuery(limit=3, after=page.next_cursor))
+        seen += page.rows
+    assert [r.session_id for r in seen] == [*ids, deep]
+    back = await data.list_sessions(SessionQuery(limit=3, before=page.prev_cursor))
+    assert [r.session_id for r in back.rows] == ids[3:6] and back.next_cursor
+
+    everything = await data.list_sessions(SessionQuery(everything=True, limit=1))
+    assert everything.rows[0].session_id == title and everything.total == 9
+    failed = await data.list_sessions(SessionQuery(status="failed"))
+    assert {r.session_id for r in failed.rows} == {ids[0], ids[3], ids[6]}
+    by_tokens = await data.list_sessions(SessionQuery(sort="tokens", limit=2))
+    assert [r.session_id for r in by_tokens.rows] == [ids[6], ids[5]]
+    by_tokens = await data.list_sessions(SessionQuery(sort="tokens", limit=2,
+                                                      after=by_tokens.next_cursor))
+    assert [r.session_id for r in by_tokens.rows] == [ids[4], ids[3]]
+    window = await data.list_sessions(SessionQuery(since=now - 2.5, until=now - 0.5))
+    assert [r.session_id for r in window.rows] == [ids[1], ids[2]]
+    # Search: titles, id prefixes and the conversation's text; LIKE wildcards are literal.
+    assert [r.session_id for r in (await data.list_sessions(
+        SessionQuery(text="QUIET"))).rows] == [deep]
+    assert [r.session_id for r in (await data.list_sessions(
+        SessionQuery(text="one entry 2"))).rows] == [deep]
+    assert [r.session_id for r in (await data.list_sessions(
+        SessionQuery(text=ids[4][:8]))).rows] == [ids[4]]
+    assert (await data.list_sessions(SessionQuery(text="chat_%"))).rows == []
+    assert (await data.list_sessions(SessionQuery(after="not a cursor"))).total == 8
+
+
+async def test_one_session_snapshot_entries_events_and_revision(data: UiData) -> None:
+    stores = data.stores
+    sid = await add(stores, "long", entries=120, last_active=time.time(), plan=True)
+    assert (await data.get_session(sid[:10])) is not None
+    state = await data.snapshot(sid)
+    assert state is not None and state.memory_entries == []
+    assert state.current_plan is not None and state.completed_steps["a"].output == {"n": 1}
+    latest = await data.entries(sid, limit=50)
+    assert latest.total == 120 and [r.seq for r in latest.rows] == list(range(70, 120))
+    earlier = await data.entries(sid, before=latest.first_seq, limit=50)
+    assert [r.seq for r in earlier.rows] == list(range(20, 70))
+    assert earlier.rows[0].entry.content == "long entry 20"
+    assert (await data.entries(sid, after=119)).rows == []
+
+    revision = await data.revision(sid)
+    for i in range(5):
+        await stores.events.append_event(sid, "model_call", {"input_tokens": i})
+    assert await data.revision(sid) != revision
+    assert [e.seq for e in await data.events(sid, limit=2)] == [4, 5]
+    assert [e.data["input_tokens"] for e in await data.events(sid, after=3)] == [3, 4]
+    assert await data.snapshot("no-such-session") is None
+    assert not await data.is_running(sid)
+
+
+async def test_lineage_is_read_from_index_metadata(data: UiData) -> None:
+    stores, now = data.stores, time.time()
+    root = await add(stores, "root", entries=4, last_active=now)
+    first = await add(stores, "first branch", entries=4, last_active=now,
+                      metadata={"forked_from": root, "fork_point": 2})
+    second = await add(stores, "second branch", entries=4, last_active=now + 1,
+                       metadata={"forked_from": root, "fork_point": 1})
+    nested = await add(stores, "nested", entries=4, last_active=now,
+                       metadata={"forked_from": first, "fork_point": 3})
+    record = await data.get_session(nested)
+    assert record is not None
+    tree = await data.lineage_of(record)
+    assert tree.record.session_id == root and tree.fork_point is None
+    assert [c.record.session_id for c in tree.children] == [first, second]
+    assert [c.label for c in tree.children] == ["first branch entry 2", "second branch entry 1"]
+    assert [c.record.session_id for c in tree.children[0].children] == [nested]
+    alone = await data.get_session(await add(stores, "alone", last_active=now))
+    assert alone is not None and (await data.lineage_of(alone)).children == []
+
+
+async def test_cancel_goes_through_the_runner_and_fork_and_export_say_not_yet(
+        data: UiData) -> None:
+    stores = data.stores
+    sid = await add(stores, "paused", status="paused", entries=2, last_active=time.time())
+    assert await data.cancel_session(sid)
+    state = await stores.checkpoints.load_session(sid)
+    assert state is not None and state.status == SessionStatus.CANCELLED
+    row = await stores.index.get_session(sid)
+    assert row is not None and row.status == "cancelled"
+    assert [e.kind for e in await data.events(sid)] == ["cancel"]
+    assert not await data.cancel_session(sid), "an ended session is not cancelled twice"
+    with pytest.raises(NotAvailableError, match="not available in this version"):
+        await data.fork_session(sid, 1)
+    with pytest.raises(NotAvailableError, match="not available in this version"):
+        await data.export_session(sid)
+
+
+async def test_paging_stays_fast_at_100000_sessions(tmp_path: Path) -> None:
+    async with open_project_stores(tmp_path):
+        pass  # creates and migrates the file
+    rng = random.Random(7)
+    rows = []
+    for i in range(100_000):
+        meta = {"conversation_key": f"k{i}", "purpose": "title" if i % 50 == 0 else "chat"}
+        rows.append((str(uuid.UUID(int=rng.getrandbits(128))), f"session {i}", "openai:m",
+                     1e9 + i, 1e9 + rng.random() * 1e7, rng.choice(["completed", "failed"]),
+                     i % 7, i % 13, i * 3, i, i * 1e-5, json.dumps(meta)))
+    with sqlite3.connect(tmp_path / ".nonoka" / "sessions.db") as db:
+        db.executemany("INSERT INTO cli_sessions (session_id, title, model, created_at, "
+                       "last_active, status, turn_count, message_count, input_tokens, "
+                       "output_tokens, cost_usd, metadata) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    async with open_project_stores(tmp_path) as stores:
+        data = UiData(stores)
+        timings = []
+        query = SessionQuery(limit=50)
+        previous: float | None = None
+        for _ in range(40):  # 2,000 sessions deep, by cursor
+            started = time.perf_counter()
+            page = await data.list_sessions(query)
+            timings.append(time.perf_counter() - started)
+            assert len(page.rows) == 50 and page.more_than_cap
+            for record in page.rows:
+                assert previous is None or record.last_active <= previous
+                previous = record.last_active
+            query = SessionQuery(limit=50, after=page.next_cursor)
+        failed = await data.list_sessions(SessionQuery(status="failed", limit=50))
+        assert {r.status for r in failed.rows} == {"failed"}
+    assert max(timings) < 0.15, f"a page took {max(timings) * 1000:.0f} ms"
