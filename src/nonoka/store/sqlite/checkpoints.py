@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from nonoka.digests import Chain, entry_chains
 from nonoka.errors import CorruptSessionError, StoreError
 from nonoka.state import SessionState
 from nonoka.store.base import (
@@ -39,8 +40,9 @@ from nonoka.store.base import (
     next_update_time,
     snapshot_json,
 )
+from nonoka.store.entry_chains import StoredChain
 from nonoka.store.next_calls import StoredNextCall
-from nonoka.store.sqlite import leases, next_calls
+from nonoka.store.sqlite import chains, leases, next_calls
 from nonoka.store.sqlite.database import open_database
 
 _UPSERT_CHECKPOINT = """
@@ -141,9 +143,13 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
                 start = 0
             if plan.new_entries:
+                chains = entry_chains(self._chain_before(db, sid, start), (
+                    (e.role, e.content, e.metadata) for e in plan.new_entries))
                 db.executemany(
-                    "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
-                    [(sid, start + i, entry_json(e)) for i, e in enumerate(plan.new_entries)],
+                    "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
+                    "VALUES (?, ?, ?, ?)",
+                    [(sid, start + i, entry_json(e), chain.encode())
+                     for i, (e, chain) in enumerate(zip(plan.new_entries, chains, strict=True))],
                 )
             now = time.time()
             db.execute(
@@ -152,6 +158,24 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                  now, now),
             )
         return stored + 1
+
+    @staticmethod
+    def _chain_before(db: sqlite3.Connection, session_id: str, seq: int) -> Chain:
+        """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``)."""
+        if seq == 0:
+            return Chain()
+        row = db.execute("SELECT key_chain FROM session_entries WHERE session_id = ? AND "
+                         "seq = ?", (session_id, seq - 1)).fetchone()
+        if row is None or row[0] is None:
+            raise CorruptSessionError(
+                f"session {session_id}: stored entry {seq - 1} is missing or has no digest "
+                "chain; the rows were left as they are")
+        return Chain.decode(row[0])
+
+    def entry_chain(self, session_id: str) -> StoredChain | None:
+        """The stored conversation's length and last chain, read without decoding it."""
+        with self.transaction(write=False) as db:
+            return chains.load(db, session_id)
 
     async def load_session(self, session_id: str) -> SessionState | None:
         with self.transaction(write=False) as db:

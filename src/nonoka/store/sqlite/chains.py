@@ -1,0 +1,31 @@
+"""The SQLite engine's digest chain reads (``nonoka.store.entry_chains``), standard
+library only: each entry row carries the chain up to it (migration
+``m005_entry_digest_chain``); the last row's stands for the conversation."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from nonoka.digests import Chain
+from nonoka.store.entry_chains import StoredChain
+
+_LOAD = """
+SELECT c.revision, c.entry_count, e.key_chain
+FROM checkpoints c
+LEFT JOIN session_entries e ON e.session_id = c.session_id AND e.seq = c.entry_count - 1
+WHERE c.session_id = ?
+"""
+
+
+def load(db: sqlite3.Connection, session_id: str) -> StoredChain | None:
+    """The session's revision, entry count and last chain, inside the caller's
+    transaction; ``None`` for an unknown session or a row without its chain."""
+    row = db.execute(_LOAD, (session_id,)).fetchone()
+    if row is None:
+        return None
+    revision, count, text = row
+    if count == 0:
+        return StoredChain(revision, 0, Chain())
+    if text is None:
+        return None
+    return StoredChain(revision, count, Chain.decode(text))
