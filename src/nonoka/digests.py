@@ -63,36 +63,47 @@ def link(digest: str, key: Key) -> str:
 
 
 class Chain(NamedTuple):
-    """The chain after some entries: host entries counted, a summary seen, the digest."""
+    """The chain after some entries: host entries counted, a summary seen, the digest of
+    their keys, and the digest of the stored rows' exact text (which tells a process
+    that the rows it decoded earlier are still the stored ones)."""
 
     hosted: int = 0
     summary: bool = False
     digest: str = ""
+    rows: str = ""
 
     def encode(self) -> str:
         """The text stored with an entry row."""
-        return f"{self.hosted}:{int(self.summary)}:{self.digest}"
+        return f"{self.hosted}:{int(self.summary)}:{self.digest}:{self.rows}"
 
     @classmethod
     def decode(cls, text: str) -> Chain:
-        hosted, summary, digest = text.split(":", 2)
-        return cls(int(hosted), summary == "1", digest)
+        hosted, summary, digest, rows = text.split(":", 3)
+        return cls(int(hosted), summary == "1", digest, rows)
 
-    def add(self, role: str, content: str, metadata: Mapping[str, Any]) -> Chain:
-        """The chain after one more stored entry."""
+    def add(self, role: str, content: str, metadata: Mapping[str, Any],
+            text: str = "") -> Chain:
+        """The chain after one more stored entry (``text``: its stored JSON)."""
+        rows = _fold(self.rows, text)
         if internal(role, metadata):
-            return self._replace(summary=self.summary or bool(metadata.get("summary")))
+            return Chain(self.hosted, self.summary or bool(metadata.get("summary")),
+                         self.digest, rows)
         return Chain(self.hosted + 1, self.summary,
-                     link(self.digest, entry_key(role, content, metadata)))
+                     link(self.digest, entry_key(role, content, metadata)), rows)
 
 
-def entry_chains(start: Chain, entries: Iterable[tuple[str, str, Mapping[str, Any]]]
+def _fold(digest: str, text: str) -> str:
+    return hashlib.sha256(f"{digest}{len(text)}:{text}".encode()).hexdigest()[:32]
+
+
+def entry_chains(start: Chain, entries: Iterable[tuple[str, str, Mapping[str, Any], str]]
                  ) -> list[Chain]:
-    """The chain after each of ``entries`` (``(role, content, metadata)``), from ``start``."""
+    """The chain after each of ``entries`` (``(role, content, metadata, stored JSON)``),
+    from ``start``."""
     chains = []
     chain = start
-    for role, content, metadata in entries:
-        chain = chain.add(role, content, metadata)
+    for role, content, metadata, text in entries:
+        chain = chain.add(role, content, metadata, text)
         chains.append(chain)
     return chains
 

@@ -15,6 +15,7 @@ from nonoka.bridge.reconcile import message_key as reconcile_key
 from nonoka.digests import Chain, entry_chains, message_key
 from nonoka.messages import MemoryEntry, Message, ToolCall
 from nonoka.session import Session
+from nonoka.store.base import entry_json
 from nonoka.store.sqlite import SQLiteCheckpointStore
 
 TEXTS = st.sampled_from(["hi", "hi ", " hi", "h i", "two", "out", "", "a\nb", "a b", "数据"])
@@ -68,7 +69,8 @@ def cases(draw: st.DrawFn) -> tuple[list[MemoryEntry], list[Message]]:
 
 
 def chain_of(stored: Sequence[MemoryEntry]) -> Chain:
-    chains = entry_chains(Chain(), ((e.role, e.content, e.metadata) for e in stored))
+    chains = entry_chains(Chain(), ((e.role, e.content, e.metadata, entry_json(e))
+                                    for e in stored))
     return chains[-1] if chains else Chain()
 
 

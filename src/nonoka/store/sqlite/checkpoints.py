@@ -27,7 +27,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from nonoka.digests import Chain, entry_chains
+from nonoka.entries import EntrySnapshot
 from nonoka.errors import CorruptSessionError, StoreError
+from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.base import (
     EntryPlan,
@@ -35,6 +37,7 @@ from nonoka.store.base import (
     StepUpdateWriter,
     check_lease_args,
     conflict_error,
+    decode_entries,
     decode_session,
     entry_json,
     next_update_time,
@@ -42,8 +45,9 @@ from nonoka.store.base import (
 )
 from nonoka.store.entry_chains import StoredChain
 from nonoka.store.next_calls import StoredNextCall
-from nonoka.store.sqlite import chains, leases, next_calls
+from nonoka.store.sqlite import chains, entry_cache, leases, next_calls
 from nonoka.store.sqlite.database import open_database
+from nonoka.store.sqlite.entry_cache import Decoded
 
 _UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
@@ -64,6 +68,16 @@ ON CONFLICT (session_id, step_id, update_type) DO UPDATE SET
     payload_json = excluded.payload_json,
     updated_at = excluded.updated_at
 """
+
+
+def _reusable(db: sqlite3.Connection, session_id: str, known: Decoded | None,
+              created_at: float, count: int) -> list[MemoryEntry] | None:
+    """The cached entries when they are still the first stored rows, else ``None``."""
+    if known is None or known.created_at != created_at or not 0 < len(known.entries) <= count:
+        return None
+    row = db.execute("SELECT key_chain FROM session_entries WHERE session_id = ? AND seq = ?",
+                     (session_id, len(known.entries) - 1)).fetchone()
+    return known.entries if row is not None and row[0] == known.chain else None
 
 
 class SQLiteCheckpointStore(StepUpdateWriter):
@@ -143,13 +157,15 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
                 start = 0
             if plan.new_entries:
+                texts = [entry_json(e) for e in plan.new_entries]
                 chains = entry_chains(self._chain_before(db, sid, start), (
-                    (e.role, e.content, e.metadata) for e in plan.new_entries))
+                    (e.role, e.content, e.metadata, text)
+                    for e, text in zip(plan.new_entries, texts, strict=True)))
                 db.executemany(
                     "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
                     "VALUES (?, ?, ?, ?)",
-                    [(sid, start + i, entry_json(e), chain.encode())
-                     for i, (e, chain) in enumerate(zip(plan.new_entries, chains, strict=True))],
+                    [(sid, start + i, text, chain.encode())
+                     for i, (text, chain) in enumerate(zip(texts, chains, strict=True))],
                 )
             now = time.time()
             db.execute(
@@ -178,32 +194,47 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             return chains.load(db, session_id)
 
     async def load_session(self, session_id: str) -> SessionState | None:
+        path = str(self._path)
+        known = entry_cache.get(path, session_id)
         with self.transaction(write=False) as db:
             row = db.execute(
-                "SELECT state_json, revision, entry_count FROM checkpoints WHERE session_id = ?",
+                "SELECT state_json, revision, entry_count, created_at FROM checkpoints "
+                "WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
             if row is None:
                 return None
-            entries = [
-                r[0]
-                for r in db.execute(
-                    "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
-                    (session_id,),
-                )
-            ]
+            snapshot, revision, count, created_at = row
+            reused = _reusable(db, session_id, known, created_at, count)
+            start = len(reused) if reused is not None else 0
+            rows = db.execute(
+                "SELECT entry_json, key_chain FROM session_entries WHERE session_id = ? "
+                "AND seq >= ? ORDER BY seq",
+                (session_id, start),
+            ).fetchall()
             steps = db.execute(
                 "SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
                 "WHERE session_id = ? ORDER BY updated_at, rowid",
                 (session_id,),
             ).fetchall()
-        snapshot, revision, count = row
-        if len(entries) != count:
+        if start + len(rows) != count:
             raise CorruptSessionError(
-                f"session {session_id}: {len(entries)} entry rows stored but the snapshot "
-                f"expects {count}; the rows were left as they are"
+                f"session {session_id}: {start + len(rows)} entry rows stored but the "
+                f"snapshot expects {count}; the rows were left as they are"
             )
-        return decode_session(session_id, snapshot, entries, revision, steps)
+        texts = [r[0] for r in rows]
+        if reused is None:
+            state = decode_session(session_id, snapshot, texts, revision, steps)
+            if count and rows[-1][1] is not None:
+                entries = list(state.memory_entries)
+                entry_cache.put(path, session_id, Decoded(created_at, entries, rows[-1][1]))
+                state = state.model_copy(update={"memory_entries": EntrySnapshot(entries)})
+            return state
+        combined = entry_cache.extend(reused, start, decode_entries(session_id, texts, start))
+        if rows:
+            entry_cache.put(path, session_id, Decoded(created_at, combined, rows[-1][1]))
+        return decode_session(session_id, snapshot, [], revision, steps,
+                              EntrySnapshot(combined))
 
     async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         self._save_step(session_id, step_id, kind, payload)

@@ -161,7 +161,7 @@ def m005_entry_digest_chain(db: sqlite3.Connection) -> None:
             try:
                 entry = json.loads(text)
                 chain = chain.add(str(entry["role"]), str(entry.get("content", "")),
-                                  entry.get("metadata") or {})
+                                  entry.get("metadata") or {}, text)
             except (ValueError, KeyError, TypeError, AttributeError):
                 break  # a corrupt row: the rest stays NULL, and loading it reports it
             updates.append((chain.encode(), session_id, seq))
