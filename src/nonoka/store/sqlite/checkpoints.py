@@ -263,9 +263,10 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         with self.transaction() as db:
             return next_calls.save(db, session_id, revision, template)
 
-    def load_next_call(self, session_id: str) -> StoredNextCall | None:
+    def load_next_call(self, session_id: str, *, entries: bool = True
+                       ) -> StoredNextCall | None:
         with self.transaction(write=False) as db:
-            return next_calls.load(db, session_id)
+            return next_calls.load(db, session_id, entries)
 
     def lease_at_revision(self, session_id: str, revision: int, owner: str,
                           ttl_seconds: float) -> bool:
