@@ -314,6 +314,7 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
     """
     from nonoka.bridge.history import host_users
     from nonoka.llm.base import AdoptsInflight
+    from nonoka.llm.wire import entry_wire_message
     from nonoka.messages import dangling_tool_calls
     from nonoka.state import SessionStatus
     from nonoka.store.next_calls import NextCallStore
@@ -350,6 +351,9 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
         "headroom": None if budget is None else budget - session.memory.total_tokens,
         "head": frame.head,
         "tail": frame.tail,
-        "digest": _sha256(model.request_body(session.memory.messages(), specs).decode()),
+        # As ``_dispatch`` rebuilds it from stored rows: no message models are built.
+        "digest": _sha256(frame.body([
+            json.dumps(entry_wire_message({"role": e.role, "content": e.content,
+                                           "metadata": e.metadata})) for e in entries])),
     }
     return store.save_next_call(session.session_id, session.revision, json.dumps(template))
