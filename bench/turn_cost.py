@@ -232,8 +232,14 @@ def huge(root: Path, env: dict[str, str]) -> tuple[float, int, int, bytes]:
     start = time.perf_counter()
     proc = subprocess.Popen(BRIDGE, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=root, env=env)
-    assert proc.stdin is not None and proc.stdout is not None
-    writer = threading.Thread(target=lambda: (proc.stdin.write(line), proc.stdin.close()))
+    stdin = proc.stdin
+    assert stdin is not None and proc.stdout is not None
+
+    def feed() -> None:
+        with stdin:
+            stdin.write(line)
+
+    writer = threading.Thread(target=feed)
     writer.start()
     out = proc.stdout.read()
     _, _, usage = os.wait4(proc.pid, 0)
