@@ -95,6 +95,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         self._path = Path(path)
         self._db: sqlite3.Connection | None = open_database(self._path)
         self._lock = threading.Lock()
+        self._written: dict[str, tuple[int, int, Chain]] = {}
+        """Per session: the revision this store last saved, its entry count and chain."""
 
     @property
     def path(self) -> Path:
@@ -158,7 +160,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 start = 0
             if plan.new_entries:
                 texts = [entry_json(e) for e in plan.new_entries]
-                chains = entry_chains(self._chain_before(db, sid, start), (
+                chains = entry_chains(self._chain_before(db, sid, start, stored), (
                     (e.role, e.content, e.metadata, text)
                     for e, text in zip(plan.new_entries, texts, strict=True)))
                 db.executemany(
@@ -167,6 +169,11 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                     [(sid, start + i, text, chain.encode())
                      for i, (text, chain) in enumerate(zip(texts, chains, strict=True))],
                 )
+                if len(self._written) >= 256:
+                    self._written.clear()  # a cache: at worst the chain is read again
+                self._written[sid] = (stored + 1, start + len(texts), chains[-1])
+            elif sid in self._written:
+                self._written[sid] = (stored + 1, *self._written[sid][1:])
             now = time.time()
             db.execute(
                 _UPSERT_CHECKPOINT,
@@ -175,11 +182,15 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             )
         return stored + 1
 
-    @staticmethod
-    def _chain_before(db: sqlite3.Connection, session_id: str, seq: int) -> Chain:
-        """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``)."""
+    def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int,
+                      revision: int) -> Chain:
+        """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``;
+        known without reading it when this store wrote the stored ``revision``)."""
         if seq == 0:
             return Chain()
+        written = self._written.pop(session_id, None)
+        if written is not None and written[:2] == (revision, seq):
+            return written[2]
         row = db.execute("SELECT key_chain FROM session_entries WHERE session_id = ? AND "
                          "seq = ?", (session_id, seq - 1)).fetchone()
         if row is None or row[0] is None:

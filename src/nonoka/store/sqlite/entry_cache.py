@@ -68,3 +68,9 @@ def extend(entries: list[MemoryEntry], start: int, new: list[MemoryEntry]
             entries.extend(new)
             return entries
     return [*entries[:start], *new]
+
+
+def clear() -> None:
+    """Forget every decoded conversation (the next read of each decodes it whole)."""
+    with _lock:
+        _cache.clear()
