@@ -8,7 +8,8 @@ Side by side in one run, medians:
   loads the parent, then stores the branch): the ratio, and the bytes the fork adds to
   the database file (after a checkpoint of the write-ahead log);
 - loading a 10,000-entry branch whose entries come from its parent (forked at 5,000,
-  5,000 of its own), beside loading an unbranched session of the same 10,000 entries;
+  5,000 of its own), beside loading an unbranched session of the same 10,000 entries,
+  both cold (the per-process decoded-entry cache emptied first, as in a new process);
 - classifying a host's history of 5,000 messages against the stored conversation
   (``nonoka.bridge.reconcile.classify``), beside the checks a plain continuation was
   given before lineage (``history.matches_stored`` and ``plan_turn``).
@@ -34,7 +35,7 @@ from nonoka.bridge.history import matches_stored, plan_turn
 from nonoka.bridge.reconcile import classify
 from nonoka.messages import MemoryEntry
 from nonoka.runner import Runner
-from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite import SQLiteCheckpointStore, entry_cache
 
 GOALS = {
     "fork 10,000 / fork 10 entries": 1.5,
@@ -109,8 +110,12 @@ async def run(reps: int) -> dict[str, float]:
             session.memory.append(entry)
         await grown.save_session(session)
         await store.save_session(make_state("plain", list(session.memory.entries)))
+        async def cold(session_id: str) -> None:
+            entry_cache.clear()  # a cold read, as every new bridge process makes it
+            await store.load_session(session_id)
+
         load_branch, load_plain = await _paired_ms(
-            reps, lambda: store.load_session(half), lambda: store.load_session("plain"))
+            reps, lambda: cold(half), lambda: cold("plain"))
         results["load branch (ms)"], results["load plain (ms)"] = load_branch, load_plain
         results["load branch / load plain (10,000 entries)"] = load_branch / load_plain
 

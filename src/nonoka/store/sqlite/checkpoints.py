@@ -80,8 +80,7 @@ def _reusable(db: sqlite3.Connection, session_id: str, known: Decoded | None,
     """The cached entries when they are still the first stored rows, else ``None``."""
     if known is None or known.created_at != created_at or not 0 < len(known.entries) <= count:
         return None
-    row = db.execute("SELECT key_chain FROM session_entries WHERE session_id = ? AND seq = ?",
-                     (session_id, len(known.entries) - 1)).fetchone()
+    row = lineage.entry_row(db, session_id, len(known.entries) - 1, "key_chain")
     return known.entries if row is not None and row[0] == known.chain else None
 
 
@@ -245,25 +244,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             texts = lineage.resolved_entries(db, session_id, max(0, start), max(0, stop))
         return decode_entries(session_id, texts)
 
-    def _load_branch(self, db: sqlite3.Connection, session_id: str
-                     ) -> tuple[str, int, int, list[str], list[tuple[str, str, str, float]]]:
-        """A branch's snapshot row, its entries read through its bases, its steps."""
-        row = db.execute("SELECT state_json, revision, entry_count FROM checkpoints "
-                         "WHERE session_id = ?", (session_id,)).fetchone()
-        texts = lineage.resolved_entries(db, session_id)
-        return row[0], row[1], row[2], texts, db.execute(_STEPS, (session_id,)).fetchall()
-
     async def load_session(self, session_id: str) -> SessionState | None:
-        with self.transaction(write=False) as db:
-            branch = lineage.is_branch(db, session_id)
-            if branch:  # read through its bases; the decoded-entry cache is for plain ones
-                snapshot, revision, count, texts, steps = self._load_branch(db, session_id)
-        if branch:
-            if len(texts) != count:
-                raise CorruptSessionError(
-                    f"session {session_id}: {len(texts)} entry rows stored but the snapshot "
-                    f"expects {count}; the rows were left as they are")
-            return decode_session(session_id, snapshot, texts, revision, steps)
         path = str(self._path)
         known = entry_cache.get(path, session_id)
         with self.transaction(write=False) as db:
@@ -277,16 +258,10 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             snapshot, revision, count, created_at = row
             reused = _reusable(db, session_id, known, created_at, count)
             start = len(reused) if reused is not None else 0
-            rows = db.execute(
-                "SELECT entry_json, key_chain FROM session_entries WHERE session_id = ? "
-                "AND seq >= ? ORDER BY seq",
-                (session_id, start),
-            ).fetchall()
-            steps = db.execute(
-                "SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
-                "WHERE session_id = ? ORDER BY updated_at, rowid",
-                (session_id,),
-            ).fetchall()
+            # A branch's first entries are its bases' rows: read through them.
+            rows = lineage.resolved_entries(db, session_id, start, None,
+                                            "entry_json, key_chain")
+            steps = db.execute(_STEPS, (session_id,)).fetchall()
         if start + len(rows) != count:
             raise CorruptSessionError(
                 f"session {session_id}: {start + len(rows)} entry rows stored but the "
