@@ -206,7 +206,8 @@ export interface ProtocolSpec {
 /** What a chat request is for; a title request runs in its own session. */
 export type Purpose =
   | "chat"
-  | "title";
+  | "title"
+  | "compaction";
 
 /** Why `session_init` reports a session other than the one the request named. */
 export type RecoveryReason =
@@ -242,6 +243,12 @@ export interface SessionInit {
   /** The session is not the one the request named (or it named none). */
   recovered: boolean;
   recovery_reason?: RecoveryReason | null;
+  /** Set when the request's history diverged and it runs in a branch of this session. */
+  forked_from?: string | null;
+  /** The branch shares the first `fork_point` entries of `forked_from`. */
+  fork_point?: number | null;
+  /** How many conversation entries the store held for the session when the request began. A provider that saw a higher number for the same session knows the store went back in time (a restored backup, a host's undo of the project's files) and warns. */
+  revision?: number | null;
 }
 
 /** A piece of streamed assistant text. */

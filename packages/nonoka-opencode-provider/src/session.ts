@@ -28,6 +28,8 @@ export class SessionTracker {
   private sessionKey: string | undefined;
   private readonly known = new Map<string, string>();
   private titleSessionIdHeld: string | undefined;
+  /** The most conversation entries the bridge reported per session: a drop means a rolled-back store. */
+  private readonly revisions = new Map<string, number>();
   private readonly log: Logger;
 
   constructor(cwd: string, log: Logger = () => {}) {
@@ -52,6 +54,7 @@ export class SessionTracker {
    * conversation: the held id is forgotten (and its file removed) and none is sent.
    */
   prepare(messages: readonly ProtocolMessage[], purpose: Purpose, newSession?: boolean): SessionHint {
+    if (purpose === "compaction") return this.compactionHint();
     const fresh = newSession ?? !isContinuation(messages);
     // Title requests get no key: their user text is the chat's, and the bridge must never
     // recover a chat into a title session (or the reverse).
@@ -66,18 +69,34 @@ export class SessionTracker {
     return hint;
   }
 
-  /** Hold the id the bridge reports; chat ids also go to disk, title ids never do. */
-  adopt(purpose: Purpose, key: string | undefined, event: SessionInitEvent): void {
+  /**
+   * Hold the id the bridge reports; chat ids also go to disk, title ids never do, and a
+   * compaction's report changes nothing held (it summarises the chat, it does not replace it).
+   * Returns a warning for the person when the store holds less of this session than it did
+   * before (it went back in time under the host).
+   */
+  adopt(purpose: Purpose, key: string | undefined, event: SessionInitEvent): string | undefined {
     if (event.recovered) {
       this.log(`the bridge recovered session ${event.session_id} (reason: ${event.recovery_reason ?? "unspecified"})`);
     }
     if (!isPlausibleSessionId(event.session_id)) {
       this.log(`ignoring the session id ${JSON.stringify(event.session_id.slice(0, 80))} from the bridge: it is not a plausible session id`);
-      return;
+      return undefined;
     }
+    const regressed = this.checkRevision(event);
     if (purpose === "title") {
       this.titleSessionIdHeld = event.session_id;
-      return;
+      return regressed;
+    }
+    if (purpose === "compaction") {
+      this.log(`compaction request ran in session ${event.session_id}; the chat session stays ${this.sessionIdHeld ?? "(none)"}`);
+      return regressed;
+    }
+    if (event.forked_from != null) {
+      this.log(
+        `the conversation continues in branch ${event.session_id} of session ${event.forked_from}` +
+          (event.fork_point != null ? ` (shared entries: ${event.fork_point})` : ""),
+      );
     }
     this.sessionIdHeld = event.session_id;
     this.sessionKey = key;
@@ -98,6 +117,31 @@ export class SessionTracker {
           "and the bridge can still recover it by conversation key",
       );
     }
+    return regressed;
+  }
+
+  /** A compaction request names the chat it summarises and never starts or forgets one. */
+  private compactionHint(): SessionHint {
+    const hint: SessionHint = { newSession: false };
+    if (this.sessionIdHeld !== undefined) hint.sessionId = this.sessionIdHeld;
+    if (this.sessionKey !== undefined) hint.conversationKey = this.sessionKey;
+    return hint;
+  }
+
+  /** Remember the highest revision per session; a lower one is a store that went back in time. */
+  private checkRevision(event: SessionInitEvent): string | undefined {
+    const revision = event.revision;
+    if (typeof revision !== "number") return undefined;
+    const seen = this.revisions.get(event.session_id);
+    if (seen === undefined || revision >= seen) {
+      this.revisions.set(event.session_id, revision);
+      return undefined;
+    }
+    const message =
+      `the nonoka store holds ${revision} entries of session ${event.session_id}, fewer than the ${seen} it held ` +
+      "earlier in this run: the database went back in time (restored from a backup or a snapshot?)";
+    this.log(message);
+    return message;
   }
 
   /**

@@ -90,11 +90,15 @@ CAPABILITIES: Final = tuple(Capability)
 class Purpose(StrEnum):
     """What a chat request is for; a title request runs in its own session.
 
+    A ``compaction`` request is the host summarising a chat (OpenCode's ``/compact``): it
+    names the chat's session and never takes over the provider's id file.
+
     Here rather than in ``values``: the early dispatch reads it before pydantic loads.
     """
 
     CHAT = "chat"
     TITLE = "title"
+    COMPACTION = "compaction"
 
 
 class ProtocolError(NonokaError):

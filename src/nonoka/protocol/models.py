@@ -256,6 +256,14 @@ class SessionInit(BaseEvent):
     recovered: bool = False
     """The session is not the one the request named (or it named none)."""
     recovery_reason: RecoveryReasonValue | None = None
+    forked_from: str | None = None
+    """Set when the request's history diverged and it runs in a branch of this session."""
+    fork_point: int | None = None
+    """The branch shares the first ``fork_point`` entries of ``forked_from``."""
+    revision: int | None = None
+    """How many conversation entries the store held for the session when the request began.
+    A provider that saw a higher number for the same session knows the store went back in
+    time (a restored backup, a host's undo of the project's files) and warns."""
 
 
 class WarningEvent(BaseEvent):
