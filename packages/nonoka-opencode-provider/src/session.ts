@@ -120,11 +120,19 @@ export class SessionTracker {
     return regressed;
   }
 
-  /** A compaction request names the chat it summarises and never starts or forgets one. */
+  /**
+   * A compaction request names the chat it summarises and never starts or forgets one.
+   *
+   * After it, the host's history starts from the summary ("What did we do so far?"), so the
+   * chat's first user message, and with it its conversation key, changes: the held id's key
+   * becomes unknown, as for an id read from the file, so the next continuation still sends it
+   * (the bridge checks the history) and the new key is learnt from the answer.
+   */
   private compactionHint(): SessionHint {
     const hint: SessionHint = { newSession: false };
     if (this.sessionIdHeld !== undefined) hint.sessionId = this.sessionIdHeld;
     if (this.sessionKey !== undefined) hint.conversationKey = this.sessionKey;
+    this.sessionKey = undefined;
     return hint;
   }
 

@@ -19,6 +19,8 @@ export class SessionTracker {
     sessionKey;
     known = new Map();
     titleSessionIdHeld;
+    /** The most conversation entries the bridge reported per session: a drop means a rolled-back store. */
+    revisions = new Map();
     log;
     constructor(cwd, log = () => { }) {
         this.cwd = cwd;
@@ -39,6 +41,8 @@ export class SessionTracker {
      * conversation: the held id is forgotten (and its file removed) and none is sent.
      */
     prepare(messages, purpose, newSession) {
+        if (purpose === "compaction")
+            return this.compactionHint();
         const fresh = newSession ?? !isContinuation(messages);
         // Title requests get no key: their user text is the chat's, and the bridge must never
         // recover a chat into a title session (or the reverse).
@@ -54,18 +58,32 @@ export class SessionTracker {
             hint.conversationKey = key;
         return hint;
     }
-    /** Hold the id the bridge reports; chat ids also go to disk, title ids never do. */
+    /**
+     * Hold the id the bridge reports; chat ids also go to disk, title ids never do, and a
+     * compaction's report changes nothing held (it summarises the chat, it does not replace it).
+     * Returns a warning for the person when the store holds less of this session than it did
+     * before (it went back in time under the host).
+     */
     adopt(purpose, key, event) {
         if (event.recovered) {
             this.log(`the bridge recovered session ${event.session_id} (reason: ${event.recovery_reason ?? "unspecified"})`);
         }
         if (!isPlausibleSessionId(event.session_id)) {
             this.log(`ignoring the session id ${JSON.stringify(event.session_id.slice(0, 80))} from the bridge: it is not a plausible session id`);
-            return;
+            return undefined;
         }
+        const regressed = this.checkRevision(event);
         if (purpose === "title") {
             this.titleSessionIdHeld = event.session_id;
-            return;
+            return regressed;
+        }
+        if (purpose === "compaction") {
+            this.log(`compaction request ran in session ${event.session_id}; the chat session stays ${this.sessionIdHeld ?? "(none)"}`);
+            return regressed;
+        }
+        if (event.forked_from != null) {
+            this.log(`the conversation continues in branch ${event.session_id} of session ${event.forked_from}` +
+                (event.fork_point != null ? ` (shared entries: ${event.fork_point})` : ""));
         }
         this.sessionIdHeld = event.session_id;
         this.sessionKey = key;
@@ -86,6 +104,39 @@ export class SessionTracker {
             this.log(`could not save the session id to ${this.idFile} (${error.message}); it is held in memory only, ` +
                 "and the bridge can still recover it by conversation key");
         }
+        return regressed;
+    }
+    /**
+     * A compaction request names the chat it summarises and never starts or forgets one.
+     *
+     * After it, the host's history starts from the summary ("What did we do so far?"), so the
+     * chat's first user message, and with it its conversation key, changes: the held id's key
+     * becomes unknown, as for an id read from the file, so the next continuation still sends it
+     * (the bridge checks the history) and the new key is learnt from the answer.
+     */
+    compactionHint() {
+        const hint = { newSession: false };
+        if (this.sessionIdHeld !== undefined)
+            hint.sessionId = this.sessionIdHeld;
+        if (this.sessionKey !== undefined)
+            hint.conversationKey = this.sessionKey;
+        this.sessionKey = undefined;
+        return hint;
+    }
+    /** Remember the highest revision per session; a lower one is a store that went back in time. */
+    checkRevision(event) {
+        const revision = event.revision;
+        if (typeof revision !== "number")
+            return undefined;
+        const seen = this.revisions.get(event.session_id);
+        if (seen === undefined || revision >= seen) {
+            this.revisions.set(event.session_id, revision);
+            return undefined;
+        }
+        const message = `the nonoka store holds ${revision} entries of session ${event.session_id}, fewer than the ${seen} it held ` +
+            "earlier in this run: the database went back in time (restored from a backup or a snapshot?)";
+        this.log(message);
+        return message;
     }
     /**
      * The id a continuation sends: normally the held one. When the held id is known to belong to
