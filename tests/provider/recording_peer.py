@@ -71,7 +71,8 @@ def main() -> None:
         _send_raw(dump_line({"type": "from_the_future", "request_id": rid}))
     session_id = args.session_id or request.session_id or f"peer-{uuid.uuid4().hex[:12]}"
     emit(SessionInit(session_id=session_id, recovered=bool(args.recovered),
-                     recovery_reason=args.recovered))
+                     recovery_reason=args.recovered, forked_from=args.forked_from,
+                     fork_point=2 if args.forked_from else None, revision=args.revision))
     if args.mode in ("hang", "stubborn"):
         _wait_for_cancel(record, emit, stubborn=args.mode == "stubborn")
     for code in args.warning:
@@ -99,6 +100,8 @@ def _parse() -> argparse.Namespace:
                                  "stubborn", "deaf"])
     parser.add_argument("--session-id", help="the id session_init reports")
     parser.add_argument("--recovered", help="report recovered=true with this reason")
+    parser.add_argument("--forked-from", help="report a branch of this session")
+    parser.add_argument("--revision", type=int, help="the revision session_init reports")
     parser.add_argument("--text", action="append", default=[])
     parser.add_argument("--tool-call", action="append", default=[], help="NAME=ARGUMENTS")
     parser.add_argument("--warning", action="append", default=[])

@@ -274,7 +274,8 @@ class BridgeHandler:
         if isinstance(event, SessionOpened):
             self.send(SessionInit(session_id=event.session_id,
                                   recovered=event.recovery_reason is not None,
-                                  recovery_reason=event.recovery_reason))
+                                  recovery_reason=event.recovery_reason,
+                                  revision=event.revision))
         elif isinstance(event, RunTextDelta):
             self.send(TextDelta(text=event.text))
         elif isinstance(event, ToolCallRequested):

@@ -182,6 +182,9 @@ class NonokaProvider:
         e.g. read from the file)."""
         self._known: OrderedDict[str, str] = OrderedDict()
         self._title_session_id: str | None = None
+        self._revisions: dict[str, int] = {}
+        self.store_regressions: list[str] = []
+        """Sessions whose store was seen going back in time (fewer entries than before)."""
         self._calls: set[_Call] = set()
 
     # -- state -------------------------------------------------------------------------
@@ -258,15 +261,23 @@ class NonokaProvider:
                  purpose: Purpose | str, request_id: str | None, new_session: bool | None,
                  ) -> ChatRequest:
         if purpose not in _PURPOSES:
-            raise ConfigurationError(f"purpose must be 'chat' or 'title', not {purpose!r}")
+            raise ConfigurationError(
+                f"purpose must be one of {', '.join(map(repr, _PURPOSES))}, not {purpose!r}")
         purpose = Purpose(purpose)
         history = [_as_message(m, i) for i, m in enumerate(messages)]
         specs = [_as_tool(t, i) for i, t in enumerate(tools)]
-        fresh = not is_continuation(history) if new_session is None else new_session
-        # Title requests get no key: their first user message may well be the chat's, and
-        # the bridge must never recover a chat into a title session (or the reverse).
-        key = conversation_key(history) if purpose == Purpose.CHAT else None
-        session_id = None if fresh else self._session_for(purpose, key)
+        if purpose == Purpose.COMPACTION:
+            # The host summarising a chat: a lone user message that is no new conversation.
+            # It names the chat (and its key); the chat's key changes after it (the history
+            # then starts from the summary), so the held id's key becomes unknown.
+            fresh, key, session_id = False, self._session_key, self._session_id
+            self._session_key = None
+        else:
+            fresh = not is_continuation(history) if new_session is None else new_session
+            # Title requests get no key: their first user message may well be the chat's,
+            # and the bridge must never recover a chat into a title session (or the reverse).
+            key = conversation_key(history) if purpose == Purpose.CHAT else None
+            session_id = None if fresh else self._session_for(purpose, key)
         try:
             request = ChatRequest(
                 protocol=ProtocolSpec(required_capabilities=self.required_capabilities),
@@ -319,7 +330,11 @@ class NonokaProvider:
                            self.id_file, exc)
 
     def _adopt(self, call: _Call, event: SessionInit) -> None:
-        """Hold the id the bridge reports; chat ids also go to disk, title ids never do."""
+        """Hold the id the bridge reports; chat ids also go to disk, title ids never do.
+
+        A compaction's report changes nothing held: it summarises the chat, it does not
+        replace it. A branch (``forked_from``) becomes the chat session.
+        """
         request = call.request
         if event.recovered:
             logger.warning("the bridge recovered session %s for request %s (reason: %s)",
@@ -329,9 +344,18 @@ class NonokaProvider:
             logger.warning("ignoring the session id %r from the bridge: it is not a "
                            "plausible session id", event.session_id[:80])
             return
+        self._check_revision(event)
         if request.purpose == Purpose.TITLE:
             self._title_session_id = event.session_id
             return
+        if request.purpose == Purpose.COMPACTION:
+            logger.info("compaction request %s ran in session %s; the chat session stays %s",
+                        request.request_id, event.session_id, self._session_id)
+            return
+        if event.forked_from is not None:
+            logger.warning("the conversation continues in branch %s of session %s "
+                           "(shared entries: %s)", event.session_id, event.forked_from,
+                           event.fork_point)
         self._session_id = event.session_id
         self._session_key = request.conversation_key
         if request.conversation_key is not None:
@@ -345,6 +369,19 @@ class NonokaProvider:
             logger.warning("could not save the session id to %s (%s); it is held in memory "
                            "only, and the bridge can still recover it by conversation key",
                            self.id_file, exc)
+
+    def _check_revision(self, event: SessionInit) -> None:
+        """Remember the highest revision per session; a lower one is a rolled-back store."""
+        if event.revision is None:
+            return
+        seen = self._revisions.get(event.session_id)
+        if seen is None or event.revision >= seen:
+            self._revisions[event.session_id] = event.revision
+            return
+        self.store_regressions.append(event.session_id)
+        logger.warning("the nonoka store holds %d entries of session %s, fewer than the %d it "
+                       "held earlier: the database went back in time (restored from a backup "
+                       "or a snapshot?)", event.revision, event.session_id, seen)
 
     # -- running the request -----------------------------------------------------------
 

@@ -43,6 +43,9 @@ class SessionOpened:
     """Whether the turn created it."""
     recovery_reason: str | None = None
     """Why the front end continued a session other than the one asked for, if it did."""
+    revision: int | None = field(default=None, compare=False)
+    """Conversation entries stored when the turn began (``None``: not loaded yet); a host
+    that saw more for this session knows the store went back in time."""
 
 
 TurnEvent = SessionOpened | RunEvent
@@ -165,16 +168,20 @@ class _Turn:
                   lease_owner: Callable[[str], str | None] | None) -> RunResult:
         service, journal = self.service, self.service.journal
         runner, target = service.runner, chosen.session
+        revision: int | None = None
         if target is None:
             created = await runner.open_session(self.agent, limits=limits, history=chosen.seed)
             await runner.save_session(created)
             await journal.index(created, model=self.agent.get_model().name, created=True)
             self.session_id, self.new = created.session_id, True
+            revision = len(created.memory.entries)
         else:
             self.session_id = target if isinstance(target, str) else target.session_id
+            if isinstance(target, Session):
+                revision = len(target.memory.entries)
         sid = self.session_id
         journal.start(sid)
-        await self._tell(SessionOpened(sid, self.new, chosen.recovery_reason))
+        await self._tell(SessionOpened(sid, self.new, chosen.recovery_reason, revision))
         await journal.log("session", {"new": self.new,
                                       "recovery_reason": chosen.recovery_reason})
         for warning in chosen.warnings:
