@@ -284,18 +284,18 @@ async def test_a_branch_becomes_the_chat_session(
     assert "branch branch-1 of session chat-1" in caplog.text
 
 
-async def test_a_store_that_went_back_in_time_is_noticed(
-        peer: Peer, caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_entries_a_turn_ended_with_go_back_with_the_next_request(
+        peer: Peer) -> None:
     provider = peer.provider("--session-id", "chat-1", "--revision", "6")
     await provider.chat(continuation())
-    assert provider.store_regressions == []
-    provider.command = peer.command("--session-id", "chat-1", "--revision", "8")
-    await provider.chat(continuation())
+    assert "revision" not in peer.last()
     provider.command = peer.command("--session-id", "chat-1", "--revision", "4")
-    with caplog.at_level(logging.WARNING, logger="nonoka.provider"):
-        await provider.chat(continuation())
-    assert provider.store_regressions == ["chat-1"]
-    assert "fewer than the 8" in caplog.text
+    await provider.chat(continuation())
+    assert peer.last()["revision"] == 6
+    await provider.chat(continuation())
+    assert peer.last()["revision"] == 6  # a lower report never lowers what was seen
+    await provider.chat(USER)  # a new conversation names no session, so no revision
+    assert "revision" not in peer.last()
 
 
 # -- what comes back -------------------------------------------------------------------

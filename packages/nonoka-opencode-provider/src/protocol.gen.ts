@@ -50,6 +50,8 @@ export interface ChatRequest {
   /** A model spec such as `openai:gpt-4o-mini`; default: from configuration. */
   model?: string | null;
   limits?: RequestLimits | null;
+  /** The most conversation entries the provider saw stored for `session_id` (from `finish`); a store holding fewer went back in time and the bridge warns (`store_regressed`). */
+  revision?: number | null;
 }
 
 /** The `code` of an `error` event, or of a `ProtocolError`. */
@@ -149,6 +151,8 @@ export interface Finish {
   /** This request's total. */
   usage: UsageTotals;
   termination?: FinishTermination | null;
+  /** Conversation entries stored for the session when the request ended; a provider sends the highest it saw back as the next request's `revision`. */
+  revision?: number | null;
 }
 
 /** Why a request ended; `tool_calls` means paused, waiting for host tool results. */
@@ -247,8 +251,6 @@ export interface SessionInit {
   forked_from?: string | null;
   /** The branch shares the first `fork_point` entries of `forked_from`. */
   fork_point?: number | null;
-  /** How many conversation entries the store held for the session when the request began. A provider that saw a higher number for the same session knows the store went back in time (a restored backup, a host's undo of the project's files) and warns. */
-  revision?: number | null;
 }
 
 /** A piece of streamed assistant text. */
@@ -315,7 +317,9 @@ export type WarningCode =
   /** the sent session_id belongs to a different conversation (its stored history does not match the request's) and no session matched conversation_key; a new session was started (seeded with the history) */
   | "session_mismatch_starting_new"
   /** conversation_key is not 64 lower-case hex digits (the SHA-256 of the first user message), so it was ignored: this request cannot be recovered by key; fix the provider */
-  | "conversation_key_ignored";
+  | "conversation_key_ignored"
+  /** the database holds fewer entries of this session than the provider saw at the end of an earlier turn: it went back in time (restored from a backup or a snapshot?); the turn goes on from what is stored */
+  | "store_regressed";
 
 /** Something the host should know that did not stop the request. */
 export interface WarningEvent {

@@ -28,7 +28,7 @@ export class SessionTracker {
   private sessionKey: string | undefined;
   private readonly known = new Map<string, string>();
   private titleSessionIdHeld: string | undefined;
-  /** The most conversation entries the bridge reported per session: a drop means a rolled-back store. */
+  /** The most conversation entries the bridge reported stored per session (`finish.revision`). */
   private readonly revisions = new Map<string, number>();
   private readonly log: Logger;
 
@@ -72,25 +72,23 @@ export class SessionTracker {
   /**
    * Hold the id the bridge reports; chat ids also go to disk, title ids never do, and a
    * compaction's report changes nothing held (it summarises the chat, it does not replace it).
-   * Returns a warning for the person when the store holds less of this session than it did
-   * before (it went back in time under the host).
+   * A branch (`forked_from`) becomes the chat session.
    */
-  adopt(purpose: Purpose, key: string | undefined, event: SessionInitEvent): string | undefined {
+  adopt(purpose: Purpose, key: string | undefined, event: SessionInitEvent): void {
     if (event.recovered) {
       this.log(`the bridge recovered session ${event.session_id} (reason: ${event.recovery_reason ?? "unspecified"})`);
     }
     if (!isPlausibleSessionId(event.session_id)) {
       this.log(`ignoring the session id ${JSON.stringify(event.session_id.slice(0, 80))} from the bridge: it is not a plausible session id`);
-      return undefined;
+      return;
     }
-    const regressed = this.checkRevision(event);
     if (purpose === "title") {
       this.titleSessionIdHeld = event.session_id;
-      return regressed;
+      return;
     }
     if (purpose === "compaction") {
       this.log(`compaction request ran in session ${event.session_id}; the chat session stays ${this.sessionIdHeld ?? "(none)"}`);
-      return regressed;
+      return;
     }
     if (event.forked_from != null) {
       this.log(
@@ -117,7 +115,6 @@ export class SessionTracker {
           "and the bridge can still recover it by conversation key",
       );
     }
-    return regressed;
   }
 
   /**
@@ -136,21 +133,22 @@ export class SessionTracker {
     return hint;
   }
 
-  /** Remember the highest revision per session; a lower one is a store that went back in time. */
-  private checkRevision(event: SessionInitEvent): string | undefined {
-    const revision = event.revision;
-    if (typeof revision !== "number") return undefined;
-    const seen = this.revisions.get(event.session_id);
-    if (seen === undefined || revision >= seen) {
-      this.revisions.set(event.session_id, revision);
-      return undefined;
-    }
-    const message =
-      `the nonoka store holds ${revision} entries of session ${event.session_id}, fewer than the ${seen} it held ` +
-      "earlier in this run: the database went back in time (restored from a backup or a snapshot?)";
-    this.log(message);
-    return message;
+  /**
+   * Remember how many entries the bridge said it stored for a session at the end of a
+   * request (`finish.revision`); the highest is sent back with the next request that names
+   * the session, and a bridge holding fewer warns that its store went back in time.
+   */
+  noteRevision(sessionId: string | undefined, revision: number | null | undefined): void {
+    if (sessionId === undefined || typeof revision !== "number") return;
+    const seen = this.revisions.get(sessionId);
+    if (seen === undefined || revision > seen) this.revisions.set(sessionId, revision);
   }
+
+  /** The revision to send with a request that names `sessionId`. */
+  revisionOf(sessionId: string | undefined): number | undefined {
+    return sessionId === undefined ? undefined : this.revisions.get(sessionId);
+  }
+
 
   /**
    * The id a continuation sends: normally the held one. When the held id is known to belong to

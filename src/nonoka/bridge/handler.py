@@ -181,10 +181,15 @@ class BridgeHandler:
         warnings[:0] = self._warnings
         if session is not None:
             return Opening(session, self._plan, recovery_reason=recovery_reason,
-                           warnings=warnings)
+                           warnings=warnings, revision_seen=self._revision_seen(session))
         seed, prompt = split_for_new_session(self.request.messages)
         plan = TurnInput("prompt", prompt) if prompt is not None else TurnInput()
         return Opening(None, plan, seed=seed, warnings=warnings)
+
+    def _revision_seen(self, session: Session) -> int | None:
+        """The request's ``revision``, when it speaks of this very session."""
+        request = self.request
+        return request.revision if request.session_id == session.session_id else None
 
     async def _pick(self) -> tuple[Session | None, str | None, list[RunWarning]]:
         """The session to continue (``None``: a new one), why it was recovered, warnings."""
@@ -274,8 +279,7 @@ class BridgeHandler:
         if isinstance(event, SessionOpened):
             self.send(SessionInit(session_id=event.session_id,
                                   recovered=event.recovery_reason is not None,
-                                  recovery_reason=event.recovery_reason,
-                                  revision=event.revision))
+                                  recovery_reason=event.recovery_reason))
         elif isinstance(event, RunTextDelta):
             self.send(TextDelta(text=event.text))
         elif isinstance(event, ToolCallRequested):
@@ -316,10 +320,12 @@ class BridgeHandler:
             if outcome is not None:
                 with contextlib.suppress(Exception):  # the timeline must not stop the finish
                     await self._turn.journal.log("early_request", {"outcome": outcome})
-            await self._turn.finish(reason)
+            await self._turn.finish(reason, *((termination.limit, termination.detail)
+                                              if termination is not None else ()))
             usage = self._turn.journal.usage
+        revision = self._turn.journal.entries if self._turn is not None else None
         self.send(Finish(finish_reason=reason, usage=UsageTotals(**usage.as_dict()),
-                         termination=termination))
+                         termination=termination, revision=revision))
 
     async def _fail(self, failure: Failure) -> None:
         """End the request with an error the turn service did not see."""

@@ -184,6 +184,10 @@ class ChatRequest(_Frame):
     model: str | None = None
     """A model spec such as ``openai:gpt-4o-mini``; default: from configuration."""
     limits: RequestLimits | None = None
+    revision: int | None = Field(default=None, ge=0)
+    """The most conversation entries the provider saw stored for ``session_id`` (from
+    ``finish``); a store holding fewer went back in time and the bridge warns
+    (``store_regressed``)."""
 
     @field_validator("session_id", "conversation_key")
     @classmethod
@@ -260,10 +264,6 @@ class SessionInit(BaseEvent):
     """Set when the request's history diverged and it runs in a branch of this session."""
     fork_point: int | None = None
     """The branch shares the first ``fork_point`` entries of ``forked_from``."""
-    revision: int | None = None
-    """How many conversation entries the store held for the session when the request began.
-    A provider that saw a higher number for the same session knows the store went back in
-    time (a restored backup, a host's undo of the project's files) and warns."""
 
 
 class WarningEvent(BaseEvent):
@@ -355,6 +355,9 @@ class Finish(BaseEvent):
     usage: UsageTotals = Field(default_factory=UsageTotals)
     """This request's total."""
     termination: FinishTermination | None = None
+    revision: int | None = None
+    """Conversation entries stored for the session when the request ended; a provider sends
+    the highest it saw back as the next request's ``revision``."""
 
 
 Event = Annotated[

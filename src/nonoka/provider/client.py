@@ -183,8 +183,6 @@ class NonokaProvider:
         self._known: OrderedDict[str, str] = OrderedDict()
         self._title_session_id: str | None = None
         self._revisions: dict[str, int] = {}
-        self.store_regressions: list[str] = []
-        """Sessions whose store was seen going back in time (fewer entries than before)."""
         self._calls: set[_Call] = set()
 
     # -- state -------------------------------------------------------------------------
@@ -291,6 +289,7 @@ class NonokaProvider:
                 cwd=str(self.cwd),
                 model=self.model,
                 limits=self.limits,
+                revision=self._revisions.get(session_id) if session_id else None,
             )
         except ValidationError as exc:
             raise ConfigurationError(f"invalid chat request: {exc}") from None
@@ -344,7 +343,6 @@ class NonokaProvider:
             logger.warning("ignoring the session id %r from the bridge: it is not a "
                            "plausible session id", event.session_id[:80])
             return
-        self._check_revision(event)
         if request.purpose == Purpose.TITLE:
             self._title_session_id = event.session_id
             return
@@ -370,18 +368,13 @@ class NonokaProvider:
                            "only, and the bridge can still recover it by conversation key",
                            self.id_file, exc)
 
-    def _check_revision(self, event: SessionInit) -> None:
-        """Remember the highest revision per session; a lower one is a rolled-back store."""
-        if event.revision is None:
+    def _note_revision(self, session_id: str | None, revision: int | None) -> None:
+        """Remember the most entries a turn of ``session_id`` ended with (``finish``); the
+        next request naming the session sends it, and a bridge holding fewer warns."""
+        if session_id is None or revision is None:
             return
-        seen = self._revisions.get(event.session_id)
-        if seen is None or event.revision >= seen:
-            self._revisions[event.session_id] = event.revision
-            return
-        self.store_regressions.append(event.session_id)
-        logger.warning("the nonoka store holds %d entries of session %s, fewer than the %d it "
-                       "held earlier: the database went back in time (restored from a backup "
-                       "or a snapshot?)", event.revision, event.session_id, seen)
+        if revision > self._revisions.get(session_id, -1):
+            self._revisions[session_id] = revision
 
     # -- running the request -----------------------------------------------------------
 
@@ -476,6 +469,7 @@ class NonokaProvider:
             logger.info("bridge error %s: %s", event.code, event.message)
         elif isinstance(event, Finish):
             call.finished = True
+            self._note_revision(call.result.session_id, event.revision)
         return event
 
     async def _bad_line(self, process: BridgeProcess, exc: ProtocolError, line: bytes,

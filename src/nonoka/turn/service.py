@@ -25,6 +25,7 @@ from nonoka.errors import Failure, ModelError, StoreError, failure_of
 from nonoka.events import RunEvent, RunWarning
 from nonoka.messages import Message, ToolResult, dangling_tool_calls
 from nonoka.paradigms.env import RunResult
+from nonoka.protocol.values import WarningCode
 from nonoka.runner import Runner
 from nonoka.runtime import RuntimeLimits
 from nonoka.session import Session
@@ -43,9 +44,6 @@ class SessionOpened:
     """Whether the turn created it."""
     recovery_reason: str | None = None
     """Why the front end continued a session other than the one asked for, if it did."""
-    revision: int | None = field(default=None, compare=False)
-    """Conversation entries stored when the turn began (``None``: not loaded yet); a host
-    that saw more for this session knows the store went back in time."""
 
 
 TurnEvent = SessionOpened | RunEvent
@@ -84,6 +82,8 @@ class Opening:
     recovery_reason: str | None = None
     warnings: Sequence[RunWarning] = field(default_factory=tuple)
     """Said to the front end and logged once the session is known."""
+    revision_seen: int | None = None
+    """The most entries the front end saw stored for the session; fewer now is a warning."""
 
 
 Chooser = Callable[[], Awaitable[Opening]]
@@ -138,9 +138,10 @@ class TurnService:
             await journal.error(failure.code, failure.message)
         return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage)
 
-    async def finish(self, reason: str) -> None:
-        """End the turn in the journal: the index row brought up to date, ``finish`` logged."""
-        await self.journal.finish(reason)
+    async def finish(self, reason: str, limit: str | None = None, detail: str = "") -> None:
+        """End the turn in the journal: the index row brought up to date, ``finish`` logged
+        (with the limit that stopped the run, when one did, so the timeline names it)."""
+        await self.journal.finish(reason, {"limit": limit, "detail": detail} if limit else None)
 
     async def close(self) -> None:
         """Close the stores; the turn has been answered, so a failure is only reported.
@@ -168,20 +169,16 @@ class _Turn:
                   lease_owner: Callable[[str], str | None] | None) -> RunResult:
         service, journal = self.service, self.service.journal
         runner, target = service.runner, chosen.session
-        revision: int | None = None
         if target is None:
             created = await runner.open_session(self.agent, limits=limits, history=chosen.seed)
             await runner.save_session(created)
             await journal.index(created, model=self.agent.get_model().name, created=True)
             self.session_id, self.new = created.session_id, True
-            revision = len(created.memory.entries)
         else:
             self.session_id = target if isinstance(target, str) else target.session_id
-            if isinstance(target, Session):
-                revision = len(target.memory.entries)
         sid = self.session_id
         journal.start(sid)
-        await self._tell(SessionOpened(sid, self.new, chosen.recovery_reason, revision))
+        await self._tell(SessionOpened(sid, self.new, chosen.recovery_reason))
         await journal.log("session", {"new": self.new,
                                       "recovery_reason": chosen.recovery_reason})
         for warning in chosen.warnings:
@@ -197,6 +194,7 @@ class _Turn:
                 if loaded is None:
                     raise StoreError(f"session {sid!r} is no longer stored")
                 plan = plan(loaded)
+            await self._check_revision(loaded, chosen.revision_seen)
             # A new session got its limits when it was created.
             return await self._feed(plan, loaded, None if self.new else limits)
 
@@ -221,6 +219,18 @@ class _Turn:
                                                     on_event=self.deliver)
         return await runner.resume(agent, sid, limits=limits, on_event=self.deliver,
                                    reopen=given.reopen)
+
+    async def _check_revision(self, session: Session | None, seen: int | None) -> None:
+        """Warn when the store holds fewer entries than the front end saw it hold before."""
+        if session is None or seen is None or len(session.memory.entries) >= seen:
+            return
+        stored = len(session.memory.entries)
+        await self.deliver(RunWarning(
+            WarningCode.STORE_REGRESSED,
+            f"the database holds {stored} entries of session {session.session_id}, fewer "
+            f"than the {seen} an earlier turn ended with: it went back in time (restored "
+            "from a backup or a snapshot?); this turn goes on from what is stored",
+            {"stored": stored, "seen": seen}))
 
     async def deliver(self, event: RunEvent) -> None:
         """Hand a runtime event to the front end first, then record it."""

@@ -149,6 +149,9 @@ export class NonokaLanguageModel {
         };
         if (hint.sessionId !== undefined)
             request.session_id = hint.sessionId;
+        const revision = tracker.revisionOf(hint.sessionId);
+        if (revision !== undefined)
+            request.revision = revision;
         if (hint.conversationKey !== undefined)
             request.conversation_key = hint.conversationKey;
         if (config.model !== undefined)
@@ -300,9 +303,7 @@ class BridgeCall {
                 break;
             case "session_init": {
                 this.session = { id: event.session_id, recovered: event.recovered, reason: event.recovery_reason ?? null };
-                const regressed = this.tracker.adopt(this.request.purpose, this.request.conversation_key, event);
-                if (regressed !== undefined)
-                    this.notice(`store_regressed: ${regressed}`);
+                this.tracker.adopt(this.request.purpose, this.request.conversation_key, event);
                 break;
             }
             case "warning":
@@ -358,6 +359,7 @@ class BridgeCall {
     }
     onFinish(event) {
         this.finished = true;
+        this.tracker.noteRevision(this.session?.id, event.revision);
         this.closeText();
         if (event.finish_reason === "limit") {
             // An empty answer that ends "length" looks like success to the host: say which limit.
@@ -405,7 +407,7 @@ class BridgeCall {
         return { ...totals, cost_usd: cost };
     }
     /**
-     * Tell the person something about the session (a branch, a recovery, a rolled-back store).
+     * Tell the person something about the session (a branch, a recovery, a store that went back in time).
      *
      * OpenCode turns the AI SDK's warnings off and keeps the provider's stderr to itself, so the
      * notice goes out as a reasoning block: OpenCode shows it with the answer (the TUI's

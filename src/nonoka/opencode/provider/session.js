@@ -19,7 +19,7 @@ export class SessionTracker {
     sessionKey;
     known = new Map();
     titleSessionIdHeld;
-    /** The most conversation entries the bridge reported per session: a drop means a rolled-back store. */
+    /** The most conversation entries the bridge reported stored per session (`finish.revision`). */
     revisions = new Map();
     log;
     constructor(cwd, log = () => { }) {
@@ -61,8 +61,7 @@ export class SessionTracker {
     /**
      * Hold the id the bridge reports; chat ids also go to disk, title ids never do, and a
      * compaction's report changes nothing held (it summarises the chat, it does not replace it).
-     * Returns a warning for the person when the store holds less of this session than it did
-     * before (it went back in time under the host).
+     * A branch (`forked_from`) becomes the chat session.
      */
     adopt(purpose, key, event) {
         if (event.recovered) {
@@ -70,16 +69,15 @@ export class SessionTracker {
         }
         if (!isPlausibleSessionId(event.session_id)) {
             this.log(`ignoring the session id ${JSON.stringify(event.session_id.slice(0, 80))} from the bridge: it is not a plausible session id`);
-            return undefined;
+            return;
         }
-        const regressed = this.checkRevision(event);
         if (purpose === "title") {
             this.titleSessionIdHeld = event.session_id;
-            return regressed;
+            return;
         }
         if (purpose === "compaction") {
             this.log(`compaction request ran in session ${event.session_id}; the chat session stays ${this.sessionIdHeld ?? "(none)"}`);
-            return regressed;
+            return;
         }
         if (event.forked_from != null) {
             this.log(`the conversation continues in branch ${event.session_id} of session ${event.forked_from}` +
@@ -104,7 +102,6 @@ export class SessionTracker {
             this.log(`could not save the session id to ${this.idFile} (${error.message}); it is held in memory only, ` +
                 "and the bridge can still recover it by conversation key");
         }
-        return regressed;
     }
     /**
      * A compaction request names the chat it summarises and never starts or forgets one.
@@ -123,20 +120,21 @@ export class SessionTracker {
         this.sessionKey = undefined;
         return hint;
     }
-    /** Remember the highest revision per session; a lower one is a store that went back in time. */
-    checkRevision(event) {
-        const revision = event.revision;
-        if (typeof revision !== "number")
-            return undefined;
-        const seen = this.revisions.get(event.session_id);
-        if (seen === undefined || revision >= seen) {
-            this.revisions.set(event.session_id, revision);
-            return undefined;
-        }
-        const message = `the nonoka store holds ${revision} entries of session ${event.session_id}, fewer than the ${seen} it held ` +
-            "earlier in this run: the database went back in time (restored from a backup or a snapshot?)";
-        this.log(message);
-        return message;
+    /**
+     * Remember how many entries the bridge said it stored for a session at the end of a
+     * request (`finish.revision`); the highest is sent back with the next request that names
+     * the session, and a bridge holding fewer warns that its store went back in time.
+     */
+    noteRevision(sessionId, revision) {
+        if (sessionId === undefined || typeof revision !== "number")
+            return;
+        const seen = this.revisions.get(sessionId);
+        if (seen === undefined || revision > seen)
+            this.revisions.set(sessionId, revision);
+    }
+    /** The revision to send with a request that names `sessionId`. */
+    revisionOf(sessionId) {
+        return sessionId === undefined ? undefined : this.revisions.get(sessionId);
     }
     /**
      * The id a continuation sends: normally the held one. When the held id is known to belong to
