@@ -202,12 +202,19 @@ def dispatch(request: Mapping[str, Any]) -> Dispatched | None:
     if not enabled(os.environ):
         return None
     turn = NextTurn.of(request)
-    if turn is None:
+    if turn is None or _several_prompts(request):
         return None
     try:
         return _dispatch(request, turn)
     except Exception:  # the runtime's own path reports every real problem
         return None
+
+
+def _several_prompts(request: Mapping[str, Any]) -> bool:
+    """Whether several user messages follow the host's last reply: the runtime stores
+    them one entry each, so its request is not the one-prompt template's."""
+    tail = split_after_reply(request["messages"])[1]
+    return sum(1 for m in tail if m["role"] == "user") > 1
 
 
 def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:

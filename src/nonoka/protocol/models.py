@@ -256,6 +256,10 @@ class SessionInit(BaseEvent):
     recovered: bool = False
     """The session is not the one the request named (or it named none)."""
     recovery_reason: RecoveryReasonValue | None = None
+    forked_from: str | None = None
+    """Set when the turn runs in a branch made for it: the session it branched from."""
+    fork_point: int | None = None
+    """With ``forked_from``: how many of the parent's entries the branch shares."""
 
 
 class WarningEvent(BaseEvent):
