@@ -16,7 +16,12 @@ from typing import Any
 
 from nonoka import faults
 from nonoka.agent import Agent
-from nonoka.errors import ModelError, SessionConflictError, ToolResultMismatchError
+from nonoka.errors import (
+    ConfigurationError,
+    ModelError,
+    SessionConflictError,
+    ToolResultMismatchError,
+)
 from nonoka.events import EventSink
 from nonoka.extensions.approval import apply_decision
 from nonoka.messages import MemoryEntry, Message, ToolResult, dangling_tool_calls
@@ -25,9 +30,9 @@ from nonoka.paradigms.plan import PlanExecutor
 from nonoka.paradigms.react import ReActAgent
 from nonoka.plan import Plan
 from nonoka.runtime import RuntimeLimits, Termination
-from nonoka.session import Session, validate_session_id
+from nonoka.session import INTENTS_NAMESPACE, Session, validate_session_id
 from nonoka.state import SessionStatus
-from nonoka.store.base import CheckpointStore
+from nonoka.store.base import BranchingStore, CheckpointStore
 
 FINISHED = (SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.CANCELLED)
 _CONFLICT_RETRIES = 5
@@ -222,6 +227,41 @@ class Runner:
 
     # -- sessions ----------------------------------------------------------------------------
 
+    async def fork_session(self, session_id: str, at: int | None = None, *,
+                           new_session_id: str | None = None) -> str:
+        """Branch a session: a new session whose conversation is the first ``at`` entries
+        of ``session_id``'s (default: all of them); returns the branch's id.
+
+        The parent is left as it is. Stores that can (``BranchingStore``: every engine
+        nonoka ships) share those entries instead of copying them. The branch starts from
+        the parent's ledger as it stands, so limits cannot be escaped by branching.
+        """
+        parent = await self.load_session(session_id)
+        if parent is None:
+            raise ConfigurationError(f"session {session_id!r} was not found; nothing was forked")
+        entries = parent.memory.entries
+        point = len(entries) if at is None else at
+        if not 0 <= point <= len(entries):
+            raise ConfigurationError(
+                f"fork point {point} is outside session {session_id}'s {len(entries)} entries "
+                f"(0 to {len(entries)})")
+        child = Session.from_state(parent.to_state().model_copy(update={
+            "session_id": validate_session_id(new_session_id or str(uuid.uuid4())),
+            "revision": 0, "memory_entries": entries[:point], "trace": [],
+            "forked_from": session_id, "fork_point": point}))
+        _settle_branch(child, keep_intents=point == len(entries))
+        state = child.to_state()
+        if isinstance(self.store, BranchingStore):
+            await self.store.fork_session(state, session_id, point, parent.memory.generation)
+        else:
+            await self.store.save_session(state)
+        return child.session_id
+
+    async def rewind_session(self, session_id: str, to: int) -> str:
+        """Go back to entry ``to``: a branch holding the first ``to`` entries, from which
+        the conversation continues; the abandoned tail stays stored in ``session_id``."""
+        return await self.fork_session(session_id, to)
+
     async def save_session(self, session: Session) -> None:
         """Checkpoint a session (e.g. a new one before announcing its id)."""
         await self._save(session)
@@ -314,6 +354,20 @@ class Runner:
         raise SessionConflictError(
             f"session {session_id!r} kept changing under this update; try again"
         )
+
+
+def _settle_branch(session: Session, *, keep_intents: bool) -> None:
+    """A new branch's status and counters follow from the entries it holds."""
+    entries = session.memory.entries
+    _, dangling = dangling_tool_calls(entries)
+    if not keep_intents:
+        session.extension_state.pop(INTENTS_NAMESPACE, None)
+    session.runtime = session.runtime.model_copy(update={"termination": None,
+                                                         "cancelled_at": None})
+    session.status = (SessionStatus.PAUSED if dangling else
+                      SessionStatus.COMPLETED if entries else SessionStatus.CREATED)
+    session.turn_count = sum(1 for e in entries if e.role == "user")
+    session.end_time = None
 
 
 def _close_open_calls(session: Session, content: str) -> None:

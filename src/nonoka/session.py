@@ -83,6 +83,8 @@ class Session:
         self.turn_count = 0
         self.step_count = 0
         self.trace: list[TraceEvent] = []
+        self.forked_from: str | None = None
+        self.fork_point: int | None = None
         self._clock_started = time.monotonic()
 
     # -- snapshot conversion ------------------------------------------------------------
@@ -106,6 +108,7 @@ class Session:
         session.turn_count = state.turn_count
         session.step_count = state.step_count
         session.trace = list(state.trace)
+        session.forked_from, session.fork_point = state.forked_from, state.fork_point
         return session
 
     def to_state(self) -> SessionState:
@@ -129,6 +132,8 @@ class Session:
             turn_count=self.turn_count,
             step_count=self.step_count,
             trace=self.trace[-TRACE_LIMIT:],
+            forked_from=self.forked_from,
+            fork_point=self.fork_point,
         )
 
     # -- the ledger ---------------------------------------------------------------------

@@ -125,6 +125,11 @@ class SessionState(BaseModel):
     step_count: int = 0
     trace: list[TraceEvent] = Field(default_factory=list)
 
+    forked_from: str | None = None
+    """The session this one branched from (``Runner.fork_session``), if any."""
+    fork_point: int | None = None
+    """How many of the parent's entries this session shares (its first ones)."""
+
 
 # -- migrations ---------------------------------------------------------------------------
 

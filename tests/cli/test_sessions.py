@@ -154,23 +154,3 @@ def test_a_run_session_continues_through_the_index_like_any_other(
     assert [r["session_id"] for r in json.loads(listed.stdout)] == [sid]
     shown = project.invoke("sessions", "show", sid[:8], monkeypatch=monkeypatch)
     assert "new session" in shown.stdout and "nonoka run" in shown.stdout
-
-
-def test_run_continues_a_session_the_bridge_started(project: Project,
-                                                    scripted: list[ScriptItem]) -> None:
-    scripted.extend([call("lookup", {"word": "hi"}, id="call_9"), text("Back in run.")])
-    events = bridge_request(project, [{"role": "user", "content": "from OpenCode"}], None)
-    sid = str(next(e["session_id"] for e in events if e["type"] == "session_init"))
-    assert events[-1]["finish_reason"] == "tool_calls"  # left waiting for the host
-
-    done = project.nonoka("run", "-c", "from the terminal")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "Back in run.\n"
-    sent = project.sent(1)
-    assert [c for r, c in sent if r == "user"] == ["from OpenCode", "from the terminal"]
-    # The host's pending call is closed with an error result, so the history stays valid.
-    assert [r for r, _ in sent] == ["user", "assistant", "tool", "user"]
-    assert sent[2][1].startswith("no result: the call was still open")
-    [record] = project.records()
-    assert (record.session_id, record.turn_count, record.model) == (sid, 2, "openai:test-model")
-    assert record.metadata.get("source") is None  # the row the bridge created is kept

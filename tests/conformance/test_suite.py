@@ -7,7 +7,9 @@ engine in ``engines.py``.
 
 from __future__ import annotations
 
+from nonoka.store.base import BranchingStore
 from nonoka.testing.conformance import (
+    BranchingSuite,
     CheckpointStoreSuite,
     RecordStoreSuite,
     SessionLeasesSuite,
@@ -29,3 +31,8 @@ class TestSessionLeases(SessionLeasesSuite):
 
 class TestRecordStore(RecordStoreSuite):
     pass
+
+
+class TestBranching(BranchingSuite):
+    async def test_every_engine_shares_entries_itself(self, store: object) -> None:
+        assert isinstance(store, BranchingStore)

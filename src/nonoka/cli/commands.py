@@ -76,6 +76,9 @@ def bridge() -> None:
               help="Continue the most recently active session of this project.")
 @click.option("--session", "session_ref", metavar="ID",
               help="Continue this session (an unambiguous start of its id is enough).")
+@click.option("--at", "at", type=click.IntRange(min=0), metavar="N",
+              help="Run in a new branch of that session holding its first N entries "
+                   "(see: nonoka sessions show ID).")
 @click.option("--new", "new", is_flag=True, help="Start a new session (the default).")
 @click.option("--model", metavar="PROVIDER:MODEL",
               help="The model for this turn, e.g. openai:gpt-4o-mini (overrides NONOKA_MODEL "
@@ -83,8 +86,8 @@ def bridge() -> None:
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object (session_id, output, usage, finish) at the end "
                    "instead of streaming.")
-def run(message: str, continue_latest: bool, session_ref: str | None, new: bool,
-        model: str | None, as_json: bool) -> None:
+def run(message: str, continue_latest: bool, session_ref: str | None, at: int | None,
+        new: bool, model: str | None, as_json: bool) -> None:
     """Send MESSAGE to the model and stream the answer (one turn, in this process).
 
     The model may read the project's files with built-in read-only tools (read a file,
@@ -108,6 +111,7 @@ def run(message: str, continue_latest: bool, session_ref: str | None, new: bool,
     printer = None if as_json else StreamPrinter()
     outcome = _call(lambda: run_turn(project, message, model_for(project, model),
                                      session_ref=session_ref, continue_latest=continue_latest,
+                                     at=at,
                                      on_event=printer))
     if printer is None:
         print_json(outcome.as_json())
@@ -133,23 +137,41 @@ def sessions() -> None:
               help="Show at most this many sessions.")
 @click.option("--all", "include_titles", is_flag=True,
               help="Include title-generation sessions (hidden by default).")
+@click.option("--tree", is_flag=True,
+              help="Draw each conversation's branches under the session they forked from.")
 @click.option("--json", "as_json", is_flag=True, help="Print the index rows as JSON.")
-def list_command(limit: int, include_titles: bool, as_json: bool) -> None:
+def list_command(limit: int, include_titles: bool, tree: bool, as_json: bool) -> None:
     """List sessions, most recently active first.
 
     Columns: short id, title, status, turns, tokens (in + out), cost, last activity.
     """
-    from nonoka.cli.render import print_json, print_sessions
+    from nonoka.cli.render import lineage_fields, print_json, print_sessions, print_tree
     from nonoka.cli.sessions_cmd import list_sessions
 
     project = Path.cwd()
     records = _call(lambda: list_sessions(project, limit=limit, include_titles=include_titles))
     if as_json:
-        print_json([r.model_dump(mode="json") for r in records])
+        print_json([{**r.model_dump(mode="json"), **lineage_fields(r)} for r in records])
     elif not records:
         click.echo(f"no sessions in {project} yet; start one with: nonoka run \"hello\"")
+    elif tree:
+        print_tree(records)
     else:
         print_sessions(records)
+
+
+@sessions.command("fork")
+@click.argument("session_id", metavar="ID")
+@click.option("--at", "at", type=click.IntRange(min=0), metavar="N",
+              help="Keep the first N entries (default: all of them).")
+def fork_command(session_id: str, at: int | None) -> None:
+    """Branch a session: a new session sharing its first N entries; prints the new id.
+
+    The original is left as it is. Continue the branch with: nonoka run --session NEW ...
+    """
+    from nonoka.cli.sessions_cmd import fork
+
+    click.echo(_call(lambda: fork(Path.cwd(), session_id, at)))
 
 
 @sessions.command("show")

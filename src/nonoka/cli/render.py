@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import click
@@ -138,6 +138,41 @@ def _plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         click.echo("  ".join(cells).rstrip())
 
 
+def print_tree(records: Sequence[SessionRecord], now: float | None = None) -> None:
+    """Sessions as a forest of lineages: each branch under the session it forked from."""
+    for line in tree_lines(records, now):
+        click.echo(line)
+
+
+def tree_lines(records: Sequence[SessionRecord], now: float | None = None) -> list[str]:
+    """The lines of ``print_tree``: roots newest first, branches oldest first beneath."""
+    known = {r.session_id for r in records}
+    children: dict[str, list[SessionRecord]] = {}
+    roots: list[SessionRecord] = []
+    for record in records:
+        parent = record.metadata.get("forked_from")
+        if parent in known:
+            children.setdefault(str(parent), []).append(record)
+        else:
+            roots.append(record)
+    lines: list[str] = []
+
+    def walk(record: SessionRecord, lead: str, branch: str) -> None:
+        row = session_row(record, now)
+        at = record.metadata.get("fork_point")
+        where = f"@{at} " if record.metadata.get("forked_from") and at is not None else ""
+        lines.append(f"{lead}{branch}{row[0]}  {where}{row[1]}  {row[2]} · {row[3]} turn(s)"
+                     f" · {row[6]}")
+        kids = sorted(children.get(record.session_id, []), key=lambda r: r.created_at)
+        below = lead + ("" if not branch else "   " if branch == "└─ " else "│  ")
+        for i, kid in enumerate(kids):
+            walk(kid, below, "└─ " if i == len(kids) - 1 else "├─ ")
+
+    for root in roots:
+        walk(root, "", "")
+    return lines
+
+
 def print_candidates(candidates: Sequence[SessionRecord]) -> None:
     """The sessions an ambiguous prefix matched, on stderr, full ids first."""
     for record in candidates:
@@ -155,14 +190,25 @@ class SessionDetail:
     record: SessionRecord
     events: list[EventRecord]
     usage: UsageSummary
+    branches: list[str] = field(default_factory=list)
+    """The sessions forked from this one, oldest first."""
 
     def as_json(self) -> dict[str, Any]:
         return {"session": self.record.model_dump(mode="json"),
+                "lineage": {**lineage_fields(self.record), "branches": self.branches},
                 "events": [e.model_dump(mode="json") for e in self.events],
                 "usage": self.usage.model_dump(mode="json")}
 
 
-EVENT_STYLES = {"request": "bold", "recovered": "magenta", "model call": "cyan",
+def lineage_fields(record: SessionRecord) -> dict[str, Any]:
+    """Where a session branched from: ``forked_from``, ``fork_point``, ``fork_reason``."""
+    meta = record.metadata
+    return {"forked_from": meta.get("forked_from"), "fork_point": meta.get("fork_point"),
+            "fork_reason": meta.get("fork_reason")}
+
+
+EVENT_STYLES = {"request": "bold", "recovered": "magenta", "branch": "magenta",
+                "history edited": "magenta", "model call": "cyan",
                 "tool call": "blue", "tool result": "green", "tool error": "red",
                 "warning": "yellow", "error": "bold red", "finish": "bold",
                 "interrupted": "bold yellow"}
@@ -194,6 +240,8 @@ def describe_event(event: EventRecord) -> tuple[str, str]:
         return label, f"{data.get('tool_name', '?')}: {data.get('content', '')}"
     if kind in ("warning", "error"):
         return kind, f"{data.get('code', '?')}: {data.get('message', '')}"
+    if kind in _LINEAGE_EVENTS:
+        return _LINEAGE_EVENTS[kind](data)
     if kind == "early_request":
         outcome = data.get("outcome", "?")
         return "early request", f"{outcome}: " + _EARLY_OUTCOMES.get(outcome, "")
@@ -202,6 +250,18 @@ def describe_event(event: EventRecord) -> tuple[str, str]:
                           f" / {data.get('output_tokens', 0)} out tokens")
     return kind, json.dumps(data, ensure_ascii=False)
 
+
+_LINEAGE_EVENTS: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
+    "forked": lambda data: ("branch", (
+        f"branched from {short_id(str(data.get('forked_from', '?')))} at entry "
+        f"{data.get('fork_point', '?')} ({data.get('reason', '?')})")),
+    "branched": lambda data: ("branch", (
+        f"branch {short_id(str(data.get('session_id', '?')))} made at entry "
+        f"{data.get('fork_point', '?')} ({data.get('reason', '?')})")),
+    "history_edited": lambda data: ("history edited", (
+        f"{data.get('reason', '?')}: the host changed {len(data.get('positions') or [])} "
+        "stored entr(y/ies); the originals are kept in this event")),
+}
 
 _EARLY_OUTCOMES = {
     "used": "the model request left before the runtime had loaded",
@@ -240,6 +300,12 @@ def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]
         rows.append(("purpose", record.purpose))
     if record.conversation_key:
         rows.append(("conversation key", record.conversation_key[:16] + "..."))
+    lineage = lineage_fields(record)
+    if lineage["forked_from"]:
+        rows.append(("forked from", f"{lineage['forked_from']} at entry "
+                                    f"{lineage['fork_point']} ({lineage['fork_reason']})"))
+    if detail.branches:
+        rows.append(("branches", ", ".join(short_id(b) for b in detail.branches)))
     return rows
 
 

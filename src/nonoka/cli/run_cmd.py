@@ -21,9 +21,11 @@ from nonoka.cli.tools import builtin_tools
 from nonoka.errors import ConfigurationError, NonokaError, failure_of
 from nonoka.events import EventSink, emit
 from nonoka.llm.base import ChatModel
-from nonoka.messages import Message
+from nonoka.messages import Message, dangling_tool_calls
 from nonoka.protocol.frames import Purpose, conversation_key
+from nonoka.state import SessionStatus
 from nonoka.turn.journal import TurnUsage, title_from
+from nonoka.turn.lineage import fork_session
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_LIMIT
 from nonoka.turn.project import configured
 from nonoka.turn.service import Opening, SessionOpened, TurnEvent, TurnInput, TurnService
@@ -62,9 +64,13 @@ def model_for(project: Path, explicit: str | None) -> ChatModel:
 
 async def run_turn(project: Path, message: str, model: ChatModel, *,
                    session_ref: str | None = None, continue_latest: bool = False,
+                   at: int | None = None,
                    on_event: EventSink | None = None) -> TurnOutcome:
     """Send ``message`` in a new session, the latest one (``continue_latest``) or
-    ``session_ref`` (an id or an unambiguous prefix); ``on_event`` sees the run's events."""
+    ``session_ref`` (an id or an unambiguous prefix); ``on_event`` sees the run's events.
+
+    ``at`` runs the turn in a branch of that session holding its first ``at`` entries.
+    """
     try:
         turn = TurnService.open(project, title=title_from(message), metadata={
             "conversation_key": conversation_key([Message(role="user",
@@ -74,6 +80,10 @@ async def run_turn(project: Path, message: str, model: ChatModel, *,
         raise CliError(failure_of(exc).message) from None
     try:
         session_id = await _pick(turn, session_ref, continue_latest)
+        if session_id is not None:
+            session_id = await _branch_or_check(turn, session_id, at)
+        elif at is not None:
+            raise CliError("--at needs the session to branch: --session ID or -c")
         return await _run(turn, project, message, model, session_id, on_event)
     finally:
         await turn.close()
@@ -98,6 +108,27 @@ async def _pick(turn: TurnService, ref: str | None, latest: bool) -> str | None:
                            "with: nonoka run \"your message\"")
         return recent[0].session_id
     return None
+
+
+async def _branch_or_check(turn: TurnService, session_id: str, at: int | None) -> str:
+    """The session to run in: a branch at ``at``, or ``session_id`` itself unless its host
+    is waiting on tool calls (a turn here would answer them in its stead)."""
+    if at is not None:
+        try:
+            return await fork_session(turn.stores, session_id, at, reason="nonoka run --at")
+        except ConfigurationError as exc:
+            raise CliError(str(exc)) from None
+    session = await turn.runner.load_session(session_id)
+    if session is not None and session.status == SessionStatus.PAUSED:
+        index, dangling = dangling_tool_calls(session.memory.entries)
+        if dangling:
+            names = ", ".join(sorted({c.name for c in dangling}))
+            short = session_id[:8]
+            raise CliError(
+                f"session {short} is waiting for the results of tool calls its host made "
+                f"({names}); continue it from that host (e.g. OpenCode), or branch it before "
+                f"those calls: nonoka run --session {short} --at {index} \"...\"")
+    return session_id
 
 
 async def _run(turn: TurnService, project: Path, message: str, model: ChatModel,

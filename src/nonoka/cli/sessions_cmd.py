@@ -9,7 +9,9 @@ from pathlib import Path
 
 from nonoka.cli.common import CliError, find_session, has_database, open_stores
 from nonoka.cli.render import SessionDetail
+from nonoka.errors import ConfigurationError
 from nonoka.store.records import SessionRecord
+from nonoka.turn.lineage import branches_of, fork_session
 
 
 async def list_sessions(project: Path, *, limit: int = 20,
@@ -31,4 +33,18 @@ async def show_session(project: Path, ref: str, *, limit: int = 50) -> SessionDe
         record = await find_session(stores.index, ref)
         events = await stores.events.list_events(record.session_id, limit=limit)
         usage = await stores.events.usage_summary(record.session_id)
-    return SessionDetail(record=record, events=events, usage=usage)
+        branches = await branches_of(stores, record.session_id)
+    return SessionDetail(record=record, events=events, usage=usage, branches=branches)
+
+
+async def fork(project: Path, ref: str, at: int | None) -> str:
+    """Branch the session ``ref`` at entry ``at`` (default: its end); the new id."""
+    if not has_database(project):
+        raise CliError(f"there are no sessions in {project} yet (no .nonoka/sessions.db)")
+    async with open_stores(project) as stores:
+        record = await find_session(stores.index, ref)
+        try:
+            return await fork_session(stores, record.session_id, at,
+                                      reason="nonoka sessions fork")
+        except ConfigurationError as exc:
+            raise CliError(str(exc)) from None

@@ -248,6 +248,47 @@ def conflict_error(state: SessionState, stored: int | None) -> SessionConflictEr
     )
 
 
+@runtime_checkable
+class BranchingStore(Protocol):
+    """Optional capability: store a branch that shares its parent's first entries.
+
+    ``Runner.fork_session`` uses it when the store has it and otherwise saves the branch
+    as a session of its own, copying the entries.
+    """
+
+    async def fork_session(self, state: SessionState, parent_id: str, at: int,
+                           parent_generation: int) -> int:
+        """Store ``state``, a new session whose first ``at`` entries are ``parent_id``'s,
+        sharing them; returns its revision (1).
+
+        Raises ``SessionConflictError`` (nothing written) when the parent is gone, holds
+        fewer than ``at`` entries, or rewrote them since ``parent_generation``, or when a
+        session with the branch's id exists.
+        """
+        ...
+
+
+def check_fork(state: SessionState, at: int) -> None:
+    """Refuse a branch state that cannot hold the ``at`` shared entries."""
+    if state.revision != 0:
+        raise ValueError("a branch is a new session: its state must build on revision 0")
+    if not 0 <= at <= len(state.memory_entries):
+        raise ValueError(f"fork point {at} is outside the branch's {len(state.memory_entries)}"
+                         " entries")
+
+
+def check_parent(parent_id: str, stored: tuple[int, int] | None, at: int,
+                 generation: int) -> None:
+    """Refuse a fork whose parent (``(entry_count, memory_generation)`` as stored) changed."""
+    if stored is None:
+        raise SessionConflictError(f"session {parent_id} is not stored; nothing was forked")
+    count, stored_generation = stored
+    if stored_generation != generation or count < at:
+        raise SessionConflictError(
+            f"session {parent_id} was rewritten since it was read (it now holds {count} "
+            f"entries); load it again and fork again. Nothing was written.")
+
+
 class StepUpdateWriter(ABC):
     """The contract's three step-update methods, over one engine primitive.
 

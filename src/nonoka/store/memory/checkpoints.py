@@ -17,7 +17,9 @@ from nonoka.store.base import (
     EntryPlan,
     Lease,
     StepUpdateWriter,
+    check_fork,
     check_lease_args,
+    check_parent,
     conflict_error,
     decode_session,
     entry_json,
@@ -52,6 +54,24 @@ class MemoryCheckpointStore(StepUpdateWriter):
                 snapshot, stored + 1, state.memory_generation, entries, row.created_at, now
             )
             return stored + 1
+
+    async def fork_session(self, state: SessionState, parent_id: str, at: int,
+                           parent_generation: int) -> int:
+        """A branch; this engine copies the shared entries (their text, not the objects)."""
+        check_fork(state, at)
+        db = self.database
+        with db.lock:
+            parent = db.checkpoints.get(parent_id)
+            check_parent(parent_id, None if parent is None else
+                         (len(parent.entries), parent.memory_generation), at, parent_generation)
+            assert parent is not None
+            if state.session_id in db.checkpoints:
+                raise conflict_error(state, db.checkpoints[state.session_id].revision)
+            now = time.time()
+            entries = parent.entries[:at] + [entry_json(e) for e in state.memory_entries[at:]]
+            db.checkpoints[state.session_id] = CheckpointRow(
+                snapshot_json(state), 1, state.memory_generation, entries, now, now)
+            return 1
 
     async def load_session(self, session_id: str) -> SessionState | None:
         db = self.database

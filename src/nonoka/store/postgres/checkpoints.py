@@ -24,7 +24,9 @@ from nonoka.store.base import (
     EntryPlan,
     Lease,
     StepUpdateWriter,
+    check_fork,
     check_lease_args,
+    check_parent,
     conflict_error,
     decode_session,
     entry_json,
@@ -53,12 +55,22 @@ SELECT %s, %s + ord - 1, entry FROM unnest(%b::text[]) WITH ORDINALITY AS t(entr
 _LOAD = """
 SELECT c.state_json, c.revision, c.entry_count,
        ARRAY(SELECT e.entry_json FROM session_entries e
-             WHERE e.session_id = c.session_id ORDER BY e.seq),
+             WHERE e.session_id = c.session_id AND e.seq >= c.base_count ORDER BY e.seq),
        (SELECT json_agg(json_build_array(s.step_id, s.update_type, s.payload_json,
                                          s.updated_at) ORDER BY s.updated_at, s.id)::text
-        FROM step_updates s WHERE s.session_id = c.session_id)
+        FROM step_updates s WHERE s.session_id = c.session_id),
+       c.base_session_id, c.base_count
 FROM checkpoints c WHERE c.session_id = %s
 """
+_BASE = "SELECT base_session_id, base_count FROM checkpoints WHERE session_id = %s"
+_RANGE = """
+SELECT ARRAY(SELECT entry_json FROM session_entries
+             WHERE session_id = %s AND seq >= %s AND seq < %s ORDER BY seq)
+"""
+_CHILDREN = "SELECT session_id, base_count FROM checkpoints WHERE base_session_id = %s"
+_DETACH = ("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
+           "WHERE session_id = %s")
+_MAX_DEPTH = 10_000
 _UPSERT_STEP = """
 INSERT INTO step_updates (session_id, step_id, update_type, payload_json, updated_at)
 VALUES (%s, %s, %s, %s, %s)
@@ -123,8 +135,10 @@ class PostgresCheckpointStore(StepUpdateWriter):
                 plan = EntryPlan(state, count, generation)
                 start, new = count, plan.new_entries
                 if plan.rewrite:
+                    await _detach_branches(conn, sid)
                     await conn.execute("DELETE FROM session_entries WHERE session_id = %s",
                                        (sid,))
+                    await conn.execute(_DETACH, (sid,))
                     start = 0
                 await conn.execute(
                     _UPDATE, (snapshot, len(entries), state.memory_generation, now, sid))
@@ -138,7 +152,10 @@ class PostgresCheckpointStore(StepUpdateWriter):
             row = await (await conn.execute(_LOAD, (session_id,), binary=True)).fetchone()
         if row is None:
             return None
-        snapshot, revision, count, entries, steps = row
+        snapshot, revision, count, entries, steps, base, base_count = row
+        if base is not None:
+            async with self.database.connection() as conn:
+                entries = await _entries(conn, base, base_count) + list(entries)
         if len(entries) != count:
             raise CorruptSessionError(
                 f"session {session_id}: {len(entries)} entry rows stored but the snapshot "
@@ -146,6 +163,26 @@ class PostgresCheckpointStore(StepUpdateWriter):
             )
         step_rows = [tuple(s) for s in json.loads(steps)] if steps else []
         return decode_session(session_id, snapshot, entries, revision, step_rows)
+
+    async def fork_session(self, state: SessionState, parent_id: str, at: int,
+                           parent_generation: int) -> int:
+        check_fork(state, at)
+        sid, now = state.session_id, time.time()
+        async with self.database.transaction() as conn:
+            parent = await (await conn.execute(_LOCK_ROW, (parent_id,))).fetchone()
+            check_parent(parent_id, None if parent is None else (int(parent[1]), parent[2]),
+                         at, parent_generation)
+            created = await conn.execute(
+                _CREATE, (sid, snapshot_json(state), len(state.memory_entries),
+                          state.memory_generation, now, now))
+            if await created.fetchone() is None:
+                raise conflict_error(state, 1)
+            await conn.execute("UPDATE checkpoints SET base_session_id = %s, base_count = %s "
+                               "WHERE session_id = %s", (parent_id, at, sid))
+            extra = [entry_json(e) for e in state.memory_entries[at:]]
+            if extra:
+                await conn.execute(_APPEND, (sid, at, extra))
+        return 1
 
     async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         async with self.database.transaction() as conn:
@@ -160,6 +197,9 @@ class PostgresCheckpointStore(StepUpdateWriter):
     async def delete_session(self, session_id: str) -> bool:
         removed = 0
         async with self.database.transaction() as conn:
+            await conn.execute("SELECT 1 FROM checkpoints WHERE session_id = %s FOR UPDATE",
+                               (session_id,))
+            await _detach_branches(conn, session_id)
             for table in ("checkpoints", "session_entries", "step_updates"):
                 cur = await conn.execute(f"DELETE FROM {table} WHERE session_id = %s",
                                          (session_id,))
@@ -205,3 +245,31 @@ class PostgresCheckpointStore(StepUpdateWriter):
         """Close the database if this store opened it (idempotent)."""
         if self._owned:
             await self.database.close()
+
+
+async def _entries(conn: Any, session_id: str, upto: int) -> list[str]:
+    """The first ``upto`` entry texts of a session, read through its bases."""
+    parts: list[list[str]] = []
+    sid, stop = session_id, upto
+    for _ in range(_MAX_DEPTH):
+        row = await (await conn.execute(_BASE, (sid,))).fetchone()
+        base, count = (None, 0) if row is None else (row[0], int(row[1]))
+        start = 0 if base is None else min(count, stop)
+        got = await (await conn.execute(_RANGE, (sid, start, stop))).fetchone()
+        parts.append(list(got[0]) if got is not None else [])
+        if base is None or start == 0:
+            break
+        sid, stop = base, start
+    else:
+        raise CorruptSessionError(f"session {session_id}: its chain of bases does not end")
+    return [text for part in reversed(parts) for text in part]
+
+
+async def _detach_branches(conn: Any, session_id: str) -> None:
+    """Give every branch based on ``session_id`` its own copy of the entries it shares."""
+    children = await (await conn.execute(_CHILDREN, (session_id,))).fetchall()
+    for child, count in children:
+        shared = await _entries(conn, session_id, int(count))
+        if shared:
+            await conn.execute(_APPEND, (child, 0, shared))
+        await conn.execute(_DETACH, (child,))

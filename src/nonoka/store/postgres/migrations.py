@@ -130,6 +130,17 @@ async def m003_session_leases(conn: AsyncConnection[Any]) -> None:
         )""")
 
 
+@migration
+async def m005_session_lineage(conn: AsyncConnection[Any]) -> None:
+    """Branches that share their parent's first entries: ``base_session_id`` names the
+    session whose first ``base_count`` entries a branch shares."""
+    await conn.execute("ALTER TABLE checkpoints ADD COLUMN base_session_id text COLLATE \"C\"")
+    await conn.execute(
+        "ALTER TABLE checkpoints ADD COLUMN base_count integer NOT NULL DEFAULT 0")
+    await conn.execute("CREATE INDEX checkpoints_base ON checkpoints (base_session_id) "
+                       "WHERE base_session_id IS NOT NULL")
+
+
 # -- the runner's PostgreSQL side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -32,7 +32,9 @@ from nonoka.store.base import (
     EntryPlan,
     Lease,
     StepUpdateWriter,
+    check_fork,
     check_lease_args,
+    check_parent,
     conflict_error,
     decode_session,
     entry_json,
@@ -40,7 +42,7 @@ from nonoka.store.base import (
     snapshot_json,
 )
 from nonoka.store.next_calls import StoredNextCall
-from nonoka.store.sqlite import leases, next_calls
+from nonoka.store.sqlite import leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database
 
 _UPSERT_CHECKPOINT = """
@@ -138,6 +140,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             plan = EntryPlan(state, count, generation)
             start = count
             if plan.rewrite or row is None:
+                lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
                 db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
                 start = 0
             if plan.new_entries:
@@ -151,7 +154,34 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 (sid, snapshot, stored + 1, len(state.memory_entries), state.memory_generation,
                  now, now),
             )
+            if plan.rewrite:
+                db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
+                           "WHERE session_id = ?", (sid,))
         return stored + 1
+
+    async def fork_session(self, state: SessionState, parent_id: str, at: int,
+                           parent_generation: int) -> int:
+        check_fork(state, at)
+        sid = state.session_id
+        with self.transaction() as db:
+            parent = db.execute("SELECT entry_count, memory_generation FROM checkpoints "
+                                "WHERE session_id = ?", (parent_id,)).fetchone()
+            check_parent(parent_id, None if parent is None else (int(parent[0]), parent[1]),
+                         at, parent_generation)
+            if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?",
+                          (sid,)).fetchone() is not None:
+                raise conflict_error(state, 1)
+            now = time.time()
+            db.execute(_UPSERT_CHECKPOINT, (sid, snapshot_json(state), 1,
+                                            len(state.memory_entries),
+                                            state.memory_generation, now, now))
+            db.execute("UPDATE checkpoints SET base_session_id = ?, base_count = ? "
+                       "WHERE session_id = ?", (parent_id, at, sid))
+            db.executemany(
+                "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
+                [(sid, at + i, entry_json(e))
+                 for i, e in enumerate(state.memory_entries[at:])])
+        return 1
 
     async def load_session(self, session_id: str) -> SessionState | None:
         with self.transaction(write=False) as db:
@@ -161,13 +191,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             ).fetchone()
             if row is None:
                 return None
-            entries = [
-                r[0]
-                for r in db.execute(
-                    "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
-                    (session_id,),
-                )
-            ]
+            entries = lineage.resolved_entries(db, session_id)
             steps = db.execute(
                 "SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
                 "WHERE session_id = ? ORDER BY updated_at, rowid",
@@ -195,6 +219,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
 
     async def delete_session(self, session_id: str) -> bool:
         with self.transaction() as db:
+            lineage.detach_branches(db, session_id)
             removed = sum(
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
                 for table in ("checkpoints", "session_entries", "step_updates")

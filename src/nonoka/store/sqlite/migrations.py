@@ -144,6 +144,19 @@ def m004_next_calls(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m005_session_lineage(db: sqlite3.Connection) -> None:
+    """Branches that share their parent's first entries (``nonoka.store.sqlite.lineage``).
+
+    ``base_session_id`` names the session whose first ``base_count`` entries a branch
+    shares; its own entry rows start there. Plain sessions keep ``NULL`` and 0.
+    """
+    db.execute("ALTER TABLE checkpoints ADD COLUMN base_session_id TEXT")
+    db.execute("ALTER TABLE checkpoints ADD COLUMN base_count INTEGER NOT NULL DEFAULT 0")
+    db.execute("CREATE INDEX checkpoints_base ON checkpoints (base_session_id) "
+               "WHERE base_session_id IS NOT NULL")
+
+
 # -- the runner's SQLite side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

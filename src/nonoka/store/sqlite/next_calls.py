@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from nonoka.store.next_calls import StoredNextCall
-from nonoka.store.sqlite import leases
+from nonoka.store.sqlite import leases, lineage
 from nonoka.store.sqlite.migrations import MIGRATIONS, check_known
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
@@ -53,9 +53,7 @@ def load(db: sqlite3.Connection, session_id: str) -> StoredNextCall | None:
     if row is None or (row[4] is not None and row[4] > time.time()):
         return None  # no current template, or another process runs the session
     template, revision, status, count, _ = row
-    entries = [r[0] for r in db.execute(
-        "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
-        (session_id,))]
+    entries = lineage.resolved_entries(db, session_id)
     if len(entries) != count:
         return None  # not what the checkpoint says: the runtime will report it
     return StoredNextCall(template, revision, status, entries)

@@ -32,6 +32,8 @@ runs the same tests by subclassing the suites in its own pytest files. It needs
 
 - ``CheckpointStoreSuite`` (fixture ``engine``, a ``StoreHarness``): round trips,
   revisions and conflicts, step updates and their merge rules.
+- ``BranchingSuite`` (fixture ``engine``): forks and rewinds through ``Runner`` — a
+  branch holds its parent's first entries and survives whatever the parent does next.
 - ``SessionLeasesSuite`` (fixture ``engine``; the store implements ``SessionLeases``):
   one owner at a time, expiry, renewal, ``hold_lease``.
 - ``StoredRowsSuite`` (fixture ``engine``, a ``RowsHarness`` with back doors into the
@@ -49,12 +51,14 @@ import pytest
 
 # Before the suites are imported, so that a failing assertion shows its values.
 pytest.register_assert_rewrite(
+    "nonoka.testing.conformance.branches",
     "nonoka.testing.conformance.checkpoints",
     "nonoka.testing.conformance.leases",
     "nonoka.testing.conformance.records",
     "nonoka.testing.conformance.rows",
 )
 
+from nonoka.testing.conformance.branches import BranchingSuite  # noqa: E402
 from nonoka.testing.conformance.checkpoints import CheckpointStoreSuite  # noqa: E402
 from nonoka.testing.conformance.harness import (  # noqa: E402
     RecordsHarness,
@@ -68,6 +72,7 @@ from nonoka.testing.conformance.records import RecordStoreSuite  # noqa: E402
 from nonoka.testing.conformance.rows import StoredRowsSuite  # noqa: E402
 
 __all__ = [
+    "BranchingSuite",
     "CheckpointStoreSuite",
     "RecordStore",
     "RecordStoreSuite",

@@ -1,0 +1,60 @@
+"""Branches on SQLite: a session that shares its parent's first entries, standard library
+only (the bridge's early dispatch resolves a branch's entries before pydantic loads).
+
+A branch's ``checkpoints`` row names its ``base_session_id`` and ``base_count``: its
+first ``base_count`` entries are the base session's, read through the base's own base if
+it has one; its own ``session_entries`` rows start at ``seq = base_count``. Shared rows
+are never copied until the session they live in is about to rewrite or delete them; then
+``detach_branches`` gives every branch built on them its own copy first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+_MAX_DEPTH = 10_000
+"""More bases than this in one chain can only be a cycle (a corrupt file)."""
+
+
+def resolved_entries(db: sqlite3.Connection, session_id: str,
+                     upto: int | None = None) -> list[str]:
+    """The session's entry texts in order (the first ``upto`` of them), bases included."""
+    chain: list[tuple[str, int, int | None]] = []  # (session, from seq, to seq)
+    sid, stop = session_id, upto
+    for _ in range(_MAX_DEPTH):
+        row = db.execute("SELECT base_session_id, base_count FROM checkpoints "
+                         "WHERE session_id = ?", (sid,)).fetchone()
+        base, count = (None, 0) if row is None else (row[0], int(row[1]))
+        if base is None or (stop is not None and stop <= 0):
+            chain.append((sid, 0, stop))
+            break
+        if stop is None or stop > count:
+            chain.append((sid, count, stop))
+        sid, stop = base, count if stop is None else min(stop, count)
+    else:
+        raise sqlite3.DatabaseError(f"session {session_id}: its chain of bases does not end")
+    entries: list[str] = []
+    for sid, start, stop in reversed(chain):
+        if stop is None:
+            rows = db.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
+                              "AND seq >= ? ORDER BY seq", (sid, start))
+        else:
+            rows = db.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
+                              "AND seq >= ? AND seq < ? ORDER BY seq", (sid, start, stop))
+        entries.extend(r[0] for r in rows)
+    return entries
+
+
+def detach_branches(db: sqlite3.Connection, session_id: str) -> int:
+    """Give every branch based on ``session_id`` its own copy of the shared entries, so the
+    session may rewrite or delete its rows; returns how many branches were detached."""
+    children = db.execute("SELECT session_id, base_count FROM checkpoints "
+                          "WHERE base_session_id = ?", (session_id,)).fetchall()
+    for child, count in children:
+        shared = resolved_entries(db, session_id, int(count))
+        db.executemany(
+            "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
+            [(child, seq, text) for seq, text in enumerate(shared)])
+        db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
+                   "WHERE session_id = ?", (child,))
+    return len(children)

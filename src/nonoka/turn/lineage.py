@@ -1,0 +1,71 @@
+"""Branches in a project: the runtime's fork, plus the index row and timeline entries that
+make a branch visible in ``sessions list``/``show`` and findable by conversation key.
+
+A branch's index row copies its parent's (title, model, conversation key, purpose) and
+adds ``forked_from``, ``fork_point`` and ``fork_reason``; both timelines get an entry
+(``forked`` in the branch, ``branched`` in the parent). The bridge makes branches when a
+host's history parts from the stored one; ``nonoka sessions fork`` and ``nonoka run
+--at`` make them on request.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nonoka.runner import Runner
+from nonoka.store.project import ProjectStores
+from nonoka.store.records import SessionRecord
+
+FORK_KEYS = ("forked_from", "fork_point", "fork_reason")
+"""Index metadata naming a branch's parent; a branch of a branch replaces them."""
+
+
+async def fork_session(stores: ProjectStores, parent_id: str, at: int | None = None, *,
+                       reason: str, metadata: dict[str, Any] | None = None) -> str:
+    """Branch ``parent_id`` at entry ``at`` (default: its end); returns the branch's id."""
+    runner = Runner(stores.checkpoints)
+    child_id = await runner.fork_session(parent_id, at)
+    state = await stores.checkpoints.load_session(child_id)
+    point = state.fork_point if state is not None and state.fork_point is not None else 0
+    parent = await stores.index.get_session(parent_id)
+    now = time.time()
+    parent_meta: dict[str, Any] = dict(parent.metadata) if parent is not None else {}
+    meta = {k: v for k, v in parent_meta.items() if k not in FORK_KEYS}
+    meta.update(metadata or {})
+    meta.update(forked_from=parent_id, fork_point=point, fork_reason=reason)
+    messages = len(state.memory_entries) if state is not None else 0
+    await stores.index.upsert_session(SessionRecord(
+        session_id=child_id, title=parent.title if parent is not None else "",
+        model=parent.model if parent is not None else "", created_at=now, last_active=now,
+        status=state.status.value if state is not None else "created",
+        turn_count=state.turn_count if state is not None else 0, message_count=messages,
+        metadata=meta))
+    await stores.events.append_event(child_id, "forked", {
+        "forked_from": parent_id, "fork_point": point, "reason": reason})
+    await stores.events.append_event(parent_id, "branched", {
+        "session_id": child_id, "fork_point": point, "reason": reason})
+    return child_id
+
+
+async def lineage_of(stores: ProjectStores, session_id: str) -> tuple[str | None, list[str]]:
+    """The session's parent (``None`` for a root) and its direct branches, oldest first."""
+    record = await stores.index.get_session(session_id)
+    parent = record.metadata.get("forked_from") if record is not None else None
+    children = await branches_of(stores, session_id)
+    return (str(parent) if parent else None), children
+
+
+async def branches_of(stores: ProjectStores, session_id: str) -> list[str]:
+    """The sessions forked from ``session_id``, oldest first.
+
+    Branches share their parent's conversation key, so when the parent has one only those
+    rows are read; otherwise the whole index is.
+    """
+    record = await stores.index.get_session(session_id)
+    key = record.conversation_key if record is not None else None
+    purpose = record.purpose if record is not None else "chat"
+    candidates = (await stores.index.find_by_conversation_key(key, purpose=purpose) if key
+                  else await stores.index.list_sessions(limit=1_000_000, purpose=None))
+    found = [r for r in candidates if r.metadata.get("forked_from") == session_id]
+    return [r.session_id for r in sorted(found, key=lambda r: r.created_at)]
