@@ -23,6 +23,7 @@ from tests.support.bridge import (
     tool_message,
     user,
 )
+from tests.support.processes import run_nonoka
 
 SYSTEM = {"role": "system", "content": "You are OpenCode, a coding agent."}
 BASH = [{"name": "bash", "description": "Run a command",
@@ -307,3 +308,48 @@ def test_two_conversations_that_began_alike_alternating_never_cross(
     assert [c for r, c in stored(bridge, a) if r == "user"] == ["hi", "a2", "a3", "a4"]
     assert [c for r, c in stored(bridge, b) if r == "user"] == ["hi", "b2", "b3", "b4"]
     assert {r.session_id for r in rows(bridge)} == {a, b}, "orphan sessions were created"
+
+
+def test_the_host_continuing_after_nonoka_run_added_a_turn_gets_a_branch(
+        bridge: Bridge, scripted: list[Step], server: ScriptedOpenAIServer) -> None:
+    history = [user("plan the release")]
+    sid = one(turn(bridge, scripted, history, "step one", new_session=True),
+              "session_init")["session_id"]
+    scripted.append(text("from the terminal"))
+    done = run_nonoka(bridge.project, "run", "--session", sid, "a terminal question",
+                      env=bridge.env)
+    assert done.returncode == 0, done.stderr
+    parent = stored(bridge, sid)
+    assert parent[-2:] == [("user", "a terminal question"), ("assistant", "from the terminal")]
+    # The host never saw the terminal's turn; its next message follows what it saw.
+    history.append(user("step two?"))
+    events = turn(bridge, scripted, history, "step two", session_id=sid)
+    init = one(events, "session_init")
+    assert init["forked_from"] == sid and init["fork_point"] == 2
+    assert sent(server) == [("user", "plan the release"), ("assistant", "step one"),
+                            ("user", "step two?")]
+    assert stored(bridge, sid) == parent
+    # Both go on: the host in its branch, the terminal in the session it used.
+    history.append(user("step three?"))
+    events = turn(bridge, scripted, history, "step three", session_id=init["session_id"])
+    assert one(events, "session_init")["session_id"] == init["session_id"]
+    assert of_type(events, "warning") == []
+
+
+def test_run_continue_on_a_session_paused_for_host_tools_leaves_it_to_the_host(
+        bridge: Bridge, scripted: list[Step]) -> None:
+    scripted.append(call("bash", {"cmd": "ls"}, id="call_9"))
+    events = bridge.run(chat([user("look around")], tools=BASH, new_session=True))
+    sid = one(events, "session_init")["session_id"]
+    before = stored(bridge, sid)
+    done = run_nonoka(bridge.project, "run", "-c", "what is going on?", env=bridge.env)
+    assert done.returncode != 0
+    assert stored(bridge, sid) == before, "nonoka run answered the host's pending call"
+    arguments = one(events, "tool_call")["arguments"]
+    history = [user("look around"),
+               assistant("", [{"id": "call_9", "name": "bash", "arguments": arguments}]),
+               tool_message("call_9", "a.txt")]
+    events = turn(bridge, scripted, history, "one file", tools=BASH, session_id=sid)
+    assert one(events, "session_init")["session_id"] == sid
+    assert of_type(events, "warning") == []
+    assert stored(bridge, sid)[-2:] == [("tool", "a.txt"), ("assistant", "one file")]
