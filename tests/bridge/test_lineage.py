@@ -353,3 +353,19 @@ def test_run_continue_on_a_session_paused_for_host_tools_leaves_it_to_the_host(
     assert one(events, "session_init")["session_id"] == sid
     assert of_type(events, "warning") == []
     assert stored(bridge, sid)[-2:] == [("tool", "a.txt"), ("assistant", "one file")]
+
+
+def test_a_title_session_asked_again_answers_the_new_request(
+        bridge: Bridge, scripted: list[Step], server: ScriptedOpenAIServer) -> None:
+    title_system = {"role": "system", "content": "You are a title generator."}
+    scripted.append(text("Fixing a bug"))
+    events = bridge.run(chat([title_system, user("Generate a title for: fix the bug")],
+                             purpose="title"))
+    title_sid = one(events, "session_init")["session_id"]
+    scripted.append(text("Writing docs"))
+    again = bridge.run(chat([title_system, user("Generate a title for: write docs")],
+                            purpose="title", session_id=title_sid))
+    assert one(again, "session_init")["session_id"] == title_sid
+    assert text_of(again) == "Writing docs"
+    assert sent(server)[-1] == ("user", "Generate a title for: write docs")
+    assert rows(bridge) == []

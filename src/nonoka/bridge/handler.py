@@ -34,6 +34,7 @@ from nonoka import faults
 from nonoka.agent import Agent
 from nonoka.bridge.choose import (
     Match,
+    Verdict,
     compacted_sessions,
     judge,
     remember_summary,
@@ -112,6 +113,7 @@ class BridgeHandler:
         self._summaries: list[str] = []
         """Digests of the compaction summaries recorded for the chosen conversation."""
         self._summaries_by_id: dict[str, list[str]] = {}
+        self._considered: set[str] = set()
 
     def send(self, event: BaseEvent) -> None:
         self._send(event.model_copy(update={"request_id": self.request.request_id}))
@@ -222,7 +224,7 @@ class BridgeHandler:
         named = await self._load(request.session_id) if request.session_id else None
         if not continuation:  # a history that holds no answer continues nothing stored
             return _Choice(named)
-        verdict = judge(await self._candidates(named), request.messages)
+        verdict = await self._verdict(named)
         if verdict.found is not None:
             found = verdict.found.session
             self._summaries = self._summaries_by_id.get(found.session_id, [])
@@ -231,15 +233,27 @@ class BridgeHandler:
             return await self._branch(verdict.branch)
         return await self._unrelated(named, continuation)
 
-    async def _candidates(self, named: Session | None) -> list[tuple[Session, list[str]]]:
-        """The sessions this history may belong to, in the order they are considered."""
+    async def _verdict(self, named: Session | None) -> Verdict:
+        """Judge the named session and the conversation key's sessions; failing those,
+        the sessions whose recorded compaction summary the history carries (a history
+        that starts from a summary no longer has the conversation's key)."""
+        index, messages = self.turn.stores.index, self.request.messages
+        keyed = [r.session_id for r in await index.find_by_conversation_key(self.key)
+                 ] if self.key else []
+        verdict = judge(await self._candidates(named, keyed), messages)
+        if verdict.found is not None:
+            return verdict
+        later = judge(await self._candidates(None, await compacted_sessions(index, messages)),
+                      messages)
+        return later if later.found is not None or verdict.branch is None else verdict
+
+    async def _candidates(self, named: Session | None,
+                          ids: list[str]) -> list[tuple[Session, list[str]]]:
+        """The sessions this history may belong to (``named`` first), each considered once
+        per request, with the compaction summaries recorded for it."""
         index = self.turn.stores.index
-        ids: list[str] = []
-        if self.key:
-            ids += [r.session_id for r in await index.find_by_conversation_key(self.key)]
-        ids += await compacted_sessions(index, self.request.messages)
         out: list[tuple[Session, list[str]]] = []
-        seen: set[str] = set()
+        seen = self._considered
         for session_id in ids if named is None else [named.session_id, *ids]:
             if session_id in seen:
                 continue

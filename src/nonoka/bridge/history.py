@@ -44,10 +44,12 @@ def turn_input(rec: Reconciliation, stored: Sequence[MemoryEntry],
     already stored, so only what follows it is new. Messages before the prompt are stored
     one entry each; results for the session's pending host calls go in as results.
     """
-    if rec.lineage not in (Lineage.CONTINUATION, Lineage.EDITED) or not rec.new:
+    if rec.lineage is Lineage.UNRELATED:
+        return _appended(stored, messages)
+    if rec.lineage is Lineage.DIVERGED or not rec.new:
         # Nothing new, or what is new was stored by a process that died: carry the turn
         # on (retrying it if it failed) or, if it was answered, replay the answer.
-        return TurnInput(reopen=bool(messages) and messages[-1].role != "assistant")
+        return _resumed(messages)
     replace = edit = None
     base = list(stored)
     if rec.lineage is Lineage.EDITED and rec.host_view is not None:
@@ -70,6 +72,26 @@ def turn_input(rec: Reconciliation, stored: Sequence[MemoryEntry],
         return TurnInput("prompt", tail[-1].content, seed=[*seed, *tail[:-1]],
                          replace=replace, edit=edit)
     return TurnInput(reopen=True, seed=[*seed, *tail], replace=replace, edit=edit)
+
+
+def _resumed(messages: Sequence[Message]) -> TurnInput:
+    return TurnInput(reopen=bool(messages) and messages[-1].role != "assistant")
+
+
+def _appended(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> TurnInput:
+    """A session chosen without its history in the request (a title session, a session
+    named by a history with no answer yet): what follows the host's last answer is new,
+    unless the stored conversation already ends with it (a process stored it and died)."""
+    tail = split_after_reply(messages)[1]
+    if any(m.role == "tool" for m in tail):
+        return turn_input(Reconciliation(Lineage.CONTINUATION, len(stored), new=tail),
+                          stored, messages)
+    users = [m.content for m in tail if m.role == "user"]
+    ending = [e.content for e in stored[len(stored) - len(users):]] if users else []
+    if not users or (ending == users and all(
+            e.role == "user" for e in stored[len(stored) - len(users):])):
+        return _resumed(messages)
+    return TurnInput("prompt", users[-1], seed=[m for m in tail[:-1] if m.role != "system"])
 
 
 ORIGINAL_TEXT = 2000
