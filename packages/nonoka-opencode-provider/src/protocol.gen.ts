@@ -207,7 +207,7 @@ export interface ProtocolSpec {
   required_capabilities?: string[];
 }
 
-/** What a chat request is for; a title request runs in its own session. */
+/** What a chat request is for; title and compaction requests run in their own session. */
 export type Purpose =
   | "chat"
   | "title"
@@ -247,9 +247,9 @@ export interface SessionInit {
   /** The session is not the one the request named (or it named none). */
   recovered: boolean;
   recovery_reason?: RecoveryReason | null;
-  /** Set when the request's history diverged and it runs in a branch of this session. */
+  /** Set when the turn runs in a branch made for it: the session it branched from. */
   forked_from?: string | null;
-  /** The branch shares the first `fork_point` entries of `forked_from`. */
+  /** With `forked_from`: how many of the parent's entries the branch shares. */
   fork_point?: number | null;
 }
 
@@ -319,7 +319,9 @@ export type WarningCode =
   /** conversation_key is not 64 lower-case hex digits (the SHA-256 of the first user message), so it was ignored: this request cannot be recovered by key; fix the provider */
   | "conversation_key_ignored"
   /** the database holds fewer entries of this session than the provider saw at the end of an earlier turn: it went back in time (restored from a backup or a snapshot?); the turn goes on from what is stored */
-  | "store_regressed";
+  | "store_regressed"
+  /** the history agrees with a stored conversation only up to a point (an undo, a fork, an edited earlier message, or turns the host never saw), so the turn continues in a branch that shares the stored entries before that point; details name forked_from, fork_point and why */
+  | "session_branched";
 
 /** Something the host should know that did not stop the request. */
 export interface WarningEvent {

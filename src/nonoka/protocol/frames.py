@@ -88,11 +88,11 @@ CAPABILITIES: Final = tuple(Capability)
 
 
 class Purpose(StrEnum):
-    """What a chat request is for; a title request runs in its own session.
+    """What a chat request is for; title and compaction requests run in their own session.
 
-    A ``compaction`` request is the host summarising a chat (OpenCode's ``/compact``): it
-    names the chat's session and never takes over the provider's id file.
-
+    A ``compaction`` request (the host asks the model to summarise the conversation)
+    names the chat session it summarises in ``session_id``; its answer is remembered
+    there, so the next chat request that starts from the summary continues that session.
     Here rather than in ``values``: the early dispatch reads it before pydantic loads.
     """
 

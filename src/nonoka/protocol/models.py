@@ -261,9 +261,9 @@ class SessionInit(BaseEvent):
     """The session is not the one the request named (or it named none)."""
     recovery_reason: RecoveryReasonValue | None = None
     forked_from: str | None = None
-    """Set when the request's history diverged and it runs in a branch of this session."""
+    """Set when the turn runs in a branch made for it: the session it branched from."""
     fork_point: int | None = None
-    """The branch shares the first ``fork_point`` entries of ``forked_from``."""
+    """With ``forked_from``: how many of the parent's entries the branch shares."""
 
 
 class WarningEvent(BaseEvent):

@@ -68,6 +68,7 @@ class WarningCode(StrEnum):
     SESSION_MISMATCH_STARTING_NEW = "session_mismatch_starting_new"
     CONVERSATION_KEY_IGNORED = "conversation_key_ignored"
     STORE_REGRESSED = "store_regressed"
+    SESSION_BRANCHED = "session_branched"
 
 
 WARNING_CODES: Final[Mapping[WarningCode, str]] = MappingProxyType({
@@ -90,6 +91,11 @@ WARNING_CODES: Final[Mapping[WarningCode, str]] = MappingProxyType({
         "the database holds fewer entries of this session than the provider saw at the end "
         "of an earlier turn: it went back in time (restored from a backup or a snapshot?); "
         "the turn goes on from what is stored",
+    WarningCode.SESSION_BRANCHED:
+        "the history agrees with a stored conversation only up to a point (an undo, a fork, "
+        "an edited earlier message, or turns the host never saw), so the turn continues in "
+        "a branch that shares the stored entries before that point; details name "
+        "forked_from, fork_point and why",
 })
 """Every warning code with the message the bridge sends."""
 
