@@ -200,10 +200,11 @@ class BridgeHandler:
         plan = TurnInput("prompt", prompt) if prompt is not None else TurnInput()
         return Opening(None, plan, seed=seed, warnings=warnings)
 
-    def _revision_seen(self, session: Session) -> int | None:
+    def _revision_seen(self, session: Session | str) -> int | None:
         """The request's ``revision``, when it speaks of this very session."""
         request = self.request
-        return request.revision if request.session_id == session.session_id else None
+        sid = session if isinstance(session, str) else session.session_id
+        return request.revision if request.session_id == sid else None
 
     async def _pick(self) -> _Choice:
         """The session the turn runs in (``None``: a new one), and why."""
