@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import socket
 import stat
 import subprocess
@@ -21,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from nonoka.testing import text
+from nonoka.testing import call, text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.e2e.test_opencode import OpenCodeProject, opencode_bin
 
@@ -267,3 +269,121 @@ def test_a_revert_through_the_server_api_branches_without_rolling_back(
     ignored = project.run("git", "check-ignore", "--no-index", ".nonoka/sessions.db")
     assert ignored.stdout.strip() == ".nonoka/sessions.db", ignored.stderr
     print(f"serve revert/fork e2e: {time.monotonic() - started:.1f} s")
+
+
+# -- the TUI itself, in tmux -------------------------------------------------------------------
+
+
+def _tui_step(project_dir: Path) -> Any:
+    def step(body: dict[str, Any]) -> Step:
+        messages = body.get("messages") or [{}]
+        if messages[-1].get("role") == "tool" and body.get("tools"):
+            return text("DONE-ONE: the file is written.")
+        said = str(messages[-1].get("content") or "")
+        if body.get("tools") and "CREATE-FILE" in said:
+            return call("write", {"filePath": str(project_dir / "notes.txt"),
+                                  "content": "written in the TUI\n"}, id="call_tui_write")
+        return _step(body)
+    return step
+
+
+class _Tui:
+    """OpenCode's TUI in a detached tmux session: keys in, the screen out."""
+
+    def __init__(self, project: OpenCodeProject) -> None:
+        self.name = f"nonoka-e2e-{os.getpid()}-{time.monotonic_ns()}"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in project.env.items()
+                       if k != "NONOKA_PROVIDER_DEBUG")  # its stderr would draw on the screen
+        command = (f"cd {shlex.quote(str(project.path))} && exec env -i {env} "
+                   f"TERM=xterm-256color {shlex.quote(str(project.binary))} "
+                   "--model nonoka/default")
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "45",
+                        command], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name],
+                              capture_output=True, text=True, check=False).stdout
+
+    def wait(self, words: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while words not in self.screen():
+            assert time.monotonic() < deadline, f"{words!r} never appeared:\n{self.screen()}"
+            time.sleep(0.3)
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def say(self, words: str, answer: str) -> None:
+        self.keys(*(["BSpace"] * 40))  # /undo puts the undone message back in the prompt
+        self.keys("-l", words)
+        time.sleep(0.5)
+        self.keys("Enter")
+        self.wait(answer)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True,
+                       check=False)
+
+
+def test_the_tui_tool_turn_undo_compact_stay_one_lineage(
+        tmp_path: Path, opencode_bin: Path) -> None:
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for the TUI test (apt-get install tmux)")
+    started = time.monotonic()
+    with ScriptedOpenAIServer(_tui_step(tmp_path / "project")) as server:
+        project = OpenCodeProject(tmp_path, opencode_bin, server)
+        assert project.run("git", "init", "-q", ".").returncode == 0
+        assert project.init().returncode == 0
+        tui = _Tui(project)
+        try:
+            tui.wait("Ask anything")
+            time.sleep(1)
+            tui.say("TURN-ONE", "ANSWER-TURN-ONE")
+            root = project.session_id()
+            tui.say("CREATE-FILE notes.txt", "DONE-ONE")
+            notes = project.path / "notes.txt"
+            assert notes.is_file()
+            db = project.path / ".nonoka" / "sessions.db"
+            stored_before = project.show(root)["session"]["message_count"]
+            tui.keys("-l", "/undo")
+            time.sleep(1)
+            tui.keys("Enter")
+            deadline = time.monotonic() + 30
+            while notes.exists():  # OpenCode restored the project's files from its snapshot
+                assert time.monotonic() < deadline, tui.screen()
+                time.sleep(0.3)
+            tui.wait("reverted")
+            time.sleep(2)  # the undone message comes back into the prompt; say() clears it
+            tui.say("TURN-TWO", "ANSWER-TURN-TWO")
+            tui.keys("-l", "/compact")
+            time.sleep(1)
+            tui.keys("Enter")
+            tui.wait(SUMMARY)
+            tui.say("TURN-THREE", "ANSWER-TURN-THREE")
+        finally:
+            tui.close()
+
+        # Nothing rolled back: the undone turn is still stored, the database still private.
+        assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
+        parent = project.show(root)
+        assert parent["session"]["message_count"] >= stored_before
+        # One lineage: the undo branched the conversation; the compaction stayed in it.
+        chats = {r["session_id"]: r for r in _chats(project)}
+        roots = [r for r in chats.values() if r["forked_from"] is None]
+        assert [r["session_id"] for r in roots] == [root], chats
+        branches = [r for r in chats.values() if r["forked_from"] is not None]
+        assert len(branches) == 1 and branches[0]["forked_from"] == root, chats
+        assert project.session_id() == branches[0]["session_id"]
+        summaries = [r for r in project.sessions() if _purpose(r) == "compaction"]
+        assert [r["metadata"].get("compaction_of") for r in summaries] == [
+            branches[0]["session_id"]]
+        tree = project.nonoka("sessions", "list", "--tree")
+        assert tree.returncode == 0, tree.stderr
+        branch_line = next(line for line in tree.stdout.splitlines()
+                           if branches[0]["session_id"][:8] in line)
+        assert branch_line.lstrip().startswith(("└", "├")), tree.stdout  # drawn under its root
+        last = _chat_requests(server)[-1]
+        assert last[:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
+        assert ("user", "CREATE-FILE notes.txt") not in _chat_requests(server)[-2]
+        _no_split(project, root)
+    print(f"TUI e2e: {time.monotonic() - started:.1f} s")
