@@ -4,6 +4,7 @@
     ├── ConfigurationError           invalid_request  a caller mistake: fix the code or settings
     │   ├── MissingExtraError        invalid_request  an optional extra is not installed
     │   │                                              (also an ImportError)
+    │   ├── NotAvailableError        invalid_request  (nonoka ui) an action it cannot take
     │   ├── ModelNotConfiguredError  model_not_configured  no model given or configured, or
     │   │                                              an unknown one
     │   └── WorkspaceError           invalid_cwd      the workspace is missing, or .nonoka/

@@ -142,7 +142,7 @@ async def test_lineage_is_read_from_index_metadata(data: UiData) -> None:
     assert alone is not None and (await data.lineage_of(alone)).children == []
 
 
-async def test_cancel_goes_through_the_runner_and_fork_and_export_say_not_yet(
+async def test_cancel_and_fork_go_through_the_library_and_export_says_not_yet(
         data: UiData) -> None:
     stores = data.stores
     sid = await add(stores, "paused", status="paused", entries=2, last_active=time.time())
@@ -153,8 +153,11 @@ async def test_cancel_goes_through_the_runner_and_fork_and_export_say_not_yet(
     assert row is not None and row.status == "cancelled"
     assert [e.kind for e in await data.events(sid)] == ["cancel"]
     assert not await data.cancel_session(sid), "an ended session is not cancelled twice"
-    with pytest.raises(NotAvailableError, match="not available in this version"):
-        await data.fork_session(sid, 1)
+    branch = await data.fork_session(sid, 0)  # up to and including entry 0
+    forked = await stores.checkpoints.load_session(branch)
+    assert forked is not None and (forked.forked_from, forked.fork_point) == (sid, 1)
+    with pytest.raises(NotAvailableError, match="outside"):
+        await data.fork_session(sid, 7)
     with pytest.raises(NotAvailableError, match="not available in this version"):
         await data.export_session(sid)
 

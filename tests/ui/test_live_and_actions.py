@@ -133,8 +133,6 @@ def test_actions_cancel_a_paused_session_and_say_what_is_not_available(
         status, _, _ = request(ui, f"/s/{sid}/cancel", method="POST", headers={
             "Cookie": f"nonoka_ui_{ui.port}={ui.token}"})
         assert status == 403, "a request without the page's header is refused"
-        page.click("[data-action=fork][data-entry='0']", force=True)
-        expect(page.locator("#toast")).to_contain_text("not available in this version")
         page.click("[data-action=export]")
         expect(page.locator("#toast")).to_contain_text(
             "exporting a session is not available in this version")
@@ -145,6 +143,11 @@ def test_actions_cancel_a_paused_session_and_say_what_is_not_available(
         assert stored_status(project, sid) == SessionStatus.CANCELLED
         page.click("[data-action=cancel]")
         expect(page.locator("#toast")).to_contain_text("nothing to cancel")
+        page.click("[data-action=fork][data-entry='0']", force=True)
+        page.wait_for_url(lambda url: f"/s/{sid}" not in url, timeout=10_000)
+        branch = page.url.rstrip("/").rsplit("/", 1)[-1].split("#")[0]
+        expect(page.locator("#part-header")).to_contain_text("branch of")
+        assert stored_entries(project, branch) == stored_entries(project, sid)[:1]
         page.close()
     finally:
         ui.stop()

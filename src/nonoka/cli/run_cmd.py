@@ -118,7 +118,10 @@ async def _branch_or_check(turn: TurnService, session_id: str, at: int | None) -
             return await fork_session(turn.stores, session_id, at, reason="nonoka run --at")
         except ConfigurationError as exc:
             raise CliError(str(exc)) from None
-    session = await turn.runner.load_session(session_id)
+    try:
+        session = await turn.runner.load_session(session_id)
+    except NonokaError:
+        return session_id  # the turn reports it, as for any session it cannot load
     if session is not None and session.status == SessionStatus.PAUSED:
         index, dangling = dangling_tool_calls(session.memory.entries)
         if dangling:

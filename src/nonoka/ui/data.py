@@ -5,7 +5,7 @@ the types re-exported here. Store modules, table names and the two SQL dialects 
 known in this module only, so when storage is reorganised, lineage gets its own
 columns or full-text search arrives, this is the one file to change (``_text_match`` is
 the search switch; ``lineage_of`` reads ``forked_from``/``fork_point`` from the index
-row's metadata; ``fork_session`` and ``export_session`` are the hooks still to wire).
+row's metadata; ``fork_session`` makes a branch, ``export_session`` is still to wire).
 
 Reads go through the stores' own connections (``SQLiteCheckpointStore.transaction``, a
 PostgreSQL store's ``database``), each in one read transaction, and page everything
@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from nonoka.errors import ConfigurationError, NonokaError
+from nonoka.errors import ConfigurationError
 from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.base import decode_entries, decode_session
@@ -65,7 +65,7 @@ LINEAGE_DEPTH = 6
 LINEAGE_BREADTH = 25
 
 
-class NotAvailableError(NonokaError):
+class NotAvailableError(ConfigurationError):
     """An action this version of nonoka cannot carry out yet."""
 
 
@@ -442,9 +442,14 @@ class UiData:
         return cancelled
 
     async def fork_session(self, session_id: str, entry: int) -> str:
-        """A new session holding the conversation up to entry ``entry``; its id."""
-        raise NotAvailableError("forking a session is not available in this version of "
-                                "nonoka")
+        """A new session holding the conversation up to and including entry ``entry``
+        (a branch: ``nonoka.turn.lineage``); its id."""
+        from nonoka.turn.lineage import fork_session
+
+        try:
+            return await fork_session(self.stores, session_id, entry + 1, reason="nonoka ui")
+        except ConfigurationError as exc:
+            raise NotAvailableError(str(exc)) from None
 
     async def export_session(self, session_id: str) -> bytes:
         """The session as one portable document."""
