@@ -31,7 +31,7 @@ from nonoka.paradigms.react import ReActAgent
 from nonoka.plan import Plan
 from nonoka.runtime import RuntimeLimits, Termination
 from nonoka.session import INTENTS_NAMESPACE, Session, validate_session_id
-from nonoka.state import SessionStatus
+from nonoka.state import SessionState, SessionStatus
 from nonoka.store.base import BranchingStore, CheckpointStore
 
 FINISHED = (SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.CANCELLED)
@@ -233,29 +233,32 @@ class Runner:
         of ``session_id``'s (default: all of them); returns the branch's id.
 
         The parent is left as it is. Stores that can (``BranchingStore``: every engine
-        nonoka ships) share those entries instead of copying them. The branch starts from
-        the parent's ledger as it stands, so limits cannot be escaped by branching.
+        nonoka ships) share those entries instead of copying them, and the fork reads
+        only the snapshot and the entries near the fork point, so it costs the same for
+        any length. The branch starts from the parent's ledger as it stands, so limits
+        cannot be escaped by branching.
         """
-        parent = await self.load_session(session_id)
+        store = self.store
+        child_id = validate_session_id(new_session_id or str(uuid.uuid4()))
+        if isinstance(store, BranchingStore):
+            found = await store.load_snapshot(validate_session_id(session_id))
+            if found is None:
+                raise _not_found(session_id)
+            snapshot, count = found
+            point = _fork_point(session_id, at, count)
+            near = await _entries_to_settle(store, session_id, point)
+            cut = [] if point == count else await store.load_entries(session_id, point, count)
+            child = _branch(snapshot, child_id, session_id, point, near, cut)
+            await store.fork_session(child, session_id, point, snapshot.memory_generation)
+            return child_id
+        parent = await self.store.load_session(validate_session_id(session_id))
         if parent is None:
-            raise ConfigurationError(f"session {session_id!r} was not found; nothing was forked")
-        entries = parent.memory.entries
-        point = len(entries) if at is None else at
-        if not 0 <= point <= len(entries):
-            raise ConfigurationError(
-                f"fork point {point} is outside session {session_id}'s {len(entries)} entries "
-                f"(0 to {len(entries)})")
-        child = Session.from_state(parent.to_state().model_copy(update={
-            "session_id": validate_session_id(new_session_id or str(uuid.uuid4())),
-            "revision": 0, "memory_entries": entries[:point], "trace": [],
-            "forked_from": session_id, "fork_point": point}))
-        _settle_branch(child, keep_intents=point == len(entries))
-        state = child.to_state()
-        if isinstance(self.store, BranchingStore):
-            await self.store.fork_session(state, session_id, point, parent.memory.generation)
-        else:
-            await self.store.save_session(state)
-        return child.session_id
+            raise _not_found(session_id)
+        entries = parent.memory_entries
+        point = _fork_point(session_id, at, len(entries))
+        child = _branch(parent, child_id, session_id, point, entries[:point], entries[point:])
+        await store.save_session(child.model_copy(update={"memory_entries": entries[:point]}))
+        return child_id
 
     async def rewind_session(self, session_id: str, to: int) -> str:
         """Go back to entry ``to``: a branch holding the first ``to`` entries, from which
@@ -356,18 +359,58 @@ class Runner:
         )
 
 
-def _settle_branch(session: Session, *, keep_intents: bool) -> None:
-    """A new branch's status and counters follow from the entries it holds."""
-    entries = session.memory.entries
-    _, dangling = dangling_tool_calls(entries)
-    if not keep_intents:
-        session.extension_state.pop(INTENTS_NAMESPACE, None)
-    session.runtime = session.runtime.model_copy(update={"termination": None,
-                                                         "cancelled_at": None})
-    session.status = (SessionStatus.PAUSED if dangling else
-                      SessionStatus.COMPLETED if entries else SessionStatus.CREATED)
-    session.turn_count = sum(1 for e in entries if e.role == "user")
-    session.end_time = None
+async def _entries_to_settle(store: BranchingStore, session_id: str,
+                             point: int) -> list[MemoryEntry]:
+    """The entries before ``point`` that decide a branch's open tool calls.
+
+    They are the calls of the last assistant entry that made calls, unless a user entry
+    came after it (a valid history answers every call before the next prompt): so read
+    backwards, a few entries at a time, until one of those two is found.
+    """
+    entries: list[MemoryEntry] = []
+    stop = point
+    while stop > 0:
+        start = max(0, stop - 16)
+        chunk = await store.load_entries(session_id, start, stop)
+        entries[:0] = chunk
+        if any(e.role == "user" or e.metadata.get("tool_calls") for e in chunk):
+            break
+        stop = start
+    return entries
+
+
+def _not_found(session_id: str) -> ConfigurationError:
+    return ConfigurationError(f"session {session_id!r} was not found; nothing was forked")
+
+
+def _fork_point(session_id: str, at: int | None, count: int) -> int:
+    point = count if at is None else at
+    if not 0 <= point <= count:
+        raise ConfigurationError(f"fork point {point} is outside session {session_id}'s "
+                                 f"{count} entries (0 to {count})")
+    return point
+
+
+def _branch(parent: SessionState, child_id: str, parent_id: str, point: int,
+            near: Sequence[MemoryEntry], cut: Sequence[MemoryEntry]) -> SessionState:
+    """The branch's snapshot: the parent's, with status and counters for what it holds.
+
+    ``near`` are the entries just before the fork point, ``cut`` those after it.
+    """
+    _, dangling = dangling_tool_calls(near)
+    extensions = dict(parent.extension_state)
+    if cut:
+        extensions.pop(INTENTS_NAMESPACE, None)  # intents of calls the branch does not hold
+    status = (SessionStatus.PAUSED if dangling else
+              SessionStatus.COMPLETED if point else SessionStatus.CREATED)
+    users_cut = sum(1 for e in cut if e.role == "user")
+    return parent.model_copy(update={
+        "session_id": child_id, "revision": 0, "memory_entries": [], "trace": [],
+        "status": status, "extension_state": extensions, "end_time": None,
+        "turn_count": max(0, parent.turn_count - users_cut),
+        "runtime_state": parent.runtime_state.model_copy(
+            update={"termination": None, "cancelled_at": None}),
+        "forked_from": parent_id, "fork_point": point})
 
 
 def _close_open_calls(session: Session, content: str) -> None:

@@ -132,8 +132,9 @@ class SQLiteHarness:
         now = time.time()
         with self._raw() as db:
             db.execute(
-                "INSERT INTO checkpoints VALUES (?, ?, 1, 0, 0, ?, ?) ON CONFLICT (session_id) "
-                "DO UPDATE SET state_json = excluded.state_json",
+                "INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
+                "memory_generation, created_at, updated_at) VALUES (?, ?, 1, 0, 0, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET state_json = excluded.state_json",
                 (session_id, json_text, now, now),
             )
 

@@ -89,6 +89,22 @@ def message_key(role: str, content: str, call_ids: Sequence[str] = (),
     return (role, _norm(content))
 
 
+def _same(entry: MemoryEntry, message: Message) -> bool:
+    """``message_key`` equality, without building keys (the hot loop of ``classify``)."""
+    role = entry.role
+    if role != message.role:
+        return False
+    if entry.content != message.content and _norm(entry.content) != _norm(message.content):
+        return False
+    if role == "assistant":
+        calls, sent = entry.metadata.get("tool_calls"), message.tool_calls
+        return (not calls and not sent) or (
+            [str(c.get("id", "")) for c in calls or []] == [c.id for c in sent or []])
+    if role == "tool":
+        return (entry.metadata.get("tool_call_id") or "") == (message.tool_call_id or "")
+    return True
+
+
 def _shape(key: Key, role: str) -> Key:
     """The key without the content of a tool output (what a prune leaves unchanged)."""
     return key[:2] if role == "tool" else key
@@ -122,21 +138,29 @@ def classify(stored: Sequence[MemoryEntry], messages: Sequence[Message],
     ``summaries`` are digests (``content_digest``) of compaction summaries the host asked
     for in this conversation; an assistant message carrying one marks a compacted prefix.
     """
-    positions = [i for i, e in enumerate(stored) if not _internal(e)]
-    skeys = [_entry_key(stored[i]) for i in positions]
+    positions: list[int] = []
+    summarised = False
+    for index, entry in enumerate(stored):
+        meta = entry.metadata
+        if meta and (meta.get("summary") or meta.get("contract_repair")):
+            summarised = summarised or bool(meta.get("summary"))
+        elif entry.role != "system":
+            positions.append(index)
     hosted = [m for m in messages if m.role != "system"]
-    rkeys = [_message_key(m) for m in hosted]
-    offset = _compacted_offset(stored, positions, skeys, rkeys)
-    if offset is None:
-        offset = 0
-    rkeys_seen = rkeys[offset:]
+    offset = 0
+    if summarised:
+        skeys = [_entry_key(stored[i]) for i in positions]
+        offset = _compacted_offset(stored, positions, skeys,
+                                   [_message_key(m) for m in hosted]) or 0
+    limit = min(len(positions), len(hosted) - offset)
     p = 0
-    limit = min(len(skeys), len(rkeys_seen))
-    while p < limit and skeys[p] == rkeys_seen[p]:
+    while p < limit and _same(stored[positions[p]], hosted[offset + p]):
         p += 1
-    if p == len(skeys) and (skeys or rkeys_seen):
+    if p == len(positions) and (positions or hosted[offset:]):
         return Reconciliation(Lineage.CONTINUATION, len(stored),
                               new=hosted[offset + p:], shared=p)
+    skeys = [_entry_key(stored[i]) for i in positions]
+    rkeys_seen = [_message_key(m) for m in hosted[offset:]]
     compacted = _host_compaction(hosted, summaries)
     if compacted is not None:
         return Reconciliation(Lineage.EDITED, len(stored), new=hosted[compacted:],

@@ -250,16 +250,27 @@ def conflict_error(state: SessionState, stored: int | None) -> SessionConflictEr
 
 @runtime_checkable
 class BranchingStore(Protocol):
-    """Optional capability: store a branch that shares its parent's first entries.
+    """Optional capability: branches that share their parent's first entries, made and
+    read without decoding the whole conversation.
 
-    ``Runner.fork_session`` uses it when the store has it and otherwise saves the branch
-    as a session of its own, copying the entries.
+    ``Runner.fork_session`` uses it when the store has it, so a fork costs the same for
+    10 entries and 10,000; otherwise it loads the parent and saves a copy.
     """
+
+    async def load_snapshot(self, session_id: str) -> tuple[SessionState, int] | None:
+        """The session without its entries (``memory_entries`` empty, step updates
+        merged) and how many entries it holds; ``None`` when unknown."""
+        ...
+
+    async def load_entries(self, session_id: str, start: int, stop: int) -> list[MemoryEntry]:
+        """The session's entries ``start`` to ``stop`` (fewer at its end)."""
+        ...
 
     async def fork_session(self, state: SessionState, parent_id: str, at: int,
                            parent_generation: int) -> int:
-        """Store ``state``, a new session whose first ``at`` entries are ``parent_id``'s,
-        sharing them; returns its revision (1).
+        """Store ``state`` as a new session whose entries are ``parent_id``'s first ``at``,
+        shared rather than copied (``state.memory_entries`` is ignored); returns its
+        revision (1).
 
         Raises ``SessionConflictError`` (nothing written) when the parent is gone, holds
         fewer than ``at`` entries, or rewrote them since ``parent_generation``, or when a
@@ -269,12 +280,11 @@ class BranchingStore(Protocol):
 
 
 def check_fork(state: SessionState, at: int) -> None:
-    """Refuse a branch state that cannot hold the ``at`` shared entries."""
+    """Refuse a branch that is not a new session, or a negative fork point."""
     if state.revision != 0:
         raise ValueError("a branch is a new session: its state must build on revision 0")
-    if not 0 <= at <= len(state.memory_entries):
-        raise ValueError(f"fork point {at} is outside the branch's {len(state.memory_entries)}"
-                         " entries")
+    if at < 0:
+        raise ValueError(f"a fork point counts entries: {at} is negative")
 
 
 def check_parent(parent_id: str, stored: tuple[int, int] | None, at: int,

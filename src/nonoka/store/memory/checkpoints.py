@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.base import (
     EntryPlan,
@@ -21,6 +22,7 @@ from nonoka.store.base import (
     check_lease_args,
     check_parent,
     conflict_error,
+    decode_entries,
     decode_session,
     entry_json,
     next_update_time,
@@ -68,10 +70,24 @@ class MemoryCheckpointStore(StepUpdateWriter):
             if state.session_id in db.checkpoints:
                 raise conflict_error(state, db.checkpoints[state.session_id].revision)
             now = time.time()
-            entries = parent.entries[:at] + [entry_json(e) for e in state.memory_entries[at:]]
             db.checkpoints[state.session_id] = CheckpointRow(
-                snapshot_json(state), 1, state.memory_generation, entries, now, now)
+                snapshot_json(state), 1, state.memory_generation, parent.entries[:at], now, now)
             return 1
+
+    async def load_snapshot(self, session_id: str) -> tuple[SessionState, int] | None:
+        with self.database.lock:
+            row = self.database.checkpoints.get(session_id)
+            if row is None:
+                return None
+            snapshot, revision, count = row.state_json, row.revision, len(row.entries)
+            steps = self._steps(session_id)
+        return decode_session(session_id, snapshot, [], revision, steps), count
+
+    async def load_entries(self, session_id: str, start: int, stop: int) -> list[MemoryEntry]:
+        with self.database.lock:
+            row = self.database.checkpoints.get(session_id)
+            texts = [] if row is None else row.entries[max(0, start):max(0, stop)]
+        return decode_entries(session_id, texts)
 
     async def load_session(self, session_id: str) -> SessionState | None:
         db = self.database
@@ -79,18 +95,19 @@ class MemoryCheckpointStore(StepUpdateWriter):
             row = db.checkpoints.get(session_id)
             if row is None:
                 return None
-            steps = sorted(
-                (
-                    (step_id, kind, step.payload_json, step.updated_at, step.order)
-                    for (sid, step_id, kind), step in db.step_updates.items()
-                    if sid == session_id
-                ),
-                key=lambda r: (r[3], r[4]),
-            )
+            steps = self._steps(session_id)
             snapshot, entries, revision = row.state_json, list(row.entries), row.revision
-        return decode_session(
-            session_id, snapshot, entries, revision, [r[:4] for r in steps]
+        return decode_session(session_id, snapshot, entries, revision, steps)
+
+    def _steps(self, session_id: str) -> list[tuple[str, str, str, float]]:
+        """The session's step updates in time order (call with the lock held)."""
+        steps = sorted(
+            ((step_id, kind, step.payload_json, step.updated_at, step.order)
+             for (sid, step_id, kind), step in self.database.step_updates.items()
+             if sid == session_id),
+            key=lambda r: (r[3], r[4]),
         )
+        return [r[:4] for r in steps]
 
     async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         self._save_step(session_id, step_id, kind, payload)

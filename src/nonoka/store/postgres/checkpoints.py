@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from nonoka.errors import CorruptSessionError
+from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.base import (
     EntryPlan,
@@ -28,6 +29,7 @@ from nonoka.store.base import (
     check_lease_args,
     check_parent,
     conflict_error,
+    decode_entries,
     decode_session,
     entry_json,
     next_update_time,
@@ -60,6 +62,13 @@ SELECT c.state_json, c.revision, c.entry_count,
                                          s.updated_at) ORDER BY s.updated_at, s.id)::text
         FROM step_updates s WHERE s.session_id = c.session_id),
        c.base_session_id, c.base_count
+FROM checkpoints c WHERE c.session_id = %s
+"""
+_SNAPSHOT = """
+SELECT c.state_json, c.revision, c.entry_count,
+       (SELECT json_agg(json_build_array(s.step_id, s.update_type, s.payload_json,
+                                         s.updated_at) ORDER BY s.updated_at, s.id)::text
+        FROM step_updates s WHERE s.session_id = c.session_id)
 FROM checkpoints c WHERE c.session_id = %s
 """
 _BASE = "SELECT base_session_id, base_count FROM checkpoints WHERE session_id = %s"
@@ -173,16 +182,26 @@ class PostgresCheckpointStore(StepUpdateWriter):
             check_parent(parent_id, None if parent is None else (int(parent[1]), parent[2]),
                          at, parent_generation)
             created = await conn.execute(
-                _CREATE, (sid, snapshot_json(state), len(state.memory_entries),
-                          state.memory_generation, now, now))
+                _CREATE, (sid, snapshot_json(state), at, state.memory_generation, now, now))
             if await created.fetchone() is None:
                 raise conflict_error(state, 1)
             await conn.execute("UPDATE checkpoints SET base_session_id = %s, base_count = %s "
                                "WHERE session_id = %s", (parent_id, at, sid))
-            extra = [entry_json(e) for e in state.memory_entries[at:]]
-            if extra:
-                await conn.execute(_APPEND, (sid, at, extra))
         return 1
+
+    async def load_snapshot(self, session_id: str) -> tuple[SessionState, int] | None:
+        async with self.database.connection() as conn:
+            row = await (await conn.execute(_SNAPSHOT, (session_id,))).fetchone()
+        if row is None:
+            return None
+        snapshot, revision, count, steps = row
+        step_rows = [tuple(s) for s in json.loads(steps)] if steps else []
+        return decode_session(session_id, snapshot, [], revision, step_rows), int(count)
+
+    async def load_entries(self, session_id: str, start: int, stop: int) -> list[MemoryEntry]:
+        async with self.database.connection() as conn:
+            texts = await _entries(conn, session_id, max(0, stop), max(0, start))
+        return decode_entries(session_id, texts)
 
     async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         async with self.database.transaction() as conn:
@@ -247,19 +266,19 @@ class PostgresCheckpointStore(StepUpdateWriter):
             await self.database.close()
 
 
-async def _entries(conn: Any, session_id: str, upto: int) -> list[str]:
-    """The first ``upto`` entry texts of a session, read through its bases."""
+async def _entries(conn: Any, session_id: str, upto: int, start: int = 0) -> list[str]:
+    """The session's entry texts ``start`` to ``upto``, read through its bases."""
     parts: list[list[str]] = []
     sid, stop = session_id, upto
     for _ in range(_MAX_DEPTH):
         row = await (await conn.execute(_BASE, (sid,))).fetchone()
         base, count = (None, 0) if row is None else (row[0], int(row[1]))
-        start = 0 if base is None else min(count, stop)
-        got = await (await conn.execute(_RANGE, (sid, start, stop))).fetchone()
+        first = start if base is None else max(start, min(count, stop))
+        got = await (await conn.execute(_RANGE, (sid, first, stop))).fetchone()
         parts.append(list(got[0]) if got is not None else [])
-        if base is None or start == 0:
+        if base is None or start >= count:
             break
-        sid, stop = base, start
+        sid, stop = base, min(stop, count)
     else:
         raise CorruptSessionError(f"session {session_id}: its chain of bases does not end")
     return [text for part in reversed(parts) for text in part]

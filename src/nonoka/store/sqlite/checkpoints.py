@@ -27,6 +27,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from nonoka.errors import CorruptSessionError, StoreError
+from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.base import (
     EntryPlan,
@@ -36,6 +37,7 @@ from nonoka.store.base import (
     check_lease_args,
     check_parent,
     conflict_error,
+    decode_entries,
     decode_session,
     entry_json,
     next_update_time,
@@ -56,6 +58,9 @@ ON CONFLICT (session_id) DO UPDATE SET
     memory_generation = excluded.memory_generation,
     updated_at = excluded.updated_at
 """
+
+_STEPS = ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
+          "WHERE session_id = ? ORDER BY updated_at, rowid")
 
 _UPSERT_STEP = """
 INSERT INTO step_updates (session_id, step_id, update_type, payload_json, updated_at)
@@ -172,16 +177,25 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                           (sid,)).fetchone() is not None:
                 raise conflict_error(state, 1)
             now = time.time()
-            db.execute(_UPSERT_CHECKPOINT, (sid, snapshot_json(state), 1,
-                                            len(state.memory_entries),
+            db.execute(_UPSERT_CHECKPOINT, (sid, snapshot_json(state), 1, at,
                                             state.memory_generation, now, now))
             db.execute("UPDATE checkpoints SET base_session_id = ?, base_count = ? "
                        "WHERE session_id = ?", (parent_id, at, sid))
-            db.executemany(
-                "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
-                [(sid, at + i, entry_json(e))
-                 for i, e in enumerate(state.memory_entries[at:])])
         return 1
+
+    async def load_snapshot(self, session_id: str) -> tuple[SessionState, int] | None:
+        with self.transaction(write=False) as db:
+            row = db.execute("SELECT state_json, revision, entry_count FROM checkpoints "
+                             "WHERE session_id = ?", (session_id,)).fetchone()
+            if row is None:
+                return None
+            steps = db.execute(_STEPS, (session_id,)).fetchall()
+        return decode_session(session_id, row[0], [], row[1], steps), int(row[2])
+
+    async def load_entries(self, session_id: str, start: int, stop: int) -> list[MemoryEntry]:
+        with self.transaction(write=False) as db:
+            texts = lineage.resolved_entries(db, session_id, max(0, start), max(0, stop))
+        return decode_entries(session_id, texts)
 
     async def load_session(self, session_id: str) -> SessionState | None:
         with self.transaction(write=False) as db:
@@ -192,11 +206,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             if row is None:
                 return None
             entries = lineage.resolved_entries(db, session_id)
-            steps = db.execute(
-                "SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
-                "WHERE session_id = ? ORDER BY updated_at, rowid",
-                (session_id,),
-            ).fetchall()
+            steps = db.execute(_STEPS, (session_id,)).fetchall()
         snapshot, revision, count = row
         if len(entries) != count:
             raise CorruptSessionError(

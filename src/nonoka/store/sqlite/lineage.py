@@ -16,31 +16,36 @@ _MAX_DEPTH = 10_000
 """More bases than this in one chain can only be a cycle (a corrupt file)."""
 
 
-def resolved_entries(db: sqlite3.Connection, session_id: str,
-                     upto: int | None = None) -> list[str]:
-    """The session's entry texts in order (the first ``upto`` of them), bases included."""
+def resolved_entries(db: sqlite3.Connection, session_id: str, start: int = 0,
+                     stop: int | None = None) -> list[str]:
+    """The session's entry texts ``start`` to ``stop`` (default: all), bases included.
+
+    Only the rows in that window are read, whatever the length of the chain's sessions.
+    """
     chain: list[tuple[str, int, int | None]] = []  # (session, from seq, to seq)
-    sid, stop = session_id, upto
+    sid = session_id
     for _ in range(_MAX_DEPTH):
         row = db.execute("SELECT base_session_id, base_count FROM checkpoints "
                          "WHERE session_id = ?", (sid,)).fetchone()
         base, count = (None, 0) if row is None else (row[0], int(row[1]))
-        if base is None or (stop is not None and stop <= 0):
-            chain.append((sid, 0, stop))
+        if base is None:
+            chain.append((sid, start, stop))
             break
         if stop is None or stop > count:
-            chain.append((sid, count, stop))
+            chain.append((sid, max(start, count), stop))
+        if start >= count:
+            break
         sid, stop = base, count if stop is None else min(stop, count)
     else:
         raise sqlite3.DatabaseError(f"session {session_id}: its chain of bases does not end")
     entries: list[str] = []
-    for sid, start, stop in reversed(chain):
-        if stop is None:
+    for sid, first, last in reversed(chain):
+        if last is None:
             rows = db.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
-                              "AND seq >= ? ORDER BY seq", (sid, start))
+                              "AND seq >= ? ORDER BY seq", (sid, first))
         else:
             rows = db.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
-                              "AND seq >= ? AND seq < ? ORDER BY seq", (sid, start, stop))
+                              "AND seq >= ? AND seq < ? ORDER BY seq", (sid, first, last))
         entries.extend(r[0] for r in rows)
     return entries
 
@@ -51,7 +56,7 @@ def detach_branches(db: sqlite3.Connection, session_id: str) -> int:
     children = db.execute("SELECT session_id, base_count FROM checkpoints "
                           "WHERE base_session_id = ?", (session_id,)).fetchall()
     for child, count in children:
-        shared = resolved_entries(db, session_id, int(count))
+        shared = resolved_entries(db, session_id, 0, int(count))
         db.executemany(
             "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
             [(child, seq, text) for seq, text in enumerate(shared)])

@@ -34,6 +34,7 @@ async def _stored(store: CheckpointStore, entries: list[MemoryEntry], **usage: f
     for entry in entries:
         session.memory.append(entry)
     session.status = SessionStatus.COMPLETED
+    session.turn_count = sum(1 for e in entries if e.role == "user")
     if usage:
         session.runtime = session.runtime.model_copy(update={"usage": RuntimeUsage(**usage)})
     session.revision = await store.save_session(session.to_state())
