@@ -136,7 +136,7 @@ async def run(reps: int) -> dict[str, float]:
         for entry in _entries(5_000, 2):
             session.memory.append(entry)
         await grown.save_session(session)
-        await store.save_session(make_state("plain", session.memory.entries))
+        await store.save_session(make_state("plain", list(session.memory.entries)))
         load_branch, load_plain = await _paired_ms(
             reps, lambda: store.load_session(half), lambda: store.load_session("plain"))
         results["load branch (ms)"], results["load plain (ms)"] = load_branch, load_plain

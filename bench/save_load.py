@@ -12,7 +12,13 @@ For sessions of 10, 100, 1,000 and 10,000 entries it measures, with medians:
   plus ``json.loads`` of each;
 - the database file size against the payload (entry JSON bytes plus snapshots).
 
-and checks the goals in ``GOALS``, printing PASS/FAIL for each (exit status 1 on a FAIL).
+Then, for sessions of 10, 1,000, 10,000 and 20,000 entries, one more exchange *through
+the runtime*, as ``Runner.run_react`` makes it: append the user entry to the ``Session``,
+save (``Session.to_state()`` and ``save_session``), append the answer, save again —
+beside a raw append of the same rows in the same two transactions.
+
+It checks the goals in ``GOALS`` and ``RUNTIME_GOALS``, printing PASS/FAIL for each
+(exit status 1 on a FAIL).
 """
 
 from __future__ import annotations
@@ -34,13 +40,16 @@ from typing import Protocol
 
 from nonoka.messages import MemoryEntry, ToolCall
 from nonoka.plan import Plan, Step
+from nonoka.runner import Runner
 from nonoka.runtime import RuntimeLimits, RuntimeUsage, SessionRuntimeState
+from nonoka.session import Session
 from nonoka.state import SessionState, SessionStatus, TraceEvent
 from nonoka.store.base import CheckpointStore, entry_json, snapshot_json
-from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite import SQLiteCheckpointStore, entry_cache
 from nonoka.store.sqlite.database import BUSY_TIMEOUT_SECONDS
 
 SIZES = (10, 100, 1_000, 10_000)
+RUNTIME_SIZES = (10, 1_000, 10_000, 20_000)
 WORDS = [
     "the", "file", "read", "write", "test", "session", "model", "tool", "call", "result",
     "error", "plan", "step", "budget", "token", "cache", "index", "query", "commit", "数据",
@@ -236,6 +245,7 @@ async def _loads(
     ours: list[float] = []
     theirs: list[float] = []
     for _ in range(reps):
+        entry_cache.clear()  # a cold read, as a new process makes it
         start = time.perf_counter()
         loaded = await backend.store.load_session(sid)
         ours.append(time.perf_counter() - start)
@@ -244,6 +254,73 @@ async def _loads(
         theirs.append(time.perf_counter() - start)
     assert loaded == state, "load returned something other than what was saved"
     return ours, theirs
+
+
+@dataclass
+class RuntimeRow:
+    entries: int
+    exchange_us: float
+    raw_us: float
+
+
+async def measure_runtime(backend: Backend, size: int, reps: int,
+                          rng: random.Random) -> RuntimeRow:
+    """One more exchange through ``Session`` and ``Runner``'s save, as ``run_react``
+    makes it (two saves), beside a raw append of its two rows in two transactions."""
+    store = backend.store
+    runner = Runner(store)
+    per_session = max(5, size // 20)
+    exchanges: list[float] = []
+    raws: list[float] = []
+    try:
+        for s in range(-(-reps // per_session)):
+            sid = f"{s:08d}-runtime-{size}"
+            session = Session.from_state(make_state(sid, [
+                e for n in range(size // 2) for e in make_turn(rng, n)]))
+            await runner.save_session(session)
+            gc.collect()
+            for t in range(min(per_session, reps - s * per_session)):
+                user, answer = make_turn(rng, size + t)
+                start = time.perf_counter()
+                session.memory.append(user)
+                await runner.save_session(session)
+                session.memory.append(answer)
+                await runner.save_session(session)
+                exchanges.append(time.perf_counter() - start)
+                seq = len(session.memory) - 2
+                rows = [(sid, seq, entry_json(user)), (sid, seq + 1, entry_json(answer))]
+                start = time.perf_counter()
+                await backend.raw_append(rows[:1])
+                await backend.raw_append(rows[1:])
+                raws.append(time.perf_counter() - start)
+    finally:
+        await backend.finish()
+    return RuntimeRow(size, _median_us(exchanges), _median_us(raws))
+
+
+RUNTIME_GOALS: list[tuple[str, Callable[[list[RuntimeRow]], tuple[float, float]]]] = [
+    ("an exchange through the runtime at 20,000 entries costs <= 1.3x one at 10",
+     lambda rows: (rows[-1].exchange_us / rows[0].exchange_us, 1.3)),
+    ("an exchange through the runtime <= 5x the raw append of its rows (worst size)",
+     lambda rows: (max(r.exchange_us / r.raw_us for r in rows), 5.0)),
+]
+
+
+def report_runtime(rows: list[RuntimeRow]) -> bool:
+    header = f"{'entries':>8} | {'exchange':>10} | {'raw append':>10} | {'x':>5}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r.entries:>8,} | {r.exchange_us:>7.0f} µs | {r.raw_us:>7.0f} µs | "
+              f"{r.exchange_us / r.raw_us:>5.2f}")
+    print()
+    ok = True
+    for name, check in RUNTIME_GOALS:
+        value, limit = check(rows)
+        passed = value <= limit
+        ok &= passed
+        print(f"{'PASS' if passed else 'FAIL'}  {name}: {value:.2f} (limit {limit})")
+    return ok
 
 
 # -- report -------------------------------------------------------------------------------
@@ -301,9 +378,16 @@ async def run(
     for size in SIZES:
         with tempfile.TemporaryDirectory(prefix="nonoka-bench-") as tmp:
             rows.append(await measure(await open_backend(Path(tmp)), size, args.reps, rng))
+    runtime_rows: list[RuntimeRow] = []
+    for size in RUNTIME_SIZES:
+        with tempfile.TemporaryDirectory(prefix="nonoka-bench-") as tmp:
+            runtime_rows.append(await measure_runtime(await open_backend(Path(tmp)), size,
+                                                      args.reps, rng))
     print(f"python {sys.version.split()[0]}, {description}, "
           f"{args.reps} saves per size, medians\n")
-    return 0 if report(rows) else 1
+    ok = report(rows)
+    print("\nOne more exchange through the runtime (Session, to_state, save; twice):\n")
+    return 0 if report_runtime(runtime_rows) and ok else 1
 
 
 async def _sqlite(tmp: Path) -> Backend:

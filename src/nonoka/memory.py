@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from nonoka.entries import EntrySnapshot
 from nonoka.messages import MemoryEntry, Message
 
 if TYPE_CHECKING:
@@ -32,9 +33,10 @@ class WorkingMemory:
         self.generation = generation
 
     @property
-    def entries(self) -> list[MemoryEntry]:
-        """A copy of the entries, oldest first."""
-        return list(self._entries)
+    def entries(self) -> EntrySnapshot:
+        """The entries as they are now, oldest first (a read-only snapshot, taken in O(1):
+        the list is only ever appended to or replaced whole)."""
+        return EntrySnapshot(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)

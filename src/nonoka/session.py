@@ -27,6 +27,7 @@ from nonoka.runtime import (
     exceeded_limit,
 )
 from nonoka.state import (
+    SCHEMA_VERSION,
     TRACE_LIMIT,
     CompletionContract,
     SessionState,
@@ -112,21 +113,29 @@ class Session:
         return session
 
     def to_state(self) -> SessionState:
-        """Snapshot the session, folding the running time so far into the ledger."""
+        """Snapshot the session, folding the running time so far into the ledger.
+
+        Every field already holds validated values (``Session`` only takes typed ones), so
+        the snapshot is built without revalidating them, and the conversation is shared
+        as an ``EntrySnapshot`` rather than copied: a save costs the same at 10 entries
+        and at 20,000. The small containers are copied, so later changes to the session
+        never reach a snapshot.
+        """
         self._fold_clock()
-        return SessionState(
+        return SessionState.model_construct(
+            schema_version=SCHEMA_VERSION,
             session_id=self.session_id,
             status=self.status,
             revision=self.revision,
             current_plan=self.current_plan,
-            step_statuses=self.step_statuses,
-            completed_steps=self.completed_steps,
-            failed_steps=self.failed_steps,
+            step_statuses=dict(self.step_statuses),
+            completed_steps=dict(self.completed_steps),
+            failed_steps=dict(self.failed_steps),
             memory_entries=self.memory.entries,
             memory_generation=self.memory.generation,
             runtime_state=self.runtime,
             completion_contract=self.completion_contract,
-            extension_state=self.extension_state,
+            extension_state={k: dict(v) for k, v in self.extension_state.items()},
             start_time=self.start_time,
             end_time=self.end_time,
             turn_count=self.turn_count,

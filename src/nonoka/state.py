@@ -16,12 +16,12 @@ Internal: import its public names from ``nonoka``; this module's layout may chan
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from nonoka.errors import CorruptSessionError, UnsupportedVersionError
 from nonoka.messages import MemoryEntry
@@ -110,7 +110,9 @@ class SessionState(BaseModel):
     completed_steps: dict[str, StepResult] = Field(default_factory=dict)
     failed_steps: dict[str, StepFailure] = Field(default_factory=dict)
 
-    memory_entries: list[MemoryEntry] = Field(default_factory=list)
+    memory_entries: Sequence[MemoryEntry] = Field(default_factory=list)
+    """A list once decoded; ``Session.to_state`` shares its memory's entries as an
+    ``EntrySnapshot`` instead of copying them."""
     memory_generation: int = 0
     """Bumped whenever entries are rewritten rather than appended (compaction)."""
 
@@ -129,6 +131,10 @@ class SessionState(BaseModel):
     """The session this one branched from (``Runner.fork_session``), if any."""
     fork_point: int | None = None
     """How many of the parent's entries this session shares (its first ones)."""
+
+    @field_serializer("memory_entries")
+    def _entries_as_list(self, entries: Sequence[MemoryEntry]) -> list[MemoryEntry]:
+        return list(entries)
 
 
 # -- migrations ---------------------------------------------------------------------------

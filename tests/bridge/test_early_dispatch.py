@@ -331,3 +331,20 @@ def test_a_request_early_dispatch_takes_is_one_the_runtime_accepts(
     request = {"type": "chat", "protocol": {"version": "1"}, "messages": messages, **fields}
     if NextTurn.of(request) is not None:
         assert isinstance(decode_request(json.dumps(request).encode()), ChatRequest)
+
+
+def test_a_host_copy_that_differs_in_bytes_falls_back_to_the_stored_rows(
+        bridge: Bridge, scripted: list[ScriptItem], server: ScriptedOpenAIServer) -> None:
+    sid, history = first_turn(bridge, scripted)
+    scripted.append(text("answer 0"))
+    history = [*history, user("question 0")]
+    bridge.run(chat(history, session_id=sid))
+    # The host re-encoded an earlier answer (whitespace): the same conversation, but not
+    # the bytes the template was built from, so the body is rebuilt from the stored rows.
+    history = [user("hello"), assistant("first answer  "), user("question 0"),
+               assistant("answer 0"), user("question 1")]
+    scripted.append(text("answer 1"))
+    events = bridge.run(chat(history, session_id=sid))
+    assert text_of(events) == "answer 1"
+    assert outcomes(bridge, sid) == ["used", "used"]
+    assert server.requests[-1]["messages"][1]["content"] == "first answer"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ async def explode(reason: str) -> str:
     raise RuntimeError(f"boom: {reason}")
 
 
-def assert_no_dangling(entries: list[MemoryEntry]) -> None:
+def assert_no_dangling(entries: Sequence[MemoryEntry]) -> None:
     _, dangling = dangling_tool_calls(entries)
     assert dangling == [], f"dangling calls in stored history: {dangling}"
 

@@ -241,16 +241,24 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         target = resolve_target(spec, os.environ)
         endpoint = Endpoint.parse(target.base_url or DEFAULT_BASE_URL)
         check_key(endpoint, target.api_key)
-        found = store.load_next_call(turn.session_id)
+        found = store.load_next_call(turn.session_id, entries=False)
         if found is None:
             return None
         template = json.loads(found.template)
         if not _expects(template, found, turn) or not _fits(template, request, turn, spec):
             return None
-        stored = [json.dumps(entry_wire_message(json.loads(e))) for e in found.entries]
         head, tail = template["head"], template["tail"]
+        # The host resends the stored conversation: when its copy is byte for byte the
+        # one the template was built from, the body comes from the request alone, and the
+        # stored entries are neither read nor decoded.
+        stored = _resent(request["messages"])
         if _sha256(head + ", ".join(stored) + tail) != template["digest"]:
-            return None
+            again = store.load_next_call(turn.session_id)
+            if again is None or again.revision != found.revision:
+                return None
+            stored = [json.dumps(entry_wire_message(json.loads(e))) for e in again.entries]
+            if _sha256(head + ", ".join(stored) + tail) != template["digest"]:
+                return None
         owner = new_lease_owner()
         # Held from now on; the checkpoint must still be the one the body was built from.
         if not store.lease_at_revision(turn.session_id, found.revision, owner, DEFAULT_TTL):
@@ -261,6 +269,17 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
     inflight = Inflight()
     inflight.start(endpoint, body.encode(), request_headers(target.api_key), DEFAULT_TIMEOUT)
     return Dispatched(turn.session_id, owner, inflight)
+
+
+def _resent(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The wire messages of the host's copy of the stored conversation: its history
+    before the turn's new messages (already checked well formed), each JSON-encoded."""
+    from nonoka.llm.wire import wire_message
+
+    tail = split_after_reply(messages)[1]
+    return [json.dumps(wire_message(m["role"], m.get("content", ""), m.get("tool_calls") or None,
+                                    m.get("tool_call_id")))
+            for m in messages[:len(messages) - len(tail)]]
 
 
 def _expects(template: dict[str, Any], found: StoredNextCall, turn: NextTurn) -> bool:
@@ -314,6 +333,7 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
     """
     from nonoka.bridge.history import host_users
     from nonoka.llm.base import AdoptsInflight
+    from nonoka.llm.wire import entry_wire_message
     from nonoka.messages import dangling_tool_calls
     from nonoka.state import SessionStatus
     from nonoka.store.next_calls import NextCallStore
@@ -355,6 +375,9 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
         "headroom": None if budget is None else budget - session.memory.total_tokens,
         "head": frame.head,
         "tail": frame.tail,
-        "digest": _sha256(model.request_body(session.memory.messages(), specs).decode()),
+        # As ``_dispatch`` rebuilds it from stored rows: no message models are built.
+        "digest": _sha256(frame.body([
+            json.dumps(entry_wire_message({"role": e.role, "content": e.content,
+                                           "metadata": e.metadata})) for e in entries])),
     }
     return store.save_next_call(session.session_id, session.revision, json.dumps(template))

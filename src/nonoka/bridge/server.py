@@ -81,16 +81,43 @@ Checked = tuple[bytes, dict[str, object]]
 """A request line and its frame-checked object."""
 
 
+DEFAULT_MAX_MESSAGES = 50_000
+"""Most messages a request's history may hold (``NONOKA_MAX_MESSAGES``); see
+``docs/protocol.md``."""
+
+
+def _max_messages() -> int:
+    return int(os.environ.get("NONOKA_MAX_MESSAGES", DEFAULT_MAX_MESSAGES))
+
+
 def _check(item: bytes | frames.ProtocolError, out: Output) -> Checked | None:
     """The line and its object, or ``None`` after answering an unusable line."""
     if isinstance(item, frames.ProtocolError):
         out.write(frames.rejection_lines(item))
         return None
     try:
-        return item, frames.check_request_frame(item)
+        obj = frames.check_request_frame(item)
+        _check_count(obj, _max_messages())
+        return item, obj
     except frames.ProtocolError as error:
         out.write(frames.rejection_lines(error))
         return None
+
+
+def _check_count(obj: dict[str, object], limit: int) -> None:
+    """Refuse a history longer than ``limit`` messages before it is decoded into models:
+    its memory would grow many times the line's size."""
+    messages = obj.get("messages")
+    if isinstance(messages, list) and len(messages) > limit:
+        from nonoka.protocol.values import ErrorCode  # only for a rejected line
+
+        rid = obj.get("request_id")
+        raise frames.ProtocolError(
+            ErrorCode.FRAME_TOO_LARGE,
+            f"the request holds {len(messages)} messages, over the bridge's limit of "
+            f"{limit}; send a shorter history (compact it or start a new conversation)",
+            {"messages": len(messages), "max_messages": limit},
+            request_id=rid if isinstance(rid, str) else None)
 
 
 def _acknowledge(obj: dict[str, object], out: Output) -> None:
@@ -127,14 +154,14 @@ def main(argv: list[str] | None = None) -> int:
 
     server = _Server(reader, out, dispatched)
     code = asyncio.run(server.run(first))
-    if not server.eof:
-        # Stopped by a signal with input still open: the stdin thread is blocked in a read
-        # and holds the stream's lock, which interpreter shutdown would wait for and then
-        # abort on. Everything is saved and written; leave without the shutdown.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    # Everything is saved, closed and written. Leave without the interpreter's shutdown:
+    # tearing down the runtime's modules and objects took 50-250 ms after the host had
+    # its answer, and the host waits for the exit too. (Stopped by a signal with input
+    # still open, the stdin thread also holds the stream's lock, which the shutdown would
+    # wait for and then abort on.)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class _Wake:
@@ -209,12 +236,12 @@ class _Server:
         import asyncio
 
         from nonoka.bridge.handler import BridgeHandler
-        from nonoka.protocol.models import BaseEvent, ChatRequest, decode_request, encode_event
+        from nonoka.protocol.models import BaseEvent, ChatRequest, encode_event, validate_request
 
-        line, raw = checked
+        _, raw = checked
         early, self.early = self.early, None
         try:
-            request = decode_request(line)
+            request = validate_request(raw)  # checked already: not parsed again
         except frames.ProtocolError as error:
             self.out.write(frames.rejection_lines(error))
             return

@@ -67,6 +67,7 @@ __all__ = [
     "decode_request",
     "encode_event",
     "encode_request",
+    "validate_request",
 ]
 
 
@@ -391,7 +392,12 @@ def decode_request(
     line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 ) -> ChatRequest | CancelRequest:
     """Parse and validate one request line; anything unusable raises ``ProtocolError``."""
-    obj = check_request_frame(line, max_frame_bytes=max_frame_bytes)
+    return validate_request(check_request_frame(line, max_frame_bytes=max_frame_bytes))
+
+
+def validate_request(obj: dict[str, Any]) -> ChatRequest | CancelRequest:
+    """Validate a request object ``check_request_frame`` returned (the line is not parsed
+    a second time); anything unusable raises ``ProtocolError``."""
     model = _REQUEST_MODELS[obj["type"]]
     try:
         return model.model_validate(obj, strict=True)

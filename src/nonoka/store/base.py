@@ -13,7 +13,7 @@ import json
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -126,12 +126,14 @@ def entry_json(entry: MemoryEntry) -> str:
 
 
 def decode_state(
-    session_id: str, snapshot: str | bytes, entries: list[str], revision: int
+    session_id: str, snapshot: str | bytes, entries: list[str], revision: int,
+    decoded: Sequence[MemoryEntry] | None = None,
 ) -> SessionState:
     """Decode and migrate stored rows into a ``SessionState``.
 
-    Raises ``CorruptSessionError`` (naming the session and what is wrong) for rows that
-    cannot be decoded, and ``UnsupportedVersionError`` for a newer schema.
+    ``decoded``: the entries, already decoded (``entries`` is then ignored). Raises
+    ``CorruptSessionError`` (naming the session and what is wrong) for rows that cannot
+    be decoded, and ``UnsupportedVersionError`` for a newer schema.
     """
     try:
         raw: Any = json.loads(snapshot)
@@ -149,11 +151,16 @@ def decode_state(
             f"session {session_id}: the stored snapshot cannot be migrated ({exc!r}); "
             "the row was left as it is"
         ) from exc
-    if entries or "memory_entries" not in raw:
+    if decoded is not None:
+        raw["memory_entries"] = []
+    elif entries or "memory_entries" not in raw:
         raw["memory_entries"] = decode_entries(session_id, entries)
     try:
         raw["revision"] = revision
-        return SessionState.model_validate(raw)
+        state = SessionState.model_validate(raw)
+        if decoded is not None:
+            return state.model_copy(update={"memory_entries": decoded})
+        return state
     except (ValueError, ValidationError) as exc:
         raise CorruptSessionError(
             f"session {session_id}: the stored state does not decode ({exc}); "
@@ -161,7 +168,7 @@ def decode_state(
         ) from exc
 
 
-def decode_entries(session_id: str, entries: list[str]) -> list[MemoryEntry]:
+def decode_entries(session_id: str, entries: list[str], first: int = 0) -> list[MemoryEntry]:
     """Validate entry rows straight from JSON text.
 
     Validating each row's JSON directly costs little more than ``json.loads`` alone and
@@ -173,7 +180,7 @@ def decode_entries(session_id: str, entries: list[str]) -> list[MemoryEntry]:
         return [validate(text) for text in entries]
     except (ValueError, ValidationError):
         pass
-    for seq, text in enumerate(entries):  # find the bad row to name it
+    for seq, text in enumerate(entries, first):  # find the bad row to name it
         try:
             validate(text)
         except (ValueError, ValidationError) as exc:
@@ -190,13 +197,14 @@ def decode_session(
     entries: list[str],
     revision: int,
     step_rows: Iterable[tuple[str, str, str | bytes, float]],
+    decoded: Sequence[MemoryEntry] | None = None,
 ) -> SessionState:
     """``decode_state`` plus the step updates, merged in time order.
 
     ``step_rows`` are ``(step_id, update_type, payload_json, updated_at)``; a row that
     does not decode is a ``CorruptSessionError`` naming the session and the step.
     """
-    state = decode_state(session_id, snapshot, entries, revision)
+    state = decode_state(session_id, snapshot, entries, revision, decoded)
     updates: list[StepUpdate] = []
     for step_id, update_type, payload, updated_at in step_rows:
         try:

@@ -41,10 +41,12 @@ class NextCallStore(Protocol):
         (replacing any earlier one); whether it was stored."""
         ...
 
-    def load_next_call(self, session_id: str) -> StoredNextCall | None:
+    def load_next_call(self, session_id: str, *, entries: bool = True
+                       ) -> StoredNextCall | None:
         """The template, if it was computed from the current checkpoint, and the session
-        as stored; ``None`` when there is none, the checkpoint moved on, or another owner
-        holds a live lease on the session."""
+        as stored (its entries left out, ``[]``, unless ``entries``); ``None`` when there
+        is none, the checkpoint moved on, or another owner holds a live lease on the
+        session."""
         ...
 
     def lease_at_revision(self, session_id: str, revision: int, owner: str,

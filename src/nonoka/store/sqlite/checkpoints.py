@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from nonoka.digests import Chain, entry_chains
+from nonoka.entries import EntrySnapshot
 from nonoka.errors import CorruptSessionError, StoreError
 from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
@@ -43,9 +45,11 @@ from nonoka.store.base import (
     next_update_time,
     snapshot_json,
 )
+from nonoka.store.entry_chains import StoredChain
 from nonoka.store.next_calls import StoredNextCall
-from nonoka.store.sqlite import leases, lineage, next_calls
+from nonoka.store.sqlite import chains, entry_cache, leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database
+from nonoka.store.sqlite.entry_cache import Decoded
 
 _UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
@@ -71,6 +75,16 @@ ON CONFLICT (session_id, step_id, update_type) DO UPDATE SET
 """
 
 
+def _reusable(db: sqlite3.Connection, session_id: str, known: Decoded | None,
+              created_at: float, count: int) -> list[MemoryEntry] | None:
+    """The cached entries when they are still the first stored rows, else ``None``."""
+    if known is None or known.created_at != created_at or not 0 < len(known.entries) <= count:
+        return None
+    row = db.execute("SELECT key_chain FROM session_entries WHERE session_id = ? AND seq = ?",
+                     (session_id, len(known.entries) - 1)).fetchone()
+    return known.entries if row is not None and row[0] == known.chain else None
+
+
 class SQLiteCheckpointStore(StepUpdateWriter):
     """A ``CheckpointStore``, ``SessionLeases`` and ``NextCallStore`` in the SQLite file
     at ``path`` (created owner-only if new).
@@ -86,6 +100,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         self._path = Path(path)
         self._db: sqlite3.Connection | None = open_database(self._path)
         self._lock = threading.Lock()
+        self._written: dict[str, tuple[int, int, Chain]] = {}
+        """Per session: the revision this store last saved, its entry count and chain."""
 
     @property
     def path(self) -> Path:
@@ -149,10 +165,21 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
                 start = 0
             if plan.new_entries:
+                texts = [entry_json(e) for e in plan.new_entries]
+                chains = entry_chains(self._chain_before(db, sid, start, stored), (
+                    (e.role, e.content, e.metadata, text)
+                    for e, text in zip(plan.new_entries, texts, strict=True)))
                 db.executemany(
-                    "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
-                    [(sid, start + i, entry_json(e)) for i, e in enumerate(plan.new_entries)],
+                    "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
+                    "VALUES (?, ?, ?, ?)",
+                    [(sid, start + i, text, chain.encode())
+                     for i, (text, chain) in enumerate(zip(texts, chains, strict=True))],
                 )
+                if len(self._written) >= 256:
+                    self._written.clear()  # a cache: at worst the chain is read again
+                self._written[sid] = (stored + 1, start + len(texts), chains[-1])
+            elif sid in self._written:
+                self._written[sid] = (stored + 1, *self._written[sid][1:])
             now = time.time()
             db.execute(
                 _UPSERT_CHECKPOINT,
@@ -163,6 +190,27 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
                            "WHERE session_id = ?", (sid,))
         return stored + 1
+
+    def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int,
+                      revision: int) -> Chain:
+        """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``;
+        known without reading it when this store wrote the stored ``revision``)."""
+        if seq == 0:
+            return Chain()
+        written = self._written.pop(session_id, None)
+        if written is not None and written[:2] == (revision, seq):
+            return written[2]
+        row = lineage.entry_row(db, session_id, seq - 1, "key_chain")
+        if row is None or not isinstance(row[0], str):
+            raise CorruptSessionError(
+                f"session {session_id}: stored entry {seq - 1} is missing or has no digest "
+                "chain; the rows were left as they are")
+        return Chain.decode(row[0])
+
+    def entry_chain(self, session_id: str) -> StoredChain | None:
+        """The stored conversation's length and last chain, read without decoding it."""
+        with self.transaction(write=False) as db:
+            return chains.load(db, session_id)
 
     async def fork_session(self, state: SessionState, parent_id: str, at: int,
                            parent_generation: int) -> int:
@@ -197,23 +245,66 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             texts = lineage.resolved_entries(db, session_id, max(0, start), max(0, stop))
         return decode_entries(session_id, texts)
 
+    def _load_branch(self, db: sqlite3.Connection, session_id: str
+                     ) -> tuple[str, int, int, list[str], list[tuple[str, str, str, float]]]:
+        """A branch's snapshot row, its entries read through its bases, its steps."""
+        row = db.execute("SELECT state_json, revision, entry_count FROM checkpoints "
+                         "WHERE session_id = ?", (session_id,)).fetchone()
+        texts = lineage.resolved_entries(db, session_id)
+        return row[0], row[1], row[2], texts, db.execute(_STEPS, (session_id,)).fetchall()
+
     async def load_session(self, session_id: str) -> SessionState | None:
         with self.transaction(write=False) as db:
+            branch = lineage.is_branch(db, session_id)
+            if branch:  # read through its bases; the decoded-entry cache is for plain ones
+                snapshot, revision, count, texts, steps = self._load_branch(db, session_id)
+        if branch:
+            if len(texts) != count:
+                raise CorruptSessionError(
+                    f"session {session_id}: {len(texts)} entry rows stored but the snapshot "
+                    f"expects {count}; the rows were left as they are")
+            return decode_session(session_id, snapshot, texts, revision, steps)
+        path = str(self._path)
+        known = entry_cache.get(path, session_id)
+        with self.transaction(write=False) as db:
             row = db.execute(
-                "SELECT state_json, revision, entry_count FROM checkpoints WHERE session_id = ?",
+                "SELECT state_json, revision, entry_count, created_at FROM checkpoints "
+                "WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
             if row is None:
                 return None
-            entries = lineage.resolved_entries(db, session_id)
-            steps = db.execute(_STEPS, (session_id,)).fetchall()
-        snapshot, revision, count = row
-        if len(entries) != count:
+            snapshot, revision, count, created_at = row
+            reused = _reusable(db, session_id, known, created_at, count)
+            start = len(reused) if reused is not None else 0
+            rows = db.execute(
+                "SELECT entry_json, key_chain FROM session_entries WHERE session_id = ? "
+                "AND seq >= ? ORDER BY seq",
+                (session_id, start),
+            ).fetchall()
+            steps = db.execute(
+                "SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
+                "WHERE session_id = ? ORDER BY updated_at, rowid",
+                (session_id,),
+            ).fetchall()
+        if start + len(rows) != count:
             raise CorruptSessionError(
-                f"session {session_id}: {len(entries)} entry rows stored but the snapshot "
-                f"expects {count}; the rows were left as they are"
+                f"session {session_id}: {start + len(rows)} entry rows stored but the "
+                f"snapshot expects {count}; the rows were left as they are"
             )
-        return decode_session(session_id, snapshot, entries, revision, steps)
+        texts = [r[0] for r in rows]
+        if reused is None:
+            state = decode_session(session_id, snapshot, texts, revision, steps)
+            if count and rows[-1][1] is not None:
+                entries = list(state.memory_entries)
+                entry_cache.put(path, session_id, Decoded(created_at, entries, rows[-1][1]))
+                state = state.model_copy(update={"memory_entries": EntrySnapshot(entries)})
+            return state
+        combined = entry_cache.extend(reused, start, decode_entries(session_id, texts, start))
+        if rows:
+            entry_cache.put(path, session_id, Decoded(created_at, combined, rows[-1][1]))
+        return decode_session(session_id, snapshot, [], revision, steps,
+                              EntrySnapshot(combined))
 
     async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         self._save_step(session_id, step_id, kind, payload)
@@ -243,9 +334,10 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         with self.transaction() as db:
             return next_calls.save(db, session_id, revision, template)
 
-    def load_next_call(self, session_id: str) -> StoredNextCall | None:
+    def load_next_call(self, session_id: str, *, entries: bool = True
+                       ) -> StoredNextCall | None:
         with self.transaction(write=False) as db:
-            return next_calls.load(db, session_id)
+            return next_calls.load(db, session_id, entries)
 
     def lease_at_revision(self, session_id: str, revision: int, owner: str,
                           ttl_seconds: float) -> bool:

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import sqlite3
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
+if TYPE_CHECKING:
+    from typing import Any
+
 _MAX_DEPTH = 10_000
 """More bases than this in one chain can only be a cycle (a corrupt file)."""
 
 
 def resolved_entries(db: sqlite3.Connection, session_id: str, start: int = 0,
-                     stop: int | None = None) -> list[str]:
+                     stop: int | None = None, columns: str = "entry_json") -> list[Any]:
     """The session's entry texts ``start`` to ``stop`` (default: all), bases included.
 
     Only the rows in that window are read, whatever the length of the chain's sessions.
@@ -38,16 +42,43 @@ def resolved_entries(db: sqlite3.Connection, session_id: str, start: int = 0,
         sid, stop = base, count if stop is None else min(stop, count)
     else:
         raise sqlite3.DatabaseError(f"session {session_id}: its chain of bases does not end")
-    entries: list[str] = []
+    entries: list[Any] = []
     for sid, first, last in reversed(chain):
         if last is None:
-            rows = db.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
+            rows = db.execute(f"SELECT {columns} FROM session_entries WHERE session_id = ? "
                               "AND seq >= ? ORDER BY seq", (sid, first))
         else:
-            rows = db.execute("SELECT entry_json FROM session_entries WHERE session_id = ? "
+            rows = db.execute(f"SELECT {columns} FROM session_entries WHERE session_id = ? "
                               "AND seq >= ? AND seq < ? ORDER BY seq", (sid, first, last))
-        entries.extend(r[0] for r in rows)
+        if "," in columns:
+            entries.extend(rows)
+        else:
+            entries.extend(r[0] for r in rows)
     return entries
+
+
+def is_branch(db: sqlite3.Connection, session_id: str) -> bool:
+    """Whether the session shares entries with a base session."""
+    row = db.execute("SELECT base_session_id FROM checkpoints WHERE session_id = ?",
+                     (session_id,)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def entry_row(db: sqlite3.Connection, session_id: str, seq: int,
+              columns: str) -> tuple[object, ...] | None:
+    """``columns`` of the session's entry ``seq``, from whichever session in its chain of
+    bases holds the row (a branch's first entries are its base's rows)."""
+    sid = session_id
+    for _ in range(_MAX_DEPTH):
+        base = db.execute("SELECT base_session_id, base_count FROM checkpoints "
+                          "WHERE session_id = ?", (sid,)).fetchone()
+        if base is None or base[0] is None or seq >= int(base[1]):
+            row: tuple[object, ...] | None = db.execute(
+                f"SELECT {columns} FROM session_entries WHERE session_id = ? AND seq = ?",
+                (sid, seq)).fetchone()
+            return row
+        sid = base[0]
+    raise sqlite3.DatabaseError(f"session {session_id}: its chain of bases does not end")
 
 
 def detach_branches(db: sqlite3.Connection, session_id: str) -> int:
@@ -56,10 +87,10 @@ def detach_branches(db: sqlite3.Connection, session_id: str) -> int:
     children = db.execute("SELECT session_id, base_count FROM checkpoints "
                           "WHERE base_session_id = ?", (session_id,)).fetchall()
     for child, count in children:
-        shared = resolved_entries(db, session_id, 0, int(count))
+        shared = resolved_entries(db, session_id, 0, int(count), "entry_json, key_chain")
         db.executemany(
-            "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
-            [(child, seq, text) for seq, text in enumerate(shared)])
+            "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
+            "VALUES (?, ?, ?, ?)", [(child, seq, *row) for seq, row in enumerate(shared)])
         db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
                    "WHERE session_id = ?", (child,))
     return len(children)

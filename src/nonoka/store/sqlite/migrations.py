@@ -15,10 +15,12 @@ library only (the bridge's early dispatch checks a file before pydantic is loade
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 
+from nonoka.digests import Chain
 from nonoka.store import migrations as runner
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -155,6 +157,29 @@ def m005_session_lineage(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE checkpoints ADD COLUMN base_count INTEGER NOT NULL DEFAULT 0")
     db.execute("CREATE INDEX checkpoints_base ON checkpoints (base_session_id) "
                "WHERE base_session_id IS NOT NULL")
+
+
+@migration
+def m006_entry_digest_chain(db: sqlite3.Connection) -> None:
+    """The digest chain up to each entry (``nonoka.digests``), so a host's history is
+    compared with the stored conversation without decoding it; existing rows get theirs."""
+    db.execute("ALTER TABLE session_entries ADD COLUMN key_chain TEXT")
+    sessions = [r[0] for r in db.execute("SELECT DISTINCT session_id FROM session_entries")]
+    for session_id in sessions:
+        chain = Chain()
+        rows = db.execute("SELECT seq, entry_json FROM session_entries WHERE session_id = ? "
+                          "ORDER BY seq", (session_id,)).fetchall()
+        updates = []
+        for seq, text in rows:
+            try:
+                entry = json.loads(text)
+                chain = chain.add(str(entry["role"]), str(entry.get("content", "")),
+                                  entry.get("metadata") or {}, text)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                break  # a corrupt row: the rest stays NULL, and loading it reports it
+            updates.append((chain.encode(), session_id, seq))
+        db.executemany("UPDATE session_entries SET key_chain = ? WHERE session_id = ? AND "
+                       "seq = ?", updates)
 
 
 # -- the runner's SQLite side ----------------------------------------------------------

@@ -47,12 +47,15 @@ def save(db: sqlite3.Connection, session_id: str, revision: int, template: str) 
     return True
 
 
-def load(db: sqlite3.Connection, session_id: str) -> StoredNextCall | None:
+def load(db: sqlite3.Connection, session_id: str, with_entries: bool = True
+         ) -> StoredNextCall | None:
     """``NextCallStore.load_next_call`` inside the caller's read transaction."""
     row = db.execute(_LOAD, (session_id,)).fetchone()
     if row is None or (row[4] is not None and row[4] > time.time()):
         return None  # no current template, or another process runs the session
     template, revision, status, count, _ = row
+    if not with_entries:
+        return StoredNextCall(template, revision, status, [])
     entries = lineage.resolved_entries(db, session_id)
     if len(entries) != count:
         return None  # not what the checkpoint says: the runtime will report it
@@ -99,11 +102,12 @@ class SQLiteNextCalls:
     def save_next_call(self, session_id: str, revision: int, template: str) -> bool:
         return self._write(lambda: save(self._db, session_id, revision, template))
 
-    def load_next_call(self, session_id: str) -> StoredNextCall | None:
+    def load_next_call(self, session_id: str, *, entries: bool = True
+                       ) -> StoredNextCall | None:
         db = self._db
         db.execute("BEGIN")
         try:
-            return load(db, session_id)
+            return load(db, session_id, entries)
         finally:
             db.execute("COMMIT")
 

@@ -175,7 +175,7 @@ class BranchingSuite:
             await store.fork_session(child, parent, 3, state.memory_generation + 1)
         with pytest.raises(SessionConflictError):
             await store.fork_session(child, "no-such-parent", 3, state.memory_generation)
-        longer = child.model_copy(update={"memory_entries": state.memory_entries * 2})
+        longer = child.model_copy(update={"memory_entries": list(state.memory_entries) * 2})
         with pytest.raises(SessionConflictError):  # the parent holds 5 entries, not 9
             await store.fork_session(longer, parent, 9, state.memory_generation)
         assert await store.load_session("branch-x") is None

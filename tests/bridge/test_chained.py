@@ -1,0 +1,155 @@
+"""The digest chain classifies a host's history exactly as the full comparison does."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nonoka.bridge.chained import classify_by_chain
+from nonoka.bridge.reconcile import Lineage, Reconciliation, classify
+from nonoka.bridge.reconcile import message_key as reconcile_key
+from nonoka.digests import Chain, entry_chains, message_key
+from nonoka.messages import MemoryEntry, Message, ToolCall
+from nonoka.session import Session
+from nonoka.store.base import entry_json
+from nonoka.store.sqlite import SQLiteCheckpointStore
+
+TEXTS = st.sampled_from(["hi", "hi ", " hi", "h i", "two", "out", "", "a\nb", "a b", "数据"])
+IDS = st.sampled_from(["c1", "c2", "c3"])
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    role = draw(st.sampled_from(["system", "user", "assistant", "tool"]))
+    if role == "assistant":
+        calls = draw(st.lists(IDS, max_size=2, unique=True))
+        return Message(role="assistant", content=draw(TEXTS),
+                       tool_calls=[ToolCall(id=c, name="bash") for c in calls] or None)
+    if role == "tool":
+        return Message(role="tool", content=draw(TEXTS), tool_call_id=draw(IDS))
+    return Message(role=role, content=draw(TEXTS))
+
+
+@st.composite
+def entries(draw: st.DrawFn) -> MemoryEntry:
+    entry = MemoryEntry.from_message(draw(messages()))
+    marker = draw(st.sampled_from([None, None, None, "summary", "contract_repair"]))
+    if marker is not None and entry.role == "user":
+        return MemoryEntry.make("user", entry.content, **{marker: True})
+    return entry
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[list[MemoryEntry], list[Message]]:
+    """A stored conversation and a host history: mostly the stored one resent (with
+    whitespace changed, system messages added or dropped) and something new, often edited."""
+    stored = draw(st.lists(entries(), max_size=8))
+    host: list[Message] = []
+    for entry in stored:
+        keep: bool = entry.role != "system" or draw(st.booleans())
+        if keep:
+            host.append(entry.to_message())
+    reformat: bool = draw(st.booleans())
+    if reformat:
+        host = [Message(role=m.role, content=m.content + " ", tool_calls=m.tool_calls,
+                        tool_call_id=m.tool_call_id) for m in host]
+    edit: bool = draw(st.booleans())
+    if host and edit:
+        at = draw(st.integers(0, len(host) - 1))
+        host[at] = draw(messages())
+    cut: bool = draw(st.booleans())
+    if host and cut:
+        host = host[:draw(st.integers(0, len(host)))]
+    host += draw(st.lists(messages(), max_size=3))
+    return stored, host
+
+
+def chain_of(stored: Sequence[MemoryEntry]) -> Chain:
+    chains = entry_chains(Chain(), ((e.role, e.content, e.metadata, entry_json(e))
+                                    for e in stored))
+    return chains[-1] if chains else Chain()
+
+
+def fast_then_full(stored: list[MemoryEntry], host: list[Message]) -> Reconciliation:
+    fast = classify_by_chain(len(stored), chain_of(stored), host)
+    return fast if fast is not None else classify(stored, host)
+
+
+@settings(max_examples=600, deadline=None)
+@given(cases())
+def test_the_chain_classifies_exactly_as_the_full_comparison(
+        case: tuple[list[MemoryEntry], list[Message]]) -> None:
+    stored, host = case
+    assert fast_then_full(stored, host) == classify(stored, host)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_the_chain_settles_every_continuation_it_can(
+        case: tuple[list[MemoryEntry], list[Message]]) -> None:
+    stored, host = case
+    full = classify(stored, host)
+    chain = chain_of(stored)
+    fast = classify_by_chain(len(stored), chain, host)
+    if full.lineage is Lineage.CONTINUATION and chain.hosted and not chain.summary:
+        assert fast == full
+    else:
+        assert fast is None
+
+
+@given(st.lists(messages(), max_size=4))
+def test_the_keys_are_the_comparisons_keys(host: list[Message]) -> None:
+    for m in host:
+        calls = [c.id for c in m.tool_calls or []]
+        assert message_key(m.role, m.content, calls, m.tool_call_id) == reconcile_key(
+            m.role, m.content, calls, m.tool_call_id)
+
+
+async def test_the_sqlite_store_keeps_the_chain_through_appends_and_rewrites(
+        tmp_path: Path) -> None:
+    store = SQLiteCheckpointStore(tmp_path / "s.db")
+    try:
+        session = Session("chained")
+        for n in range(5):
+            session.memory.append(MemoryEntry.make("user", f"question {n}"))
+            session.memory.append(MemoryEntry.assistant(f"answer {n}"))
+            session.revision = await store.save_session(session.to_state())
+            found = store.entry_chain("chained")
+            assert found is not None
+            assert found.entries == len(session.memory)
+            assert found.chain == chain_of(session.memory.entries)
+        assert await session.memory.compact(10)  # rewritten: the chain starts again
+        session.revision = await store.save_session(session.to_state())
+        found = store.entry_chain("chained")
+        assert found is not None and found.chain == chain_of(session.memory.entries)
+        assert store.entry_chain("unknown") is None
+    finally:
+        await store.close()
+
+
+async def test_the_migration_gives_existing_rows_their_chain(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteCheckpointStore(path)
+    session = Session("older")
+    for n in range(3):
+        session.memory.append(MemoryEntry.make("system", "rules") if n == 0 else
+                              MemoryEntry.make("user", f"q {n}"))
+        session.memory.append(MemoryEntry.assistant(f"a {n}"))
+    await store.save_session(session.to_state())
+    await store.close()
+    db = sqlite3.connect(path, isolation_level=None)
+    # As a file from before the chain: no column, no record of the migration.
+    db.execute("ALTER TABLE session_entries DROP COLUMN key_chain")
+    db.execute("DELETE FROM nonoka_migrations WHERE name = 'm006_entry_digest_chain'")
+    db.close()
+    store = SQLiteCheckpointStore(path)
+    try:
+        found = store.entry_chain("older")
+        assert found is not None and found.chain == chain_of(session.memory.entries)
+        assert found.chain.hosted == 5
+    finally:
+        await store.close()
