@@ -41,8 +41,13 @@ def ignore_everything(folder: Path) -> None:
     if target.exists():
         return
     try:
-        with open(target, "x", encoding="utf-8") as handle:
-            handle.write(GITIGNORE_TEXT)
+        # Owner-only like everything else in the folder, whatever the umask.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, GITIGNORE_TEXT.encode())
+        finally:
+            os.close(fd)
     except FileExistsError:
         return  # another process wrote it first
     except OSError:

@@ -35,6 +35,7 @@ async def test_opening_the_project_writes_a_gitignore_that_keeps_the_store_out(
     assert (state / ".gitignore").read_text(encoding="utf-8") == GITIGNORE_TEXT
     assert (state / "sessions.db").is_file()
     assert os.stat(state).st_mode & 0o777 == 0o700
+    assert os.stat(state / ".gitignore").st_mode & 0o777 == 0o600
     # What OpenCode's snapshot asks git (check-ignore --no-index): every file is ignored.
     (project / "notes.txt").write_text("mine\n", encoding="utf-8")
     _git(project, "add", "--all")
