@@ -49,6 +49,12 @@ class WorkingMemory:
         self._entries.append(entry)
         self._tokens += entry.tokens
 
+    def replace(self, entries: Iterable[MemoryEntry]) -> None:
+        """Make ``entries`` the conversation (a host edited it); stores rewrite, not append."""
+        self._entries = list(entries)
+        self._tokens = sum(e.tokens for e in self._entries)
+        self.generation += 1
+
     def messages(self) -> list[Message]:
         return [e.to_message() for e in self._entries]
 

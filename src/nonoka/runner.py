@@ -196,6 +196,35 @@ class Runner:
 
         return await self._update(session_id, cancel)
 
+    async def replace_memory(self, session_id: str, entries: Sequence[MemoryEntry]) -> bool:
+        """Make ``entries`` the session's working memory (what the model sees from now on).
+
+        For a host that edited the conversation it resends (pruned tool outputs, a summary
+        in place of a prefix): the generation is bumped, so the stores rewrite the entries
+        instead of appending. ``False`` when the session is unknown.
+        """
+
+        def replace(session: Session) -> bool:
+            session.replace_memory(entries)
+            return True
+
+        return await self._update(session_id, replace)
+
+    async def append_history(self, session_id: str, messages: Sequence[Message]) -> bool:
+        """Add messages to the session's conversation as they are, one entry each.
+
+        For what a host sends besides a turn's prompt: earlier user messages no answer
+        followed, or turns it holds that the store lacks. ``False`` when the session is
+        unknown.
+        """
+
+        def append(session: Session) -> bool:
+            for message in messages:
+                session.memory.append(MemoryEntry.from_message(message))
+            return True
+
+        return await self._update(session_id, append)
+
     # -- sessions ----------------------------------------------------------------------------
 
     async def fork_session(self, session_id: str, at: int | None = None, *,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from nonoka.errors import ConfigurationError
 from nonoka.llm.base import Usage
 from nonoka.memory import WorkingMemory
-from nonoka.messages import ToolCall
+from nonoka.messages import MemoryEntry, ToolCall
 from nonoka.plan import Plan
 from nonoka.runtime import (
     RuntimeLimits,
@@ -202,6 +203,11 @@ class Session:
                                detail=f"max_tool_calls reached: {used} of {limit} used")
         self._set_usage(tool_calls=used + 1)
         return None
+
+    def replace_memory(self, entries: Iterable[MemoryEntry]) -> None:
+        """Make ``entries`` the conversation the model sees (the generation is bumped)."""
+        self.memory.replace(entries)
+        self.add_trace("history_replaced", f"generation {self.memory.generation}")
 
     def terminate(self, termination: Termination, status: SessionStatus) -> None:
         self._fold_clock()

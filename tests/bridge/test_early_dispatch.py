@@ -191,15 +191,16 @@ def test_results_for_some_of_the_calls_send_nothing_early(
     assert len(server.requests) == 2
 
 
-def test_user_messages_sent_together_are_one_turn_and_the_next_turn_is_not_guessed(
+def test_user_messages_sent_together_are_stored_apart_and_the_next_turn_goes_early(
         bridge: Bridge, scripted: list[ScriptItem], server: ScriptedOpenAIServer) -> None:
     sid, history = first_turn(bridge, scripted)
     history += [user("one"), user("two")]
     scripted.append(text("both read"))
     assert text_of(bridge.run(chat(history, session_id=sid))) == "both read"
-    assert server.requests[-1]["messages"][-1] == {"role": "user", "content": "one\n\ntwo"}
-    # The session stored them joined, the host resends them apart: the next request's
-    # earlier user messages no longer match the stored ones word for word.
+    assert server.requests[-1]["messages"][-2:] == [{"role": "user", "content": "one"},
+                                                    {"role": "user", "content": "two"}]
+    # The session stored them one entry each, as the host resends them: the next
+    # request's earlier user messages match the stored ones, so it is sent early.
     history += [assistant("both read"), user("three")]
     scripted.append(text("third"))
     assert text_of(bridge.run(chat(history, session_id=sid))) == "third"

@@ -381,3 +381,33 @@ async def test_tool_call_helper_steps_round_trip() -> None:
         response = await model_for(server).complete(HI)
     assert response.tool_calls == [ToolCall(id="w1", name="weather",
                                             arguments='{"city": "Paris"}')]
+
+
+# The retry phrases of OpenCode 1.18.33 (its session retry reads a failure's message):
+# a message with one of them makes the host retry a dead address ~6 more times.
+HOST_RETRY_PHRASES = ("connection refused", "econnrefused", "getaddrinfo", "enotfound",
+                      "fetch failed", "connection error", "network error", "eai_again")
+
+
+async def test_an_unreachable_endpoint_fails_within_seconds_with_default_retries() -> None:
+    url = f"http://127.0.0.1:{unused_port()}/v1"
+    model = OpenAIChatModel("m", base_url=url)  # the defaults a bridge runs with
+    started = time.monotonic()
+    with pytest.raises(ModelError) as caught:
+        await model.complete(HI)
+    assert time.monotonic() - started < 3
+    message = str(caught.value)
+    assert "nothing accepts connections at 127.0.0.1:" in message
+    assert "2 attempts" in message  # one quick retry for a restarting server, no more
+    assert not [p for p in HOST_RETRY_PHRASES if p in message.lower()], message
+
+
+async def test_a_host_name_that_does_not_resolve_fails_within_seconds() -> None:
+    model = OpenAIChatModel("m", base_url="http://nonoka-no-such-host.invalid/v1")
+    started = time.monotonic()
+    with pytest.raises(ModelError) as caught:
+        await model.complete(HI)
+    assert time.monotonic() - started < 5
+    message = str(caught.value)
+    assert "'nonoka-no-such-host.invalid' does not resolve" in message
+    assert not [p for p in HOST_RETRY_PHRASES if p in message.lower()], message

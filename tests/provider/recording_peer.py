@@ -71,7 +71,8 @@ def main() -> None:
         _send_raw(dump_line({"type": "from_the_future", "request_id": rid}))
     session_id = args.session_id or request.session_id or f"peer-{uuid.uuid4().hex[:12]}"
     emit(SessionInit(session_id=session_id, recovered=bool(args.recovered),
-                     recovery_reason=args.recovered))
+                     recovery_reason=args.recovered, forked_from=args.forked_from,
+                     fork_point=2 if args.forked_from else None))
     if args.mode in ("hang", "stubborn"):
         _wait_for_cancel(record, emit, stubborn=args.mode == "stubborn")
     for code in args.warning:
@@ -85,7 +86,7 @@ def main() -> None:
     emit(UsageEvent(input_tokens=7, output_tokens=3, cost_usd=0.5))
     emit(UsageEvent(input_tokens=1, output_tokens=2))
     reason = "tool_calls" if args.tool_call else "stop"
-    emit(Finish(finish_reason=reason,
+    emit(Finish(finish_reason=reason, revision=args.revision,
                 usage=UsageTotals(input_tokens=8, output_tokens=5, cost_usd=0.5)))
     if args.exit_code:
         sys.exit(args.exit_code)
@@ -99,6 +100,8 @@ def _parse() -> argparse.Namespace:
                                  "stubborn", "deaf"])
     parser.add_argument("--session-id", help="the id session_init reports")
     parser.add_argument("--recovered", help="report recovered=true with this reason")
+    parser.add_argument("--forked-from", help="report a branch of this session")
+    parser.add_argument("--revision", type=int, help="the revision finish reports")
     parser.add_argument("--text", action="append", default=[])
     parser.add_argument("--tool-call", action="append", default=[], help="NAME=ARGUMENTS")
     parser.add_argument("--warning", action="append", default=[])

@@ -239,6 +239,65 @@ async def test_a_new_title_does_not_forget_the_chat_id(peer: Peer) -> None:
     assert peer.id_file() == "chat-1\n"
 
 
+# -- compaction requests and branches --------------------------------------------------
+
+COMPACTION: list[MessageLike] = [
+    {"role": "system", "content": "You are a context summarization agent. ..."},
+    {"role": "user", "content": "Here is the conversation so far:\n<conversation>\n...\n"
+                                "</conversation>"}]
+
+
+async def test_a_compaction_names_the_chat_and_never_takes_over_its_id(peer: Peer) -> None:
+    provider = peer.provider("--session-id", "chat-1")
+    await provider.chat(USER)
+    provider.command = peer.command("--session-id", "summary-1")
+    await provider.chat(COMPACTION, purpose="compaction")
+    sent = peer.last()
+    assert sent["purpose"] == "compaction"
+    assert sent["new_session"] is False  # a lone user message, yet no new conversation
+    assert sent["session_id"] == "chat-1"
+    assert sent["conversation_key"] == KEY  # the chat's key, not the summary prompt's
+    assert provider.session_id == "chat-1"
+    assert peer.id_file() == "chat-1\n"
+    # The history now starts from the summary: a new first user message, same chat id.
+    provider.command = peer.command()
+    await provider.chat(continuation("What did we do so far?"))
+    assert peer.last()["session_id"] == "chat-1"
+
+
+async def test_a_compaction_with_no_chat_held_sends_no_id(peer: Peer) -> None:
+    provider = peer.provider("--session-id", "summary-1")
+    await provider.chat(COMPACTION, purpose="compaction")
+    assert "session_id" not in peer.last() and peer.last()["new_session"] is False
+    assert provider.session_id is None and peer.id_file() is None
+
+
+async def test_a_branch_becomes_the_chat_session(
+        peer: Peer, caplog: pytest.LogCaptureFixture) -> None:
+    write_session_id(id_file_path(peer.workspace), "chat-1")
+    provider = peer.provider("--session-id", "branch-1", "--forked-from", "chat-1")
+    with caplog.at_level(logging.WARNING, logger="nonoka.provider"):
+        result = await provider.chat(continuation())
+    assert peer.last()["session_id"] == "chat-1"
+    assert result.session_id == provider.session_id == "branch-1"
+    assert peer.id_file() == "branch-1\n"
+    assert "branch branch-1 of session chat-1" in caplog.text
+
+
+async def test_the_entries_a_turn_ended_with_go_back_with_the_next_request(
+        peer: Peer) -> None:
+    provider = peer.provider("--session-id", "chat-1", "--revision", "6")
+    await provider.chat(continuation())
+    assert "revision" not in peer.last()
+    provider.command = peer.command("--session-id", "chat-1", "--revision", "4")
+    await provider.chat(continuation())
+    assert peer.last()["revision"] == 6
+    await provider.chat(continuation())
+    assert peer.last()["revision"] == 6  # a lower report never lowers what was seen
+    await provider.chat(USER)  # a new conversation names no session, so no revision
+    assert "revision" not in peer.last()
+
+
 # -- what comes back -------------------------------------------------------------------
 
 

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from nonoka.cli.render import describe_event
+from nonoka.cli.sessions_cmd import show_session
 from nonoka.messages import Message
+from nonoka.protocol.models import RequestLimits
 from nonoka.provider import MessageLike, NonokaProvider, id_file_path
 from nonoka.testing import call, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer, Step
@@ -136,3 +139,62 @@ async def test_cancel_stops_the_real_bridge(
     assert not result.killed
     assert result.exit_code == 0
     assert provider.session_id == result.session_id is not None
+
+
+async def test_a_limit_names_itself_and_a_raised_limit_continues_the_session(
+        workspace: Path, serve: Serve) -> None:
+
+    server = serve([text("one"), text("two")])
+    provider = make_provider(workspace, server)
+    history: list[MessageLike] = [Message(role="user", content="first")]
+    first = await provider.chat(history)
+    assert first.finish_reason == "stop", first.errors
+    assert first.session_id is not None
+
+    # The session has spent one model turn; a limit of one stops the next turn before it
+    # calls the model: limits count across the session, not per message.
+    provider.limits = RequestLimits(max_model_turns=1)
+    history += [first.assistant_message(), Message(role="user", content="second")]
+    stopped = await provider.chat(history)
+    assert stopped.finish_reason == "limit"
+    assert stopped.session_id == first.session_id
+    assert stopped.termination is not None and stopped.termination.limit == "max_model_turns"
+    assert len(server.requests) == 1
+
+    detail = await show_session(workspace, first.session_id)
+    finishes = [describe_event(e)[1] for e in detail.events if e.kind == "finish"]
+    assert "stopped by max_model_turns: max_model_turns reached: 1 of 1" in finishes[-1]
+
+    # Raised: the same session goes on, with what it has spent so far.
+    provider.limits = RequestLimits(max_model_turns=5)
+    again = await provider.chat(history)
+    assert again.finish_reason == "stop", again.errors
+    assert again.text == "two"
+    assert again.session_id == first.session_id
+
+
+async def test_a_database_that_went_back_in_time_is_reported(
+        workspace: Path, serve: Serve) -> None:
+    import shutil
+
+    server = serve([text("one"), text("two"), text("three")])
+    provider = make_provider(workspace, server)
+    history: list[MessageLike] = [Message(role="user", content="first")]
+    first = await provider.chat(history)
+    db = workspace / ".nonoka" / "sessions.db"
+    backup = workspace / "backup.db"
+    shutil.copy(db, backup)  # what a host's snapshot of the project held after turn one
+    history += [first.assistant_message(), Message(role="user", content="second")]
+    second = await provider.chat(history)
+    assert second.warnings == [], second.warnings
+    for suffix in ("-wal", "-shm"):
+        (workspace / ".nonoka" / f"sessions.db{suffix}").unlink(missing_ok=True)
+    shutil.copy(backup, db)  # ...restored by the host's undo
+    history += [second.assistant_message(), Message(role="user", content="third")]
+    third = await provider.chat(history)
+    assert third.finish_reason == "stop", third.errors
+    codes = [w.code for w in third.warnings]
+    assert "store_regressed" in codes, third.warnings
+    detail = await show_session(workspace, first.session_id or "")
+    warned = [e.data for e in detail.events if e.kind == "warning"]
+    assert any(w["code"] == "store_regressed" for w in warned), warned

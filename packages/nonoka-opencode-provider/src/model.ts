@@ -77,6 +77,23 @@ export class NonokaError extends Error {
   }
 }
 
+/** The limit a turn stopped at, as the error the host shows, with how to go on. */
+export function limitError(termination: { reason: string; detail?: string; limit?: string | null } | undefined): NonokaError {
+  const limit = termination?.limit ?? undefined;
+  const detail = termination?.detail || "the session reached one of its limits";
+  const raise =
+    limit !== undefined && limit !== "deadline_at"
+      ? `raise "${limit}" under provider.nonoka.options.limits in opencode.json`
+      : "raise the limit under provider.nonoka.options.limits in opencode.json";
+  return new NonokaError(
+    "limit_reached",
+    `the turn stopped: ${detail}. Limits count across the whole nonoka session, not per message; ` +
+      `${raise} and send your next message: the same session goes on with what it has spent so far.`,
+    false,
+    limit !== undefined ? { limit } : {},
+  );
+}
+
 /** The protocol's finish reasons in the v3 shape (a v2-style string makes OpenCode loop). */
 export function mapFinishReason(reason: FinishReason | string): LanguageModelV3FinishReason {
   switch (reason) {
@@ -193,6 +210,8 @@ export class NonokaLanguageModel implements LanguageModelV3 {
       cwd,
     };
     if (hint.sessionId !== undefined) request.session_id = hint.sessionId;
+    const revision = tracker.revisionOf(hint.sessionId);
+    if (revision !== undefined) request.revision = revision;
     if (hint.conversationKey !== undefined) request.conversation_key = hint.conversationKey;
     if (config.model !== undefined) request.model = config.model;
     if (config.limits !== undefined) request.limits = config.limits;
@@ -348,13 +367,15 @@ class BridgeCall {
       case "protocol_ack":
         this.emit({ type: "response-metadata", id: this.request.request_id, modelId: this.request.model ?? this.modelId, timestamp: new Date() });
         break;
-      case "session_init":
+      case "session_init": {
         this.session = { id: event.session_id, recovered: event.recovered, reason: event.recovery_reason ?? null };
         this.tracker.adopt(this.request.purpose, this.request.conversation_key, event);
         break;
+      }
       case "warning":
         this.bridgeWarnings.push(event);
         this.config.log(`bridge warning ${event.code}: ${event.message}`);
+        this.notice(`${event.code}: ${event.message}`);
         break;
       case "text_delta":
         if (event.text === "") break;
@@ -404,7 +425,12 @@ class BridgeCall {
 
   private onFinish(event: FinishEvent): void {
     this.finished = true;
+    this.tracker.noteRevision(this.session?.id, event.revision);
     this.closeText();
+    if (event.finish_reason === "limit") {
+      // An empty answer that ends "length" looks like success to the host: say which limit.
+      this.emit({ type: "error", error: limitError(event.termination ?? undefined) });
+    }
     if (event.finish_reason === "error") {
       const first = this.errors[0];
       this.emit({
@@ -447,6 +473,23 @@ class BridgeCall {
       if (typeof u.cost_usd === "number") cost = (cost ?? 0) + u.cost_usd;
     }
     return { ...totals, cost_usd: cost };
+  }
+
+  /**
+   * Tell the person something about the session (a branch, a recovery, a store that went back in time).
+   *
+   * OpenCode turns the AI SDK's warnings off and keeps the provider's stderr to itself, so the
+   * notice goes out as a reasoning block: OpenCode shows it with the answer (the TUI's
+   * thinking blocks, `opencode run --thinking`) and stores it with the message, and it never
+   * enters the conversation (the history this provider sends leaves reasoning out).
+   */
+  private notice(text: string): void {
+    if (this.request.purpose !== "chat") return;
+    this.closeText();
+    const id = `nonoka-notice-${++this.textCount}`;
+    this.emit({ type: "reasoning-start", id });
+    this.emit({ type: "reasoning-delta", id, delta: `nonoka: ${text}` });
+    this.emit({ type: "reasoning-end", id });
   }
 
   private closeText(): void {

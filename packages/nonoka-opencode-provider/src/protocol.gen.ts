@@ -50,6 +50,8 @@ export interface ChatRequest {
   /** A model spec such as `openai:gpt-4o-mini`; default: from configuration. */
   model?: string | null;
   limits?: RequestLimits | null;
+  /** The most conversation entries the provider saw stored for `session_id` (from `finish`); a store holding fewer went back in time and the bridge warns (`store_regressed`). */
+  revision?: number | null;
 }
 
 /** The `code` of an `error` event, or of a `ProtocolError`. */
@@ -149,6 +151,8 @@ export interface Finish {
   /** This request's total. */
   usage: UsageTotals;
   termination?: FinishTermination | null;
+  /** Conversation entries stored for the session when the request ended; a provider sends the highest it saw back as the next request's `revision`. */
+  revision?: number | null;
 }
 
 /** Why a request ended; `tool_calls` means paused, waiting for host tool results. */
@@ -203,10 +207,11 @@ export interface ProtocolSpec {
   required_capabilities?: string[];
 }
 
-/** What a chat request is for; a title request runs in its own session. */
+/** What a chat request is for; title and compaction requests run in their own session. */
 export type Purpose =
   | "chat"
-  | "title";
+  | "title"
+  | "compaction";
 
 /** Why `session_init` reports a session other than the one the request named. */
 export type RecoveryReason =
@@ -242,6 +247,10 @@ export interface SessionInit {
   /** The session is not the one the request named (or it named none). */
   recovered: boolean;
   recovery_reason?: RecoveryReason | null;
+  /** Set when the turn runs in a branch made for it: the session it branched from. */
+  forked_from?: string | null;
+  /** With `forked_from`: how many of the parent's entries the branch shares. */
+  fork_point?: number | null;
 }
 
 /** A piece of streamed assistant text. */
@@ -308,7 +317,11 @@ export type WarningCode =
   /** the sent session_id belongs to a different conversation (its stored history does not match the request's) and no session matched conversation_key; a new session was started (seeded with the history) */
   | "session_mismatch_starting_new"
   /** conversation_key is not 64 lower-case hex digits (the SHA-256 of the first user message), so it was ignored: this request cannot be recovered by key; fix the provider */
-  | "conversation_key_ignored";
+  | "conversation_key_ignored"
+  /** the database holds fewer entries of this session than the provider saw at the end of an earlier turn: it went back in time (restored from a backup or a snapshot?); the turn goes on from what is stored */
+  | "store_regressed"
+  /** the history agrees with a stored conversation only up to a point (an undo, a fork, an edited earlier message, or turns the host never saw), so the turn continues in a branch that shares the stored entries before that point; details name forked_from, fork_point and why */
+  | "session_branched";
 
 /** Something the host should know that did not stop the request. */
 export interface WarningEvent {

@@ -28,6 +28,8 @@ export class SessionTracker {
   private sessionKey: string | undefined;
   private readonly known = new Map<string, string>();
   private titleSessionIdHeld: string | undefined;
+  /** The most conversation entries the bridge reported stored per session (`finish.revision`). */
+  private readonly revisions = new Map<string, number>();
   private readonly log: Logger;
 
   constructor(cwd: string, log: Logger = () => {}) {
@@ -52,6 +54,7 @@ export class SessionTracker {
    * conversation: the held id is forgotten (and its file removed) and none is sent.
    */
   prepare(messages: readonly ProtocolMessage[], purpose: Purpose, newSession?: boolean): SessionHint {
+    if (purpose === "compaction") return this.compactionHint();
     const fresh = newSession ?? !isContinuation(messages);
     // Title requests get no key: their user text is the chat's, and the bridge must never
     // recover a chat into a title session (or the reverse).
@@ -66,7 +69,11 @@ export class SessionTracker {
     return hint;
   }
 
-  /** Hold the id the bridge reports; chat ids also go to disk, title ids never do. */
+  /**
+   * Hold the id the bridge reports; chat ids also go to disk, title ids never do, and a
+   * compaction's report changes nothing held (it summarises the chat, it does not replace it).
+   * A branch (`forked_from`) becomes the chat session.
+   */
   adopt(purpose: Purpose, key: string | undefined, event: SessionInitEvent): void {
     if (event.recovered) {
       this.log(`the bridge recovered session ${event.session_id} (reason: ${event.recovery_reason ?? "unspecified"})`);
@@ -78,6 +85,16 @@ export class SessionTracker {
     if (purpose === "title") {
       this.titleSessionIdHeld = event.session_id;
       return;
+    }
+    if (purpose === "compaction") {
+      this.log(`compaction request ran in session ${event.session_id}; the chat session stays ${this.sessionIdHeld ?? "(none)"}`);
+      return;
+    }
+    if (event.forked_from != null) {
+      this.log(
+        `the conversation continues in branch ${event.session_id} of session ${event.forked_from}` +
+          (event.fork_point != null ? ` (shared entries: ${event.fork_point})` : ""),
+      );
     }
     this.sessionIdHeld = event.session_id;
     this.sessionKey = key;
@@ -99,6 +116,39 @@ export class SessionTracker {
       );
     }
   }
+
+  /**
+   * A compaction request names the chat it summarises and never starts or forgets one.
+   *
+   * After it, the host's history starts from the summary ("What did we do so far?"), so the
+   * chat's first user message, and with it its conversation key, changes: the held id's key
+   * becomes unknown, as for an id read from the file, so the next continuation still sends it
+   * (the bridge checks the history) and the new key is learnt from the answer.
+   */
+  private compactionHint(): SessionHint {
+    const hint: SessionHint = { newSession: false };
+    if (this.sessionIdHeld !== undefined) hint.sessionId = this.sessionIdHeld;
+    if (this.sessionKey !== undefined) hint.conversationKey = this.sessionKey;
+    this.sessionKey = undefined;
+    return hint;
+  }
+
+  /**
+   * Remember how many entries the bridge said it stored for a session at the end of a
+   * request (`finish.revision`); the highest is sent back with the next request that names
+   * the session, and a bridge holding fewer warns that its store went back in time.
+   */
+  noteRevision(sessionId: string | undefined, revision: number | null | undefined): void {
+    if (sessionId === undefined || typeof revision !== "number") return;
+    const seen = this.revisions.get(sessionId);
+    if (seen === undefined || revision > seen) this.revisions.set(sessionId, revision);
+  }
+
+  /** The revision to send with a request that names `sessionId`. */
+  revisionOf(sessionId: string | undefined): number | undefined {
+    return sessionId === undefined ? undefined : this.revisions.get(sessionId);
+  }
+
 
   /**
    * The id a continuation sends: normally the held one. When the held id is known to belong to

@@ -90,6 +90,20 @@ export function titleCall(userText: string): LanguageModelV3CallOptions {
   };
 }
 
+/** OpenCode's compaction call (/compact, or automatic near the context limit), as 1.18.33 sends it (abridged). */
+export function compactionCall(conversation: string): LanguageModelV3CallOptions {
+  return {
+    prompt: [
+      {
+        role: "system",
+        content: "You are a context summarization agent. You are given a conversation between a user and an agent. Your goal is to produce a structured summary...",
+      },
+      user(`Here is the conversation so far:\n<conversation>\n${conversation}\n</conversation>\nCreate a new anchored summary from the conversation history in the <conversation> tags above so another coding agent can continue the work.`),
+    ],
+    maxOutputTokens: 32000,
+  };
+}
+
 export function ofType<T extends LanguageModelV3StreamPart["type"]>(
   parts: LanguageModelV3StreamPart[],
   type: T,

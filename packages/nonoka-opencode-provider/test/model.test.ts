@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, test } from "node:test";
 
 import { BridgeError, createNonoka, NonokaError, readSessionId, idFilePath, writeSessionId } from "nonoka-opencode-provider";
 
-import { assistantText, chatCall, collect, fakeProvider, ofType, sentFrames, tempDir, titleCall, user } from "./helpers.js";
+import { assistantText, chatCall, collect, compactionCall, fakeProvider, ofType, sentFrames, tempDir, titleCall, user } from "./helpers.js";
 
 let tmp: { dir: string; done: () => void };
 beforeEach(() => {
@@ -121,6 +121,91 @@ describe("title requests", () => {
     assert.equal(readSessionId(idFilePath(tmp.dir)), chatId);
     assert.equal(provider.sessions().sessionId, chatId);
     assert.match(provider.sessions().titleSessionId ?? "", /^fake-title-/);
+  });
+});
+
+describe("compaction requests", () => {
+  test("name the chat they summarise and never overwrite the chat id", async () => {
+    const provider = fakeProvider("text", tmp.dir, { env: { FAKE_BRIDGE_LOG: `${tmp.dir}/requests.jsonl`, FAKE_SESSION_ID: "" } });
+    await collect((await provider.languageModel().doStream(chatCall([user("write a file")]))).stream);
+    const chatId = readSessionId(idFilePath(tmp.dir));
+    assert.match(chatId ?? "", /^fake-chat-/);
+    const parts = await collect((await provider.languageModel().doStream(compactionCall("user: write a file"))).stream);
+    assert.equal(ofType(parts, "text-delta").map((p) => p.delta).join(""), "Hello");
+    const [chat, compaction] = sentFrames(tmp.dir);
+    assert.equal(compaction?.["purpose"], "compaction");
+    assert.equal(compaction?.["new_session"], false, "a lone user message must not read as a new conversation");
+    assert.equal(compaction?.["session_id"], chatId);
+    assert.equal(compaction?.["conversation_key"], chat?.["conversation_key"], "the chat's key, not the summary prompt's");
+    assert.equal(readSessionId(idFilePath(tmp.dir)), chatId);
+    assert.equal(provider.sessions().sessionId, chatId);
+    // The next chat turn (history now starting from the summary) still names the chat session.
+    await collect((await provider.languageModel().doStream(chatCall([user("What did we do so far?"), assistantText("summary"), user("go on")]))).stream);
+    assert.equal(sentFrames(tmp.dir)[2]?.["session_id"], chatId);
+  });
+
+  test("a compaction report from the bridge changes nothing held, even another session id", async () => {
+    writeSessionId(idFilePath(tmp.dir), "sess-chat");
+    const provider = fakeProvider("text", tmp.dir, { env: { FAKE_BRIDGE_LOG: `${tmp.dir}/requests.jsonl`, FAKE_FORCE_SESSION_ID: "sess-summary" } });
+    await collect((await provider.languageModel().doStream(compactionCall("x"))).stream);
+    assert.equal(sentFrames(tmp.dir)[0]?.["session_id"], "sess-chat");
+    assert.equal(readSessionId(idFilePath(tmp.dir)), "sess-chat");
+    assert.equal(provider.sessions().sessionId, "sess-chat");
+  });
+});
+
+describe("what the person sees", () => {
+  test("a turn stopped by a limit is an error naming the limit and how to raise it", async () => {
+    const parts = await collect((await fakeProvider("limit", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    const error = ofType(parts, "error")[0]?.error as NonokaError;
+    assert.ok(error instanceof NonokaError);
+    assert.equal(error.code, "limit_reached");
+    assert.match(error.message, /max_model_turns/);
+    assert.match(error.message, /provider\.nonoka\.options\.limits/);
+    assert.match(error.message, /whole nonoka session/);
+    assert.deepEqual(error.details, { limit: "max_model_turns" });
+    // Not a message OpenCode's retry reads as "try again" (it would rerun the turn).
+    assert.doesNotMatch(error.message, /rate limit|try again|overloaded|unavailable|exhausted/i);
+    await assert.rejects(async () => fakeProvider("limit", tmp.dir).languageModel().doGenerate(chatCall([user("go")])), /limit_reached/);
+  });
+
+  test("bridge warnings reach the person as a reasoning block, never as answer text", async () => {
+    const parts = await collect((await fakeProvider("warning-unknown-other", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    const notes = ofType(parts, "reasoning-delta").map((p) => p.delta);
+    assert.deepEqual(notes, ["nonoka: session_id_missing_starting_fresh: started fresh"]);
+    assert.equal(ofType(parts, "text-delta").map((p) => p.delta).join(""), "mine");
+    const kinds = parts.map((p) => p.type);
+    assert.ok(kinds.indexOf("reasoning-end") < kinds.indexOf("text-start"));
+  });
+
+  test("a branch reported by the bridge is adopted as the chat session, and said", async () => {
+    writeSessionId(idFilePath(tmp.dir), "sess-parent");
+    const provider = fakeProvider("branch", tmp.dir);
+    const parts = await collect((await provider.languageModel().doStream(chatCall([user("a"), assistantText("b"), user("c")]))).stream);
+    assert.equal(sentFrames(tmp.dir)[0]?.["session_id"], "sess-parent");
+    assert.match(readSessionId(idFilePath(tmp.dir)) ?? "", /^fake-branch-/);
+    assert.equal(provider.sessions().sessionId, readSessionId(idFilePath(tmp.dir)));
+    assert.match(ofType(parts, "reasoning-delta")[0]?.delta ?? "", /session_branched: the history diverged at entry 2/);
+  });
+
+  test("the stored entry count a turn ended with goes back with the next request", async () => {
+    writeSessionId(idFilePath(tmp.dir), "sess-rev");
+    const turn = [user("a"), assistantText("b"), user("c")];
+    const model = fakeProvider("text", tmp.dir).languageModel();
+    try {
+      process.env["FAKE_REVISION"] = "6";
+      await collect((await model.doStream(chatCall(turn))).stream);
+      process.env["FAKE_REVISION"] = "4"; // a lower report never lowers what was seen
+      await collect((await model.doStream(chatCall(turn))).stream);
+      await collect((await model.doStream(chatCall(turn))).stream);
+    } finally {
+      delete process.env["FAKE_REVISION"];
+    }
+    const sent = sentFrames(tmp.dir).map((f) => f["revision"]);
+    assert.deepEqual(sent, [undefined, 6, 6]);
+    // Another conversation's request carries no revision of this one.
+    await collect((await model.doStream(chatCall([user("new")]))).stream);
+    assert.equal(sentFrames(tmp.dir).at(-1)?.["revision"], undefined);
   });
 });
 

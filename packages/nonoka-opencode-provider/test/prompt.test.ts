@@ -3,7 +3,7 @@ import { describe, test } from "node:test";
 
 import { detectPurpose, toHostTools, toolOutputText, toProtocolMessages } from "nonoka-opencode-provider";
 
-import { chatCall, titleCall, user } from "./helpers.js";
+import { chatCall, compactionCall, titleCall, user } from "./helpers.js";
 
 describe("toProtocolMessages", () => {
   test("maps OpenCode's history after a tool call, as 1.18.33 sends it", () => {
@@ -93,5 +93,14 @@ describe("detectPurpose", () => {
     assert.equal(detectPurpose({ prompt: [user("hello")] }), "chat");
     assert.equal(detectPurpose({ prompt: [user("hello")], providerOptions: { nonoka: { purpose: "title" } } }), "title");
     assert.equal(detectPurpose({ ...titleCall("x"), providerOptions: { mine: { purpose: "chat" } } }, "mine"), "chat");
+  });
+
+  test("recognises OpenCode's compaction request (/compact and auto-compaction)", () => {
+    assert.equal(detectPurpose(compactionCall("user: CREATE-FILE notes.txt\nassistant: done")), "compaction");
+    // Its user text alone is enough (a host that changes the system prompt), but never with tools.
+    const userOnly = compactionCall("x");
+    assert.equal(detectPurpose({ ...userOnly, prompt: userOnly.prompt.slice(1) }), "compaction");
+    assert.equal(detectPurpose(chatCall([user("Here is the conversation so far: a chat with tools")])), "chat");
+    assert.equal(detectPurpose({ prompt: [user("hello")], providerOptions: { nonoka: { purpose: "compaction" } } }), "compaction");
   });
 });

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from nonoka.tools import Tool
 
 ENV_VAR = "NONOKA_EARLY_DISPATCH"
-TEMPLATE_VERSION = 1
+TEMPLATE_VERSION = 2
 """Bumped when the template's fields change; a row of another version is ignored."""
 
 
@@ -202,12 +202,19 @@ def dispatch(request: Mapping[str, Any]) -> Dispatched | None:
     if not enabled(os.environ):
         return None
     turn = NextTurn.of(request)
-    if turn is None:
+    if turn is None or _several_prompts(request):
         return None
     try:
         return _dispatch(request, turn)
     except Exception:  # the runtime's own path reports every real problem
         return None
+
+
+def _several_prompts(request: Mapping[str, Any]) -> bool:
+    """Whether several user messages follow the host's last reply: the runtime stores
+    them one entry each, so its request is not the one-prompt template's."""
+    tail = split_after_reply(request["messages"])[1]
+    return sum(1 for m in tail if m["role"] == "user") > 1
 
 
 def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
@@ -289,8 +296,20 @@ def _fits(template: dict[str, Any], request: Mapping[str, Any], turn: NextTurn,
     model, tools, limits and earlier user messages, and room for what the turn adds."""
     headroom = template["headroom"]
     return (template["model"] == spec and template["users"] == digest(turn.earlier_users)
+            and template["history"] == history_digest(
+                split_after_reply(request["messages"])[0])
             and all(template[k] == v for k, v in request_conditions(request).items())
             and (headroom is None or turn.new_tokens() <= headroom))
+
+
+def history_digest(messages: Sequence[Mapping[str, Any]]) -> str:
+    """A digest of a conversation as the host sees it (system prompts aside): roles,
+    whitespace-normalised text, tool-call ids. Two conversations that began alike, or
+    one the host edited (a pruned tool output), give different digests."""
+    return digest([
+        [m["role"], " ".join((m.get("content") or "").split()), m.get("tool_call_id") or "",
+         [c["id"] for c in m.get("tool_calls") or []]]
+        for m in messages if m["role"] != "system"])
 
 
 _STATUS = {"prompt": "completed", "tool_results": "paused"}
@@ -347,6 +366,11 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
         "pending": [c.id for c in pending],
         "model": model.name,
         "users": digest([e.content for e in host_users(entries)]),
+        "history": history_digest([
+            {"role": e.role, "content": e.content, "tool_call_id": e.tool_call_id,
+             "tool_calls": e.metadata.get("tool_calls")}
+            for e in entries if not e.metadata.get("summary")
+            and not e.metadata.get("contract_repair")]),
         **request_conditions(request),
         "headroom": None if budget is None else budget - session.memory.total_tokens,
         "head": frame.head,

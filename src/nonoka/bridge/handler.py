@@ -5,18 +5,19 @@ The turn itself (stores, lease, session, runner, index row and timeline) is
 session decision chain, how the host's history maps onto the stored conversation, and
 the protocol's events.
 
-The session decision chain (SPEC §2.3) reads only the request's fields:
+The session decision chain (SPEC §2.3, docs/protocol.md "Session lineage"):
 
-1. ``new_session`` → a new session;
-2. ``session_id`` found and its stored conversation matches the history → continue it;
-3. ``session_id`` not found (or it belongs to another conversation) → recover by
-   ``conversation_key``, else a new session with a warning;
-4. no ``session_id`` → recover by ``conversation_key``; else, if the history shows a
-   continuation, a new session with a warning that lists recent sessions; else new.
-
-Recovery only considers continuations, takes the most recently active session with the
-key whose stored conversation the history continues, and a new session started for a
-continuation is seeded with the request's history, so nothing the user said is lost.
+1. a title or compaction request → its own session;
+2. a history with no answer yet that a stored first turn holds unanswered → that session
+   (a host retrying a failed first turn); else ``new_session`` → a new session;
+3. the candidates — the session ``session_id`` names, then the sessions with the
+   ``conversation_key`` (and those whose recorded compaction summary the history
+   carries), most recently active first — are classified (``nonoka.bridge.choose``):
+   the first the history continues or edits wins; else the one sharing the longest
+   prefix gets a branch at the point where the histories part (warning
+   ``session_branched``);
+4. nothing relates: a new session, seeded with the history, with a warning when the
+   request looked like a continuation (SPEC §2.3).
 """
 
 from __future__ import annotations
@@ -26,12 +27,23 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nonoka import faults
 from nonoka.agent import Agent
+from nonoka.bridge.choose import (
+    Match,
+    Verdict,
+    compacted_sessions,
+    judge,
+    remember_summary,
+    summaries_of,
+    unanswered_first_turn,
+)
 from nonoka.bridge.early import Dispatched
-from nonoka.bridge.history import matches_stored, plan_turn, split_for_new_session
+from nonoka.bridge.history import split_for_new_session, turn_input
+from nonoka.bridge.reconcile import classify
 from nonoka.errors import ConfigurationError, Failure, WorkspaceError, failure_of
 from nonoka.events import (
     ModelCalled,
@@ -98,6 +110,10 @@ class BridgeHandler:
         """Whether this request has sent the host any text or tool call yet."""
         self.key, self._warnings = _checked_key(request.conversation_key)
         """The request's conversation key, or ``None`` when it was missing or malformed."""
+        self._summaries: list[str] = []
+        """Digests of the compaction summaries recorded for the chosen conversation."""
+        self._summaries_by_id: dict[str, list[str]] = {}
+        self._considered: set[str] = set()
 
     def send(self, event: BaseEvent) -> None:
         self._send(event.model_copy(update={"request_id": self.request.request_id}))
@@ -118,6 +134,8 @@ class BridgeHandler:
             return
         try:
             outcome = await self._run(turn, model)
+            if self.request.purpose == Purpose.COMPACTION:
+                await self._remember_compaction(outcome)
             await self._report(outcome)
             if outcome.result is not None:
                 self._answered = outcome.result.session
@@ -163,31 +181,33 @@ class BridgeHandler:
             lease_owner=early.lease_owner if early else None, on_event=self._on_turn_event)
 
     def _plan(self, session: Session) -> TurnInput:
-        """What the host's history adds to the stored conversation of a continued session."""
+        """What the host's history brings to the session, as stored under the lease."""
         self._session = session
         messages = self.request.messages
-        plan = plan_turn(session.memory.entries, messages)
-        if plan.kind == "prompt" and plan.prompt is not None:
-            return TurnInput("prompt", plan.prompt)
-        if plan.kind == "tool_results":
-            return TurnInput("tool_results", plan.prompt, tuple(plan.results))
-        # Nothing new, or what is new was stored by a process that died: carry the turn on
-        # (retrying it if it failed) or, if it was answered, replay the answer.
-        return TurnInput(reopen=messages[-1].role != "assistant")
+        rec = classify(session.memory.entries, messages, self._summaries)
+        return turn_input(rec, session.memory.entries, messages)
 
     async def _decide(self) -> Opening:
         """The decision chain's answer, with what the turn brings to the chosen session."""
-        session, recovery_reason, warnings = await self._pick()
-        warnings[:0] = self._warnings
-        if session is not None:
-            return Opening(session, self._plan, recovery_reason=recovery_reason,
-                           warnings=warnings)
+        choice = await self._pick()
+        warnings = [*self._warnings, *choice.warnings]
+        if choice.session is not None:
+            return Opening(choice.session, self._plan, recovery_reason=choice.reason,
+                           forked_from=choice.forked_from, fork_point=choice.fork_point,
+                           warnings=warnings,
+                           revision_seen=self._revision_seen(choice.session))
         seed, prompt = split_for_new_session(self.request.messages)
         plan = TurnInput("prompt", prompt) if prompt is not None else TurnInput()
         return Opening(None, plan, seed=seed, warnings=warnings)
 
-    async def _pick(self) -> tuple[Session | None, str | None, list[RunWarning]]:
-        """The session to continue (``None``: a new one), why it was recovered, warnings."""
+    def _revision_seen(self, session: Session | str) -> int | None:
+        """The request's ``revision``, when it speaks of this very session."""
+        request = self.request
+        sid = session if isinstance(session, str) else session.session_id
+        return request.revision if request.session_id == sid else None
+
+    async def _pick(self) -> _Choice:
+        """The session the turn runs in (``None``: a new one), and why."""
         request = self.request
         if request.session_id:
             try:
@@ -195,34 +215,111 @@ class BridgeHandler:
             except ConfigurationError as exc:
                 raise ConfigurationError(f"session_id: {exc}") from None
         if request.purpose == Purpose.TITLE:
-            return await self._title_session(), None, []
-        if request.new_session:
-            return None, None, []
+            return _Choice(await self._title_session())
+        if request.purpose == Purpose.COMPACTION:
+            # Its own session, never the chat's: the provider must not adopt its id.
+            if request.session_id:
+                self.turn.journal.metadata["compaction_of"] = request.session_id
+            return _Choice()
         continuation = is_continuation(request.messages)
-        if request.session_id:
-            session = await self._load(request.session_id)
-            if session is not None and (
-                    not continuation or matches_stored(session.memory.entries, request.messages)):
-                return session, None, []
-            reason = (RecoveryReason.SESSION_NOT_FOUND if session is None
-                      else RecoveryReason.SESSION_MISMATCH)
-            found = await self._recover(continuation)
-            if found is not None:
-                return found, reason, []
-            code = (WarningCode.SESSION_NOT_FOUND_STARTING_NEW if session is None
-                    else WarningCode.SESSION_MISMATCH_STARTING_NEW)
-            return None, None, [RunWarning(code, WARNING_CODES[code],
-                                           {"requested_session_id": request.session_id})]
-        found = await self._recover(continuation)
-        if found is not None:
-            return found, RecoveryReason.SESSION_ID_MISSING, []
         if not continuation:
-            return None, None, []
+            retried = await self._unanswered_first_turn()
+            if retried is not None:
+                return _Choice(retried)
+        if request.new_session:
+            return _Choice()
+        named = await self._load(request.session_id) if request.session_id else None
+        if not continuation:  # a history that holds no answer continues nothing stored
+            return _Choice(named)
+        verdict = await self._verdict(named)
+        if verdict.found is not None:
+            found = verdict.found.session
+            self._summaries = self._summaries_by_id.get(found.session_id, [])
+            return _Choice(found, None if found is named else self._recovery(named))
+        if verdict.branch is not None:
+            return await self._branch(verdict.branch)
+        return await self._unrelated(named, continuation)
+
+    async def _verdict(self, named: Session | None) -> Verdict:
+        """Judge the named session and the conversation key's sessions; failing those,
+        the sessions whose recorded compaction summary the history carries (a history
+        that starts from a summary no longer has the conversation's key)."""
+        index, messages = self.turn.stores.index, self.request.messages
+        keyed = [r.session_id for r in await index.find_by_conversation_key(self.key)
+                 ] if self.key else []
+        verdict = judge(await self._candidates(named, keyed), messages)
+        if verdict.found is not None:
+            return verdict
+        later = judge(await self._candidates(None, await compacted_sessions(index, messages)),
+                      messages)
+        return later if later.found is not None or verdict.branch is None else verdict
+
+    async def _candidates(self, named: Session | None,
+                          ids: list[str]) -> list[tuple[Session, list[str]]]:
+        """The sessions this history may belong to (``named`` first), each considered once
+        per request, with the compaction summaries recorded for it."""
+        index = self.turn.stores.index
+        out: list[tuple[Session, list[str]]] = []
+        seen = self._considered
+        for session_id in ids if named is None else [named.session_id, *ids]:
+            if session_id in seen:
+                continue
+            seen.add(session_id)
+            session = named if named is not None and session_id == named.session_id else (
+                await self.turn.runner.load_session(session_id))
+            if session is None:
+                continue
+            summaries = summaries_of(await index.get_session(session_id))
+            self._summaries_by_id[session_id] = summaries
+            out.append((session, summaries))
+        return out
+
+    def _recovery(self, named: Session | None) -> str:
+        if not self.request.session_id:
+            return RecoveryReason.SESSION_ID_MISSING
+        return (RecoveryReason.SESSION_NOT_FOUND if named is None
+                else RecoveryReason.SESSION_MISMATCH)
+
+    async def _branch(self, match: Match) -> _Choice:
+        """A branch of ``match``'s session at the point where the histories part."""
+        from nonoka.turn.lineage import fork_session
+
+        parent, point = match.session.session_id, match.rec.point
+        why = "turns_the_host_never_saw" if not match.rec.new else "history_diverged"
+        branch = await fork_session(self.turn.stores, parent, point, reason=why)
+        self._summaries = self._summaries_by_id.get(parent, [])
+        code = WarningCode.SESSION_BRANCHED
+        warning = RunWarning(code, WARNING_CODES[code], {
+            "forked_from": parent, "fork_point": point, "reason": why,
+            "requested_session_id": self.request.session_id})
+        return _Choice(branch, forked_from=parent, fork_point=point, warnings=[warning])
+
+    async def _unrelated(self, named: Session | None, continuation: bool) -> _Choice:
+        """No stored conversation relates to the history: a new session (SPEC §2.3)."""
+        request = self.request
+        if request.session_id:
+            code = (WarningCode.SESSION_NOT_FOUND_STARTING_NEW if named is None
+                    else WarningCode.SESSION_MISMATCH_STARTING_NEW)
+            return _Choice(warnings=[RunWarning(code, WARNING_CODES[code], {
+                "requested_session_id": request.session_id})])
+        if not continuation:
+            return _Choice()
         recent = await self.turn.stores.index.list_sessions(limit=5)
         code = WarningCode.SESSION_ID_MISSING_STARTING_FRESH
-        return None, None, [RunWarning(code, WARNING_CODES[code], {"recent_sessions": [
+        return _Choice(warnings=[RunWarning(code, WARNING_CODES[code], {"recent_sessions": [
             {"session_id": r.session_id, "title": r.title, "last_active": r.last_active}
-            for r in recent]})]
+            for r in recent]})])
+
+    async def _unanswered_first_turn(self) -> Session | None:
+        """A stored first turn of this very history that never got an answer (a host
+        retrying a failed first turn gets the same session back, not one per retry)."""
+        if not self.key:
+            return None
+        for record in await self.turn.stores.index.find_by_conversation_key(self.key):
+            session = await self.turn.runner.load_session(record.session_id)
+            if session is not None and unanswered_first_turn(session, self.request.messages):
+                return session
+        return None
 
     async def _title_session(self) -> Session | None:
         if self.request.session_id:
@@ -237,16 +334,20 @@ class BridgeHandler:
         except ConfigurationError as exc:
             raise ConfigurationError(f"session_id: {exc}") from exc
 
-    async def _recover(self, continuation: bool) -> Session | None:
-        key = self.key
-        if not key or not continuation:
-            return None
-        for record in await self.turn.stores.index.find_by_conversation_key(key):
-            session = await self.turn.runner.load_session(record.session_id)
-            if session is not None and matches_stored(session.memory.entries,
-                                                      self.request.messages):
-                return session
-        return None
+    async def _remember_compaction(self, outcome: TurnOutcome) -> None:
+        """Record a compaction's summary with the chat session it summarises, so the chat
+        request that starts from it continues that session (edited, not a new one)."""
+        chat_id = self.request.session_id
+        result = outcome.result
+        if not chat_id or result is None or not result.success or not isinstance(
+                result.output, str) or not result.output.strip():
+            return
+        try:
+            if await remember_summary(self.turn.stores.index, chat_id, result.output):
+                await self.turn.stores.events.append_event(chat_id, "compaction", {
+                    "session_id": outcome.session_id})
+        except Exception as exc:  # the host still gets its summary
+            print(f"nonoka: recording the compaction: {exc}", file=sys.stderr)
 
     async def _after_answer(self, model: ChatModel) -> None:
         """Give back the early dispatch's lease, and store the next turn's template.
@@ -274,7 +375,8 @@ class BridgeHandler:
         if isinstance(event, SessionOpened):
             self.send(SessionInit(session_id=event.session_id,
                                   recovered=event.recovery_reason is not None,
-                                  recovery_reason=event.recovery_reason))
+                                  recovery_reason=event.recovery_reason,
+                                  forked_from=event.forked_from, fork_point=event.fork_point))
         elif isinstance(event, RunTextDelta):
             self.send(TextDelta(text=event.text))
         elif isinstance(event, ToolCallRequested):
@@ -315,10 +417,12 @@ class BridgeHandler:
             if outcome is not None:
                 with contextlib.suppress(Exception):  # the timeline must not stop the finish
                     await self._turn.journal.log("early_request", {"outcome": outcome})
-            await self._turn.finish(reason)
+            await self._turn.finish(reason, *((termination.limit, termination.detail)
+                                              if termination is not None else ()))
             usage = self._turn.journal.usage
+        revision = self._turn.journal.entries if self._turn is not None else None
         self.send(Finish(finish_reason=reason, usage=UsageTotals(**usage.as_dict()),
-                         termination=termination))
+                         termination=termination, revision=revision))
 
     async def _fail(self, failure: Failure) -> None:
         """End the request with an error the turn service did not see."""
@@ -361,6 +465,17 @@ class BridgeHandler:
         if answers:
             await self.turn.journal.log("replay", {"entries": len(answers),
                                                    "tool_calls": replayed})
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What the decision chain chose: a session to continue (``None``: a new one)."""
+
+    session: Session | str | None = None
+    reason: str | None = None
+    forked_from: str | None = None
+    fork_point: int | None = None
+    warnings: list[RunWarning] = field(default_factory=list)
 
 
 def _title(request: ChatRequest) -> str:

@@ -1,54 +1,21 @@
-"""Reconcile the history a host resends every turn with what the session has stored.
+"""What a host's history brings to the session it continues, edits or branched into.
 
-The stored conversation is authoritative; the request's history only tells what is new:
-the trailing user message(s) after the host's last assistant message, or the trailing
-tool results. A resent tail that is already stored (the previous process died after
-saving it) is recognised and not added twice.
+``nonoka.bridge.reconcile`` classifies the history against the stored conversation;
+this module turns that into the turn's input: the prompt, the host tool results, the
+messages stored before them, and — when the host edited the conversation — the version
+the model sees from now on. A resent tail that is already stored (the previous process
+died after saving it, or the turn failed) is recognised and not added twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 
+from nonoka.bridge.reconcile import Lineage, Reconciliation
 from nonoka.messages import MemoryEntry, Message, ToolResult
 from nonoka.protocol.turns import joined_prompt, split_after_reply
-
-
-@dataclass(frozen=True)
-class TurnPlan:
-    """What a request asks of a session.
-
-    ``prompt``: a new user message; ``tool_results``: results for pending host calls
-    (optionally with a user message that came along); ``resume``: nothing new — carry on.
-    """
-
-    kind: Literal["prompt", "tool_results", "resume"]
-    prompt: str | None = None
-    results: list[ToolResult] = field(default_factory=list)
-
-
-def plan_turn(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> TurnPlan:
-    """Decide what the request adds to the stored conversation.
-
-    A request the host retries after a process died mid-turn carries what that process
-    already stored (the prompt, the tool results): it is recognised and the turn resumes
-    (or its stored answer is replayed) instead of the prompt being added a second time.
-    """
-    tail = split_after_reply(messages)[1]
-    prompt = joined_prompt(tail)
-    tool_messages = [m for m in tail if m.role == "tool"]
-    if tool_messages:
-        answered = {e.tool_call_id for e in stored if e.role == "tool"}
-        fresh = [ToolResult(tool_call_id=m.tool_call_id or "", content=m.content)
-                 for m in tool_messages if m.tool_call_id not in answered]
-        if fresh or (prompt is not None and not prompt_is_stored(stored, messages, prompt)):
-            return TurnPlan("tool_results", prompt=prompt, results=fresh)
-        return TurnPlan("resume")
-    if prompt is None or prompt_is_stored(stored, messages, prompt):
-        return TurnPlan("resume")
-    return TurnPlan("prompt", prompt=prompt)
+from nonoka.turn.service import TurnInput
 
 
 def host_users(entries: Sequence[MemoryEntry]) -> list[MemoryEntry]:
@@ -57,53 +24,84 @@ def host_users(entries: Sequence[MemoryEntry]) -> list[MemoryEntry]:
             and not e.metadata.get("summary")]
 
 
-def prompt_is_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message],
-                     prompt: str) -> bool:
-    """Whether the request's trailing prompt is the session's last stored user message.
-
-    True when a process stored it and died (before or after answering). The same text
-    sent again as a new turn is told apart by counting: the stored session then holds
-    fewer user messages than the request (the new one is missing). The trailing run of
-    user messages counts as one, since it is stored joined. Only an exact count says
-    "stored", so a new prompt is never mistaken for a stored one.
-    """
-    users = host_users(stored)
-    if not users or users[-1].content != prompt:
-        return False
-    if stored[-1].role == "user":
-        return True  # saved by a process that died before answering
-    tail = split_after_reply(messages)[1]
-    sent = sum(1 for m in messages if m.role == "user") - sum(
-        1 for m in tail if m.role == "user") + 1
-    return len(users) == sent
-
-
 def split_for_new_session(messages: Sequence[Message]) -> tuple[list[Message], str | None]:
-    """History to seed a new session with, and the prompt to run (``None``: just resume)."""
+    """History to seed a new session with, and the prompt to run (``None``: just resume).
+
+    Every message but a trailing user one is seeded as it is, one entry each, so the
+    host's next resend lines up with the stored conversation message by message.
+    """
     if messages and messages[-1].role == "user":
-        tail = split_after_reply(messages)[1]
-        users_at_end = len(tail) - next(
-            (i for i in range(len(tail) - 1, -1, -1) if tail[i].role != "user"), -1) - 1
-        cut = len(messages) - users_at_end
-        return list(messages[:cut]), joined_prompt(messages[cut:])
+        return list(messages[:-1]), messages[-1].content
     return list(messages), None
 
 
-def matches_stored(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> bool:
-    """Whether a request's history plausibly continues a stored conversation.
+def turn_input(rec: Reconciliation, stored: Sequence[MemoryEntry],
+               messages: Sequence[Message]) -> TurnInput:
+    """What a request brings to a session its history continues or edits (or to the branch
+    made for it), from ``rec``, its classification against ``stored``.
 
-    Every user message the session stored must appear, in order, at the start of the
-    request's user messages (anywhere, once compaction dropped the oldest). Two
-    conversations that both began with "hi" share a conversation key but diverge at their
-    second user message, so neither is mistaken for the other.
+    Nothing the session holds is added twice: a message resent after a failed turn is
+    already stored, so only what follows it is new. Messages before the prompt are stored
+    one entry each; results for the session's pending host calls go in as results.
     """
-    stored_users = [e.content for e in host_users(stored)]
-    request_users = [m.content for m in messages if m.role == "user"]
-    if not stored_users or len(stored_users) > len(request_users):
-        return False
-    if not any(e.metadata.get("summary") for e in stored):
-        return request_users[: len(stored_users)] == stored_users
-    # After a compaction the oldest user messages are gone: the rest must still line up.
-    width = len(stored_users)
-    return any(request_users[i:i + width] == stored_users
-               for i in range(len(request_users) - width + 1))
+    if rec.lineage is Lineage.UNRELATED:
+        return _appended(stored, messages)
+    if rec.lineage is Lineage.DIVERGED or not rec.new:
+        # Nothing new, or what is new was stored by a process that died: carry the turn
+        # on (retrying it if it failed) or, if it was answered, replay the answer.
+        return _resumed(messages)
+    replace = edit = None
+    base = list(stored)
+    if rec.lineage is Lineage.EDITED and rec.host_view is not None:
+        replace = [MemoryEntry.from_message(m) for m in rec.host_view]
+        edit = _edit_record(rec, stored)
+        base = replace
+    before, tail = split_after_reply(rec.new)
+    seed = list(before)
+    if any(m.role == "tool" for m in tail):
+        answered = {e.tool_call_id for e in base if e.role == "tool"} | {
+            m.tool_call_id for m in seed if m.role == "tool"}
+        results = [ToolResult(tool_call_id=m.tool_call_id or "", content=m.content)
+                   for m in tail if m.role == "tool" and m.tool_call_id not in answered]
+        prompt = joined_prompt(tail)
+        if results:
+            return TurnInput("tool_results", prompt, tuple(results), seed=seed,
+                             replace=replace, edit=edit)
+        tail = [m for m in tail if m.role == "user"]
+    if tail and tail[-1].role == "user":
+        return TurnInput("prompt", tail[-1].content, seed=[*seed, *tail[:-1]],
+                         replace=replace, edit=edit)
+    return TurnInput(reopen=True, seed=[*seed, *tail], replace=replace, edit=edit)
+
+
+def _resumed(messages: Sequence[Message]) -> TurnInput:
+    return TurnInput(reopen=bool(messages) and messages[-1].role != "assistant")
+
+
+def _appended(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> TurnInput:
+    """A session chosen without its history in the request (a title session, a session
+    named by a history with no answer yet): what follows the host's last answer is new,
+    unless the stored conversation already ends with it (a process stored it and died)."""
+    tail = split_after_reply(messages)[1]
+    if any(m.role == "tool" for m in tail):
+        return turn_input(Reconciliation(Lineage.CONTINUATION, len(stored), new=tail),
+                          stored, messages)
+    users = [m.content for m in tail if m.role == "user"]
+    ending = [e.content for e in stored[len(stored) - len(users):]] if users else []
+    if not users or (ending == users and all(
+            e.role == "user" for e in stored[len(stored) - len(users):])):
+        return _resumed(messages)
+    return TurnInput("prompt", users[-1], seed=[m for m in tail[:-1] if m.role != "system"])
+
+
+ORIGINAL_TEXT = 2000
+"""An edited entry's original text is kept in the timeline up to this many characters."""
+
+
+def _edit_record(rec: Reconciliation, stored: Sequence[MemoryEntry]) -> dict[str, Any]:
+    """The timeline's ``history_edited`` entry: why, where, and the entries as stored."""
+    positions = rec.edited or [i for i, e in enumerate(stored) if e.role != "system"]
+    return {"reason": str(rec.reason), "positions": positions, "original": [
+        {"index": i, "role": stored[i].role, "content": stored[i].content[:ORIGINAL_TEXT],
+         **({"tool_call_id": stored[i].tool_call_id} if stored[i].tool_call_id else {})}
+        for i in positions]}

@@ -246,8 +246,10 @@ def describe_event(event: EventRecord) -> tuple[str, str]:
         outcome = data.get("outcome", "?")
         return "early request", f"{outcome}: " + _EARLY_OUTCOMES.get(outcome, "")
     if kind == "finish":
+        stopped = f" · stopped by {data['limit']}: {data.get('detail', '')}" if data.get(
+            "limit") else ""
         return "finish", (f"{data.get('finish_reason', '?')} · {data.get('input_tokens', 0)} in"
-                          f" / {data.get('output_tokens', 0)} out tokens")
+                          f" / {data.get('output_tokens', 0)} out tokens{stopped}")
     return kind, json.dumps(data, ensure_ascii=False)
 
 

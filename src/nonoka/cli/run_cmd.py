@@ -151,7 +151,8 @@ async def _run(turn: TurnService, project: Path, message: str, model: ChatModel,
     if reason == FINISH_CANCELLED:
         await asyncio.shield(turn.finish(reason))
         raise asyncio.CancelledError
-    await turn.finish(reason)
+    stopped = result.termination if result is not None else None
+    await turn.finish(reason, *((stopped.limit, stopped.detail) if stopped else ()))
     sid = outcome.session_id
     if result is None:  # the turn raised: one line, no traceback
         failure = outcome.failure

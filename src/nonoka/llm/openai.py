@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every 5xx; the same set as the SDK
+UNREACHABLE_RETRIES = 1
+"""Retries of an endpoint that refused the connection or whose name does not resolve."""
 MAX_RETRY_WAIT = 30.0  # seconds; a longer Retry-After is better handled by the caller
 MAX_ERROR_BODY = 64 * 1024
 EXCERPT_CHARS = 300
@@ -132,7 +134,9 @@ class OpenAIChatModel:
                 return stream.response(self.model, self._cost)
             except _Failure as failure:
                 early = None  # a retry posts afresh
-                if not failure.retryable or stream.delivered or attempt >= self._max_retries:
+                budget = min(self._max_retries, UNREACHABLE_RETRIES if failure.unreachable
+                             else self._max_retries)
+                if not failure.retryable or stream.delivered or attempt >= budget:
                     raise self._error(failure, attempt + 1) from None
                 await asyncio.sleep(self._wait(attempt, failure.retry_after))
                 attempt += 1
@@ -200,12 +204,14 @@ class _Failure(Exception):
     """Why one attempt failed; turned into a ``ModelError`` once retrying is over."""
 
     def __init__(self, detail: str, *, status: int | None = None, retryable: bool = False,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, unreachable: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.unreachable = unreachable
+        """Nobody answers at the address: worth one quick retry (a restarting server), no more."""
 
 
 _END = object()  # the worker is finished
@@ -339,7 +345,12 @@ class _Exchange:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a chunk that is not JSON
             self._post(_Failure(f"the server sent an invalid stream: {_excerpt(str(exc))}"))
         except Exception as exc:  # connection refused/reset, TLS, protocol errors
-            self._post(_Failure(_connection_detail(exc), retryable=_retryable_exception(exc)))
+            unreachable = _unreachable_detail(exc, self._endpoint)
+            if unreachable is not None:
+                self._post(_Failure(unreachable, retryable=True, unreachable=True))
+            else:
+                self._post(_Failure(_connection_detail(exc),
+                                    retryable=_retryable_exception(exc)))
         finally:
             self._post(_END)
 
@@ -416,6 +427,28 @@ def _connection_detail(exc: Exception) -> str:
     if isinstance(exc, http.client.IncompleteRead | http.client.RemoteDisconnected):
         text = f"the server closed the connection ({type(exc).__name__})"
     return f"could not talk to the server: {_excerpt(text)}"
+
+
+def _unreachable_detail(exc: Exception, endpoint: Endpoint) -> str | None:
+    """Words for an endpoint nobody answers at (refused, unknown host, no route), or None.
+
+    Worded without the phrases hosts such as OpenCode read as "retry me" (e.g. "connection
+    refused"): nonoka has already retried, and a host's own retries of a dead address only
+    make a person wait a minute and a half for the same answer.
+    """
+    import errno
+    import socket
+
+    where = f"{endpoint.host}:{endpoint.port}"
+    if isinstance(exc, socket.gaierror):
+        return (f"the host name {endpoint.host!r} does not resolve ({exc.strerror or exc}); "
+                "check the model's base URL (OPENAI_BASE_URL)")
+    if isinstance(exc, ConnectionRefusedError):
+        return (f"nothing accepts connections at {where}; is the model server running, and "
+                "is the model's base URL (OPENAI_BASE_URL) right?")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        return f"no route to {where} ({exc.strerror}); check the model's base URL"
+    return None
 
 
 def _retryable_exception(exc: Exception) -> bool:

@@ -88,13 +88,17 @@ CAPABILITIES: Final = tuple(Capability)
 
 
 class Purpose(StrEnum):
-    """What a chat request is for; a title request runs in its own session.
+    """What a chat request is for; title and compaction requests run in their own session.
 
+    A ``compaction`` request (the host asks the model to summarise the conversation)
+    names the chat session it summarises in ``session_id``; its answer is remembered
+    there, so the next chat request that starts from the summary continues that session.
     Here rather than in ``values``: the early dispatch reads it before pydantic loads.
     """
 
     CHAT = "chat"
     TITLE = "title"
+    COMPACTION = "compaction"
 
 
 class ProtocolError(NonokaError):

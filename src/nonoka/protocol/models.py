@@ -185,6 +185,10 @@ class ChatRequest(_Frame):
     model: str | None = None
     """A model spec such as ``openai:gpt-4o-mini``; default: from configuration."""
     limits: RequestLimits | None = None
+    revision: int | None = Field(default=None, ge=0)
+    """The most conversation entries the provider saw stored for ``session_id`` (from
+    ``finish``); a store holding fewer went back in time and the bridge warns
+    (``store_regressed``)."""
 
     @field_validator("session_id", "conversation_key")
     @classmethod
@@ -257,6 +261,10 @@ class SessionInit(BaseEvent):
     recovered: bool = False
     """The session is not the one the request named (or it named none)."""
     recovery_reason: RecoveryReasonValue | None = None
+    forked_from: str | None = None
+    """Set when the turn runs in a branch made for it: the session it branched from."""
+    fork_point: int | None = None
+    """With ``forked_from``: how many of the parent's entries the branch shares."""
 
 
 class WarningEvent(BaseEvent):
@@ -348,6 +356,9 @@ class Finish(BaseEvent):
     usage: UsageTotals = Field(default_factory=UsageTotals)
     """This request's total."""
     termination: FinishTermination | None = None
+    revision: int | None = None
+    """Conversation entries stored for the session when the request ended; a provider sends
+    the highest it saw back as the next request's ``revision``."""
 
 
 Event = Annotated[

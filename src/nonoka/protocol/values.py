@@ -67,6 +67,8 @@ class WarningCode(StrEnum):
     SESSION_ID_MISSING_STARTING_FRESH = "session_id_missing_starting_fresh"
     SESSION_MISMATCH_STARTING_NEW = "session_mismatch_starting_new"
     CONVERSATION_KEY_IGNORED = "conversation_key_ignored"
+    STORE_REGRESSED = "store_regressed"
+    SESSION_BRANCHED = "session_branched"
 
 
 WARNING_CODES: Final[Mapping[WarningCode, str]] = MappingProxyType({
@@ -85,6 +87,15 @@ WARNING_CODES: Final[Mapping[WarningCode, str]] = MappingProxyType({
         "conversation_key is not 64 lower-case hex digits (the SHA-256 of the first user "
         "message), so it was ignored: this request cannot be recovered by key; fix the "
         "provider",
+    WarningCode.STORE_REGRESSED:
+        "the database holds fewer entries of this session than the provider saw at the end "
+        "of an earlier turn: it went back in time (restored from a backup or a snapshot?); "
+        "the turn goes on from what is stored",
+    WarningCode.SESSION_BRANCHED:
+        "the history agrees with a stored conversation only up to a point (an undo, a fork, "
+        "an edited earlier message, or turns the host never saw), so the turn continues in "
+        "a branch that shares the stored entries before that point; details name "
+        "forked_from, fork_point and why",
 })
 """Every warning code with the message the bridge sends."""
 

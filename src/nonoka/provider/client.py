@@ -182,6 +182,7 @@ class NonokaProvider:
         e.g. read from the file)."""
         self._known: OrderedDict[str, str] = OrderedDict()
         self._title_session_id: str | None = None
+        self._revisions: dict[str, int] = {}
         self._calls: set[_Call] = set()
 
     # -- state -------------------------------------------------------------------------
@@ -258,15 +259,23 @@ class NonokaProvider:
                  purpose: Purpose | str, request_id: str | None, new_session: bool | None,
                  ) -> ChatRequest:
         if purpose not in _PURPOSES:
-            raise ConfigurationError(f"purpose must be 'chat' or 'title', not {purpose!r}")
+            raise ConfigurationError(
+                f"purpose must be one of {', '.join(map(repr, _PURPOSES))}, not {purpose!r}")
         purpose = Purpose(purpose)
         history = [_as_message(m, i) for i, m in enumerate(messages)]
         specs = [_as_tool(t, i) for i, t in enumerate(tools)]
-        fresh = not is_continuation(history) if new_session is None else new_session
-        # Title requests get no key: their first user message may well be the chat's, and
-        # the bridge must never recover a chat into a title session (or the reverse).
-        key = conversation_key(history) if purpose == Purpose.CHAT else None
-        session_id = None if fresh else self._session_for(purpose, key)
+        if purpose == Purpose.COMPACTION:
+            # The host summarising a chat: a lone user message that is no new conversation.
+            # It names the chat (and its key); the chat's key changes after it (the history
+            # then starts from the summary), so the held id's key becomes unknown.
+            fresh, key, session_id = False, self._session_key, self._session_id
+            self._session_key = None
+        else:
+            fresh = not is_continuation(history) if new_session is None else new_session
+            # Title requests get no key: their first user message may well be the chat's,
+            # and the bridge must never recover a chat into a title session (or the reverse).
+            key = conversation_key(history) if purpose == Purpose.CHAT else None
+            session_id = None if fresh else self._session_for(purpose, key)
         try:
             request = ChatRequest(
                 protocol=ProtocolSpec(required_capabilities=self.required_capabilities),
@@ -280,6 +289,7 @@ class NonokaProvider:
                 cwd=str(self.cwd),
                 model=self.model,
                 limits=self.limits,
+                revision=self._revisions.get(session_id) if session_id else None,
             )
         except ValidationError as exc:
             raise ConfigurationError(f"invalid chat request: {exc}") from None
@@ -319,7 +329,11 @@ class NonokaProvider:
                            self.id_file, exc)
 
     def _adopt(self, call: _Call, event: SessionInit) -> None:
-        """Hold the id the bridge reports; chat ids also go to disk, title ids never do."""
+        """Hold the id the bridge reports; chat ids also go to disk, title ids never do.
+
+        A compaction's report changes nothing held: it summarises the chat, it does not
+        replace it. A branch (``forked_from``) becomes the chat session.
+        """
         request = call.request
         if event.recovered:
             logger.warning("the bridge recovered session %s for request %s (reason: %s)",
@@ -332,6 +346,14 @@ class NonokaProvider:
         if request.purpose == Purpose.TITLE:
             self._title_session_id = event.session_id
             return
+        if request.purpose == Purpose.COMPACTION:
+            logger.info("compaction request %s ran in session %s; the chat session stays %s",
+                        request.request_id, event.session_id, self._session_id)
+            return
+        if event.forked_from is not None:
+            logger.warning("the conversation continues in branch %s of session %s "
+                           "(shared entries: %s)", event.session_id, event.forked_from,
+                           event.fork_point)
         self._session_id = event.session_id
         self._session_key = request.conversation_key
         if request.conversation_key is not None:
@@ -345,6 +367,14 @@ class NonokaProvider:
             logger.warning("could not save the session id to %s (%s); it is held in memory "
                            "only, and the bridge can still recover it by conversation key",
                            self.id_file, exc)
+
+    def _note_revision(self, session_id: str | None, revision: int | None) -> None:
+        """Remember the most entries a turn of ``session_id`` ended with (``finish``); the
+        next request naming the session sends it, and a bridge holding fewer warns."""
+        if session_id is None or revision is None:
+            return
+        if revision > self._revisions.get(session_id, -1):
+            self._revisions[session_id] = revision
 
     # -- running the request -----------------------------------------------------------
 
@@ -439,6 +469,7 @@ class NonokaProvider:
             logger.info("bridge error %s: %s", event.code, event.message)
         elif isinstance(event, Finish):
             call.finished = True
+            self._note_revision(call.result.session_id, event.revision)
         return event
 
     async def _bad_line(self, process: BridgeProcess, exc: ProtocolError, line: bytes,

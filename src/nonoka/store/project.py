@@ -178,12 +178,11 @@ def _make_private_dir(project: Path) -> None:
     """Create ``<project>/.nonoka`` owner-only; the project directory itself must exist."""
     if not project.is_dir():
         raise ConfigurationError(f"project directory {project} does not exist")
-    folder = project / DEFAULT_DATABASE.parent
-    try:
-        folder.mkdir(mode=0o700)
-    except FileExistsError:
-        return  # left as it is: it may hold other files with their own modes
-    os.chmod(folder, 0o700)  # mkdir's mode is filtered by the umask
+    from nonoka.statedir import ensure_state_dir
+
+    # An existing folder keeps its mode (it may hold files with their own); either way it
+    # gets the .gitignore that keeps it out of git and of a host's git-based snapshots.
+    ensure_state_dir(project / DEFAULT_DATABASE.parent)
 
 
 # -- engines: one opener each, importing its engine only when called -----------------------

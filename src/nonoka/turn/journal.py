@@ -63,6 +63,8 @@ class Journal:
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.session_id: str | None = None
         self.usage = TurnUsage()
+        self.entries: int | None = None
+        """Conversation entries stored for the session, as of the last ``refresh``."""
         self._pending: list[tuple[str, dict[str, Any]]] = []
 
     def start(self, session_id: str) -> None:
@@ -117,11 +119,16 @@ class Journal:
         with contextlib.suppress(Exception):
             await self.log("error", {"code": code, "message": message})
 
-    async def finish(self, reason: str) -> None:
-        """End the turn: bring the index row up to date and log ``finish`` (never raises)."""
+    async def finish(self, reason: str, stopped: Mapping[str, Any] | None = None) -> None:
+        """End the turn: bring the index row up to date and log ``finish`` (never raises).
+
+        ``stopped``: the limit that ended the turn (``limit``, ``detail``), so the timeline
+        names it.
+        """
         await self.refresh()
         with contextlib.suppress(Exception):  # the timeline must not stop the finish
-            await self.log("finish", {"finish_reason": reason, **self.usage.as_dict()})
+            await self.log("finish", {"finish_reason": reason, **self.usage.as_dict(),
+                                      **(stopped or {})})
 
     # -- the index row ----------------------------------------------------------------
 
@@ -155,7 +162,9 @@ class Journal:
         try:
             state = await self.stores.checkpoints.load_session(self.session_id)
             if state is not None:
-                await self.index(Session.from_state(state))
+                session = Session.from_state(state)
+                self.entries = len(session.memory.entries)
+                await self.index(session)
         except NonokaError as exc:  # the run's outcome matters more than the index row
             print(f"nonoka: the session index was not updated: {exc}", file=sys.stderr)
         except Exception:

@@ -23,8 +23,9 @@ from typing import Any, Literal
 from nonoka.agent import Agent
 from nonoka.errors import Failure, ModelError, StoreError, failure_of
 from nonoka.events import RunEvent, RunWarning
-from nonoka.messages import Message, ToolResult, dangling_tool_calls
+from nonoka.messages import MemoryEntry, Message, ToolResult, dangling_tool_calls
 from nonoka.paradigms.env import RunResult
+from nonoka.protocol.values import WarningCode
 from nonoka.runner import Runner
 from nonoka.runtime import RuntimeLimits
 from nonoka.session import Session
@@ -43,6 +44,9 @@ class SessionOpened:
     """Whether the turn created it."""
     recovery_reason: str | None = None
     """Why the front end continued a session other than the one asked for, if it did."""
+    forked_from: str | None = None
+    """The session a branch made for this turn shares its first ``fork_point`` entries with."""
+    fork_point: int | None = None
 
 
 TurnEvent = SessionOpened | RunEvent
@@ -56,12 +60,18 @@ class TurnInput:
     ``prompt``: a new user message; ``tool_results``: results of the host tool calls the
     session paused on (with ``prompt``, a user message that came along); ``resume``:
     nothing new — carry the session on (``reopen`` retries a failed or cancelled turn).
+    Before any of these, ``replace`` (when set) becomes the session's working memory —
+    the host edited the conversation; ``edit`` is what the timeline records of it — and
+    ``seed`` is appended, one entry per message (messages that came before the prompt).
     """
 
     kind: Literal["prompt", "tool_results", "resume"] = "resume"
     prompt: str | None = None
     results: Sequence[ToolResult] = ()
     reopen: bool = False
+    seed: Sequence[Message] = ()
+    replace: Sequence[MemoryEntry] | None = None
+    edit: Mapping[str, Any] | None = None
 
 
 Planner = Callable[[Session], TurnInput]
@@ -79,8 +89,13 @@ class Opening:
     seed: Sequence[Message] = ()
     """The history a new session starts with."""
     recovery_reason: str | None = None
+    forked_from: str | None = None
+    """Set when ``session`` is a branch made for this turn: the session it came from."""
+    fork_point: int | None = None
     warnings: Sequence[RunWarning] = field(default_factory=tuple)
     """Said to the front end and logged once the session is known."""
+    revision_seen: int | None = None
+    """The most entries the front end saw stored for the session; fewer now is a warning."""
 
 
 Chooser = Callable[[], Awaitable[Opening]]
@@ -135,9 +150,10 @@ class TurnService:
             await journal.error(failure.code, failure.message)
         return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage)
 
-    async def finish(self, reason: str) -> None:
-        """End the turn in the journal: the index row brought up to date, ``finish`` logged."""
-        await self.journal.finish(reason)
+    async def finish(self, reason: str, limit: str | None = None, detail: str = "") -> None:
+        """End the turn in the journal: the index row brought up to date, ``finish`` logged
+        (with the limit that stopped the run, when one did, so the timeline names it)."""
+        await self.journal.finish(reason, {"limit": limit, "detail": detail} if limit else None)
 
     async def close(self) -> None:
         """Close the stores; the turn has been answered, so a failure is only reported.
@@ -174,9 +190,12 @@ class _Turn:
             self.session_id = target if isinstance(target, str) else target.session_id
         sid = self.session_id
         journal.start(sid)
-        await self._tell(SessionOpened(sid, self.new, chosen.recovery_reason))
-        await journal.log("session", {"new": self.new,
-                                      "recovery_reason": chosen.recovery_reason})
+        await self._tell(SessionOpened(sid, self.new, chosen.recovery_reason,
+                                       chosen.forked_from, chosen.fork_point))
+        opened: dict[str, Any] = {"new": self.new, "recovery_reason": chosen.recovery_reason}
+        if chosen.forked_from is not None:
+            opened.update(forked_from=chosen.forked_from, fork_point=chosen.fork_point)
+        await journal.log("session", opened)
         for warning in chosen.warnings:
             await self.deliver(warning)
         owner = lease_owner(sid) if lease_owner is not None else None
@@ -190,6 +209,7 @@ class _Turn:
                 if loaded is None:
                     raise StoreError(f"session {sid!r} is no longer stored")
                 plan = plan(loaded)
+            await self._check_revision(loaded, chosen.revision_seen)
             # A new session got its limits when it was created.
             return await self._feed(plan, loaded, None if self.new else limits)
 
@@ -197,6 +217,11 @@ class _Turn:
                     limits: RuntimeLimits | None) -> RunResult:
         runner, agent, sid = self.service.runner, self.agent, self.session_id
         assert sid is not None
+        if given.replace is not None:
+            await runner.replace_memory(sid, given.replace)
+            await self.service.journal.log("history_edited", dict(given.edit or {}))
+        if given.seed:
+            await runner.append_history(sid, given.seed)
         if given.kind == "prompt" and given.prompt is not None:
             return await runner.run_react(agent, given.prompt, session_id=sid, limits=limits,
                                           on_event=self.deliver)
@@ -214,6 +239,18 @@ class _Turn:
                                                     on_event=self.deliver)
         return await runner.resume(agent, sid, limits=limits, on_event=self.deliver,
                                    reopen=given.reopen)
+
+    async def _check_revision(self, session: Session | None, seen: int | None) -> None:
+        """Warn when the store holds fewer entries than the front end saw it hold before."""
+        if session is None or seen is None or len(session.memory.entries) >= seen:
+            return
+        stored = len(session.memory.entries)
+        await self.deliver(RunWarning(
+            WarningCode.STORE_REGRESSED,
+            f"the database holds {stored} entries of session {session.session_id}, fewer "
+            f"than the {seen} an earlier turn ended with: it went back in time (restored "
+            "from a backup or a snapshot?); this turn goes on from what is stored",
+            {"stored": stored, "seen": seen}))
 
     async def deliver(self, event: RunEvent) -> None:
         """Hand a runtime event to the front end first, then record it."""

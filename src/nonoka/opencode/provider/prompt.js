@@ -67,18 +67,23 @@ export function toHostTools(tools) {
 }
 const TITLE_SYSTEM = /\btitle generator\b/i;
 const TITLE_USER = /^\s*generate a (?:short |brief )?title for (?:this|the following) conversation/i;
+const COMPACTION_SYSTEM = /\bcontext summarization agent\b/i;
+const COMPACTION_USER = /^\s*here is the conversation so far:/i;
 /**
- * Whether a call is the host's thread-title request rather than a chat step.
+ * Whether a call is a chat step, the host's thread-title request, or its compaction request.
  *
  * OpenCode asks for a title with a call that offers no tools, whose system prompt begins
  * "You are a title generator" and whose user message starts "Generate a title for this
- * conversation:". A call with tools is always chat. `providerOptions.nonoka.purpose` (or the
- * provider's own name) overrides the guess.
+ * conversation:". It compacts (`/compact`, or automatically near the context limit) with a
+ * call that offers no tools, whose system prompt begins "You are a context summarization
+ * agent" and whose one user message starts "Here is the conversation so far:". A call with
+ * tools is always chat. `providerOptions.nonoka.purpose` (or the provider's own name)
+ * overrides the guess.
  */
 export function detectPurpose(options, providerName = "nonoka") {
     for (const name of new Set([providerName, "nonoka"])) {
         const explicit = options.providerOptions?.[name]?.["purpose"];
-        if (explicit === "chat" || explicit === "title")
+        if (explicit === "chat" || explicit === "title" || explicit === "compaction")
             return explicit;
     }
     if ((options.tools ?? []).length > 0)
@@ -86,8 +91,17 @@ export function detectPurpose(options, providerName = "nonoka") {
     for (const message of options.prompt) {
         if (message.role === "system" && TITLE_SYSTEM.test(message.content))
             return "title";
-        if (message.role === "user" && message.content.some((part) => part.type === "text" && TITLE_USER.test(part.text))) {
-            return "title";
+        if (message.role === "system" && COMPACTION_SYSTEM.test(message.content))
+            return "compaction";
+        if (message.role === "user") {
+            for (const part of message.content) {
+                if (part.type !== "text")
+                    continue;
+                if (TITLE_USER.test(part.text))
+                    return "title";
+                if (COMPACTION_USER.test(part.text))
+                    return "compaction";
+            }
         }
     }
     return "chat";

@@ -1,0 +1,389 @@
+"""The REAL OpenCode rewriting its history: auto-compaction, a fork, a revert, a rollback.
+
+Same set-up as ``test_opencode.py`` (OpenCode from npm, a scripted model behind nonoka, a
+temporary git project with HOME and the XDG dirs in tmp). Each test checks both what nonoka
+stored (``sessions list/show --json``) and what the model received, so a conversation that
+split, or a model that saw the wrong history, fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import stat
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.testing import call, text
+from nonoka.testing.server import ScriptedOpenAIServer, Step
+from tests.e2e.test_opencode import OpenCodeProject, opencode_bin
+
+__all__ = ["opencode_bin"]  # the session-scoped fixture, shared with test_opencode.py
+
+SUMMARY = "SUMMARY-OF-WORK"
+SPLIT_WARNINGS = {"session_mismatch_starting_new", "session_id_missing_starting_fresh",
+                  "session_not_found_starting_new"}
+
+
+def _system(body: dict[str, Any]) -> str:
+    return " ".join(str(m.get("content")) for m in body.get("messages") or []
+                    if m.get("role") == "system")
+
+
+def _is_compaction(body: dict[str, Any]) -> bool:
+    return "context summarization agent" in _system(body)
+
+
+def _step(body: dict[str, Any]) -> Step:
+    """Answers by what is asked: a summary, a title, or ``ANSWER-<first word>``.
+
+    A message containing ``BIG`` is answered with a large prompt-token count, so OpenCode
+    sees its context nearly full and compacts on its own.
+    """
+    if _is_compaction(body):
+        return text(SUMMARY)
+    if not body.get("tools"):
+        return text("lineage e2e title")
+    said = str((body.get("messages") or [{}])[-1].get("content") or "")
+    word = said.split()[0] if said.split() else "?"
+    return text(f"ANSWER-{word}", input_tokens=5000 if "BIG" in said else 10)
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(_step) as running:
+        yield running
+
+
+@pytest.fixture
+def project(tmp_path: Path, opencode_bin: Path,
+            server: ScriptedOpenAIServer) -> OpenCodeProject:
+    setup = OpenCodeProject(tmp_path, opencode_bin, server)
+    assert setup.run("git", "init", "-q", ".").returncode == 0
+    init = setup.init()
+    assert init.returncode == 0, init.stderr
+    return setup
+
+
+def _said(body: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(m["role"], str(m.get("content") or "")) for m in body["messages"]
+            if m["role"] != "system"]
+
+
+def _chat_requests(server: ScriptedOpenAIServer) -> list[list[tuple[str, str]]]:
+    return [_said(r) for r in server.requests if r.get("tools")]
+
+
+def _purpose(row: dict[str, Any]) -> str:
+    return str((row.get("metadata") or {}).get("purpose", "chat"))
+
+
+def _chats(project: OpenCodeProject) -> list[dict[str, Any]]:
+    return [r for r in project.sessions() if _purpose(r) == "chat"]
+
+
+def _no_split(project: OpenCodeProject, session_id: str) -> None:
+    events = project.show(session_id)["events"]
+    codes = {e["data"].get("code") for e in events if e["kind"] == "warning"}
+    assert not codes & SPLIT_WARNINGS, codes
+
+
+def test_auto_compaction_stays_in_the_chat_session(project: OpenCodeProject) -> None:
+    config_file = project.path / "opencode.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["provider"]["nonoka"]["models"] = {
+        "default": {"name": "nonoka", "limit": {"context": 2000, "output": 200}}}
+    config_file.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    started = time.monotonic()
+
+    project.opencode("TURN-ONE")
+    chat_id = project.session_id()
+    big = project.opencode("--continue", "TURN-TWO-BIG")  # the context is now "full"
+    assert SUMMARY in big.stdout, project.explain(big)
+    three = project.opencode("--continue", "TURN-THREE")
+    assert "ANSWER-TURN-THREE" in three.stdout, project.explain(three)
+
+    compactions = [r for r in project.server.requests if _is_compaction(r)]
+    assert len(compactions) == 1
+    assert _said(compactions[0])[0][1].startswith("Here is the conversation so far:")
+    # The model continues from OpenCode's summary, as OpenCode intends.
+    last = _chat_requests(project.server)[-1]
+    assert last[:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
+    assert last[-1] == ("user", "TURN-THREE")
+
+    # nonoka: one chat session for the whole conversation; the summary recorded against it.
+    assert project.session_id() == chat_id
+    chats = _chats(project)
+    assert [r["session_id"] for r in chats] == [chat_id], chats
+    assert chats[0]["turn_count"] >= 4  # one, two, OpenCode's "continue" after compacting, three
+    summaries = [r for r in project.sessions() if _purpose(r) == "compaction"]
+    assert [r["metadata"].get("compaction_of") for r in summaries] == [chat_id]
+    _no_split(project, chat_id)
+    print(f"auto-compaction e2e: {time.monotonic() - started:.1f} s")
+
+
+def test_run_session_fork_branches_and_the_original_goes_on(project: OpenCodeProject) -> None:
+    started = time.monotonic()
+    project.opencode("TURN-ONE")
+    root = project.session_id()
+    listed = project.run(str(project.binary), "session", "list", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    opencode_session = json.loads(listed.stdout)[0]["id"]
+
+    fork = project.opencode("--session", opencode_session, "--fork", "TURN-TWO")
+    assert "ANSWER-TURN-TWO" in fork.stdout, project.explain(fork)
+    original = project.opencode("--session", opencode_session, "TURN-THREE")
+    assert "ANSWER-TURN-THREE" in original.stdout, project.explain(original)
+
+    # Each OpenCode session's own history reached the model: the fork's turn is not in the
+    # original's, and nothing was seen twice.
+    requests = _chat_requests(project.server)
+    opening = [("user", "TURN-ONE"), ("assistant", "ANSWER-TURN-ONE")]
+    assert requests[-2] == [*opening, ("user", "TURN-TWO")]
+    assert requests[-1] == [*opening, ("user", "TURN-THREE")]
+
+    # nonoka: one conversation, branched where the two diverged; the parent is kept whole.
+    chats = {r["session_id"]: r for r in _chats(project)}
+    assert root in chats
+    branches = [r for r in chats.values() if r["session_id"] != root]
+    assert len(branches) == 1, chats
+    assert branches[0]["forked_from"] == root
+    assert branches[0]["fork_point"] is not None
+    assert project.session_id() == branches[0]["session_id"]
+    tree = project.nonoka("sessions", "list", "--tree")
+    assert tree.returncode == 0, tree.stderr
+    assert branches[0]["session_id"][:8] in tree.stdout and root[:8] in tree.stdout
+    branched = [e["data"] for e in project.show(branches[0]["session_id"])["events"]
+                if e["kind"] == "warning" and e["data"].get("code") == "session_branched"]
+    assert branched, "the branch is not explained in sessions show"
+    _no_split(project, root)
+    print(f"fork e2e: {time.monotonic() - started:.1f} s")
+
+
+class _Serve:
+    """``opencode serve`` on a free loopback port, and JSON calls to it."""
+
+    def __init__(self, project: OpenCodeProject) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = (project.path.parent / "serve.log").open("w")
+        self.process = subprocess.Popen(
+            [str(project.binary), "serve", "--port", str(port), "--hostname", "127.0.0.1"],
+            cwd=project.path, env=project.env, stdin=subprocess.DEVNULL, stdout=self.log,
+            stderr=subprocess.STDOUT)
+        # A request that arrives while the server still boots may never be answered: ask
+        # with a short timeout until one is.
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                self.call("GET", "/session", timeout=5)
+                return
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.close()
+                    raise
+                time.sleep(0.5)
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
+             timeout: float = 120) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read().decode()
+        return json.loads(raw) if raw else None
+
+    def say(self, session: str, words: str) -> str:
+        model = {"providerID": "nonoka", "modelID": "default"}
+        answer = self.call("POST", f"/session/{session}/message",
+                           {"parts": [{"type": "text", "text": words}], "model": model})
+        return "".join(p.get("text", "") for p in answer["parts"] if p["type"] == "text")
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self.log.close()
+
+
+def test_a_revert_through_the_server_api_branches_without_rolling_back(
+        project: OpenCodeProject) -> None:
+    started = time.monotonic()
+    serve = _Serve(project)
+    try:
+        session = serve.call("POST", "/session", {})["id"]
+        assert serve.say(session, "TURN-ONE") == "ANSWER-TURN-ONE"
+        root = project.session_id()
+        assert serve.say(session, "TURN-TWO") == "ANSWER-TURN-TWO"
+        users = [m["info"]["id"] for m in serve.call("GET", f"/session/{session}/message")
+                 if m["info"]["role"] == "user"]
+        serve.call("POST", f"/session/{session}/revert", {"messageID": users[1]})
+        assert serve.say(session, "TURN-THREE") == "ANSWER-TURN-THREE"
+        # Fork at the (new) second user message: the fork holds only the first exchange.
+        users = [m["info"]["id"] for m in serve.call("GET", f"/session/{session}/message")
+                 if m["info"]["role"] == "user"]
+        forked = serve.call("POST", f"/session/{session}/fork", {"messageID": users[1]})["id"]
+        assert serve.say(forked, "TURN-FOUR") == "ANSWER-TURN-FOUR"
+    finally:
+        serve.close()
+
+    requests = _chat_requests(project.server)
+    opening = [("user", "TURN-ONE"), ("assistant", "ANSWER-TURN-ONE")]
+    assert requests[-2] == [*opening, ("user", "TURN-THREE")]  # the reverted turn is gone
+    assert requests[-1] == [*opening, ("user", "TURN-FOUR")]
+
+    chats = {r["session_id"]: r for r in _chats(project)}
+    assert root in chats
+    # The reverted turn stays stored in the parent; the revert and the fork are branches.
+    parent = project.show(root)
+    assert parent["session"]["turn_count"] >= 2
+    branches = [r for r in chats.values() if r["session_id"] != root]
+    assert len(branches) == 2, chats  # the revert, and the fork (a branch of the revert)
+
+    def ancestry(row: dict[str, Any]) -> list[str]:
+        line = [row["session_id"]]
+        while chats[line[-1]]["forked_from"] is not None:
+            line.append(chats[line[-1]]["forked_from"])
+        return line
+
+    assert all(ancestry(r)[-1] == root for r in branches), chats  # one lineage
+    assert all(r["fork_point"] is not None for r in branches)
+    _no_split(project, root)
+    # The database never left its private mode; .nonoka/ is out of git (and of snapshots).
+    db = project.path / ".nonoka" / "sessions.db"
+    assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
+    ignored = project.run("git", "check-ignore", "--no-index", ".nonoka/sessions.db")
+    assert ignored.stdout.strip() == ".nonoka/sessions.db", ignored.stderr
+    print(f"serve revert/fork e2e: {time.monotonic() - started:.1f} s")
+
+
+# -- the TUI itself, in tmux -------------------------------------------------------------------
+
+
+def _tui_step(project_dir: Path) -> Any:
+    def step(body: dict[str, Any]) -> Step:
+        messages = body.get("messages") or [{}]
+        if messages[-1].get("role") == "tool" and body.get("tools"):
+            return text("DONE-ONE: the file is written.")
+        said = str(messages[-1].get("content") or "")
+        if body.get("tools") and "CREATE-FILE" in said:
+            return call("write", {"filePath": str(project_dir / "notes.txt"),
+                                  "content": "written in the TUI\n"}, id="call_tui_write")
+        return _step(body)
+    return step
+
+
+class _Tui:
+    """OpenCode's TUI in a detached tmux session: keys in, the screen out."""
+
+    def __init__(self, project: OpenCodeProject) -> None:
+        self.name = f"nonoka-e2e-{os.getpid()}-{time.monotonic_ns()}"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in project.env.items()
+                       if k != "NONOKA_PROVIDER_DEBUG")  # its stderr would draw on the screen
+        command = (f"cd {shlex.quote(str(project.path))} && exec env -i {env} "
+                   f"TERM=xterm-256color {shlex.quote(str(project.binary))} "
+                   "--model nonoka/default")
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "45",
+                        command], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name],
+                              capture_output=True, text=True, check=False).stdout
+
+    def wait(self, words: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while words not in self.screen():
+            assert time.monotonic() < deadline, f"{words!r} never appeared:\n{self.screen()}"
+            time.sleep(0.3)
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def say(self, words: str, answer: str) -> None:
+        self.keys(*(["BSpace"] * 40))  # /undo puts the undone message back in the prompt
+        self.keys("-l", words)
+        time.sleep(0.5)
+        self.keys("Enter")
+        self.wait(answer)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True,
+                       check=False)
+
+
+def test_the_tui_tool_turn_undo_compact_stay_one_lineage(
+        tmp_path: Path, opencode_bin: Path) -> None:
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for the TUI test (apt-get install tmux)")
+    started = time.monotonic()
+    with ScriptedOpenAIServer(_tui_step(tmp_path / "project")) as server:
+        project = OpenCodeProject(tmp_path, opencode_bin, server)
+        assert project.run("git", "init", "-q", ".").returncode == 0
+        assert project.init().returncode == 0
+        tui = _Tui(project)
+        try:
+            tui.wait("Ask anything")
+            time.sleep(1)
+            tui.say("TURN-ONE", "ANSWER-TURN-ONE")
+            root = project.session_id()
+            tui.say("CREATE-FILE notes.txt", "DONE-ONE")
+            notes = project.path / "notes.txt"
+            assert notes.is_file()
+            db = project.path / ".nonoka" / "sessions.db"
+            stored_before = project.show(root)["session"]["message_count"]
+            tui.keys("-l", "/undo")
+            time.sleep(1)
+            tui.keys("Enter")
+            deadline = time.monotonic() + 30
+            while notes.exists():  # OpenCode restored the project's files from its snapshot
+                assert time.monotonic() < deadline, tui.screen()
+                time.sleep(0.3)
+            tui.wait("reverted")
+            time.sleep(2)  # the undone message comes back into the prompt; say() clears it
+            tui.say("TURN-TWO", "ANSWER-TURN-TWO")
+            tui.keys("-l", "/compact")
+            time.sleep(1)
+            tui.keys("Enter")
+            tui.wait(SUMMARY)
+            tui.say("TURN-THREE", "ANSWER-TURN-THREE")
+        finally:
+            tui.close()
+
+        # Nothing rolled back: the undone turn is still stored, the database still private.
+        assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
+        parent = project.show(root)
+        assert parent["session"]["message_count"] >= stored_before
+        # One lineage: the undo branched the conversation; the compaction stayed in it.
+        chats = {r["session_id"]: r for r in _chats(project)}
+        roots = [r for r in chats.values() if r["forked_from"] is None]
+        assert [r["session_id"] for r in roots] == [root], chats
+        branches = [r for r in chats.values() if r["forked_from"] is not None]
+        assert len(branches) == 1 and branches[0]["forked_from"] == root, chats
+        assert project.session_id() == branches[0]["session_id"]
+        summaries = [r for r in project.sessions() if _purpose(r) == "compaction"]
+        assert [r["metadata"].get("compaction_of") for r in summaries] == [
+            branches[0]["session_id"]]
+        tree = project.nonoka("sessions", "list", "--tree")
+        assert tree.returncode == 0, tree.stderr
+        branch_line = next(line for line in tree.stdout.splitlines()
+                           if branches[0]["session_id"][:8] in line)
+        assert branch_line.lstrip().startswith(("└", "├")), tree.stdout  # drawn under its root
+        last = _chat_requests(server)[-1]
+        assert last[:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
+        assert ("user", "CREATE-FILE notes.txt") not in _chat_requests(server)[-2]
+        _no_split(project, root)
+    print(f"TUI e2e: {time.monotonic() - started:.1f} s")
