@@ -135,6 +135,11 @@ class StoreError(NonokaError):
 
     code = "store_error"
 
+    def __init__(self, *args: object, retryable: bool | None = None) -> None:
+        super().__init__(*args)
+        if retryable is not None:  # a lost connection or a lock held too long: try again
+            self.retryable = retryable
+
     def describe(self) -> str:
         return store_advice(str(self))
 

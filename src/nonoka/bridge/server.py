@@ -157,6 +157,8 @@ class _Server:
         self.lines: asyncio.Queue[Item] = asyncio.Queue()
         self.queued: list[Checked] = []
         self.task: asyncio.Future[None] | None = None
+        self.running_id: object = None
+        """The running request's ``request_id``, as sent."""
         self.stopping = False
         self.eof = False
 
@@ -224,9 +226,11 @@ class _Server:
         def send(event: BaseEvent) -> None:
             self.out.write(encode_event(event))
 
+        self.running_id = raw.get("request_id")
         self.task = asyncio.ensure_future(BridgeHandler(request, send, raw, early).handle())
         await self._drive(self.task)
         self.task = None
+        self.running_id = None
 
     async def _drive(self, task: asyncio.Future[None]) -> None:
         """Wait for the request while serving ``cancel`` lines and noting end of input."""
@@ -244,6 +248,16 @@ class _Server:
             else:
                 getter.cancel()
 
+    def _names_running(self, cancel: dict[str, object]) -> bool:
+        """Whether a ``cancel`` applies to the running request.
+
+        A cancel that names a request stops only that one (in a long-lived bridge the
+        host may still hold the id of a request that already finished); one that names
+        none stops whatever runs.
+        """
+        named = cancel.get("request_id")
+        return named is None or named == self.running_id
+
     def _take(self, item: Item) -> None:
         """Handle a line that arrived while (or after) a request ran."""
         if isinstance(item, _Wake):
@@ -255,7 +269,8 @@ class _Server:
         if checked is None:
             return
         if checked[1].get("type") == RequestType.CANCEL:
-            if self.task is not None and not self.task.done():
+            if self.task is not None and not self.task.done() and self._names_running(
+                    checked[1]):
                 self.task.cancel()
             return
         self.queued.append(checked)

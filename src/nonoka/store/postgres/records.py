@@ -74,8 +74,10 @@ class PostgresRecordStore:
     async def upsert_session(self, record: SessionRecord) -> None:
         row = record.model_dump(mode="json")
         row["metadata"] = Jsonb(row["metadata"])
-        async with self.database.connection() as conn:
+        async def write(conn: Any) -> None:
             await conn.execute(_UPSERT, [row[c] for c in _COLUMNS])
+
+        await self.database.run(write)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         found = await self._select("WHERE session_id = %s", session_id)
@@ -114,8 +116,10 @@ class PostgresRecordStore:
         return removed > 0
 
     async def _select(self, where: str, *params: object) -> list[SessionRecord]:
-        async with self.database.connection() as conn:
-            rows = await (await conn.execute(f"{_SELECT} {where}", params)).fetchall()
+        async def read(conn: Any) -> list[Any]:
+            return list(await (await conn.execute(f"{_SELECT} {where}", params)).fetchall())
+
+        rows = await self.database.run(read)
         return [SessionRecord.model_validate(dict(zip(_COLUMNS, r, strict=True)))
                 for r in rows]
 
@@ -124,10 +128,12 @@ class PostgresRecordStore:
     async def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
         """Append with the next ``seq``, computed under the session's advisory lock."""
         params = {"sid": session_id, "at": time.time(), "kind": kind, "data": event_json(data)}
-        async with self.database.transaction() as conn:
+        async def write(conn: Any) -> None:
             await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
                                (EVENT_LOCK, session_id))
             await conn.execute(_APPEND, params)
+
+        await self.database.run(write, transaction=True)
 
     async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
         async with self.database.connection() as conn:
