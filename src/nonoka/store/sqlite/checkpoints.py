@@ -41,7 +41,7 @@ from nonoka.store.base import (
 )
 from nonoka.store.next_calls import StoredNextCall
 from nonoka.store.sqlite import leases, next_calls
-from nonoka.store.sqlite.database import open_database
+from nonoka.store.sqlite.database import open_database, sqlite_error
 
 _UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
@@ -118,7 +118,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 raise
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
-        return StoreError(f"database {self._path}: {exc}")
+        return sqlite_error(self._path, exc)
 
     # -- CheckpointStore ------------------------------------------------------------------
 
