@@ -9,6 +9,7 @@ from typing import Any
 
 from nonoka.testing import text
 from nonoka.testing.server import Step
+from tests.conftest import ScriptItem
 from tests.support.bridge import (
     Bridge,
     assistant,
@@ -23,7 +24,7 @@ from tests.support.bridge import (
 
 
 def test_a_lock_held_past_the_busy_timeout_is_retryable(bridge: Bridge,
-                                                        scripted: list[Step]) -> None:
+                                                        scripted: list[ScriptItem]) -> None:
     bridge.env["NONOKA_SQLITE_BUSY_TIMEOUT"] = "0.5"
     sid, _ = first_turn(bridge, scripted)
     locked, release = threading.Event(), threading.Event()

@@ -19,6 +19,7 @@ from nonoka.errors import StoreError
 from nonoka.store.postgres.database import PostgresDatabase
 from nonoka.testing import text
 from nonoka.testing.server import Delay, Step
+from tests.conftest import ScriptItem
 from tests.pg import PG_URL, connect, temp_schema
 from tests.support.bridge import Bridge, chat, of_type, one, text_of, user
 
@@ -44,8 +45,9 @@ def _stored(schema: str, session_id: str) -> tuple[list[str], dict[str, Any]]:
         state = conn.execute("SELECT state_json FROM checkpoints WHERE session_id = %s",
                              (session_id,)).fetchone()
     assert state is not None
-    snapshot = json.loads(state[0])
-    return [json.loads(r[0])["content"] for r in rows], snapshot["runtime_state"]["usage"]
+    snapshot = json.loads(str(state[0]))
+    return ([json.loads(str(r[0]))["content"] for r in rows],
+            snapshot["runtime_state"]["usage"])
 
 
 def _turn_survives(bridge: Bridge, schema: str, app: str, *, idle_ms: int | None,
@@ -62,7 +64,7 @@ def _turn_survives(bridge: Bridge, schema: str, app: str, *, idle_ms: int | None
 
 
 def test_a_long_turn_outlives_an_idle_session_timeout(
-        bridge: Bridge, scripted: list[Step], schema: str) -> None:
+        bridge: Bridge, scripted: list[ScriptItem], schema: str) -> None:
     """The answer takes 3 s; the server ends every connection idle for 1 s."""
     scripted.append(Delay(3.0, text("the long answer")))
     _turn_survives(bridge, schema, f"nonoka_idle_{secrets.token_hex(4)}", idle_ms=1000)
@@ -70,12 +72,12 @@ def test_a_long_turn_outlives_an_idle_session_timeout(
 
 @pytest.mark.slow
 def test_a_30s_turn_outlives_a_5s_idle_session_timeout(
-        bridge: Bridge, scripted: list[Step], schema: str) -> None:
+        bridge: Bridge, scripted: list[ScriptItem], schema: str) -> None:
     scripted.append(Delay(30.0, text("the long answer")))
     _turn_survives(bridge, schema, f"nonoka_idle_{secrets.token_hex(4)}", idle_ms=5000)
 
 
-def test_a_backend_terminated_mid_turn(bridge: Bridge, scripted: list[Step],
+def test_a_backend_terminated_mid_turn(bridge: Bridge, scripted: list[ScriptItem],
                                        schema: str) -> None:
     """While the model answers, an operator (or a failover) ends the bridge's backends."""
     app = f"nonoka_kill_{secrets.token_hex(4)}"
