@@ -4,6 +4,7 @@
     ├── ConfigurationError           invalid_request  a caller mistake: fix the code or settings
     │   ├── MissingExtraError        invalid_request  an optional extra is not installed
     │   │                                              (also an ImportError)
+    │   ├── NotAvailableError        invalid_request  (nonoka ui) an action it cannot take
     │   ├── ModelNotConfiguredError  model_not_configured  no model given or configured, or
     │   │                                              an unknown one
     │   └── WorkspaceError           invalid_cwd      the workspace is missing, or .nonoka/
@@ -14,7 +15,8 @@
     ├── ModelError                   model_error      the model endpoint failed (names endpoint
     │                                                  and status); retryable per error
     ├── StoreError                   store_error      storage failed; stored data is left
-    │   │                                              untouched
+    │   │                                              untouched; retryable per error (a
+    │   │                                              lost connection, a lock held long)
     │   ├── SessionConflictError     session_conflict (retryable) another writer saved first
     │   ├── SessionBusyError         session_busy     (retryable) another process runs it
     │   ├── CorruptSessionError      session_corrupt  a stored row cannot be decoded

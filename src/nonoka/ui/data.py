@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from nonoka.errors import ConfigurationError, NonokaError
+from nonoka.errors import ConfigurationError
 from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.base import decode_entries, decode_session
@@ -65,7 +65,7 @@ LINEAGE_DEPTH = 6
 LINEAGE_BREADTH = 25
 
 
-class NotAvailableError(NonokaError):
+class NotAvailableError(ConfigurationError):
     """An action this version of nonoka cannot carry out yet."""
 
 

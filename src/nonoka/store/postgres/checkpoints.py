@@ -98,40 +98,8 @@ class PostgresCheckpointStore(StepUpdateWriter):
     # -- CheckpointStore ------------------------------------------------------------------
 
     async def save_session(self, state: SessionState) -> int:
-        snapshot = snapshot_json(state)
-        sid = state.session_id
-        entries = state.memory_entries
-        now = time.time()
-        # Not pipelined: on a local server psycopg's pipeline mode cost ~100 µs more per
-        # save than it saved in round trips (bench/README.md).
-
         async def write(conn: Any) -> int:
-            row = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
-            if row is None:
-                if state.revision != 0:
-                    raise conflict_error(state, None)
-                created = await conn.execute(
-                    _CREATE, (sid, snapshot, len(entries), state.memory_generation, now, now))
-                if await created.fetchone() is None:  # another process created it meanwhile
-                    raced = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
-                    raise conflict_error(state, None if raced is None else int(raced[0]))
-                await conn.execute("DELETE FROM session_entries WHERE session_id = %s", (sid,))
-                stored, start, new = 0, 0, entries
-            else:
-                stored, count, generation = row
-                if state.revision != stored:
-                    raise conflict_error(state, stored)
-                plan = EntryPlan(state, count, generation)
-                start, new = count, plan.new_entries
-                if plan.rewrite:
-                    await conn.execute("DELETE FROM session_entries WHERE session_id = %s",
-                                       (sid,))
-                    start = 0
-                await conn.execute(
-                    _UPDATE, (snapshot, len(entries), state.memory_generation, now, sid))
-            if new:
-                await conn.execute(_APPEND, (sid, start, [entry_json(e) for e in new]))
-            return int(stored) + 1
+            return await write_session(conn, state)
 
         return await self.database.run(write, transaction=True)
 
@@ -215,3 +183,38 @@ class PostgresCheckpointStore(StepUpdateWriter):
         """Close the database if this store opened it (idempotent)."""
         if self._owned:
             await self.database.close()
+
+async def write_session(conn: Any, state: SessionState) -> int:
+    """The statements of a save, inside the caller's transaction; the new revision."""
+    snapshot = snapshot_json(state)
+    sid = state.session_id
+    entries = state.memory_entries
+    now = time.time()
+    # Not pipelined: on a local server psycopg's pipeline mode cost ~100 µs more per
+    # save than it saved in round trips (bench/README.md).
+    row = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
+    if row is None:
+        if state.revision != 0:
+            raise conflict_error(state, None)
+        created = await conn.execute(
+            _CREATE, (sid, snapshot, len(entries), state.memory_generation, now, now))
+        if await created.fetchone() is None:  # another process created it meanwhile
+            raced = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
+            raise conflict_error(state, None if raced is None else int(raced[0]))
+        await conn.execute("DELETE FROM session_entries WHERE session_id = %s", (sid,))
+        stored, start, new = 0, 0, entries
+    else:
+        stored, count, generation = row
+        if state.revision != stored:
+            raise conflict_error(state, stored)
+        plan = EntryPlan(state, count, generation)
+        start, new = count, plan.new_entries
+        if plan.rewrite:
+            await conn.execute("DELETE FROM session_entries WHERE session_id = %s",
+                               (sid,))
+            start = 0
+        await conn.execute(
+            _UPDATE, (snapshot, len(entries), state.memory_generation, now, sid))
+    if new:
+        await conn.execute(_APPEND, (sid, start, [entry_json(e) for e in new]))
+    return int(stored) + 1

@@ -19,6 +19,10 @@ from nonoka.store.postgres.database import Jsonb, PostgresDatabase
 from nonoka.store.postgres.migrations import EVENT_LOCK
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nonoka.state import SessionState
+
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
 _UPSERT = index_sql.upsert("%s")
@@ -72,12 +76,21 @@ class PostgresRecordStore:
     # -- SessionIndex ---------------------------------------------------------------------
 
     async def upsert_session(self, record: SessionRecord) -> None:
-        row = record.model_dump(mode="json")
-        row["metadata"] = Jsonb(row["metadata"])
         async def write(conn: Any) -> None:
-            await conn.execute(_UPSERT, [row[c] for c in _COLUMNS])
+            await conn.execute(_UPSERT, _row(record))
 
         await self.database.run(write)
+
+    async def create_session(self, state: SessionState, record: SessionRecord) -> int:
+        """``CreatesIndexed``: the first snapshot and the row in one transaction."""
+        from nonoka.store.postgres.checkpoints import write_session
+
+        async def write(conn: Any) -> int:
+            revision = await write_session(conn, state)
+            await conn.execute(_UPSERT, _row(record))
+            return revision
+
+        return await self.database.run(write, transaction=True)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         found = await self._select("WHERE session_id = %s", session_id)
@@ -159,3 +172,9 @@ class PostgresRecordStore:
         """Close the database if this store opened it (idempotent)."""
         if self._owned:
             await self.database.close()
+
+
+def _row(record: SessionRecord) -> list[Any]:
+    row = record.model_dump(mode="json")
+    row["metadata"] = Jsonb(row["metadata"])
+    return [row[c] for c in _COLUMNS]

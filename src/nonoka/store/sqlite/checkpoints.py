@@ -123,34 +123,38 @@ class SQLiteCheckpointStore(StepUpdateWriter):
     # -- CheckpointStore ------------------------------------------------------------------
 
     async def save_session(self, state: SessionState) -> int:
+        with self.transaction() as db:
+            return self.write_session(db, state)
+
+    def write_session(self, db: sqlite3.Connection, state: SessionState) -> int:
+        """The statements of ``save_session``, inside the caller's write transaction."""
         snapshot = snapshot_json(state)
         sid = state.session_id
-        with self.transaction() as db:
-            row = db.execute(
-                "SELECT revision, entry_count, memory_generation FROM checkpoints "
-                "WHERE session_id = ?",
-                (sid,),
-            ).fetchone()
-            stored = 0 if row is None else int(row[0])
-            if state.revision != stored:
-                raise conflict_error(state, None if row is None else stored)
-            count, generation = (0, state.memory_generation) if row is None else row[1:]
-            plan = EntryPlan(state, count, generation)
-            start = count
-            if plan.rewrite or row is None:
-                db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
-                start = 0
-            if plan.new_entries:
-                db.executemany(
-                    "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
-                    [(sid, start + i, entry_json(e)) for i, e in enumerate(plan.new_entries)],
-                )
-            now = time.time()
-            db.execute(
-                _UPSERT_CHECKPOINT,
-                (sid, snapshot, stored + 1, len(state.memory_entries), state.memory_generation,
-                 now, now),
+        row = db.execute(
+            "SELECT revision, entry_count, memory_generation FROM checkpoints "
+            "WHERE session_id = ?",
+            (sid,),
+        ).fetchone()
+        stored = 0 if row is None else int(row[0])
+        if state.revision != stored:
+            raise conflict_error(state, None if row is None else stored)
+        count, generation = (0, state.memory_generation) if row is None else row[1:]
+        plan = EntryPlan(state, count, generation)
+        start = count
+        if plan.rewrite or row is None:
+            db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
+            start = 0
+        if plan.new_entries:
+            db.executemany(
+                "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)",
+                [(sid, start + i, entry_json(e)) for i, e in enumerate(plan.new_entries)],
             )
+        now = time.time()
+        db.execute(
+            _UPSERT_CHECKPOINT,
+            (sid, snapshot, stored + 1, len(state.memory_entries), state.memory_generation,
+             now, now),
+        )
         return stored + 1
 
     async def load_session(self, session_id: str) -> SessionState | None:
