@@ -15,7 +15,8 @@
     ├── ModelError                   model_error      the model endpoint failed (names endpoint
     │                                                  and status); retryable per error
     ├── StoreError                   store_error      storage failed; stored data is left
-    │   │                                              untouched
+    │   │                                              untouched; retryable per error (a
+    │   │                                              lost connection, a lock held long)
     │   ├── SessionConflictError     session_conflict (retryable) another writer saved first
     │   ├── SessionBusyError         session_busy     (retryable) another process runs it
     │   ├── CorruptSessionError      session_corrupt  a stored row cannot be decoded
@@ -135,6 +136,11 @@ class StoreError(NonokaError):
     """A storage operation failed. Nothing stored was changed by the failure."""
 
     code = "store_error"
+
+    def __init__(self, *args: object, retryable: bool | None = None) -> None:
+        super().__init__(*args)
+        if retryable is not None:  # a lost connection or a lock held too long: try again
+            self.retryable = retryable
 
     def describe(self) -> str:
         return store_advice(str(self))

@@ -32,7 +32,7 @@ TRACE_ENV = "NONOKA_FAULT_TRACE"
 POINTS = (
     "model.early.sent",        # the bridge sent a turn's model request before loading the runtime
     "model.call.before",       # a model request is about to be sent
-    "model.call.after",        # the answer arrived; nothing about it is stored yet
+    "model.call.after",        # the answer arrived; its usage (a ReAct answer too) is stored
     "tool.start",              # a tool nonoka runs is about to run (its intent is stored)
     "tool.end",                # the tool returned; its result is not stored yet
     "checkpoint.save.before",  # a session snapshot is about to be written

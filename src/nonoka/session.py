@@ -44,7 +44,7 @@ INTENTS_NAMESPACE = "nonoka.tool_intents"
 
 def validate_session_id(session_id: str) -> str:
     """Accept only ids that are safe in a file name, a URL and a log line."""
-    if not isinstance(session_id, str) or not SESSION_ID_PATTERN.match(session_id):
+    if not isinstance(session_id, str) or not SESSION_ID_PATTERN.fullmatch(session_id):
         raise ConfigurationError(
             f"invalid session id {session_id!r}: use 1-128 characters of letters, digits, "
             "'.', '_', ':' or '-', starting with a letter or digit"

@@ -4,8 +4,10 @@ holds a lease (``nonoka.testing.conformance.leases`` has the protocol's behaviou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,3 +60,38 @@ async def test_a_killed_processs_lease_expires(shared_engine: EngineHarness) -> 
         await asyncio.sleep(0.05)
     # Not before the last renewal's ttl ran out (renewals come every ttl/3).
     assert time.monotonic() - killed_at >= ttl * 2 / 3 - 0.1
+
+
+
+def _process_state(pid: int) -> bytes:
+    """The state letter of ``/proc/<pid>/stat`` (``Z`` for a zombie)."""
+    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+
+
+async def test_a_killed_holder_not_yet_reaped_is_dead(shared_engine: EngineHarness) -> None:
+    """A SIGKILLed holder its parent has not reaped (a zombie) frees the session at once."""
+    from nonoka.store.leases import hold_lease
+
+    engine = shared_engine
+    this_host = new_lease_owner().rsplit(":", 2)[0]
+    proc = _unreaped_child()  # Popen: nothing reaps it until we ask
+    try:
+        pid = proc.pid
+        owner = f"{this_host}:{pid}:feedface"
+        assert await _leases(engine.store).acquire_lease("s1", owner, 60)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _process_state(pid) != b"Z":
+            assert time.monotonic() < deadline, "the killed process never became a zombie"
+            await asyncio.sleep(0.02)
+        async with hold_lease(_leases(engine.store), "s1", "us:1:2", 30, wait=0):
+            lease = await _leases(engine.store).get_lease("s1")
+            assert lease is not None and lease.owner == "us:1:2"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait()
+
+
+def _unreaped_child() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

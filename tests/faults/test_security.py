@@ -28,7 +28,7 @@ from tests.support.processes import model_env, run_nonoka
 HOSTILE_IDS = [
     "../../etc/passwd", "..", "/abs/path", "x' OR '1'='1", "a; DROP TABLE checkpoints; --",
     "*", "%", "_", "[a-z]*", "a" * 129, "-leading-dash", "has space", "new\nline", "nul\x00",
-    "ünïcode", "C:\\windows",
+    "ünïcode", "C:\\windows", "abc\n", "trailing-newline\n",
 ]
 
 

@@ -17,6 +17,7 @@ import sys
 from nonoka import __version__
 from nonoka.protocol import frames
 from nonoka.protocol.frames import DEFAULT_MAX_FRAME_BYTES, RequestType
+from nonoka.signals import Interrupted, StopSignals
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -126,10 +127,18 @@ def _acknowledge(obj: dict[str, object], out: Output) -> None:
                               request_id=rid if isinstance(rid, str) else None))
 
 
-def _first_request(reader: LineReader, out: Output) -> Checked | None:
-    """Read until a usable chat request (acknowledged) or end of input."""
+def _first_request(reader: LineReader, out: Output, signals: StopSignals) -> Checked | None:
+    """Read until a usable chat request (acknowledged), end of input or a signal."""
     while True:
-        line = reader.read()
+        if signals.received:
+            return None  # stopped before any request: nothing to answer
+        signals.interrupt_reads = True
+        try:
+            line = reader.read()
+        except Interrupted:
+            return None
+        finally:
+            signals.interrupt_reads = False
         if line is None:
             return None
         checked = _check(line, out)
@@ -141,10 +150,12 @@ def _first_request(reader: LineReader, out: Output) -> Checked | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve requests from stdin until end of input; returns the exit code."""
+    signals = StopSignals()
+    signals.install()  # first: a signal at any moment from now on ends in a clean finish
     max_frame = int(os.environ.get("NONOKA_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES))
     reader = LineReader(sys.stdin.buffer, max_frame)
     out = Output(sys.stdout.buffer)
-    first = _first_request(reader, out)
+    first = _first_request(reader, out, signals)
     if first is None:
         return 0
     from nonoka.bridge import early
@@ -152,13 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     dispatched = early.dispatch(first[1])  # before the runtime loads: see nonoka.bridge.early
     import asyncio
 
-    server = _Server(reader, out, dispatched)
+    server = _Server(reader, out, signals, dispatched)
     code = asyncio.run(server.run(first))
     # Everything is saved, closed and written. Leave without the interpreter's shutdown:
     # tearing down the runtime's modules and objects took 50-250 ms after the host had
     # its answer, and the host waits for the exit too. (Stopped by a signal with input
     # still open, the stdin thread also holds the stream's lock, which the shutdown would
     # wait for and then abort on.)
+    _leave(code)
+    return code
+
+
+def _leave(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -174,25 +190,36 @@ Item = bytes | frames.ProtocolError | _Wake | None
 class _Server:
     """Serves acknowledged requests one after another while watching stdin for ``cancel``."""
 
-    def __init__(self, reader: LineReader, out: Output,
+    def __init__(self, reader: LineReader, out: Output, signals: StopSignals,
                  early: Dispatched | None = None) -> None:
         import asyncio
 
         self.reader, self.out = reader, out
+        self.signals = signals
         self.early = early
         """What the early dispatch sent for the first request; handed to its turn."""
         self.lines: asyncio.Queue[Item] = asyncio.Queue()
         self.queued: list[Checked] = []
         self.task: asyncio.Future[None] | None = None
+        self.started = False
+        """Whether the running request's task has begun (a task cancelled before its
+        first step never runs its handler, and so would never answer)."""
+        self.cancelled = False
+        """Whether the running request was cancelled: once only, so a second signal
+        cannot interrupt the save the first one started."""
+        self.running_id: object = None
+        """The running request's ``request_id``, as sent."""
         self.stopping = False
         self.eof = False
 
     async def run(self, first: Checked) -> int:
         self._start_pump()
-        self._install_signal_handlers()
+        self._watch_signals()
         request: Checked | None = first
-        while request is not None and not self.stopping:
-            await self._handle(request)
+        while request is not None:
+            await self._handle(request)  # acknowledged: answered even when stopping
+            if self.stopping:
+                break
             # Serve on until the next request, end of input or a signal: a bad line in
             # between is answered by ``_take`` and must not end the process.
             while not self.queued and not self.eof and not self.stopping:
@@ -218,19 +245,22 @@ class _Server:
 
         threading.Thread(target=pump, name="nonoka-stdin", daemon=True).start()
 
-    def _install_signal_handlers(self) -> None:
+    def _watch_signals(self) -> None:
         import asyncio
-        import signal
 
         def on_signal() -> None:
             self.stopping = True
-            if self.task is not None:
-                self.task.cancel()
+            self._cancel_running()
             self.lines.put_nowait(_Wake())  # between requests: stop waiting for input
 
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, on_signal)
+        self.signals.attach(asyncio.get_running_loop(), on_signal)
+
+    def _cancel_running(self) -> None:
+        """Cancel the running request once; before its task starts, the task does it."""
+        if self.task is None or self.task.done() or self.cancelled or not self.started:
+            return
+        self.cancelled = True
+        self.task.cancel()
 
     async def _handle(self, checked: Checked) -> None:
         import asyncio
@@ -251,9 +281,23 @@ class _Server:
         def send(event: BaseEvent) -> None:
             self.out.write(encode_event(event))
 
-        self.task = asyncio.ensure_future(BridgeHandler(request, send, raw, early).handle())
+        handler = BridgeHandler(request, send, raw, early)
+
+        async def run() -> None:
+            self.started = True
+            if self.stopping or self.cancelled:  # stopped before the task could start
+                self.cancelled = True
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()  # delivered inside the handler, which answers ``cancelled``
+            await handler.handle()
+
+        self.running_id = raw.get("request_id")
+        self.started = self.cancelled = False
+        self.task = asyncio.ensure_future(run())
         await self._drive(self.task)
         self.task = None
+        self.running_id = None
 
     async def _drive(self, task: asyncio.Future[None]) -> None:
         """Wait for the request while serving ``cancel`` lines and noting end of input."""
@@ -271,6 +315,16 @@ class _Server:
             else:
                 getter.cancel()
 
+    def _names_running(self, cancel: dict[str, object]) -> bool:
+        """Whether a ``cancel`` applies to the running request.
+
+        A cancel that names a request stops only that one (in a long-lived bridge the
+        host may still hold the id of a request that already finished); one that names
+        none stops whatever runs.
+        """
+        named = cancel.get("request_id")
+        return named is None or named == self.running_id
+
     def _take(self, item: Item) -> None:
         """Handle a line that arrived while (or after) a request ran."""
         if isinstance(item, _Wake):
@@ -282,7 +336,9 @@ class _Server:
         if checked is None:
             return
         if checked[1].get("type") == RequestType.CANCEL:
-            if self.task is not None and not self.task.done():
-                self.task.cancel()
+            if self.task is not None and self._names_running(checked[1]):
+                if not self.started:
+                    self.cancelled = True  # the task cancels itself when it starts
+                self._cancel_running()
             return
         self.queued.append(checked)

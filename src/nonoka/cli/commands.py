@@ -28,7 +28,10 @@ def _call(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     from nonoka.cli.render import print_candidates
 
     try:
-        return asyncio.run(make())
+        return asyncio.run(_stoppable(make))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        click.echo("\nnonoka: interrupted", err=True)
+        raise SystemExit(130) from None
     except AmbiguousSessionError as exc:
         click.secho(f"nonoka: {exc.message}:", fg="red", err=True)
         print_candidates(exc.candidates)
@@ -36,9 +39,30 @@ def _call(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except CliError as exc:
         click.secho(f"nonoka: {exc.message}", fg="red", err=True)
         raise SystemExit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        click.echo("\nnonoka: interrupted", err=True)
-        raise SystemExit(130) from None
+
+
+async def _stoppable(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run the command so that SIGTERM, like SIGINT, cancels it once: a turn in progress
+    is saved as cancelled and its finish logged, whenever the signal comes."""
+    from nonoka.signals import StopSignals
+
+    task = asyncio.current_task()
+    assert task is not None
+    signals = StopSignals()
+    cancelled = False
+
+    def stop() -> None:
+        nonlocal cancelled
+        if not cancelled:  # a second signal must not interrupt the save the first began
+            cancelled = True
+            task.cancel()
+
+    signals.install()
+    signals.attach(asyncio.get_running_loop(), stop)
+    try:
+        return await make()
+    finally:
+        signals.uninstall()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -154,8 +154,9 @@ class PlanExecutor:
                 messages.insert(0, Message(role="system", content=self.env.agent.system_prompt))
             faults.point("model.call.before")
             response = await model.complete(messages)
-            faults.point("model.call.after")
             session.record_model_call(response.usage)
+            await self._checkpoint(session)  # what the provider billed, before anything else
+            faults.point("model.call.after")
             await self.env.emit(ModelCalled(model.name, response.usage))
             return response.text
         tool = self.env.agent.tool_map.get(step.tool or "")

@@ -64,27 +64,28 @@ class ReActAgent:
             outcome = await self._settle(session)
             if outcome is not None:
                 return outcome
-            termination = session.exceeded()
-            if termination is not None:
-                return await self._stop(session, termination, SessionStatus.FAILED)
-            await self._maybe_compact(session)
-            response = await self._call_model(session)
-            session.memory.append(MemoryEntry.assistant(response.text, response.tool_calls))
-            session.step_count += 1
-            if response.tool_calls:
-                await self.env.save(session)
-                for call in response.tool_calls:
-                    tool = self.env.agent.tool_map.get(call.name)
-                    executed_by = tool.executed_by if tool is not None else "nonoka"
-                    await self.env.emit(ToolCallRequested(call, executed_by))
-                continue
-            if await self._repair_contract(session, response.text):
+            answer = _stored_answer(session)
+            if answer is None:
+                termination = session.exceeded()
+                if termination is not None:
+                    return await self._stop(session, termination, SessionStatus.FAILED)
+                await self._maybe_compact(session)
+                response = await self._call_model(session)
+                if response.tool_calls:
+                    for call in response.tool_calls:
+                        tool = self.env.agent.tool_map.get(call.name)
+                        executed_by = tool.executed_by if tool is not None else "nonoka"
+                        await self.env.emit(ToolCallRequested(call, executed_by))
+                    continue
+                answer = response.text
+            if await self._repair_contract(session, answer):
                 continue
             session.terminate(Termination(reason="completed"), SessionStatus.COMPLETED)
             await self.env.save(session)
-            return result_of(session, output=response.text)
+            return result_of(session, output=answer)
 
     async def _call_model(self, session: Session) -> ModelResponse:
+        """Ask the model; the answer is stored with its usage before anything else."""
         for extension in self.env.extensions:
             await extension.before_model_call(self.env.ext_ctx(session, extension))
 
@@ -95,8 +96,13 @@ class ReActAgent:
         specs = [t.spec for t in self.env.agent.tool_map.values()]
         faults.point("model.call.before")
         response = await model.complete(session.memory.messages(), specs, on_text=on_text)
-        faults.point("model.call.after")
+        # The provider billed the call: the answer and its usage are stored before anything
+        # else (the timeline, extensions) can fail, so the ledger matches the bill.
         session.record_model_call(response.usage)
+        session.memory.append(MemoryEntry.assistant(response.text, response.tool_calls))
+        session.step_count += 1
+        await self.env.save(session)
+        faults.point("model.call.after")
         await self.env.emit(ModelCalled(model.name, response.usage))
         for extension in self.env.extensions:
             await extension.after_model_call(self.env.ext_ctx(session, extension), response)
@@ -250,3 +256,13 @@ class ReActAgent:
         session.memory.append(MemoryEntry.make("user", note, contract_repair=True))
         await self.env.save(session)
         return True
+
+
+def _stored_answer(session: Session) -> str | None:
+    """The text of a final answer stored last by a process that died before it ended the
+    turn: the turn is finished from it, never asked again (the answer is stored, as soon
+    as it arrives, with the usage the provider billed)."""
+    entries = session.memory.entries
+    if not entries or entries[-1].role != "assistant" or entries[-1].tool_calls:
+        return None
+    return entries[-1].content

@@ -465,7 +465,7 @@ def _check_protocol(spec: Any, capabilities: frozenset[str], rid: str | None) ->
         if missing:
             raise ProtocolError(
                 _codes().MISSING_CAPABILITY,
-                f"this bridge lacks required capabilities: {', '.join(missing)} (it "
+                f"this bridge lacks required capabilities: {_listed(missing)} (it "
                 f"supports: {', '.join(sorted(capabilities))}); upgrade nonoka or stop "
                 "requiring them",
                 {"missing": missing, "supported": sorted(capabilities)},
@@ -479,8 +479,32 @@ def _error_event(code: str, message: str, *, request_id: str | None, retryable: 
     if request_id is not None:
         event["request_id"] = request_id
     event.update(code=code, message=message, retryable=retryable,
-                 details=dict(details) if details else {})
+                 details=_bounded(dict(details)) if details else {})
     return event
+
+
+MAX_ECHOED_CHARS = 200
+"""The longest string an error's ``details`` carry; longer ones are cut."""
+MAX_ECHOED_ITEMS = 20
+"""The most items of a list (or keys of an object) an error's ``details`` carry."""
+
+
+def _bounded(value: Any, depth: int = 0) -> Any:
+    """``details`` cut to a few kilobytes: an error about a huge input must stay small.
+
+    Details may quote parts of the offending line (an unknown ``type``, capabilities,
+    field paths); a line near the frame limit must not come back as an error line over it.
+    """
+    if isinstance(value, str):
+        return value if len(value) <= MAX_ECHOED_CHARS else value[:MAX_ECHOED_CHARS] + "..."
+    if depth >= 4:
+        return value if isinstance(value, bool | int | float) or value is None else None
+    if isinstance(value, dict):
+        return {_bounded(str(k), depth + 1): _bounded(v, depth + 1)
+                for k, v in list(value.items())[:MAX_ECHOED_ITEMS]}
+    if isinstance(value, list | tuple):
+        return [_bounded(v, depth + 1) for v in value[:MAX_ECHOED_ITEMS]]
+    return value
 
 
 def message_field(message: Any, name: str) -> Any:
@@ -512,6 +536,12 @@ def _short(value: Any) -> str:
         return f"a JSON {_json_kind(value)}"
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _listed(names: list[str]) -> str:
+    """Names for a message, each cut short, at most a few of them."""
+    shown = ", ".join(n if len(n) <= 40 else n[:37] + "..." for n in names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def _mib(size: int) -> str:

@@ -162,4 +162,4 @@ ERROR_CODES: Final[Mapping[ErrorCode, str]] = MappingProxyType({
 """Every error code with a one-line meaning; ``docs/protocol.md`` has the full table."""
 
 RETRYABLE_ERROR_CODES: Final = frozenset({ErrorCode.SESSION_BUSY, ErrorCode.SESSION_CONFLICT})
-"""Codes that are retryable as such; ``model_error`` decides per error."""
+"""Codes that are retryable as such; ``model_error`` and ``store_error`` decide per error."""

@@ -104,13 +104,28 @@ def holder_is_dead(owner: str) -> bool:
     parts = owner.rsplit(":", 2)
     if len(parts) != 3 or parts[0] != lease_host() or not parts[1].isdigit():
         return False
+    pid = int(parts[1])
     try:
-        os.kill(int(parts[1]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:
         return False
-    return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits only to be reaped by its parent.
+
+    A killed bridge stays a zombie until the host that spawned it reaps it, and a
+    zombie still answers ``kill(pid, 0)``; it runs nothing and holds nothing.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)
+    except OSError:
+        return False
+    return len(fields) == 2 and fields[1].split()[:1] == [b"Z"]
 
 
 async def _acquire(

@@ -18,6 +18,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nonoka.state import SessionState
+
 
 class SessionRecord(BaseModel):
     """One row of the session index."""
@@ -102,6 +106,21 @@ class SessionIndex(Protocol):
         ...
 
     async def delete_session_record(self, session_id: str) -> bool: ...
+
+
+@runtime_checkable
+class CreatesIndexed(Protocol):
+    """An index that stores a new session's first snapshot and its row in one transaction.
+
+    Written one after the other, a process killed in between leaves a snapshot nobody
+    can find (no row); the engines that share one database with their checkpoint store
+    offer this instead.
+    """
+
+    async def create_session(self, state: SessionState, record: SessionRecord) -> int:
+        """Save ``state`` (a new session, revision 0) and upsert ``record`` at once; the
+        stored revision."""
+        ...
 
 
 @runtime_checkable

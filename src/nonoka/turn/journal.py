@@ -27,7 +27,7 @@ from nonoka.errors import NonokaError
 from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
 from nonoka.session import Session
 from nonoka.store.project import ProjectStores
-from nonoka.store.records import SessionRecord
+from nonoka.store.records import CreatesIndexed, SessionRecord
 
 LOGGED_TEXT = 2000
 """Tool arguments and results are cut to this many characters in the timeline."""
@@ -141,9 +141,32 @@ class Journal:
         """
         index = self.stores.index
         existing = None if created else await index.get_session(session.session_id)
-        usage = session.usage
         faults.point("index.update.before")
-        await index.upsert_session(SessionRecord(
+        await index.upsert_session(self._record(session, existing, model))
+        faults.point("index.update.after")
+
+    async def create(self, session: Session, *, model: str | None = None) -> None:
+        """Store a new session's first snapshot and its index row, in one transaction
+        where the engine can: a process killed between the two would leave a snapshot
+        no listing or recovery ever finds."""
+        index = self.stores.index
+        if not isinstance(index, CreatesIndexed):
+            raise TypeError("this index cannot create sessions")  # callers check first
+        faults.point("checkpoint.save.before")
+        faults.point("index.update.before")
+        session.revision = await index.create_session(session.to_state(),
+                                                      self._record(session, None, model))
+        faults.point("checkpoint.save.after")
+        faults.point("index.update.after")
+
+    def creates_indexed(self) -> bool:
+        """Whether ``create`` can write a new session and its row at once."""
+        return isinstance(self.stores.index, CreatesIndexed)
+
+    def _record(self, session: Session, existing: SessionRecord | None,
+                model: str | None) -> SessionRecord:
+        usage = session.usage
+        return SessionRecord(
             session_id=session.session_id,
             title=existing.title if existing is not None else self.title,
             model=model or (existing.model if existing is not None else ""),
@@ -152,8 +175,7 @@ class Journal:
             turn_count=session.turn_count, message_count=len(session.memory),
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
             cost_usd=usage.cost_usd,
-            metadata=dict(existing.metadata) if existing is not None else dict(self.metadata)))
-        faults.point("index.update.after")
+            metadata=dict(existing.metadata) if existing is not None else dict(self.metadata))
 
     async def refresh(self) -> None:
         """Bring the row up to date with the stored session (never raises)."""

@@ -183,8 +183,12 @@ class _Turn:
         runner, target = service.runner, chosen.session
         if target is None:
             created = await runner.open_session(self.agent, limits=limits, history=chosen.seed)
-            await runner.save_session(created)
-            await journal.index(created, model=self.agent.get_model().name, created=True)
+            model = self.agent.get_model().name
+            if journal.creates_indexed():  # one transaction: never a snapshot without a row
+                await journal.create(created, model=model)
+            else:
+                await runner.save_session(created)
+                await journal.index(created, model=model, created=True)
             self.session_id, self.new = created.session_id, True
         else:
             self.session_id = target if isinstance(target, str) else target.session_id

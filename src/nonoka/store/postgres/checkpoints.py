@@ -119,46 +119,17 @@ class PostgresCheckpointStore(StepUpdateWriter):
     # -- CheckpointStore ------------------------------------------------------------------
 
     async def save_session(self, state: SessionState) -> int:
-        snapshot = snapshot_json(state)
-        sid = state.session_id
-        entries = state.memory_entries
-        now = time.time()
-        # Not pipelined: on a local server psycopg's pipeline mode cost ~100 µs more per
-        # save than it saved in round trips (bench/README.md).
-        async with self.database.transaction() as conn:
-            row = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
-            if row is None:
-                if state.revision != 0:
-                    raise conflict_error(state, None)
-                created = await conn.execute(
-                    _CREATE, (sid, snapshot, len(entries), state.memory_generation, now, now))
-                if await created.fetchone() is None:  # another process created it meanwhile
-                    raced = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
-                    raise conflict_error(state, None if raced is None else int(raced[0]))
-                await conn.execute("DELETE FROM session_entries WHERE session_id = %s", (sid,))
-                stored, start, new = 0, 0, entries
-            else:
-                stored, count, generation = row
-                if state.revision != stored:
-                    raise conflict_error(state, stored)
-                plan = EntryPlan(state, count, generation)
-                start, new = count, plan.new_entries
-                if plan.rewrite:
-                    await _detach_branches(conn, sid)
-                    await conn.execute("DELETE FROM session_entries WHERE session_id = %s",
-                                       (sid,))
-                    await conn.execute(_DETACH, (sid,))
-                    start = 0
-                await conn.execute(
-                    _UPDATE, (snapshot, len(entries), state.memory_generation, now, sid))
-            if new:
-                await conn.execute(_APPEND, (sid, start, [entry_json(e) for e in new]))
-        return int(stored) + 1
+        async def write(conn: Any) -> int:
+            return await write_session(conn, state)
+
+        return await self.database.run(write, transaction=True)
 
     async def load_session(self, session_id: str) -> SessionState | None:
-        async with self.database.connection() as conn:
+        async def read(conn: Any) -> Any:
             # Binary: the entry array parses about twice as fast as its text form.
-            row = await (await conn.execute(_LOAD, (session_id,), binary=True)).fetchone()
+            return await (await conn.execute(_LOAD, (session_id,), binary=True)).fetchone()
+
+        row = await self.database.run(read)
         if row is None:
             return None
         snapshot, revision, count, entries, steps, base, base_count = row
@@ -204,7 +175,7 @@ class PostgresCheckpointStore(StepUpdateWriter):
         return decode_entries(session_id, texts)
 
     async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
-        async with self.database.transaction() as conn:
+        async def write(conn: Any) -> None:
             await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
                                (STEP_LOCK, session_id))
             cur = await conn.execute(
@@ -212,6 +183,8 @@ class PostgresCheckpointStore(StepUpdateWriter):
             last = await cur.fetchone()
             at = next_update_time(None if last is None else last[0])
             await conn.execute(_UPSERT_STEP, (session_id, step_id, kind, payload, at))
+
+        await self.database.run(write, transaction=True)
 
     async def delete_session(self, session_id: str) -> bool:
         removed = 0
@@ -230,35 +203,38 @@ class PostgresCheckpointStore(StepUpdateWriter):
     async def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
         check_lease_args(owner, ttl_seconds)
         params: dict[str, Any] = {"sid": session_id, "owner": owner, "ttl": ttl_seconds}
-        async with self.database.connection() as conn:
-            return (await conn.execute(_ACQUIRE_LEASE, params)).rowcount == 1
+        return await self._rowcount(_ACQUIRE_LEASE, params) == 1
 
     async def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
         check_lease_args(owner, ttl_seconds)
-        async with self.database.connection() as conn:
-            cur = await conn.execute(
-                "UPDATE session_leases SET expires_at = clock_timestamp() + "
-                "make_interval(secs => %s) WHERE session_id = %s AND owner = %s",
-                (float(ttl_seconds), session_id, owner),
-            )
-            return cur.rowcount == 1
+        return await self._rowcount(
+            "UPDATE session_leases SET expires_at = clock_timestamp() + "
+            "make_interval(secs => %s) WHERE session_id = %s AND owner = %s",
+            (float(ttl_seconds), session_id, owner),
+        ) == 1
 
     async def release_lease(self, session_id: str, owner: str) -> bool:
-        async with self.database.connection() as conn:
-            cur = await conn.execute(
-                "DELETE FROM session_leases WHERE session_id = %s AND owner = %s",
-                (session_id, owner),
-            )
-            return cur.rowcount == 1
+        return await self._rowcount(
+            "DELETE FROM session_leases WHERE session_id = %s AND owner = %s",
+            (session_id, owner),
+        ) == 1
 
     async def get_lease(self, session_id: str) -> Lease | None:
-        async with self.database.connection() as conn:
-            row = await (await conn.execute(
+        async def read(conn: Any) -> Any:
+            return await (await conn.execute(
                 "SELECT owner, extract(epoch FROM expires_at - clock_timestamp())::float8 "
                 "FROM session_leases WHERE session_id = %s AND expires_at > clock_timestamp()",
                 (session_id,),
             )).fetchone()
+
+        row = await self.database.run(read)
         return None if row is None else Lease(session_id, row[0], row[1])
+
+    async def _rowcount(self, sql: str, params: Any) -> int:
+        async def write(conn: Any) -> int:
+            return int((await conn.execute(sql, params)).rowcount)
+
+        return await self.database.run(write)
 
     async def close(self) -> None:
         """Close the database if this store opened it (idempotent)."""
@@ -292,3 +268,41 @@ async def _detach_branches(conn: Any, session_id: str) -> None:
         if shared:
             await conn.execute(_APPEND, (child, 0, shared))
         await conn.execute(_DETACH, (child,))
+
+
+async def write_session(conn: Any, state: SessionState) -> int:
+    """The statements of a save, inside the caller's transaction; the new revision."""
+    snapshot = snapshot_json(state)
+    sid = state.session_id
+    entries = state.memory_entries
+    now = time.time()
+    # Not pipelined: on a local server psycopg's pipeline mode cost ~100 µs more per
+    # save than it saved in round trips (bench/README.md).
+    row = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
+    if row is None:
+        if state.revision != 0:
+            raise conflict_error(state, None)
+        created = await conn.execute(
+            _CREATE, (sid, snapshot, len(entries), state.memory_generation, now, now))
+        if await created.fetchone() is None:  # another process created it meanwhile
+            raced = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
+            raise conflict_error(state, None if raced is None else int(raced[0]))
+        await conn.execute("DELETE FROM session_entries WHERE session_id = %s", (sid,))
+        stored, start, new = 0, 0, entries
+    else:
+        stored, count, generation = row
+        if state.revision != stored:
+            raise conflict_error(state, stored)
+        plan = EntryPlan(state, count, generation)
+        start, new = count, plan.new_entries
+        if plan.rewrite:
+            await _detach_branches(conn, sid)
+            await conn.execute("DELETE FROM session_entries WHERE session_id = %s",
+                               (sid,))
+            await conn.execute(_DETACH, (sid,))
+            start = 0
+        await conn.execute(
+            _UPDATE, (snapshot, len(entries), state.memory_generation, now, sid))
+    if new:
+        await conn.execute(_APPEND, (sid, start, [entry_json(e) for e in new]))
+    return int(stored) + 1

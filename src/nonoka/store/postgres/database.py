@@ -14,9 +14,9 @@ belongs to the event loop that opened it: use a database from one loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from nonoka.errors import ConfigurationError, MissingExtraError, StoreError
 
@@ -24,7 +24,7 @@ try:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
     from psycopg.types.json import Jsonb as Jsonb  # for the records: only here is psycopg imported
-    from psycopg_pool import AsyncConnectionPool
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
 except ImportError as exc:  # psycopg's own C parts may fail to load, too
     raise MissingExtraError(
         "the PostgreSQL engine needs psycopg 3 and psycopg-pool: "
@@ -36,6 +36,13 @@ from nonoka.store.postgres.migrations import SCHEMA_NAME, migrate
 
 CONNECT_TIMEOUT = 10
 """Seconds to wait for the server when connecting (unless the URL sets its own)."""
+
+_ATTEMPTS = 2
+"""Tries of one unit of work: the first, and one on a fresh connection if it was lost."""
+
+T = TypeVar("T")
+Work = Callable[["psycopg.AsyncConnection[Any]"], Awaitable[T]]
+"""What ``PostgresDatabase.run`` does with a connection."""
 
 
 class PostgresDatabase:
@@ -72,13 +79,16 @@ class PostgresDatabase:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection in autocommit mode; driver errors become ``StoreError``."""
+        """A pooled connection in autocommit mode; driver errors become ``StoreError``.
+
+        The block runs once: ``run`` is the form that retries a lost connection.
+        """
+        pool = await self._pool_or_error()
         try:
-            pool = await self._open()
             async with pool.connection() as conn:
                 yield conn
         except psycopg.Error as exc:
-            raise StoreError(f"{self.where}: {_message(exc)}") from exc
+            raise self._error(exc) from exc
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -86,12 +96,46 @@ class PostgresDatabase:
         async with self.connection() as conn, conn.transaction():
             yield conn
 
+    async def run(self, work: Work[T], *, transaction: bool = False) -> T:
+        """``work(conn)`` on a pooled connection (in one transaction if asked), again on a
+        fresh connection when the first one turns out to be lost.
+
+        The pool checks a connection before lending it, but the server, a pooler or a NAT
+        may drop it between the check and the statement. A transaction on a lost
+        connection was rolled back (or, lost during its commit, committed: then the
+        revision check of a repeated save reports a conflict, never a double write).
+        """
+        pool = await self._pool_or_error()
+        for attempt in range(_ATTEMPTS):
+            try:
+                async with pool.connection() as conn:
+                    if not transaction:
+                        return await work(conn)
+                    async with conn.transaction():
+                        return await work(conn)
+            except psycopg.Error as exc:
+                if attempt + 1 < _ATTEMPTS and connection_lost(exc):
+                    continue
+                raise self._error(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def open(self) -> None:
         """Connect and migrate now rather than on first use."""
+        await self._pool_or_error()
+
+    async def _pool_or_error(self) -> AsyncConnectionPool[Any]:
         try:
-            await self._open()
-        except psycopg.Error as exc:
+            return await self._open()
+        except psycopg.Error as exc:  # cannot connect or migrate: not a lost connection
             raise StoreError(f"{self.where}: {_message(exc)}") from exc
+
+    def _error(self, exc: psycopg.Error) -> StoreError:
+        """A driver error as a ``StoreError``; a lost connection may be retried."""
+        lost = connection_lost(exc)
+        message = f"{self.where}: {_message(exc)}"
+        if lost:
+            message += " (the connection to the database was lost; send the request again)"
+        return StoreError(message, retryable=lost)
 
     async def _open(self) -> AsyncConnectionPool[Any]:
         if self._pool is not None:
@@ -104,6 +148,7 @@ class PostgresDatabase:
                 pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                     self._url, kwargs=self._kwargs, min_size=low, max_size=high,
                     timeout=self._timeout, open=False, name="nonoka",
+                    check=AsyncConnectionPool.check_connection,
                 )
                 await pool.open(wait=False)
                 try:
@@ -124,6 +169,23 @@ class PostgresDatabase:
             pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a driver error means the connection (not the statement) failed.
+
+    The server ended the session (``pg_terminate_backend``, ``idle_session_timeout``, a
+    restart: SQLSTATE class 57P), the connection broke (class 08, or no SQLSTATE at all
+    with the connection closed), or no connection could be had in time.
+    """
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate or ""
+    if state.startswith(("57P", "08")):
+        return True
+    return not state
 
 
 def describe(params: dict[str, Any], schema: str | None = None) -> str:

@@ -19,6 +19,10 @@ from nonoka.store.postgres.database import Jsonb, PostgresDatabase
 from nonoka.store.postgres.migrations import EVENT_LOCK
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nonoka.state import SessionState
+
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
 _UPSERT = index_sql.upsert("%s")
@@ -72,10 +76,21 @@ class PostgresRecordStore:
     # -- SessionIndex ---------------------------------------------------------------------
 
     async def upsert_session(self, record: SessionRecord) -> None:
-        row = record.model_dump(mode="json")
-        row["metadata"] = Jsonb(row["metadata"])
-        async with self.database.connection() as conn:
-            await conn.execute(_UPSERT, [row[c] for c in _COLUMNS])
+        async def write(conn: Any) -> None:
+            await conn.execute(_UPSERT, _row(record))
+
+        await self.database.run(write)
+
+    async def create_session(self, state: SessionState, record: SessionRecord) -> int:
+        """``CreatesIndexed``: the first snapshot and the row in one transaction."""
+        from nonoka.store.postgres.checkpoints import write_session
+
+        async def write(conn: Any) -> int:
+            revision = await write_session(conn, state)
+            await conn.execute(_UPSERT, _row(record))
+            return revision
+
+        return await self.database.run(write, transaction=True)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         found = await self._select("WHERE session_id = %s", session_id)
@@ -114,8 +129,10 @@ class PostgresRecordStore:
         return removed > 0
 
     async def _select(self, where: str, *params: object) -> list[SessionRecord]:
-        async with self.database.connection() as conn:
-            rows = await (await conn.execute(f"{_SELECT} {where}", params)).fetchall()
+        async def read(conn: Any) -> list[Any]:
+            return list(await (await conn.execute(f"{_SELECT} {where}", params)).fetchall())
+
+        rows = await self.database.run(read)
         return [SessionRecord.model_validate(dict(zip(_COLUMNS, r, strict=True)))
                 for r in rows]
 
@@ -124,10 +141,12 @@ class PostgresRecordStore:
     async def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
         """Append with the next ``seq``, computed under the session's advisory lock."""
         params = {"sid": session_id, "at": time.time(), "kind": kind, "data": event_json(data)}
-        async with self.database.transaction() as conn:
+        async def write(conn: Any) -> None:
             await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
                                (EVENT_LOCK, session_id))
             await conn.execute(_APPEND, params)
+
+        await self.database.run(write, transaction=True)
 
     async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
         async with self.database.connection() as conn:
@@ -153,3 +172,9 @@ class PostgresRecordStore:
         """Close the database if this store opened it (idempotent)."""
         if self._owned:
             await self.database.close()
+
+
+def _row(record: SessionRecord) -> list[Any]:
+    row = record.model_dump(mode="json")
+    row["metadata"] = Jsonb(row["metadata"])
+    return [row[c] for c in _COLUMNS]

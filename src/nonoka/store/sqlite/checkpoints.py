@@ -48,7 +48,7 @@ from nonoka.store.base import (
 from nonoka.store.entry_chains import StoredChain
 from nonoka.store.next_calls import StoredNextCall
 from nonoka.store.sqlite import chains, entry_cache, leases, lineage, next_calls
-from nonoka.store.sqlite.database import open_database
+from nonoka.store.sqlite.database import open_database, sqlite_error
 from nonoka.store.sqlite.entry_cache import Decoded
 
 _UPSERT_CHECKPOINT = """
@@ -140,54 +140,58 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 raise
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
-        return StoreError(f"database {self._path}: {exc}")
+        return sqlite_error(self._path, exc)
 
     # -- CheckpointStore ------------------------------------------------------------------
 
     async def save_session(self, state: SessionState) -> int:
+        with self.transaction() as db:
+            return self.write_session(db, state)
+
+    def write_session(self, db: sqlite3.Connection, state: SessionState) -> int:
+        """The statements of ``save_session``, inside the caller's write transaction."""
         snapshot = snapshot_json(state)
         sid = state.session_id
-        with self.transaction() as db:
-            row = db.execute(
-                "SELECT revision, entry_count, memory_generation FROM checkpoints "
-                "WHERE session_id = ?",
-                (sid,),
-            ).fetchone()
-            stored = 0 if row is None else int(row[0])
-            if state.revision != stored:
-                raise conflict_error(state, None if row is None else stored)
-            count, generation = (0, state.memory_generation) if row is None else row[1:]
-            plan = EntryPlan(state, count, generation)
-            start = count
-            if plan.rewrite or row is None:
-                lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
-                db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
-                start = 0
-            if plan.new_entries:
-                texts = [entry_json(e) for e in plan.new_entries]
-                chains = entry_chains(self._chain_before(db, sid, start, stored), (
-                    (e.role, e.content, e.metadata, text)
-                    for e, text in zip(plan.new_entries, texts, strict=True)))
-                db.executemany(
-                    "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
-                    "VALUES (?, ?, ?, ?)",
-                    [(sid, start + i, text, chain.encode())
-                     for i, (text, chain) in enumerate(zip(texts, chains, strict=True))],
-                )
-                if len(self._written) >= 256:
-                    self._written.clear()  # a cache: at worst the chain is read again
-                self._written[sid] = (stored + 1, start + len(texts), chains[-1])
-            elif sid in self._written:
-                self._written[sid] = (stored + 1, *self._written[sid][1:])
-            now = time.time()
-            db.execute(
-                _UPSERT_CHECKPOINT,
-                (sid, snapshot, stored + 1, len(state.memory_entries), state.memory_generation,
-                 now, now),
+        row = db.execute(
+            "SELECT revision, entry_count, memory_generation FROM checkpoints "
+            "WHERE session_id = ?",
+            (sid,),
+        ).fetchone()
+        stored = 0 if row is None else int(row[0])
+        if state.revision != stored:
+            raise conflict_error(state, None if row is None else stored)
+        count, generation = (0, state.memory_generation) if row is None else row[1:]
+        plan = EntryPlan(state, count, generation)
+        start = count
+        if plan.rewrite or row is None:
+            lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
+            db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
+            start = 0
+        if plan.new_entries:
+            texts = [entry_json(e) for e in plan.new_entries]
+            chains = entry_chains(self._chain_before(db, sid, start, stored), (
+                (e.role, e.content, e.metadata, text)
+                for e, text in zip(plan.new_entries, texts, strict=True)))
+            db.executemany(
+                "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
+                "VALUES (?, ?, ?, ?)",
+                [(sid, start + i, text, chain.encode())
+                 for i, (text, chain) in enumerate(zip(texts, chains, strict=True))],
             )
-            if plan.rewrite:
-                db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
-                           "WHERE session_id = ?", (sid,))
+            if len(self._written) >= 256:
+                self._written.clear()  # a cache: at worst the chain is read again
+            self._written[sid] = (stored + 1, start + len(texts), chains[-1])
+        elif sid in self._written:
+            self._written[sid] = (stored + 1, *self._written[sid][1:])
+        now = time.time()
+        db.execute(
+            _UPSERT_CHECKPOINT,
+            (sid, snapshot, stored + 1, len(state.memory_entries), state.memory_generation,
+             now, now),
+        )
+        if plan.rewrite:
+            db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
+                       "WHERE session_id = ?", (sid,))
         return stored + 1
 
     def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int,

@@ -26,6 +26,17 @@ from nonoka.errors import StoreError
 from nonoka.store.sqlite.migrations import apply_migrations, check_known
 
 BUSY_TIMEOUT_SECONDS = 5.0
+"""How long a statement waits for another process's write lock, unless
+``NONOKA_SQLITE_BUSY_TIMEOUT`` (seconds) says otherwise."""
+
+
+def busy_timeout() -> float:
+    """The busy timeout in seconds: ``NONOKA_SQLITE_BUSY_TIMEOUT``, or the default."""
+    raw = os.environ.get("NONOKA_SQLITE_BUSY_TIMEOUT", "").strip()
+    try:
+        return max(float(raw), 0.0) if raw else BUSY_TIMEOUT_SECONDS
+    except ValueError:
+        return BUSY_TIMEOUT_SECONDS
 _MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
 
@@ -43,7 +54,7 @@ def open_database(path: str | os.PathLike[str]) -> sqlite3.Connection:
     _check_header(file, where)
     try:
         db = sqlite3.connect(
-            file, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_SECONDS
+            file, isolation_level=None, check_same_thread=False, timeout=busy_timeout()
         )
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {where}: {exc}") from exc
@@ -83,7 +94,7 @@ def _enable_wal(db: sqlite3.Connection, where: str) -> None:
     """
     if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
         return
-    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    deadline = time.monotonic() + busy_timeout()
     while True:
         try:
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -151,3 +162,18 @@ def _has_wal(file: Path) -> bool:
     with contextlib.suppress(OSError):
         return os.stat(f"{file}-wal").st_size > 0
     return False
+
+
+def sqlite_error(path: Path, exc: sqlite3.Error) -> StoreError:
+    """A failed statement as a ``StoreError``; a lock held too long may be retried.
+
+    Another process holding the write lock past the busy timeout is a passing state:
+    nothing was written, and the same request sent again is expected to succeed.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return StoreError(
+            f"database {path}: {exc} (another process held it for over "
+            f"{busy_timeout():g} s); nothing was written: send the request again",
+            retryable=True)
+    return StoreError(f"database {path}: {exc}")

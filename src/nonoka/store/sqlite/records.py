@@ -21,6 +21,10 @@ from nonoka.store import index_sql
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nonoka.state import SessionState
+
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
 _UPSERT = index_sql.upsert("?")
@@ -90,10 +94,15 @@ class SQLiteRecordStore:
     # -- SessionIndex ---------------------------------------------------------------------
 
     async def upsert_session(self, record: SessionRecord) -> None:
-        row = record.model_dump(mode="json")
-        row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False, allow_nan=False)
         with self._store.transaction() as db:
-            db.execute(_UPSERT, [row[c] for c in _COLUMNS])
+            db.execute(_UPSERT, _row(record))
+
+    async def create_session(self, state: SessionState, record: SessionRecord) -> int:
+        """``CreatesIndexed``: the first snapshot and the row in one transaction."""
+        with self._store.transaction() as db:
+            revision = self._store.write_session(db, state)
+            db.execute(_UPSERT, _row(record))
+        return revision
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         found = self._select("WHERE session_id = ?", session_id)
@@ -172,3 +181,9 @@ class SQLiteRecordStore:
         """Close the connection if this store opened it (idempotent)."""
         if self._owned:
             await self._store.close()
+
+
+def _row(record: SessionRecord) -> list[Any]:
+    row = record.model_dump(mode="json")
+    row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False, allow_nan=False)
+    return [row[c] for c in _COLUMNS]

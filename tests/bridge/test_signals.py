@@ -1,0 +1,155 @@
+"""SIGTERM and SIGINT, at any moment of a bridge turn or a ``nonoka run``, end the turn
+``cancelled`` with the session saved: never a lost signal, a silent death or a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.state import SessionStatus
+from nonoka.testing import text
+from nonoka.testing.server import Delay, ScriptedOpenAIServer
+from tests.conftest import ScriptItem
+from tests.support.bridge import Bridge, chat, load_state, user
+from tests.support.processes import NONOKA, model_env
+
+SIGNALS = {"sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
+
+
+class Events:
+    """Event lines read from a running bridge with a deadline (a hang fails, never blocks)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        self.proc, self.fd, self.buffer = proc, proc.stdout.fileno(), b""
+        self.seen: list[dict[str, Any]] = []
+
+    def until(self, kind: str, timeout: float = 30) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                self.seen.append(json.loads(line))
+                if self.seen[-1]["type"] == kind:
+                    return self.seen
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {kind} within {timeout} s; got {self.seen[-3:]}"
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                data = os.read(self.fd, 1 << 16)
+                assert data, f"the bridge closed stdout before {kind}: {self.seen[-3:]}"
+                self.buffer += data
+
+
+def _finish(proc: subprocess.Popen[bytes]) -> str:
+    """Wait for the exit (input still open), and return stderr."""
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("the bridge did not exit after the signal (stdin still open)") \
+            from None
+    assert proc.stderr is not None and proc.stdout is not None and proc.stdin is not None
+    err = proc.stderr.read().decode()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        stream.close()
+    return err
+
+
+@pytest.mark.parametrize("how", sorted(SIGNALS))
+def test_a_signal_while_a_long_answer_streams(bridge: Bridge, server: ScriptedOpenAIServer,
+                                              scripted: list[ScriptItem], how: str) -> None:
+    """Thousands of chunks wake the event loop while stdout is not read: the loop's
+    wake-up pipe fills; the signal must still stop the turn."""
+    server.chunk_size = 1
+    scripted.append(text("x" * 60_000))
+    proc = bridge.spawn()
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(chat([user("write a lot")], request_id="r1")).encode() + b"\n")
+    proc.stdin.flush()
+    events = Events(proc)
+    sid = events.until("session_init")[-1]["session_id"]
+    events.until("text_delta")
+    time.sleep(1.0)  # nobody reads stdout: the bridge blocks, the HTTP worker piles up
+    proc.send_signal(SIGNALS[how])
+    seen = events.until("finish")
+    err = _finish(proc)
+    assert proc.returncode == 0, err
+    assert seen[-1]["finish_reason"] == "cancelled", seen[-1]
+    assert "Traceback" not in err and "wakeup fd" not in err, err
+    state = load_state(bridge, sid)
+    assert state.status == SessionStatus.CANCELLED
+    assert state.memory_entries[0].content == "write a lot"
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.03, 0.08, 0.14])
+@pytest.mark.parametrize("how", sorted(SIGNALS))
+def test_a_signal_right_after_the_ack(bridge: Bridge, scripted: list[ScriptItem], how: str,
+                                      delay: float) -> None:
+    """Before the runtime has loaded and before any handler of the event loop exists."""
+    scripted.append(Delay(30, text("never sent")))
+    proc = bridge.spawn()
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(chat([user("hello")], request_id="r1")).encode() + b"\n")
+    proc.stdin.flush()
+    events = Events(proc)
+    events.until("protocol_ack")
+    time.sleep(delay)
+    proc.send_signal(SIGNALS[how])
+    seen = events.until("finish")
+    err = _finish(proc)
+    assert proc.returncode == 0, err
+    assert seen[-1]["finish_reason"] == "cancelled" and seen[-1]["request_id"] == "r1", seen
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    started = [e for e in seen if e["type"] == "session_init"]
+    if started:  # the session existed: it was saved as cancelled
+        state = load_state(bridge, started[0]["session_id"])
+        assert state is None or state.status == SessionStatus.CANCELLED
+
+
+def test_a_signal_before_any_request_ends_quietly(bridge: Bridge) -> None:
+    proc = bridge.spawn()
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    err = _finish(proc)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("how", sorted(SIGNALS))
+def test_nonoka_run_saves_the_session_on_a_signal(project: Path, server: ScriptedOpenAIServer,
+                                                  scripted: list[ScriptItem], how: str) -> None:
+    scripted.append(Delay(30, text("never sent")))
+    env = {**os.environ, **model_env(server.base_url)}
+    env.pop("NONOKA_DATABASE_URL", None)
+    proc = subprocess.Popen([*NONOKA, "run", "a long question"], cwd=project, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not server.requests:  # the model call is in flight
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    proc.send_signal(SIGNALS[how])
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "interrupted" in err and "Traceback" not in err, err
+    con = sqlite3.connect(project / ".nonoka" / "sessions.db")
+    try:
+        rows = con.execute("SELECT session_id, status FROM cli_sessions").fetchall()
+        kinds = [k for (k,) in con.execute("SELECT kind FROM events ORDER BY seq")]
+    finally:
+        con.close()
+    assert len(rows) == 1 and rows[0][1] == "cancelled", rows
+    assert "finish" in kinds, kinds
+    bridge = Bridge(project, server)
+    state = load_state(bridge, rows[0][0])
+    assert state.status == SessionStatus.CANCELLED
+    assert [e.content for e in state.memory_entries][-1] == "a long question"
