@@ -25,6 +25,7 @@ from typing import Any
 from nonoka import faults
 from nonoka.errors import NonokaError
 from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
+from nonoka.redact import redact, redact_text
 from nonoka.session import Session
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
@@ -59,8 +60,8 @@ class Journal:
     def __init__(self, stores: ProjectStores, *, title: str = "",
                  metadata: Mapping[str, Any] | None = None) -> None:
         self.stores = stores
-        self.title = title
-        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.title = redact_text(title)
+        self.metadata: dict[str, Any] = redact(dict(metadata or {}))
         self.session_id: str | None = None
         self.usage = TurnUsage()
         self._pending: list[tuple[str, dict[str, Any]]] = []
@@ -74,7 +75,7 @@ class Journal:
     async def log(self, kind: str, data: dict[str, Any]) -> None:
         """Append to the session's timeline; held back until the session is known.
 
-        Secrets are masked by the store on the way in (``nonoka.store.records.redact``).
+        Secrets are masked by the store on the way in (``nonoka.redact.redact``).
         """
         self._pending.append((kind, data))
         await self._flush()
