@@ -26,15 +26,16 @@ def _call(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a command's coroutine; a ``CliError`` becomes its message and exit code."""
     from nonoka.cli.common import AmbiguousSessionError, CliError
     from nonoka.cli.render import print_candidates
+    from nonoka.cli.safe_text import shown
 
     try:
         return asyncio.run(make())
     except AmbiguousSessionError as exc:
-        click.secho(f"nonoka: {exc.message}:", fg="red", err=True)
+        click.secho(f"nonoka: {shown(exc.message)}:", fg="red", err=True)
         print_candidates(exc.candidates)
         raise SystemExit(exc.exit_code) from None
     except CliError as exc:
-        click.secho(f"nonoka: {exc.message}", fg="red", err=True)
+        click.secho(f"nonoka: {shown(exc.message)}", fg="red", err=True)
         raise SystemExit(exc.exit_code) from None
     except KeyboardInterrupt:
         click.echo("\nnonoka: interrupted", err=True)
@@ -118,7 +119,10 @@ def run(message: str, continue_latest: bool, session_ref: str | None, new: bool,
                     f"{usage.output_tokens} out tokens; continue with: nonoka run -c ... "
                     f"or --session {outcome.session_id[:8]}", dim=True, err=True)
         if outcome.error:
-            click.secho(f"nonoka: {outcome.finish}: {outcome.error}", fg="red", err=True)
+            from nonoka.cli.safe_text import shown
+
+            click.secho(f"nonoka: {outcome.finish}: {shown(outcome.error)}", fg="red",
+                        err=True)
     if outcome.finish not in ("stop", "tool_calls"):
         raise SystemExit(1)
 
