@@ -224,6 +224,12 @@ _STORE_ADVICE = (
                           "the request again"),
     ("read-only file system", "the workspace is on a read-only file system: point "
                               "NONOKA_DATABASE_URL at a writable place"),
+    ("database is locked", "another process kept the database locked for longer than the "
+                           "busy timeout: try again when it has finished"),
+    ("authentication failed", "check the user and password in NONOKA_DATABASE_URL"),
+    ("does not exist", "check the user, database and schema named in NONOKA_DATABASE_URL"),
+    ("connection failed", "check that the PostgreSQL server is running and reachable, and "
+                          "that NONOKA_DATABASE_URL names it"),
 )
 
 

@@ -27,6 +27,7 @@ def _call(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     from nonoka.cli.common import AmbiguousSessionError, CliError
     from nonoka.cli.render import print_candidates
     from nonoka.cli.safe_text import shown
+    from nonoka.errors import NonokaError, failure_of
 
     try:
         return asyncio.run(make())
@@ -37,6 +38,10 @@ def _call(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except CliError as exc:
         click.secho(f"nonoka: {shown(exc.message)}", fg="red", err=True)
         raise SystemExit(exc.exit_code) from None
+    except NonokaError as exc:  # a store failing after it opened: one line, what to do
+        click.secho(f"nonoka: {shown(failure_of(exc).message, one_line=True)}", fg="red",
+                    err=True)
+        raise SystemExit(1) from None
     except KeyboardInterrupt:
         click.echo("\nnonoka: interrupted", err=True)
         raise SystemExit(130) from None

@@ -120,6 +120,23 @@ class EventLog(Protocol):
         ...
 
 
+def record_of(row: dict[str, Any]) -> SessionRecord:
+    """An index row as a ``SessionRecord``; a ``StoreError`` that names the session and
+    the column when one holds the wrong type (a row edited by hand)."""
+    from pydantic import ValidationError
+
+    from nonoka.errors import StoreError
+
+    try:
+        return SessionRecord.model_validate(row)
+    except ValidationError as exc:
+        fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
+        raise StoreError(
+            f"the session index row of {str(row.get('session_id'))!r:.60} is damaged "
+            f"({fields} of the wrong type); nothing was changed. Fix or delete that row "
+            "of cli_sessions (the session itself is stored apart)") from None
+
+
 def event_json(data: dict[str, Any]) -> str:
     """Redacted JSON text for an event's data; what JSON cannot encode becomes ``str()``.
 

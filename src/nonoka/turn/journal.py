@@ -118,9 +118,10 @@ class Journal:
         with contextlib.suppress(Exception):
             await self.log("error", {"code": code, "message": message})
 
-    async def finish(self, reason: str) -> None:
+    async def finish(self, reason: str, *, refresh: bool = True) -> None:
         """End the turn: bring the index row up to date and log ``finish`` (never raises)."""
-        await self.refresh()
+        if refresh:
+            await self.refresh()
         with contextlib.suppress(Exception):  # the timeline must not stop the finish
             await self.log("finish", {"finish_reason": reason, **self.usage.as_dict()})
 

@@ -135,9 +135,11 @@ class TurnService:
             await journal.error(failure.code, failure.message)
         return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage)
 
-    async def finish(self, reason: str) -> None:
-        """End the turn in the journal: the index row brought up to date, ``finish`` logged."""
-        await self.journal.finish(reason)
+    async def finish(self, reason: str, *, refresh: bool = True) -> None:
+        """End the turn in the journal: the index row brought up to date (unless not
+        ``refresh``: after a store failure, so a failed turn changes nothing), ``finish``
+        logged."""
+        await self.journal.finish(reason, refresh=refresh)
 
     async def close(self) -> None:
         """Close the stores; the turn has been answered, so a failure is only reported.

@@ -28,6 +28,7 @@ from nonoka.store.base import (
     conflict_error,
     decode_session,
     entry_json,
+    next_revision,
     next_update_time,
     snapshot_json,
 )
@@ -120,6 +121,7 @@ class PostgresCheckpointStore(StepUpdateWriter):
                 stored, count, generation = row
                 if state.revision != stored:
                     raise conflict_error(state, stored)
+                next_revision(sid, stored)
                 plan = EntryPlan(state, count, generation)
                 start, new = count, plan.new_entries
                 if plan.rewrite:

@@ -17,7 +17,13 @@ from typing import Any
 from nonoka.store import index_sql
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
 from nonoka.store.postgres.migrations import EVENT_LOCK
-from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
+from nonoka.store.records import (
+    EventRecord,
+    SessionRecord,
+    UsageSummary,
+    event_json,
+    record_of,
+)
 
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
@@ -116,8 +122,7 @@ class PostgresRecordStore:
     async def _select(self, where: str, *params: object) -> list[SessionRecord]:
         async with self.database.connection() as conn:
             rows = await (await conn.execute(f"{_SELECT} {where}", params)).fetchall()
-        return [SessionRecord.model_validate(dict(zip(_COLUMNS, r, strict=True)))
-                for r in rows]
+        return [record_of(dict(zip(_COLUMNS, r, strict=True))) for r in rows]
 
     # -- EventLog -------------------------------------------------------------------------
 

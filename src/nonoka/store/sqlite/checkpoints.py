@@ -36,8 +36,10 @@ from nonoka.store.base import (
     conflict_error,
     decode_session,
     entry_json,
+    next_revision,
     next_update_time,
     snapshot_json,
+    stored_lease,
 )
 from nonoka.store.next_calls import StoredNextCall
 from nonoka.store.sqlite import leases, next_calls
@@ -134,6 +136,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             stored = 0 if row is None else int(row[0])
             if state.revision != stored:
                 raise conflict_error(state, None if row is None else stored)
+            revision = next_revision(sid, stored)
             count, generation = (0, state.memory_generation) if row is None else row[1:]
             plan = EntryPlan(state, count, generation)
             start = count
@@ -148,10 +151,10 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             now = time.time()
             db.execute(
                 _UPSERT_CHECKPOINT,
-                (sid, snapshot, stored + 1, len(state.memory_entries), state.memory_generation,
+                (sid, snapshot, revision, len(state.memory_entries), state.memory_generation,
                  now, now),
             )
-        return stored + 1
+        return revision
 
     async def load_session(self, session_id: str) -> SessionState | None:
         with self.transaction(write=False) as db:
@@ -249,7 +252,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 "WHERE session_id = ? AND expires_at > ?",
                 (session_id, now),
             ).fetchone()
-        return None if row is None else Lease(session_id, row[0], row[1] - now)
+        return None if row is None else stored_lease(session_id, row[0], row[1], now)
 
     async def close(self) -> None:
         """Close the connection (the last one to close also folds the WAL back in)."""
