@@ -22,8 +22,10 @@ def _escape(match: re.Match[str]) -> str:
 
 def printable(text: str, *, one_line: bool = False) -> str:
     """``text`` with control characters shown as ``\\x1b`` instead of acted upon
-    (tab and newline too when ``one_line``)."""
-    return (_CONTROLS_ONE_LINE if one_line else _CONTROLS).sub(_escape, text)
+    (tab and newline too when ``one_line``; a CRLF line end is a newline)."""
+    if one_line:
+        return _CONTROLS_ONE_LINE.sub(_escape, text)
+    return _CONTROLS.sub(_escape, text.replace("\r\n", "\n"))
 
 
 def shown(text: object, *, one_line: bool = False) -> str:
