@@ -77,9 +77,11 @@ class SQLiteCheckpointStore(StepUpdateWriter):
     store may be shared between threads. Call ``close()`` when done.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, ours_only: bool = False) -> None:
+        """``ours_only``: refuse a SQLite file that holds other tables and not nonoka's
+        (the project's own database; an explicit path may share its file)."""
         self._path = Path(path)
-        self._db: sqlite3.Connection | None = open_database(self._path)
+        self._db: sqlite3.Connection | None = open_database(self._path, ours_only=ours_only)
         self._lock = threading.Lock()
 
     @property

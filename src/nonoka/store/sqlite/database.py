@@ -8,8 +8,10 @@ session index and event log), so they all get the same guarantees:
 - a file that is not a SQLite database, or is visibly truncated, is refused with a
   ``StoreError`` naming the path, before SQLite is allowed to write to it; so is a
   symlink (a repository can commit one pointing at any file: nothing is followed), a
-  FIFO or device, an empty file that is not new (an emptied database), and a SQLite
-  database that is not nonoka's (tables, but no ``nonoka_migrations``);
+  FIFO or device, an empty file that is not new (an emptied database), and, at the
+  project's own ``.nonoka/sessions.db`` (``ours_only``), a SQLite database that is not
+  nonoka's (tables, but no ``nonoka_migrations``): a database named explicitly may
+  share its file with the application's own tables;
 - a file migrated by a newer nonoka is refused with ``UnsupportedVersionError``, also
   before anything is written;
 - WAL journal, ``synchronous=NORMAL`` (durable across process crashes; a power loss can
@@ -37,7 +39,8 @@ NEW_FILE_SECONDS = 10.0
 _COMPANIONS = ("-wal", "-shm", "-journal")
 
 
-def open_database(path: str | os.PathLike[str]) -> sqlite3.Connection:
+def open_database(path: str | os.PathLike[str], *, ours_only: bool = False
+                  ) -> sqlite3.Connection:
     """Open (creating if needed) and migrate the database at ``path``.
 
     The connection is in autocommit mode (``isolation_level=None``): callers open their
@@ -58,18 +61,19 @@ def open_database(path: str | os.PathLike[str]) -> sqlite3.Connection:
         if _identity(file) != identity:  # swapped between the checks and the open
             raise StoreError(f"{where} was replaced while it was being opened; "
                              "the file was left as it is. Try again")
-        _configure(db, where)
+        _configure(db, where, ours_only)
     except BaseException:
         db.close()
         raise
     return db
 
 
-def _configure(db: sqlite3.Connection, where: str) -> None:
+def _configure(db: sqlite3.Connection, where: str, ours_only: bool) -> None:
     try:
         # Read-only checks first: a foreign or newer file must not be touched.
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        _check_ours(db, where)
+        if ours_only:
+            _check_ours(db, where)
         check_known(db, where)
         _enable_wal(db, where)
         db.execute("PRAGMA synchronous = NORMAL")
