@@ -21,6 +21,8 @@
     │   ├── SessionBusyError         session_busy     (retryable) another process runs it
     │   ├── CorruptSessionError      session_corrupt  a stored row cannot be decoded
     │   └── UnsupportedVersionError  store_error      data written by a newer nonoka: upgrade
+    ├── NotAvailableError            internal_error   (web viewer) an action this version
+    │                                                  cannot carry out yet
     ├── ProtocolError                (per line)       a request line is not a usable frame
     │                                                  (the bridge's frame checks)
     └── BridgeError                  internal_error   (provider side) the bridge could not
@@ -231,6 +233,12 @@ _STORE_ADVICE = (
                           "the request again"),
     ("read-only file system", "the workspace is on a read-only file system: point "
                               "NONOKA_DATABASE_URL at a writable place"),
+    ("database is locked", "another process kept the database locked for longer than the "
+                           "busy timeout: try again when it has finished"),
+    ("authentication failed", "check the user and password in NONOKA_DATABASE_URL"),
+    ("does not exist", "check the user, database and schema named in NONOKA_DATABASE_URL"),
+    ("connection failed", "check that the PostgreSQL server is running and reachable, and "
+                          "that NONOKA_DATABASE_URL names it"),
 )
 
 

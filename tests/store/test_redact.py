@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nonoka.store.records import redact
+from nonoka.redact import redact
 
 
 @pytest.mark.parametrize(("text", "secret"), [

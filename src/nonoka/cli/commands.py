@@ -26,6 +26,8 @@ def _call(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a command's coroutine; a ``CliError`` becomes its message and exit code."""
     from nonoka.cli.common import AmbiguousSessionError, CliError
     from nonoka.cli.render import print_candidates
+    from nonoka.cli.safe_text import shown
+    from nonoka.errors import NonokaError, failure_of
 
     try:
         return asyncio.run(_stoppable(make))
@@ -33,12 +35,16 @@ def _call(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         click.echo("\nnonoka: interrupted", err=True)
         raise SystemExit(130) from None
     except AmbiguousSessionError as exc:
-        click.secho(f"nonoka: {exc.message}:", fg="red", err=True)
+        click.secho(f"nonoka: {shown(exc.message)}:", fg="red", err=True)
         print_candidates(exc.candidates)
         raise SystemExit(exc.exit_code) from None
     except CliError as exc:
-        click.secho(f"nonoka: {exc.message}", fg="red", err=True)
+        click.secho(f"nonoka: {shown(exc.message)}", fg="red", err=True)
         raise SystemExit(exc.exit_code) from None
+    except NonokaError as exc:  # a store failing after it opened: one line, what to do
+        click.secho(f"nonoka: {shown(failure_of(exc).message, one_line=True)}", fg="red",
+                    err=True)
+        raise SystemExit(1) from None
 
 
 async def _stoppable(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -146,7 +152,10 @@ def run(message: str, continue_latest: bool, session_ref: str | None, at: int | 
                     f"{usage.output_tokens} out tokens; continue with: nonoka run -c ... "
                     f"or --session {outcome.session_id[:8]}", dim=True, err=True)
         if outcome.error:
-            click.secho(f"nonoka: {outcome.finish}: {outcome.error}", fg="red", err=True)
+            from nonoka.cli.safe_text import shown
+
+            click.secho(f"nonoka: {outcome.finish}: {shown(outcome.error)}", fg="red",
+                        err=True)
     if outcome.finish not in ("stop", "tool_calls"):
         raise SystemExit(1)
 

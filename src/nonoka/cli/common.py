@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from nonoka.errors import NonokaError, failure_of
@@ -43,8 +44,12 @@ def open_stores(project: Path) -> ProjectStores:
 
 
 def has_database(project: Path) -> bool:
-    """Whether there is anything to read: reading commands must not create a database."""
-    return database_url_from_env() is not None or (project / DEFAULT_DATABASE).is_file()
+    """Whether there is anything to read: reading commands must not create a database.
+
+    Anything at the database's path counts (a symlink, a FIFO), so that opening it can
+    refuse it with a reason instead of reporting an empty project.
+    """
+    return database_url_from_env() is not None or os.path.lexists(project / DEFAULT_DATABASE)
 
 
 async def find_session(index: SessionIndex, ref: str) -> SessionRecord:

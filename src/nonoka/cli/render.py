@@ -2,11 +2,14 @@
 
 Piped output is for ``grep`` and scripts, so it has no escape codes and no box drawing;
 ``--json`` is for programs. ``rich`` is imported only when a terminal is there to use it.
+Every field that comes from outside (titles, model output, tool results, event data)
+goes through ``safe_text`` first: credentials masked, control characters escaped.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -15,6 +18,7 @@ from typing import Any, TextIO
 
 import click
 
+from nonoka.cli.safe_text import printable, shown
 from nonoka.events import (
     RunEvent,
     RunWarning,
@@ -22,6 +26,7 @@ from nonoka.events import (
     ToolCallFinished,
     ToolCallRequested,
 )
+from nonoka.redact import redact
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
 
 SHORT_ID = 8
@@ -35,7 +40,12 @@ def is_terminal(stream: TextIO | None = None) -> bool:
 
 
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """JSON with credentials masked; ``json`` escapes C0 controls, DEL and C1 are ours."""
+    text = json.dumps(redact(value), indent=2, ensure_ascii=False, default=str)
+    click.echo(_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
+_C1 = re.compile("[\x7f-\x9f]")
 
 
 # -- small formats -----------------------------------------------------------------------
@@ -75,7 +85,8 @@ def cost(usd: float | None) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    line = " ".join(str(text).split())
+    """One line of at most ``width`` characters, safe to print."""
+    line = shown(" ".join(str(text).split()), one_line=True)
     return line if len(line) <= width else line[:width - 3] + "..."
 
 
@@ -99,9 +110,10 @@ def session_row(record: SessionRecord, now: float | None = None) -> tuple[str, .
     title = record.title or "(untitled)"
     if record.purpose != "chat":
         title = f"[{record.purpose}] {title}"
-    return (short_id(record.session_id), clip(title, TITLE_WIDTH), record.status,
-            str(record.turn_count), tokens(record.input_tokens + record.output_tokens),
-            cost(record.cost_usd), ago(record.last_active, now))
+    return (shown(short_id(record.session_id), one_line=True), clip(title, TITLE_WIDTH),
+            shown(record.status, one_line=True), str(record.turn_count),
+            tokens(record.input_tokens + record.output_tokens), cost(record.cost_usd),
+            ago(record.last_active, now))
 
 
 def print_sessions(records: Sequence[SessionRecord], now: float | None = None) -> None:
@@ -176,7 +188,8 @@ def tree_lines(records: Sequence[SessionRecord], now: float | None = None) -> li
 def print_candidates(candidates: Sequence[SessionRecord]) -> None:
     """The sessions an ambiguous prefix matched, on stderr, full ids first."""
     for record in candidates:
-        click.echo(f"  {record.session_id}  {clip(record.title or '(untitled)', 40)}  "
+        click.echo(f"  {shown(record.session_id, one_line=True)}  "
+                   f"{clip(record.title or '(untitled)', 40)}  "
                    f"({ago(record.last_active)})", err=True)
 
 
@@ -285,7 +298,8 @@ def _timeline(events: Sequence[EventRecord], now: float | None) -> list[tuple[st
             open_request = True
         elif event.kind == "finish":
             open_request = False
-        rows.append((clock(event.at, now), *describe_event(event)))
+        label, text = describe_event(event)
+        rows.append((clock(event.at, now), shown(label, one_line=True), shown(text)))
     return rows
 
 
@@ -308,7 +322,7 @@ def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]
                                     f"{lineage['fork_point']} ({lineage['fork_reason']})"))
     if detail.branches:
         rows.append(("branches", ", ".join(short_id(b) for b in detail.branches)))
-    return rows
+    return [(name, shown(value, one_line=True)) for name, value in rows]
 
 
 def _usage_line(usage: UsageSummary) -> str:
@@ -374,20 +388,21 @@ class StreamPrinter:
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, TextDelta):
-            click.echo(event.text, nl=False)
+            click.echo(printable(event.text), nl=False)
             sys.stdout.flush()
             self._mid_line = not event.text.endswith("\n")
         elif isinstance(event, ToolCallRequested):
             self.end_line()
-            click.secho(f"[tool] {event.call.name} {clip(event.call.arguments, 120)}",
+            click.secho(f"[tool] {clip(event.call.name, 60)} {clip(event.call.arguments, 120)}",
                         fg="blue", err=True)
         elif isinstance(event, ToolCallFinished):
             first = clip(event.content, 100)
-            click.secho(f"[tool] {event.call.name} -> {first}", err=True,
+            click.secho(f"[tool] {clip(event.call.name, 60)} -> {first}", err=True,
                         fg="red" if event.is_error else None, dim=not event.is_error)
         elif isinstance(event, RunWarning):
             self.end_line()
-            click.secho(f"warning: {event.code}: {event.message}", fg="yellow", err=True)
+            click.secho(f"warning: {shown(f'{event.code}: {event.message}')}", fg="yellow",
+                        err=True)
 
     def end_line(self) -> None:
         """Finish a half-written answer line before anything else is printed."""

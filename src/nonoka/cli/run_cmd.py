@@ -37,6 +37,12 @@ SYSTEM_PROMPT = (
 )
 
 
+_STORE_CODES = frozenset({"store_error", "session_corrupt", "session_conflict",
+                          "session_busy"})
+"""Failures of the database: the index row is left as it is (writing it would fail too,
+or change a row the failed turn must leave alone)."""
+
+
 @dataclass
 class TurnOutcome:
     """What ``nonoka run`` reports: the session, the answer, the turn's usage, how it ended."""
@@ -152,7 +158,9 @@ async def _run(turn: TurnService, project: Path, message: str, model: ChatModel,
         await asyncio.shield(turn.finish(reason))
         raise asyncio.CancelledError
     stopped = result.termination if result is not None else None
-    await turn.finish(reason, *((stopped.limit, stopped.detail) if stopped else ()))
+    failed_store = outcome.failure is not None and outcome.failure.code in _STORE_CODES
+    await turn.finish(reason, *((stopped.limit, stopped.detail) if stopped else ()),
+                      refresh=not failed_store)
     sid = outcome.session_id
     if result is None:  # the turn raised: one line, no traceback
         failure = outcome.failure

@@ -36,7 +36,8 @@ def resolve_model(spec: str | ChatModel) -> ChatModel:
     """Turn ``"openai:gpt-4o-mini"`` (or any ``provider:model``) into a model instance.
 
     Every prefix in ``nonoka.llm.wire.PROVIDERS`` speaks the OpenAI-compatible wire
-    format; ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` override the endpoint and key.
+    format; ``OPENAI_BASE_URL`` overrides the endpoint, and each provider sends only its own
+    key variable (``PROVIDERS``).
     """
     if not isinstance(spec, str):
         return spec

@@ -32,12 +32,15 @@ PROVIDERS: dict[str, tuple[str | None, str]] = {
     "openai": (None, "OPENAI_API_KEY"),
     "deepseek": ("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
     "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
-    "vllm": ("http://127.0.0.1:8000/v1", "OPENAI_API_KEY"),
-    "ollama": ("http://127.0.0.1:11434/v1", "OPENAI_API_KEY"),
-    "llamacpp": ("http://127.0.0.1:8080/v1", "OPENAI_API_KEY"),
+    "vllm": ("http://127.0.0.1:8000/v1", "VLLM_API_KEY"),
+    "ollama": ("http://127.0.0.1:11434/v1", "OLLAMA_API_KEY"),
+    "llamacpp": ("http://127.0.0.1:8080/v1", "LLAMACPP_API_KEY"),
 }
 """Provider prefixes that speak the OpenAI-compatible wire format: default base URL (used
-when ``OPENAI_BASE_URL`` is unset) and the variable holding the key."""
+when ``OPENAI_BASE_URL`` is unset) and the variable holding the key. Each provider gets
+only its own variable: a committed ``.nonoka/config.toml`` or a request's ``model`` picks
+the provider, so a fallback to ``OPENAI_API_KEY`` would let a repository send a user's
+OpenAI key to a port or host of its choosing."""
 
 
 class Target(NamedTuple):
@@ -52,7 +55,8 @@ class Target(NamedTuple):
 def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
     """Turn ``"openai:gpt-4o-mini"`` into the model name, base URL and key to use.
 
-    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` override the provider's endpoint and key.
+    ``OPENAI_BASE_URL`` overrides the provider's endpoint; the key is only ever the
+    provider's own variable (``""`` when unset, so no caller falls back to another).
     """
     provider, sep, model = spec.partition(":")
     if not sep or not model:
@@ -67,7 +71,7 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
     default_url, key_variable = PROVIDERS[provider]
     return Target(spec=spec, model=model,
                   base_url=environ.get("OPENAI_BASE_URL") or default_url,
-                  api_key=environ.get(key_variable) or environ.get("OPENAI_API_KEY"))
+                  api_key=environ.get(key_variable) or "")
 
 
 class Endpoint(NamedTuple):

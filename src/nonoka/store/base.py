@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from nonoka.errors import CorruptSessionError, SessionConflictError
+from nonoka.errors import CorruptSessionError, SessionConflictError, StoreError
 from nonoka.messages import MemoryEntry
 from nonoka.state import (
     SessionState,
@@ -114,6 +114,32 @@ def check_lease_args(owner: str, ttl_seconds: float | None = None) -> None:
 
 
 SNAPSHOT_EXCLUDE = {"memory_entries", "revision"}
+
+
+MAX_REVISION = 2**63 - 1
+"""The largest revision both SQL engines can store (a signed 64-bit integer)."""
+
+
+def next_revision(session_id: str, stored: int) -> int:
+    """The revision after ``stored``; a ``StoreError`` (nothing written) at the maximum."""
+    if stored >= MAX_REVISION:
+        raise StoreError(
+            f"session {session_id} cannot be saved again: its stored revision is at the "
+            "largest value the database can hold (the row was edited by hand?); the stored "
+            "session is unchanged. Start a new session")
+    return stored + 1
+
+
+def stored_lease(session_id: str, owner: object, expires_at: object, now: float) -> Lease:
+    """A lease row as a ``Lease``; a ``StoreError`` naming the fix when a column holds
+    the wrong type (a row edited by hand), rather than a failure deep in a turn."""
+    if not isinstance(owner, str) or isinstance(expires_at, bool) \
+            or not isinstance(expires_at, int | float):
+        raise StoreError(
+            f"the lease of session {session_id} is damaged (owner {owner!r:.40}, expires_at "
+            f"{expires_at!r:.40}); nothing was changed. Remove it with: DELETE FROM "
+            f"session_leases WHERE session_id = '{session_id}'")
+    return Lease(session_id, owner, float(expires_at) - now)
 
 
 def snapshot_json(state: SessionState) -> str:

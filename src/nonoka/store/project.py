@@ -117,6 +117,7 @@ def open_project_stores(cwd: Path, database_url: str | None = None) -> ProjectSt
     """
     if database_url is None:
         _make_private_dir(Path(os.path.abspath(cwd)))
+        return _open_sqlite(database_target(cwd)[1], ours_only=True)
     engine, target = database_target(cwd, database_url)
     return _OPENERS[engine](target)
 
@@ -188,11 +189,13 @@ def _make_private_dir(project: Path) -> None:
 # -- engines: one opener each, importing its engine only when called -----------------------
 
 
-def _open_sqlite(path: str) -> ProjectStores:
+def _open_sqlite(path: str, *, ours_only: bool = False) -> ProjectStores:
+    """``ours_only`` for the project's own ``.nonoka/sessions.db``: no other program's
+    database is taken over there."""
     from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
     from nonoka.store.sqlite.records import SQLiteRecordStore
 
-    checkpoints = SQLiteCheckpointStore(path)
+    checkpoints = SQLiteCheckpointStore(path, ours_only=ours_only)
     records = SQLiteRecordStore.from_checkpoints(checkpoints)
     return ProjectStores(checkpoints, records, records, f"sqlite://{path}")
 

@@ -11,12 +11,12 @@ engine.
 from __future__ import annotations
 
 import json
-import os
-import re
 import time
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from nonoka.redact import redact
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -139,61 +139,21 @@ class EventLog(Protocol):
         ...
 
 
-_SECRET_PATTERNS = [
-    re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
-    re.compile(r"(?i)(?<![a-z0-9])([a-z0-9_.-]*(?:api[_-]?key|authorization|token|secret|"
-               r"password|passwd))(\"?\s*[:=]\s*[\"']?)[^\s\"',}]{4,}"),
-    re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-               r"|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b"),
-]
-"""Bearer tokens, ``sk-`` keys, ``NAME_API_KEY=value`` / ``"token": "..."`` assignments,
-and well-known token formats (GitHub, Slack, AWS access key ids)."""
-_SECRET_KEYS = re.compile(r"(?i)(api[_-]?key|authorization|secret|password|token)$")
-_SECRET_ENV_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS")
-_MIN_SECRET = 8
-"""Shorter environment values are not masked: they would blank out ordinary words."""
-_env_secrets: tuple[str, ...] | None = None
+def record_of(row: dict[str, Any]) -> SessionRecord:
+    """An index row as a ``SessionRecord``; a ``StoreError`` that names the session and
+    the column when one holds the wrong type (a row edited by hand)."""
+    from pydantic import ValidationError
 
+    from nonoka.errors import StoreError
 
-def _secret_env_values() -> tuple[str, ...]:
-    """Values of this process's environment variables named like secrets, longest first.
-
-    A key can reach the log in shapes no pattern foresees (an endpoint echoing it in an
-    error, a tool printing its environment), so those values are masked exactly.
-    """
-    global _env_secrets
-    if _env_secrets is None:
-        found = {value for name, value in os.environ.items()
-                 if name.upper().endswith(_SECRET_ENV_NAMES) and len(value) >= _MIN_SECRET}
-        _env_secrets = tuple(sorted(found, key=len, reverse=True))
-    return _env_secrets
-
-
-def redact(value: Any) -> Any:
-    """Replace API keys and tokens anywhere in a JSON-like value (every event is written
-    through this, whatever the engine)."""
-    if isinstance(value, str):
-        for secret in _secret_env_values():
-            if secret in value:
-                value = value.replace(secret, "[redacted]")
-        for pattern in _SECRET_PATTERNS:
-            value = pattern.sub(_mask, value)
-        return value
-    if isinstance(value, dict):
-        return {k: "[redacted]" if isinstance(k, str) and _SECRET_KEYS.search(k)
-                and isinstance(v, str) else redact(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
-    return value
-
-
-def _mask(match: re.Match[str]) -> str:
-    if match.re is _SECRET_PATTERNS[0]:
-        return f"{match.group(1)} [redacted]"
-    if match.re is _SECRET_PATTERNS[2]:
-        return f"{match.group(1)}{match.group(2)}[redacted]"
-    return "[redacted]"
+    try:
+        return SessionRecord.model_validate(row)
+    except ValidationError as exc:
+        fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
+        raise StoreError(
+            f"the session index row of {str(row.get('session_id'))!r:.60} is damaged "
+            f"({fields} of the wrong type); nothing was changed. Fix or delete that row "
+            "of cli_sessions (the session itself is stored apart)") from None
 
 
 def event_json(data: dict[str, Any]) -> str:

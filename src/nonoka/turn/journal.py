@@ -25,6 +25,7 @@ from typing import Any
 from nonoka import faults
 from nonoka.errors import NonokaError
 from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
+from nonoka.redact import redact, redact_text
 from nonoka.session import Session
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import CreatesIndexed, SessionRecord
@@ -59,8 +60,8 @@ class Journal:
     def __init__(self, stores: ProjectStores, *, title: str = "",
                  metadata: Mapping[str, Any] | None = None) -> None:
         self.stores = stores
-        self.title = title
-        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.title = redact_text(title)
+        self.metadata: dict[str, Any] = redact(dict(metadata or {}))
         self.session_id: str | None = None
         self.usage = TurnUsage()
         self.entries: int | None = None
@@ -76,7 +77,7 @@ class Journal:
     async def log(self, kind: str, data: dict[str, Any]) -> None:
         """Append to the session's timeline; held back until the session is known.
 
-        Secrets are masked by the store on the way in (``nonoka.store.records.redact``).
+        Secrets are masked by the store on the way in (``nonoka.redact.redact``).
         """
         self._pending.append((kind, data))
         await self._flush()
@@ -119,13 +120,16 @@ class Journal:
         with contextlib.suppress(Exception):
             await self.log("error", {"code": code, "message": message})
 
-    async def finish(self, reason: str, stopped: Mapping[str, Any] | None = None) -> None:
-        """End the turn: bring the index row up to date and log ``finish`` (never raises).
+    async def finish(self, reason: str, stopped: Mapping[str, Any] | None = None, *,
+                     refresh: bool = True) -> None:
+        """End the turn: bring the index row up to date (unless not ``refresh``: after a
+        store failure, so a failed turn changes nothing) and log ``finish`` (never raises).
 
         ``stopped``: the limit that ended the turn (``limit``, ``detail``), so the timeline
         names it.
         """
-        await self.refresh()
+        if refresh:
+            await self.refresh()
         with contextlib.suppress(Exception):  # the timeline must not stop the finish
             await self.log("finish", {"finish_reason": reason, **self.usage.as_dict(),
                                       **(stopped or {})})

@@ -150,10 +150,14 @@ class TurnService:
             await journal.error(failure.code, failure.message)
         return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage)
 
-    async def finish(self, reason: str, limit: str | None = None, detail: str = "") -> None:
-        """End the turn in the journal: the index row brought up to date, ``finish`` logged
-        (with the limit that stopped the run, when one did, so the timeline names it)."""
-        await self.journal.finish(reason, {"limit": limit, "detail": detail} if limit else None)
+    async def finish(self, reason: str, limit: str | None = None, detail: str = "", *,
+                     refresh: bool = True) -> None:
+        """End the turn in the journal: the index row brought up to date (unless not
+        ``refresh``: after a store failure, so a failed turn changes nothing), ``finish``
+        logged (with the limit that stopped the run, when one did, so the timeline names
+        it)."""
+        await self.journal.finish(reason, {"limit": limit, "detail": detail} if limit else None,
+                                  refresh=refresh)
 
     async def close(self) -> None:
         """Close the stores; the turn has been answered, so a failure is only reported.

@@ -32,6 +32,7 @@ from nonoka.store.base import (
     decode_entries,
     decode_session,
     entry_json,
+    next_revision,
     next_update_time,
     snapshot_json,
 )
@@ -293,6 +294,7 @@ async def write_session(conn: Any, state: SessionState) -> int:
         stored, count, generation = row
         if state.revision != stored:
             raise conflict_error(state, stored)
+        next_revision(sid, stored)
         plan = EntryPlan(state, count, generation)
         start, new = count, plan.new_entries
         if plan.rewrite:

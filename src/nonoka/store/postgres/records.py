@@ -17,7 +17,13 @@ from typing import Any
 from nonoka.store import index_sql
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
 from nonoka.store.postgres.migrations import EVENT_LOCK
-from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
+from nonoka.store.records import (
+    EventRecord,
+    SessionRecord,
+    UsageSummary,
+    event_json,
+    record_of,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,8 +139,7 @@ class PostgresRecordStore:
             return list(await (await conn.execute(f"{_SELECT} {where}", params)).fetchall())
 
         rows = await self.database.run(read)
-        return [SessionRecord.model_validate(dict(zip(_COLUMNS, r, strict=True)))
-                for r in rows]
+        return [record_of(dict(zip(_COLUMNS, r, strict=True))) for r in rows]
 
     # -- EventLog -------------------------------------------------------------------------
 

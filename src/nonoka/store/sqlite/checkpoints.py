@@ -42,8 +42,10 @@ from nonoka.store.base import (
     decode_entries,
     decode_session,
     entry_json,
+    next_revision,
     next_update_time,
     snapshot_json,
+    stored_lease,
 )
 from nonoka.store.entry_chains import StoredChain
 from nonoka.store.next_calls import StoredNextCall
@@ -95,9 +97,11 @@ class SQLiteCheckpointStore(StepUpdateWriter):
     store may be shared between threads. Call ``close()`` when done.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, ours_only: bool = False) -> None:
+        """``ours_only``: refuse a SQLite file that holds other tables and not nonoka's
+        (the project's own database; an explicit path may share its file)."""
         self._path = Path(path)
-        self._db: sqlite3.Connection | None = open_database(self._path)
+        self._db: sqlite3.Connection | None = open_database(self._path, ours_only=ours_only)
         self._lock = threading.Lock()
         self._written: dict[str, tuple[int, int, Chain]] = {}
         """Per session: the revision this store last saved, its entry count and chain."""
@@ -160,6 +164,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         stored = 0 if row is None else int(row[0])
         if state.revision != stored:
             raise conflict_error(state, None if row is None else stored)
+        revision = next_revision(sid, stored)
         count, generation = (0, state.memory_generation) if row is None else row[1:]
         plan = EntryPlan(state, count, generation)
         start = count
@@ -180,19 +185,19 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             )
             if len(self._written) >= 256:
                 self._written.clear()  # a cache: at worst the chain is read again
-            self._written[sid] = (stored + 1, start + len(texts), chains[-1])
+            self._written[sid] = (revision, start + len(texts), chains[-1])
         elif sid in self._written:
-            self._written[sid] = (stored + 1, *self._written[sid][1:])
+            self._written[sid] = (revision, *self._written[sid][1:])
         now = time.time()
         db.execute(
             _UPSERT_CHECKPOINT,
-            (sid, snapshot, stored + 1, len(state.memory_entries), state.memory_generation,
+            (sid, snapshot, revision, len(state.memory_entries), state.memory_generation,
              now, now),
         )
         if plan.rewrite:
             db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
                        "WHERE session_id = ?", (sid,))
-        return stored + 1
+        return revision
 
     def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int,
                       revision: int) -> Chain:
@@ -355,7 +360,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 "WHERE session_id = ? AND expires_at > ?",
                 (session_id, now),
             ).fetchone()
-        return None if row is None else Lease(session_id, row[0], row[1] - now)
+        return None if row is None else stored_lease(session_id, row[0], row[1], now)
 
     async def close(self) -> None:
         """Close the connection (the last one to close also folds the WAL back in)."""

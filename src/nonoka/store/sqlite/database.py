@@ -6,7 +6,12 @@ session index and event log), so they all get the same guarantees:
 - a new file (and SQLite's ``-wal``/``-shm`` files, which copy its mode) is created
   owner-only, and a parent directory we create is ``0700``;
 - a file that is not a SQLite database, or is visibly truncated, is refused with a
-  ``StoreError`` naming the path, before SQLite is allowed to write to it;
+  ``StoreError`` naming the path, before SQLite is allowed to write to it; so is a
+  symlink (a repository can commit one pointing at any file: nothing is followed), a
+  FIFO or device, an empty file that is not new (an emptied database), and, at the
+  project's own ``.nonoka/sessions.db`` (``ours_only``), a SQLite database that is not
+  nonoka's (tables, but no ``nonoka_migrations``): a database named explicitly may
+  share its file with the application's own tables;
 - a file migrated by a newer nonoka is refused with ``UnsupportedVersionError``, also
   before anything is written;
 - WAL journal, ``synchronous=NORMAL`` (durable across process crashes; a power loss can
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 
@@ -39,9 +45,13 @@ def busy_timeout() -> float:
         return BUSY_TIMEOUT_SECONDS
 _MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
+NEW_FILE_SECONDS = 10.0
+"""An empty file younger than this is a database another process is creating."""
+_COMPANIONS = ("-wal", "-shm", "-journal")
 
 
-def open_database(path: str | os.PathLike[str]) -> sqlite3.Connection:
+def open_database(path: str | os.PathLike[str], *, ours_only: bool = False
+                  ) -> sqlite3.Connection:
     """Open (creating if needed) and migrate the database at ``path``.
 
     The connection is in autocommit mode (``isolation_level=None``): callers open their
@@ -50,8 +60,8 @@ def open_database(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """
     file = Path(path)
     where = f"database {file}"
-    _create_private(file)
-    _check_header(file, where)
+    created = _create_private(file)
+    identity = _check_header(file, where, created)
     try:
         db = sqlite3.connect(
             file, isolation_level=None, check_same_thread=False, timeout=busy_timeout()
@@ -59,17 +69,22 @@ def open_database(path: str | os.PathLike[str]) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {where}: {exc}") from exc
     try:
-        _configure(db, where)
+        if _identity(file) != identity:  # swapped between the checks and the open
+            raise StoreError(f"{where} was replaced while it was being opened; "
+                             "the file was left as it is. Try again")
+        _configure(db, where, ours_only)
     except BaseException:
         db.close()
         raise
     return db
 
 
-def _configure(db: sqlite3.Connection, where: str) -> None:
+def _configure(db: sqlite3.Connection, where: str, ours_only: bool) -> None:
     try:
         # Read-only checks first: a foreign or newer file must not be touched.
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if ours_only:
+            _check_ours(db, where)
         check_known(db, where)
         _enable_wal(db, where)
         db.execute("PRAGMA synchronous = NORMAL")
@@ -108,8 +123,27 @@ def _enable_wal(db: sqlite3.Connection, where: str) -> None:
         raise StoreError(f"{where}: cannot use the WAL journal mode (got {mode!r})")
 
 
-def _create_private(file: Path) -> None:
-    """Create the parent (0700) and an empty file (0600) unless they exist."""
+def _check_ours(db: sqlite3.Connection, where: str) -> None:
+    """Refuse a SQLite database of something else: it would get nonoka's tables."""
+    tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    if tables and ("nonoka_migrations",) not in tables:
+        raise StoreError(
+            f"{where} is a SQLite database, but not nonoka's (it has no nonoka_migrations "
+            "table); the file was left as it is. Point NONOKA_DATABASE_URL elsewhere or "
+            "move the file away"
+        )
+
+
+def _identity(file: Path) -> tuple[int, int] | None:
+    with contextlib.suppress(OSError):
+        info = os.lstat(file)
+        return info.st_dev, info.st_ino
+    return None
+
+
+def _create_private(file: Path) -> bool:
+    """Create the parent (0700) and an empty file (0600) unless they exist; whether the
+    file was created here."""
     parent = file.parent
     if not parent.exists():
         try:
@@ -119,27 +153,56 @@ def _create_private(file: Path) -> None:
         else:
             os.chmod(parent, 0o700)  # mkdir's mode is filtered by the umask
     try:
-        fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
-        return
+        return False
     except OSError as exc:
         raise StoreError(f"cannot create database {file}: {exc}") from exc
     try:
         os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+    return True
 
 
-def _check_header(file: Path, where: str) -> None:
-    """Refuse a non-empty file that is not SQLite, or is shorter than its header says."""
+def _check_header(file: Path, where: str, created: bool) -> tuple[int, int]:
+    """Refuse what is not a regular file of our own (a symlink, a FIFO, SQLite's side
+    files as symlinks), an old empty file, a non-empty file that is not SQLite, or one
+    shorter than its header says. Returns the file's identity, checked again once open."""
+    for companion in _COMPANIONS:
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.lstat(f"{file}{companion}").st_mode):
+                raise StoreError(
+                    f"{where}: {file.name}{companion} is not a regular file (a symlink?); "
+                    "nonoka does not follow links for its database. Remove it")
     try:
-        with file.open("rb") as handle:
-            head = handle.read(_HEADER_SIZE)
-            size = os.fstat(handle.fileno()).st_size
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if os.path.islink(file):
+            raise StoreError(
+                f"{where} is a symlink; nonoka does not follow links for its database (a "
+                "repository could commit one pointing at any file). Remove the link, or "
+                "point NONOKA_DATABASE_URL at the real file") from exc
+        raise StoreError(f"cannot read {where}: {exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(f"{where} is not a regular file (a FIFO, device or socket); "
+                             "the file was left as it is. Move it away")
+        head = os.pread(fd, _HEADER_SIZE, 0)
     except OSError as exc:
         raise StoreError(f"cannot read {where}: {exc}") from exc
+    finally:
+        os.close(fd)
+    size, identity = info.st_size, (info.st_dev, info.st_ino)
     if not head:
-        return  # a new, empty database
+        if not created and time.time() - info.st_mtime > NEW_FILE_SECONDS \
+                and not _has_wal(file):
+            raise StoreError(
+                f"{where} is empty (0 bytes) but not new: a database that was emptied, or "
+                "a file that is not nonoka's; the file was left as it is. Restore it from "
+                "a backup, or move it away to start a new one")
+        return identity  # a new, empty database
     if len(head) < _HEADER_SIZE or not head.startswith(_MAGIC):
         raise StoreError(
             f"{where} is not a SQLite database (bad or truncated header); "
@@ -156,6 +219,7 @@ def _check_header(file: Path, where: str) -> None:
             f"{where} is truncated ({size} bytes, its header says {page_size * pages}); "
             "the file was left as it is. Restore it from a backup or move it away."
         )
+    return identity
 
 
 def _has_wal(file: Path) -> bool:

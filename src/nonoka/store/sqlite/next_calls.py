@@ -81,8 +81,9 @@ class SQLiteNextCalls:
     def open_existing(cls, path: str) -> SQLiteNextCalls | None:
         """The store for the file at ``path``, or ``None`` when it does not exist, was not
         set up by the SQLite engine (WAL) or lacks migrations. A file a newer nonoka
-        migrated raises ``UnsupportedVersionError``."""
-        if not os.path.isfile(path):
+        migrated raises ``UnsupportedVersionError``. A symlink is left to the engine,
+        which refuses it."""
+        if os.path.islink(path) or not os.path.isfile(path):
             return None
         uri = Path(os.path.abspath(path)).as_uri() + "?mode=rw"  # never creates the file
         db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2)

@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from nonoka.store import index_sql
-from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
+from nonoka.store.records import (
+    EventRecord,
+    SessionRecord,
+    UsageSummary,
+    event_json,
+    record_of,
+)
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 
 TYPE_CHECKING = False
@@ -141,8 +147,7 @@ class SQLiteRecordStore:
         with self._store.transaction(write=False) as db:
             rows = db.execute(f"{_SELECT} {where}", params).fetchall()
         return [
-            SessionRecord.model_validate({**dict(zip(_COLUMNS, r, strict=True)),
-                                          "metadata": json.loads(r[-1])})
+            record_of({**dict(zip(_COLUMNS, r, strict=True)), "metadata": json.loads(r[-1])})
             for r in rows
         ]
 
