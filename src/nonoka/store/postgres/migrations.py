@@ -130,6 +130,41 @@ async def m003_session_leases(conn: AsyncConnection[Any]) -> None:
         )""")
 
 
+SEARCH_CONFIG = "simple"
+"""The text search configuration: lower-cased words, no stemming and no stop words, the
+closest match to SQLite FTS5's ``unicode61`` tokenizer (``nonoka.ops.search``)."""
+ENTRY_VECTOR = "to_tsvector('simple', nonoka_search_text({e}))"
+"""The expression the entry search index is built on; queries must use it verbatim."""
+TITLE_VECTOR = "to_tsvector('simple', {t})"
+
+
+@migration
+async def m004_search_index(conn: AsyncConnection[Any]) -> None:
+    """Full-text search over conversation entries and titles (``nonoka.ops.search``).
+
+    GIN expression indexes: nothing is stored twice and no table is rewritten.
+    ``nonoka_search_text`` is an entry's content and its tool calls (as JSON text); a
+    row that is not JSON (or holds what ``json`` cannot turn into text) is indexed as it
+    is, and the text is cut at 100,000 characters (a ``tsvector`` holds at most 1 MB), so
+    indexing never makes a write fail.
+    """
+    await conn.execute(
+        """CREATE FUNCTION nonoka_search_text(entry text) RETURNS text
+        LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+        BEGIN
+            RETURN left(coalesce(entry::json ->> 'content', '') || ' ' ||
+                        coalesce(entry::json -> 'metadata' ->> 'tool_calls', ''), 100000);
+        EXCEPTION WHEN others THEN
+            RETURN left(entry, 100000);
+        END $$""")
+    await conn.execute(
+        f"CREATE INDEX session_entries_search ON session_entries "
+        f"USING gin (({ENTRY_VECTOR.format(e='entry_json')}))")
+    await conn.execute(
+        f"CREATE INDEX cli_sessions_search ON cli_sessions "
+        f"USING gin (({TITLE_VECTOR.format(t='title')}))")
+
+
 # -- the runner's PostgreSQL side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (
