@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from nonoka.errors import NonokaError
+from nonoka.errors import ConfigurationError
 from nonoka.ops import jsonl
 from nonoka.ops.backends import backend_for
 from nonoka.ops.model import EventRow, SessionHead, StepRow
@@ -29,16 +29,10 @@ OnConflict = Literal["skip", "rename", "fail"]
 HEADER_LIMIT = 64 * 1024
 
 
-class ImportFileError(NonokaError):
-    """The file is not a complete nonoka export; nothing was imported."""
-
-    code = "invalid_request"
-
-
-class ImportConflictError(NonokaError):
-    """A session in the file is already stored (``on_conflict="fail"``)."""
-
-    code = "invalid_request"
+ImportFileError = ConfigurationError
+"""The file is not a complete nonoka export (a caller mistake); nothing was imported."""
+ImportConflictError = ConfigurationError
+"""A session in the file is already stored and ``on_conflict="fail"``."""
 
 
 @dataclass

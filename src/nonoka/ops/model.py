@@ -51,6 +51,7 @@ class SessionSummary:
     session_id: str
     status: str
     last_active: float
+    """The index row's (what ``sessions list`` shows), else the checkpoint's last save."""
     model: str = ""
     purpose: str = "chat"
     forked_from: str | None = None

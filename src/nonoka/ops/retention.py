@@ -10,7 +10,8 @@ keep_last = 20                                 # the default is 0
 ``maybe_apply`` is called by the human commands (``nonoka run``, ``nonoka sessions``),
 never by the per-turn bridge. Its first step is one ``stat`` of a stamp file
 (``.nonoka/retention.stamp``); only when that is older than a day does it read the
-configuration and prune, then touch the stamp, so the normal path pays microseconds.
+configuration and prune, then touch the stamp, so the normal path pays microseconds
+(without a ``[retention]`` table nothing is written, the check is one more ``stat``).
 """
 
 from __future__ import annotations
@@ -89,8 +90,7 @@ async def maybe_apply(project: Path, now: float | None = None) -> list[str] | No
         return None
     retention = read_retention(project)
     if retention is None:
-        touch(project)
-        return None
+        return None  # nothing configured: nothing written either
     from nonoka.ops.prune import prune
     from nonoka.turn.project import open_stores
 

@@ -109,7 +109,7 @@ class MemoryOps:
             record = index.get(sid)
             snapshot, updated = heads.get(sid, ("{}", 0.0))
             status = record.status if record else _status(snapshot)
-            last = max(updated, record.last_active if record else 0.0)
+            last = record.last_active if record else updated
             parent = record.metadata.get("forked_from") if record else None
             out.append(SessionSummary(sid, status, last, record.model if record else "",
                                       record.purpose if record else "chat",

@@ -133,7 +133,7 @@ class PostgresOps:
     async def summaries(self) -> list[SessionSummary]:
         sql = """
         SELECT c.session_id, coalesce(s.status, c.state_json::json ->> 'status', ''),
-               greatest(c.updated_at, coalesce(s.last_active, 0)), coalesce(s.model, ''),
+               coalesce(s.last_active, c.updated_at), coalesce(s.model, ''),
                coalesce(s.metadata ->> 'purpose', 'chat'), s.metadata ->> 'forked_from'
         FROM checkpoints c LEFT JOIN cli_sessions s ON s.session_id = c.session_id
         UNION ALL

@@ -133,7 +133,7 @@ class SQLiteOps:
     async def summaries(self) -> list[SessionSummary]:
         sql = """
         SELECT c.session_id, coalesce(s.status, json_extract(c.state_json, '$.status'), ''),
-               max(c.updated_at, coalesce(s.last_active, 0)), coalesce(s.model, ''),
+               coalesce(s.last_active, c.updated_at), coalesce(s.model, ''),
                coalesce(json_extract(s.metadata, '$.purpose'), 'chat'),
                json_extract(s.metadata, '$.forked_from')
         FROM checkpoints c LEFT JOIN cli_sessions s ON s.session_id = c.session_id
