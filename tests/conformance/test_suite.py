@@ -11,6 +11,7 @@ from nonoka.testing.conformance import (
     CheckpointStoreSuite,
     RecordStoreSuite,
     SessionLeasesSuite,
+    SessionOpsSuite,
     StoredRowsSuite,
 )
 
@@ -28,4 +29,8 @@ class TestSessionLeases(SessionLeasesSuite):
 
 
 class TestRecordStore(RecordStoreSuite):
+    pass
+
+
+class TestSessionOps(SessionOpsSuite):
     pass

@@ -140,9 +140,15 @@ def plan(handle: BinaryIO) -> list[_Planned]:
                               f"{HEADER_LIMIT} bytes); nothing was imported")
     check_header(1, first)
     planner = _Planner()
-    for number, offset, raw in _lines(handle, 2):
-        planner.line(number, offset, raw)
-    return planner.finish()
+    try:
+        for number, offset, raw in _lines(handle, 2):
+            planner.line(number, offset, raw)
+        return planner.finish()
+    except ImportFileError as exc:
+        message = str(exc)
+        if "othing was imported" in message:
+            raise
+        raise ImportFileError(f"{message}; nothing was imported") from None
 
 
 _SECTIONS = ("entries", "steps", "events")
