@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 
@@ -194,27 +194,28 @@ def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
         raise click.UsageError("give session ids, or --all")
     write = export_jsonl if fmt == "jsonl" else export_markdown
 
-    async def go() -> int:
-        async with _stores(Path.cwd()) as stores:
-            ids = None if everything else await _ids(stores, refs)
-            if output is None:
-                return await write(stores, ids, sys.stdout)
-            if output.exists() and not output.is_file():  # a device or a pipe: as it is
-                with output.open("w", encoding="utf-8") as out:
-                    return await write(stores, ids, out)
-            partial = output.with_name(output.name + ".partial")
-            try:
-                with partial.open("w", encoding="utf-8") as out:
-                    count = await write(stores, ids, out)
-                os.replace(partial, output)
-            finally:
-                if partial.exists():
-                    partial.unlink()
-            return count
+    def go(out: TextIO) -> Callable[[], Coroutine[Any, Any, int]]:
+        async def export() -> int:
+            async with _stores(Path.cwd()) as stores:
+                ids = None if everything else await _ids(stores, refs)
+                return await write(stores, ids, out)
+        return export
 
-    count = _run(go)
-    if output is not None:
-        click.echo(f"exported {count} session(s) to {output}", err=True)
+    if output is None:
+        _run(go(sys.stdout))
+        return
+    if output.exists() and not output.is_file():  # a device or a pipe: written as it is
+        with output.open("w", encoding="utf-8") as out:
+            count = _run(go(out))
+    else:
+        partial = output.with_name(output.name + ".partial")
+        try:
+            with partial.open("w", encoding="utf-8") as out:
+                count = _run(go(out))
+            os.replace(partial, output)
+        finally:
+            partial.unlink(missing_ok=True)
+    click.echo(f"exported {count} session(s) to {output}", err=True)
 
 
 @click.command("import")

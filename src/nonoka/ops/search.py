@@ -32,3 +32,27 @@ async def search(stores: ProjectStores, query: SearchQuery) -> list[SearchHit]:
                               snippet(text, query_words), hit.title, hit.status,
                               hit.last_active))
     return hits
+
+
+def session_match(engine: str, text: str) -> tuple[str, list[object]] | None:
+    """A SQL condition on ``cli_sessions`` rows (``?`` placeholders) that holds for the
+    sessions whose entries or title hold every word of ``text``; ``None`` when ``text``
+    has no word. For listings that filter sessions rather than list matches (the web
+    viewer)."""
+    query_words = words(text)
+    if not query_words:
+        return None
+    if engine == "sqlite":
+        from nonoka.ops.text import fts5_query
+
+        return ("cli_sessions.session_id IN (SELECT d.session_id FROM session_search f "
+                "CROSS JOIN search_docs d ON d.doc = f.rowid WHERE session_search MATCH ?)",
+                [fts5_query(query_words)])
+    from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG, TITLE_VECTOR
+
+    tsquery = f"plainto_tsquery('{SEARCH_CONFIG}', ?)"
+    entry = ENTRY_VECTOR.format(e="e.entry_json")
+    title = TITLE_VECTOR.format(t="cli_sessions.title")
+    return (f"({title} @@ {tsquery} OR EXISTS (SELECT 1 FROM session_entries e WHERE "
+            f"e.session_id = cli_sessions.session_id AND {entry} @@ {tsquery}))",
+            [" ".join(query_words)] * 2)

@@ -3,9 +3,10 @@
 The rest of the ui package never imports the store: it calls ``UiData`` and gets back
 the types re-exported here. Store modules, table names and the two SQL dialects are
 known in this module only, so when storage is reorganised, lineage gets its own
-columns or full-text search arrives, this is the one file to change (``_text_match`` is
-the search switch; ``lineage_of`` reads ``forked_from``/``fork_point`` from the index
-row's metadata; ``fork_session`` and ``export_session`` are the hooks still to wire).
+columns or full-text search arrives, this is the one file to change (``_text_match``
+searches through ``nonoka.ops.search``'s full-text index; ``lineage_of`` reads
+``forked_from``/``fork_point`` from the index row's metadata; ``fork_session`` and
+``export_session`` are the hooks still to wire).
 
 Reads go through the stores' own connections (``SQLiteCheckpointStore.transaction``, a
 PostgreSQL store's ``database``), each in one read transaction, and page everything
@@ -282,19 +283,29 @@ class UiData:
         return where, params
 
     def _text_match(self, text: str) -> tuple[str, list[object]]:
-        """The search: title, model, id prefix and the conversation's text.
+        """The search: title, model, id prefix and the conversation's text, literally.
 
-        A plain pattern match, portable across engines; the place to switch to the
-        full-text index once the store has one.
+        The full-text index (``nonoka.ops.search``) picks the sessions whose entries hold
+        the words of ``text``; only their entries are then matched by pattern, so a
+        search over a large database does not read every entry.
         """
+        from nonoka.ops.search import session_match
+
         like = self._dialect.like
         pattern = "%" + _escape_like(text) + "%"
         entries = (f"EXISTS (SELECT 1 FROM session_entries e WHERE e.session_id = "
                    f"cli_sessions.session_id AND {self._dialect.entry_content()} {like} ? "
                    "ESCAPE '\\')")
+        params: list[object] = [pattern, pattern, _escape_like(text) + "%"]
+        indexed = session_match(self.engine, text)
+        if indexed is None:
+            params.append(pattern)
+        else:
+            entries = f"({indexed[0]} AND {entries})"
+            params += [*indexed[1], pattern]
         clause = (f"(title {like} ? ESCAPE '\\' OR model {like} ? ESCAPE '\\' OR "
                   f"session_id LIKE ? ESCAPE '\\' OR {entries})")
-        return clause, [pattern, pattern, _escape_like(text) + "%", pattern]
+        return clause, params
 
     async def get_session(self, ref: str) -> SessionRecord | None:
         """The session whose id is ``ref`` (or the only one starting with it)."""

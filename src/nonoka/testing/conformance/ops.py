@@ -266,7 +266,7 @@ class SessionOpsSuite:
 def _write(text: str) -> Path:
     import tempfile
 
-    handle = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8")
-    with handle:
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False,
+                                     encoding="utf-8") as handle:
         handle.write(text)
     return Path(handle.name)
