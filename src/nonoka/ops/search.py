@@ -1,10 +1,12 @@
 """``nonoka sessions search``: full-text search over entries, titles and tool calls.
 
-Every word of the query must occur in a document (an entry, or a session's title),
-case-insensitively; the words are extracted here and handed to the engine, so query
-syntax characters are just separators. SQLite answers from its FTS5 index, newest
-written document first; PostgreSQL from GIN indexes, most recently active session first
-(then latest position); the memory engine like PostgreSQL, without an index.
+Every word of the query must occur, case-insensitively, in an entry (its content or its
+tool calls: whole words) or in a session's title (anywhere in it). The words are
+extracted here and handed to the engine, so query syntax characters are just
+separators. Matching titles come first (most recently active session first), then
+entries: SQLite answers from its FTS5 index, newest written entry first; PostgreSQL
+from a GIN index, most recently active session first, then latest position; the memory
+engine like PostgreSQL, without an index.
 """
 
 from __future__ import annotations
@@ -36,9 +38,8 @@ async def search(stores: ProjectStores, query: SearchQuery) -> list[SearchHit]:
 
 def session_match(engine: str, text: str) -> tuple[str, list[object]] | None:
     """A SQL condition on ``cli_sessions`` rows (``?`` placeholders) that holds for the
-    sessions whose entries or title hold every word of ``text``; ``None`` when ``text``
-    has no word. For listings that filter sessions rather than list matches (the web
-    viewer)."""
+    sessions with an entry holding every word of ``text``; ``None`` when ``text`` has no
+    word. For listings that filter sessions rather than list matches (the web viewer)."""
     query_words = words(text)
     if not query_words:
         return None
@@ -48,11 +49,9 @@ def session_match(engine: str, text: str) -> tuple[str, list[object]] | None:
         return ("cli_sessions.session_id IN (SELECT d.session_id FROM session_search f "
                 "CROSS JOIN search_docs d ON d.doc = f.rowid WHERE session_search MATCH ?)",
                 [fts5_query(query_words)])
-    from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG, TITLE_VECTOR
+    from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG
 
-    tsquery = f"plainto_tsquery('{SEARCH_CONFIG}', ?)"
     entry = ENTRY_VECTOR.format(e="e.entry_json")
-    title = TITLE_VECTOR.format(t="cli_sessions.title")
-    return (f"({title} @@ {tsquery} OR EXISTS (SELECT 1 FROM session_entries e WHERE "
-            f"e.session_id = cli_sessions.session_id AND {entry} @@ {tsquery}))",
-            [" ".join(query_words)] * 2)
+    return (f"EXISTS (SELECT 1 FROM session_entries e WHERE e.session_id = "
+            f"cli_sessions.session_id AND {entry} @@ plainto_tsquery('{SEARCH_CONFIG}', ?))",
+            [" ".join(query_words)])

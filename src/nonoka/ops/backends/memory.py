@@ -1,7 +1,8 @@
 """Session operations on the in-memory engine: the reference the SQL engines match.
 
 Search reads every entry (there is no index) with the same word rules as the SQL
-engines, ordered like PostgreSQL: most recently active session first, then position.
+engines, ordered like PostgreSQL: matching titles first, then entries of the most
+recently active session first, latest position first.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class MemoryOps:
             rows = {sid: list(row.entries) for sid, row in self.db.checkpoints.items()}
             index = {sid: SessionRecord.model_validate_json(t)
                      for sid, t in self.records.sessions.items()}
-        hits: list[tuple[float, int, RawHit]] = []
+        titles: list[tuple[float, str, RawHit]] = []
+        hits: list[tuple[float, str, int, RawHit]] = []
         for sid in set(rows) | set(index):
             record = index.get(sid)
             if not _keeps(record, query):
@@ -88,15 +90,16 @@ class MemoryOps:
             title = record.title if record else ""
             last = record.last_active if record else None
             status = record.status if record else ""
-            docs = [(n, text, entry_text(text)[1]) for n, text in enumerate(rows.get(sid, []))]
-            if title:
-                docs.append((-1, title, title))
-            for seq, raw, body in docs:
-                if wanted <= document_words(body):
-                    hits.append((-(last or 0.0), -seq,
+            if title and all(w in title.casefold() for w in wanted):
+                titles.append((-(last or 0.0), sid, RawHit(sid, -1, title, title, status, last)))
+            for seq, raw in enumerate(rows.get(sid, [])):
+                if wanted <= document_words(entry_text(raw)[1]):
+                    hits.append((-(last or 0.0), sid, -seq,
                                  RawHit(sid, seq, raw, title, status, last)))
-        hits.sort(key=lambda h: (h[0], h[2].session_id, h[1]))
-        return [h[2] for h in hits[: query.limit]]
+        titles.sort(key=lambda h: (h[0], h[1]))
+        hits.sort(key=lambda h: (h[0], h[1], h[2]))
+        found = [h[2] for h in titles[: query.limit]] + [h[3] for h in hits[: query.limit]]
+        return found[: query.limit]
 
     async def summaries(self) -> list[SessionSummary]:
         with self.db.lock, self.records.lock:

@@ -27,7 +27,7 @@ from nonoka.ops.model import (
 from nonoka.store import index_sql
 from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
-from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG, TITLE_VECTOR
+from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG
 from nonoka.store.project import ProjectStores
 
 BATCH = 2000
@@ -114,21 +114,23 @@ class PostgresOps:
             params["model"] = query.model
         extra = "".join(f" AND {w}" for w in where)
         entry_vector = ENTRY_VECTOR.format(e="e.entry_json")
-        title_vector = TITLE_VECTOR.format(t="s.title")
-        sql = f"""
-        SELECT * FROM (
-            SELECT e.session_id, e.seq, e.entry_json AS text, coalesce(s.title, '') AS title,
-                   coalesce(s.status, '') AS status, s.last_active
+        titles = " AND ".join(f"s.title ILIKE %(t{n})s" for n in range(len(words)))
+        params.update({f"t{n}": f"%{w}%" for n, w in enumerate(words)})
+        by_title = f"""
+            SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active
+            FROM cli_sessions s WHERE {titles}{extra}
+            ORDER BY s.last_active DESC, s.session_id LIMIT %(limit)s"""
+        entries = f"""
+            SELECT e.session_id, e.seq, e.entry_json, coalesce(s.title, ''),
+                   coalesce(s.status, ''), s.last_active
             FROM session_entries e LEFT JOIN cli_sessions s ON s.session_id = e.session_id
             WHERE {entry_vector} @@ {_TSQUERY}{extra}
-            UNION ALL
-            SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active
-            FROM cli_sessions s WHERE {title_vector} @@ {_TSQUERY}{extra}
-        ) AS hits ORDER BY last_active DESC NULLS LAST, session_id, seq DESC
-        LIMIT %(limit)s"""
+            ORDER BY s.last_active DESC NULLS LAST, e.session_id, e.seq DESC
+            LIMIT %(limit)s"""
         async with self.database.connection() as conn:
-            rows = await (await conn.execute(sql, params)).fetchall()
-        return [RawHit(r[0], int(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
+            rows = await (await conn.execute(by_title, params)).fetchall()
+            rows += await (await conn.execute(entries, params)).fetchall()
+        return [RawHit(r[0], int(r[1]), r[2], r[3], r[4], r[5]) for r in rows[: query.limit]]
 
     async def summaries(self) -> list[SessionSummary]:
         sql = """

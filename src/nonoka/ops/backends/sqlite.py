@@ -102,8 +102,8 @@ class SQLiteOps:
     # -- search -----------------------------------------------------------------------
 
     async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:
-        where = ["session_search MATCH ?"]
-        params: list[object] = [fts5_query(words)]
+        where: list[str] = []
+        params: list[object] = []
         if not query.everything:
             where.append(f"{_PURPOSE} = 'chat'")
         if query.status:
@@ -115,18 +115,25 @@ class SQLiteOps:
         if query.model:
             where.append("s.model = ?")
             params.append(query.model)
+        extra = "".join(f" AND {w}" for w in where)
+        titles = " AND ".join("s.title LIKE ?" for _ in words)
         # The FTS table drives the loop (CROSS JOIN) in doc order, newest first, so the
-        # first page stops after ``limit`` matches however many documents match.
-        sql = ("SELECT d.session_id, d.seq, coalesce(e.entry_json, s.title, ''), "
-               "coalesce(s.title, ''), coalesce(s.status, ''), s.last_active "
-               "FROM session_search f CROSS JOIN search_docs d ON d.doc = f.rowid "
-               "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
-               "LEFT JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
-               f"WHERE {' AND '.join(where)} ORDER BY f.rowid DESC LIMIT ?")
+        # first page stops after ``limit`` matches however many entries match.
+        entries = ("SELECT d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
+                   "coalesce(s.status, ''), s.last_active "
+                   "FROM session_search f CROSS JOIN search_docs d ON d.doc = f.rowid "
+                   "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
+                   "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
+                   f"WHERE session_search MATCH ?{extra} ORDER BY f.rowid DESC LIMIT ?")
+        by_title = ("SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active "
+                    f"FROM cli_sessions s WHERE {titles}{extra} "
+                    "ORDER BY s.last_active DESC, s.session_id LIMIT ?")
         with self.store.transaction(write=False) as db:
-            rows = db.execute(sql, [*params, query.limit]).fetchall()
+            rows = db.execute(by_title, [*(f"%{w}%" for w in words), *params,
+                                         query.limit]).fetchall()
+            rows += db.execute(entries, [fts5_query(words), *params, query.limit]).fetchall()
         return [RawHit(sid, int(seq), text, title, status, last)
-                for sid, seq, text, title, status, last in rows]
+                for sid, seq, text, title, status, last in rows[: query.limit]]
 
     # -- prune ------------------------------------------------------------------------
 
@@ -192,13 +199,12 @@ class SQLiteOps:
                     "(SELECT session_id FROM checkpoints) GROUP BY session_id"):
                 found.append(Finding("warning", "orphan_events",
                                      f"{n} event(s) of a session that is not stored", sid))
-            docs, entries, titles = db.execute(
+            docs, entries = db.execute(
                 "SELECT (SELECT count(*) FROM search_docs), (SELECT count(*) FROM "
-                "session_entries), (SELECT count(*) FROM cli_sessions WHERE title <> '')"
-            ).fetchone()
-            if docs != entries + titles:
+                "session_entries)").fetchone()
+            if docs != entries:
                 found.append(Finding("error", "search_index", f"the search index holds {docs} "
-                                     f"documents for {entries} entries and {titles} titles"))
+                                     f"documents for {entries} entries"))
         return found
 
     async def vacuum(self) -> tuple[int, int]:

@@ -135,14 +135,14 @@ SEARCH_CONFIG = "simple"
 closest match to SQLite FTS5's ``unicode61`` tokenizer (``nonoka.ops.search``)."""
 ENTRY_VECTOR = "to_tsvector('simple', nonoka_search_text({e}))"
 """The expression the entry search index is built on; queries must use it verbatim."""
-TITLE_VECTOR = "to_tsvector('simple', {t})"
 
 
 @migration
 async def m004_search_index(conn: AsyncConnection[Any]) -> None:
-    """Full-text search over conversation entries and titles (``nonoka.ops.search``).
+    """Full-text search over conversation entries (``nonoka.ops.search``).
 
-    GIN expression indexes: nothing is stored twice and no table is rewritten.
+    A GIN expression index: nothing is stored twice and no table is rewritten. Titles
+    are few and short: search matches them in ``cli_sessions`` itself.
     ``nonoka_search_text`` is an entry's content and its tool calls (as JSON text); a
     row that is not JSON (or holds what ``json`` cannot turn into text) is indexed as it
     is, and the text is cut at 100,000 characters (a ``tsvector`` holds at most 1 MB), so
@@ -160,9 +160,6 @@ async def m004_search_index(conn: AsyncConnection[Any]) -> None:
     await conn.execute(
         f"CREATE INDEX session_entries_search ON session_entries "
         f"USING gin (({ENTRY_VECTOR.format(e='entry_json')}))")
-    await conn.execute(
-        f"CREATE INDEX cli_sessions_search ON cli_sessions "
-        f"USING gin (({TITLE_VECTOR.format(t='title')}))")
 
 
 # -- the runner's PostgreSQL side ----------------------------------------------------------

@@ -144,10 +144,8 @@ def m004_next_calls(db: sqlite3.Connection) -> None:
     )
 
 
-SEARCH_BODY = """CASE WHEN json_valid({e}) THEN
-    coalesce(json_extract({e}, '$.content'), '') || ' ' ||
-    coalesce(json_extract({e}, '$.metadata.tool_calls'), '')
-  ELSE {e} END"""
+SEARCH_BODY = ("CASE WHEN json_valid({e}) THEN coalesce(json_extract({e},'$.content'),'')"
+               "||' '||coalesce(json_extract({e},'$.metadata.tool_calls'),'') ELSE {e} END")
 """The text full-text search indexes for an entry: its content and its tool calls (names
 and arguments, as JSON text). A row that is not JSON is indexed as it is, so a damaged
 row never makes a write fail."""
@@ -155,73 +153,35 @@ row never makes a write fail."""
 
 @migration
 def m005_search_index(db: sqlite3.Connection) -> None:
-    """Full-text search over conversation entries and titles (``nonoka.ops.search``).
+    """Full-text search over conversation entries (``nonoka.ops.search``).
 
     ``session_search`` is a contentless FTS5 index (the text already lives in
     ``session_entries``, so it is not stored twice); ``search_docs`` maps each indexed
-    document (an entry, or a session's title with ``seq = -1``) to its row, and its
-    increasing ``doc`` id is the order in which documents were written, which gives
-    "newest first" without a sort. Triggers keep both in step with every write, whoever
-    writes; existing rows are back-filled here, oldest session first.
+    entry to its row, and its increasing ``doc`` id is the order in which entries were
+    written, which gives "newest first" without a sort. Triggers keep both in step with
+    every write, whoever writes; existing rows are back-filled here, oldest session
+    first. Titles are few and short: search matches them in ``cli_sessions`` itself.
+
+    The statements are kept short and the triggers are created first: the schema
+    outgrows its first page here, and this keeps it to two more pages, right after the
+    older tables.
     """
-    body_new = SEARCH_BODY.format(e="new.entry_json")
-    body_old = SEARCH_BODY.format(e="old.entry_json")
-    db.execute(
-        """CREATE TABLE search_docs (
-            doc INTEGER PRIMARY KEY,
-            session_id TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            UNIQUE (session_id, seq)
-        )"""
-    )
-    db.execute("CREATE VIRTUAL TABLE session_search USING fts5("
-               "body, content='', tokenize='unicode61 remove_diacritics 0')")
-    db.execute(
-        f"""CREATE TRIGGER session_entries_search_insert AFTER INSERT ON session_entries
-        BEGIN
-            INSERT INTO search_docs (session_id, seq) VALUES (new.session_id, new.seq);
-            INSERT INTO session_search (rowid, body) VALUES (last_insert_rowid(), {body_new});
-        END"""
-    )
-    forget_entry = f"""
-            INSERT INTO session_search (session_search, rowid, body)
-                SELECT 'delete', doc, {body_old} FROM search_docs
-                WHERE session_id = old.session_id AND seq = old.seq;
-            DELETE FROM search_docs WHERE session_id = old.session_id AND seq = old.seq;"""
-    db.execute(
-        f"""CREATE TRIGGER session_entries_search_delete AFTER DELETE ON session_entries
-        BEGIN {forget_entry}
-        END"""
-    )
-    db.execute(
-        f"""CREATE TRIGGER session_entries_search_update AFTER UPDATE ON session_entries
-        BEGIN {forget_entry}
-            INSERT INTO search_docs (session_id, seq) VALUES (new.session_id, new.seq);
-            INSERT INTO session_search (rowid, body) VALUES (last_insert_rowid(), {body_new});
-        END"""
-    )
-    add_title = """
-            INSERT INTO search_docs (session_id, seq)
-                SELECT new.session_id, -1 WHERE new.title <> '';
-            INSERT INTO session_search (rowid, body)
-                SELECT last_insert_rowid(), new.title WHERE new.title <> '';"""
-    forget_title = """
-            INSERT INTO session_search (session_search, rowid, body)
-                SELECT 'delete', doc, old.title FROM search_docs
-                WHERE session_id = old.session_id AND seq = -1;
-            DELETE FROM search_docs WHERE session_id = old.session_id AND seq = -1;"""
-    db.execute(f"CREATE TRIGGER cli_sessions_search_insert AFTER INSERT ON cli_sessions "
-               f"BEGIN {add_title}\n END")
-    db.execute(f"CREATE TRIGGER cli_sessions_search_delete AFTER DELETE ON cli_sessions "
-               f"BEGIN {forget_title}\n END")
-    db.execute(f"CREATE TRIGGER cli_sessions_search_update AFTER UPDATE OF title, session_id "
-               f"ON cli_sessions WHEN old.title IS NOT new.title "
-               f"OR old.session_id IS NOT new.session_id BEGIN {forget_title} {add_title}\n END")
-    # Back-fill: titles and entries of the sessions stored so far, oldest first.
-    db.execute(
-        """INSERT INTO search_docs (session_id, seq)
-        SELECT session_id, -1 FROM cli_sessions WHERE title <> '' ORDER BY created_at"""
-    )
+    new, old = SEARCH_BODY.format(e="new.entry_json"), SEARCH_BODY.format(e="old.entry_json")
+    add = ("INSERT INTO search_docs(session_id,seq)VALUES(new.session_id,new.seq);"
+           f"INSERT INTO session_search(rowid,body)VALUES(last_insert_rowid(),{new});")
+    forget = (f"INSERT INTO session_search(session_search,rowid,body)SELECT'delete',doc,{old} "
+              "FROM search_docs WHERE session_id=old.session_id AND seq=old.seq;"
+              "DELETE FROM search_docs WHERE session_id=old.session_id AND seq=old.seq;")
+    db.execute(f"CREATE TRIGGER search_insert AFTER INSERT ON session_entries BEGIN {add} END")
+    db.execute(f"CREATE TRIGGER search_delete AFTER DELETE ON session_entries BEGIN {forget} "
+               "END")
+    db.execute(f"CREATE TRIGGER search_update AFTER UPDATE ON session_entries BEGIN {forget}"
+               f"{add} END")
+    db.execute("CREATE VIRTUAL TABLE session_search USING fts5(body,content='',columnsize=0,"
+               "tokenize='unicode61 remove_diacritics 0')")
+    db.execute("CREATE TABLE search_docs(doc INTEGER PRIMARY KEY,session_id TEXT NOT NULL,"
+               "seq INTEGER NOT NULL,UNIQUE(session_id,seq))")
+    # Back-fill the entries stored so far, oldest session first.
     db.execute(
         """INSERT INTO search_docs (session_id, seq)
         SELECT e.session_id, e.seq FROM session_entries e
@@ -232,11 +192,6 @@ def m005_search_index(db: sqlite3.Connection) -> None:
         f"""INSERT INTO session_search (rowid, body)
         SELECT d.doc, {SEARCH_BODY.format(e="e.entry_json")} FROM search_docs d
         JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq"""
-    )
-    db.execute(
-        """INSERT INTO session_search (rowid, body)
-        SELECT d.doc, s.title FROM search_docs d
-        JOIN cli_sessions s ON s.session_id = d.session_id AND d.seq = -1"""
     )
 
 
