@@ -203,6 +203,7 @@ def test_sqlite_to_postgres_and_back_is_byte_for_byte(project: Project,
 def test_the_search_index_is_back_filled_for_an_existing_database(tmp_path: Path) -> None:
     from nonoka.store.sqlite import migrations
     from nonoka.store.sqlite.database import open_database
+    from nonoka.store.sqlite.search import catch_up
 
     path = tmp_path / "old.db"
     older = [m for m in migrations.MIGRATIONS if m.__name__ != "m005_search_index"]
@@ -216,6 +217,7 @@ def test_the_search_index_is_back_filled_for_an_existing_database(tmp_path: Path
                    "VALUES ('s1', 'zoo notes', 1, 1)")
     upgraded = open_database(path)
     try:
+        assert catch_up(upgraded) == 1
         rows = upgraded.execute(
             "SELECT d.session_id, d.seq FROM session_search f JOIN search_docs d ON "
             "d.doc = f.rowid WHERE session_search MATCH ? ORDER BY d.seq",

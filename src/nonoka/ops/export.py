@@ -27,7 +27,8 @@ def header_line() -> str:
 
 
 async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator[str]:
-    """The JSONL lines of one session, its ``end_session`` line (with the digest) last.
+    """The JSONL lines of one session (several to a string), its ``end_session`` line
+    (with the digest) last.
 
     Nothing is yielded for a session without a checkpoint.
     """
@@ -51,11 +52,11 @@ async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator
     digest.update(first.encode())
     yield first
     entries = 0
-    async for seq, text in reader.entries(session_id):
-        line = jsonl.entry_line(seq, text)
-        digest.update(line.encode())
-        entries += 1
-        yield line
+    async for rows in reader.entries(session_id):
+        lines = jsonl.entry_lines(rows)
+        digest.update(lines.encode())
+        entries += len(rows)
+        yield lines
     steps = await reader.steps(session_id)
     for step in steps:
         line = jsonl.dumps({"type": "step", "step_id": step.step_id,
@@ -140,8 +141,8 @@ async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
                           f"- created: {_when(record.created_at)}\n"
                           f"- last active: {_when(record.last_active)}\n")
             out.write("\n")
-            async for _seq, text in reader.entries(sid):
-                out.write(_entry_markdown(validate(text)))
+            async for rows in reader.entries(sid):
+                out.write("".join([_entry_markdown(validate(text)) for _, text in rows]))
             usage = await stores.events.usage_summary(sid)
             out.write(f"## Usage\n\n| model calls | input tokens | output tokens | cost | "
                       f"tool calls | errors |\n|---:|---:|---:|---:|---:|---:|\n"

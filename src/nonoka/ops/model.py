@@ -136,8 +136,9 @@ class SessionReader(Protocol):
 
     async def head(self, session_id: str) -> SessionHead | None: ...
 
-    def entries(self, session_id: str) -> AsyncIterator[tuple[int, str]]:
-        """``(seq, entry_json)`` in ``seq`` order, streamed in batches.
+    def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
+        """``(seq, entry_json)`` in ``seq`` order, in batches (a bounded number of rows
+        in memory at a time, whatever the session's length).
 
         Resolves the entries of the session in conversation order; an engine that lets a
         session share rows with another (lineage) resolves them here.

@@ -36,6 +36,15 @@ async def search(stores: ProjectStores, query: SearchQuery) -> list[SearchHit]:
     return hits
 
 
+async def prepare(stores: ProjectStores) -> None:
+    """Bring the engine's search index up to date (SQLite indexes in batches, before a
+    search); call it before using ``session_match``."""
+    backend = backend_for(stores)
+    catch_up = getattr(backend, "catch_up", None)
+    if catch_up is not None:
+        catch_up()
+
+
 def session_match(engine: str, text: str) -> tuple[str, list[object]] | None:
     """A SQL condition on ``cli_sessions`` rows (``?`` placeholders) that holds for the
     sessions with an entry holding every word of ``text``; ``None`` when ``text`` has no

@@ -232,6 +232,10 @@ class UiData:
     async def list_sessions(self, query: SessionQuery) -> SessionPage:
         """One page of the index, by keyset on the sort key (fast at any depth)."""
         key = SORTS.get(query.sort, SORTS["last_active"])
+        if query.text.strip():
+            from nonoka.ops.search import prepare
+
+            await prepare(self.stores)
         where, params = self._filters(query)
         cursor = _decode_cursor(query.before or query.after)
         backwards = query.before is not None and cursor is not None

@@ -191,12 +191,12 @@ class _Reader:
         return SessionHead(session_id, row.state_json, row.revision, len(row.entries),
                            row.memory_generation, row.created_at, row.updated_at)
 
-    async def entries(self, session_id: str) -> AsyncIterator[tuple[int, str]]:
+    async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
         with self._ops.db.lock:
             row = self._ops.db.checkpoints.get(session_id)
             texts = list(row.entries) if row else []
-        for n, text in enumerate(texts):
-            yield n, text
+        for start in range(0, len(texts), 1000):
+            yield list(enumerate(texts[start:start + 1000], start))
 
     async def steps(self, session_id: str) -> list[StepRow]:
         with self._ops.db.lock:

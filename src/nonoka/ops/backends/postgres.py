@@ -30,7 +30,7 @@ from nonoka.store.postgres.database import Jsonb, PostgresDatabase
 from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG
 from nonoka.store.project import ProjectStores
 
-BATCH = 2000
+BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
           "session_leases", "nonoka_migrations")
 _PURPOSE = "coalesce(s.metadata ->> 'purpose', 'chat')"
@@ -255,13 +255,12 @@ class _Reader:
         return SessionHead(sid, snapshot, int(revision), int(count), int(generation),
                            float(created), float(updated))
 
-    async def entries(self, session_id: str) -> AsyncIterator[tuple[int, str]]:
+    async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
         async with self._conn.cursor(name="nonoka_export_entries") as cur:
-            cur.itersize = BATCH
             await cur.execute("SELECT seq, entry_json FROM session_entries "
                               "WHERE session_id = %s ORDER BY seq", (session_id,))
-            async for seq, text in cur:
-                yield int(seq), text
+            while rows := await cur.fetchmany(BATCH):
+                yield [(int(seq), text) for seq, text in rows]
 
     async def steps(self, session_id: str) -> list[StepRow]:
         rows = await (await self._conn.execute(

@@ -3,7 +3,8 @@
 Reads for export use a connection of their own, one read transaction per session: a
 consistent snapshot that never holds the store's lock or blocks a writer (WAL). Writes
 (import) are one ``BEGIN IMMEDIATE`` transaction per session on the store's connection.
-Search runs on the FTS5 index of migration ``m005_search_index``.
+Search runs on the FTS5 index of migration ``m005_search_index``, brought up to date
+first (``nonoka.store.sqlite.search.catch_up``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from nonoka.ops.model import (
 from nonoka.ops.text import fts5_query
 from nonoka.store import index_sql
 from nonoka.store.project import ProjectStores
+from nonoka.store.sqlite import search as search_index
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 
-BATCH = 2000
+BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
           "session_leases", "next_calls", "search_docs")
 _HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
@@ -128,12 +130,18 @@ class SQLiteOps:
         by_title = ("SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active "
                     f"FROM cli_sessions s WHERE {titles}{extra} "
                     "ORDER BY s.last_active DESC, s.session_id LIMIT ?")
+        self.catch_up()
         with self.store.transaction(write=False) as db:
             rows = db.execute(by_title, [*(f"%{w}%" for w in words), *params,
                                          query.limit]).fetchall()
             rows += db.execute(entries, [fts5_query(words), *params, query.limit]).fetchall()
         return [RawHit(sid, int(seq), text, title, status, last)
                 for sid, seq, text, title, status, last in rows[: query.limit]]
+
+    def catch_up(self) -> int:
+        """Index the entries saved since the last search (``nonoka.store.sqlite.search``)."""
+        with self._connect() as db:
+            return search_index.catch_up(db)
 
     # -- prune ------------------------------------------------------------------------
 
@@ -200,8 +208,8 @@ class SQLiteOps:
                 found.append(Finding("warning", "orphan_events",
                                      f"{n} event(s) of a session that is not stored", sid))
             docs, entries = db.execute(
-                "SELECT (SELECT count(*) FROM search_docs), (SELECT count(*) FROM "
-                "session_entries)").fetchone()
+                "SELECT (SELECT count(*) FROM search_docs WHERE doc > 0), (SELECT count(*) "
+                "FROM session_entries)").fetchone()
             if docs != entries:
                 found.append(Finding("error", "search_index", f"the search index holds {docs} "
                                      f"documents for {entries} entries"))
@@ -209,10 +217,9 @@ class SQLiteOps:
 
     async def vacuum(self) -> tuple[int, int]:
         before = self._size()
+        self.catch_up()
         with self.store.transaction() as db:
             db.execute("INSERT INTO session_search (session_search) VALUES ('optimize')")
-        with self.store.transaction(write=False):
-            pass
         db = self.store.connection
         db.execute("VACUUM")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -274,14 +281,14 @@ class _Reader:
         return SessionHead(sid, snapshot, int(revision), int(count), int(generation),
                            float(created), float(updated))
 
-    async def entries(self, session_id: str) -> AsyncIterator[tuple[int, str]]:
+    async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
         last = -1
         while True:
             rows = self._db.execute(
                 "SELECT seq, entry_json FROM session_entries WHERE session_id = ? AND seq > ? "
                 "ORDER BY seq LIMIT ?", (session_id, last, BATCH)).fetchall()
-            for row in rows:
-                yield row
+            if rows:
+                yield rows
             if len(rows) < BATCH:
                 return
             last = rows[-1][0]

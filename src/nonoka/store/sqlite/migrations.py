@@ -151,26 +151,34 @@ and arguments, as JSON text). A row that is not JSON is indexed as it is, so a d
 row never makes a write fail."""
 
 
+INDEXED_UPTO = "(SELECT seq FROM search_docs WHERE doc = 0)"
+"""The last ``doc`` the full-text index holds (the marker row ``doc = 0``)."""
+
+
 @migration
 def m005_search_index(db: sqlite3.Connection) -> None:
     """Full-text search over conversation entries (``nonoka.ops.search``).
 
     ``session_search`` is a contentless FTS5 index (the text already lives in
-    ``session_entries``, so it is not stored twice); ``search_docs`` maps each indexed
-    entry to its row, and its increasing ``doc`` id is the order in which entries were
-    written, which gives "newest first" without a sort. Triggers keep both in step with
-    every write, whoever writes; existing rows are back-filled here, oldest session
-    first. Titles are few and short: search matches them in ``cli_sessions`` itself.
+    ``session_entries``, so it is not stored twice); ``search_docs`` maps each entry to
+    an increasing ``doc`` id (``AUTOINCREMENT``: never reused), the order in which
+    entries were written, which gives "newest first" without a sort. Triggers keep
+    ``search_docs`` in step with every write, whoever writes; the words themselves are
+    indexed in batches, by ``nonoka.store.sqlite.search.catch_up`` before every search,
+    up to the doc the marker row (``doc = 0``) records. So a turn's save pays for one
+    small row per entry, not for indexing its text (bench/README.md). A deleted or
+    changed entry leaves the index at once if it was indexed. Titles are few and short:
+    search matches them in ``cli_sessions`` itself.
 
     The statements are kept short and the triggers are created first: the schema
     outgrows its first page here, and this keeps it to two more pages, right after the
     older tables.
     """
-    new, old = SEARCH_BODY.format(e="new.entry_json"), SEARCH_BODY.format(e="old.entry_json")
-    add = ("INSERT INTO search_docs(session_id,seq)VALUES(new.session_id,new.seq);"
-           f"INSERT INTO session_search(rowid,body)VALUES(last_insert_rowid(),{new});")
+    old = SEARCH_BODY.format(e="old.entry_json")
+    add = "INSERT INTO search_docs(session_id,seq)VALUES(new.session_id,new.seq);"
     forget = (f"INSERT INTO session_search(session_search,rowid,body)SELECT'delete',doc,{old} "
-              "FROM search_docs WHERE session_id=old.session_id AND seq=old.seq;"
+              "FROM search_docs WHERE session_id=old.session_id AND seq=old.seq "
+              f"AND doc<={INDEXED_UPTO};"
               "DELETE FROM search_docs WHERE session_id=old.session_id AND seq=old.seq;")
     db.execute(f"CREATE TRIGGER search_insert AFTER INSERT ON session_entries BEGIN {add} END")
     db.execute(f"CREATE TRIGGER search_delete AFTER DELETE ON session_entries BEGIN {forget} "
@@ -179,19 +187,16 @@ def m005_search_index(db: sqlite3.Connection) -> None:
                f"{add} END")
     db.execute("CREATE VIRTUAL TABLE session_search USING fts5(body,content='',columnsize=0,"
                "tokenize='unicode61 remove_diacritics 0')")
-    db.execute("CREATE TABLE search_docs(doc INTEGER PRIMARY KEY,session_id TEXT NOT NULL,"
-               "seq INTEGER NOT NULL,UNIQUE(session_id,seq))")
-    # Back-fill the entries stored so far, oldest session first.
+    db.execute("CREATE TABLE search_docs(doc INTEGER PRIMARY KEY AUTOINCREMENT,session_id TEXT "
+               "NOT NULL,seq INTEGER NOT NULL,UNIQUE(session_id,seq))")
+    db.execute("INSERT INTO search_docs (doc, session_id, seq) VALUES (0, '', 0)")
+    # The entries stored so far get their docs, oldest session first; the next search
+    # indexes them.
     db.execute(
         """INSERT INTO search_docs (session_id, seq)
         SELECT e.session_id, e.seq FROM session_entries e
         LEFT JOIN checkpoints c ON c.session_id = e.session_id
         ORDER BY coalesce(c.updated_at, 0), e.session_id, e.seq"""
-    )
-    db.execute(
-        f"""INSERT INTO session_search (rowid, body)
-        SELECT d.doc, {SEARCH_BODY.format(e="e.entry_json")} FROM search_docs d
-        JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq"""
     )
 
 
