@@ -147,7 +147,8 @@ class SQLiteOps:
 
     async def summaries(self) -> list[SessionSummary]:
         sql = """
-        SELECT c.session_id, coalesce(s.status, json_extract(c.state_json, '$.status'), ''),
+        SELECT c.session_id, coalesce(s.status, CASE WHEN json_valid(c.state_json) THEN
+               json_extract(c.state_json, '$.status') END, ''),
                coalesce(s.last_active, c.updated_at), coalesce(s.model, ''),
                coalesce(json_extract(s.metadata, '$.purpose'), 'chat'),
                json_extract(s.metadata, '$.forked_from')
