@@ -17,7 +17,15 @@ if TYPE_CHECKING:
 
 
 def backend_for(stores: ProjectStores) -> OpsBackend:
-    """The backend over ``stores``; ``ConfigurationError`` for a store nonoka does not know."""
+    """The backend over ``stores``; ``ConfigurationError`` for a store nonoka does not know.
+
+    A store of another author joins by offering ``ops_backend(stores) -> OpsBackend`` on
+    its checkpoint store (and runs ``SessionOpsSuite`` to prove it).
+    """
+    offered = getattr(stores.checkpoints, "ops_backend", None)
+    if callable(offered):
+        backend: OpsBackend = offered(stores)
+        return backend
     name = type(stores.checkpoints).__name__
     if name == "SQLiteCheckpointStore":
         from nonoka.ops.backends.sqlite import SQLiteOps

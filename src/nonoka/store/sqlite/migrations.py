@@ -159,8 +159,9 @@ INDEXED_UPTO = "(SELECT seq FROM search_docs WHERE doc = 0)"
 def m005_search_index(db: sqlite3.Connection) -> None:
     """Full-text search over conversation entries (``nonoka.ops.search``).
 
-    ``session_search`` is a contentless FTS5 index (the text already lives in
-    ``session_entries``, so it is not stored twice); ``search_docs`` maps each entry to
+    ``session_search`` is an FTS5 index whose content is the view ``search_text`` (the
+    text already lives in ``session_entries``, so it is not stored twice, and the table
+    can still be read whole like any other); ``search_docs`` maps each entry to
     an increasing ``doc`` id (``AUTOINCREMENT``: never reused), the order in which
     entries were written, which gives "newest first" without a sort. Triggers keep
     ``search_docs`` in step with every write, whoever writes; the words themselves are
@@ -185,8 +186,12 @@ def m005_search_index(db: sqlite3.Connection) -> None:
                "END")
     db.execute(f"CREATE TRIGGER search_update AFTER UPDATE ON session_entries BEGIN {forget}"
                f"{add} END")
-    db.execute("CREATE VIRTUAL TABLE session_search USING fts5(body,content='',columnsize=0,"
-               "tokenize='unicode61 remove_diacritics 0')")
+    text = SEARCH_BODY.format(e="e.entry_json")
+    db.execute(f"CREATE VIEW search_text(doc,body)AS SELECT d.doc,{text}"
+               " FROM search_docs d JOIN session_entries e ON e.session_id=d.session_id AND "
+               "e.seq=d.seq")
+    db.execute("CREATE VIRTUAL TABLE session_search USING fts5(body,content=search_text,"
+               "content_rowid=doc,columnsize=0,tokenize='unicode61 remove_diacritics 0')")
     db.execute("CREATE TABLE search_docs(doc INTEGER PRIMARY KEY AUTOINCREMENT,session_id TEXT "
                "NOT NULL,seq INTEGER NOT NULL,UNIQUE(session_id,seq))")
     db.execute("INSERT INTO search_docs (doc, session_id, seq) VALUES (0, '', 0)")
