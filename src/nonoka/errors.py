@@ -4,6 +4,7 @@
     ├── ConfigurationError           invalid_request  a caller mistake: fix the code or settings
     │   ├── MissingExtraError        invalid_request  an optional extra is not installed
     │   │                                              (also an ImportError)
+    │   ├── NotAvailableError        invalid_request  (nonoka ui) an action it cannot take
     │   ├── ModelNotConfiguredError  model_not_configured  no model given or configured, or
     │   │                                              an unknown one
     │   └── WorkspaceError           invalid_cwd      the workspace is missing, or .nonoka/
@@ -19,8 +20,6 @@
     │   ├── SessionBusyError         session_busy     (retryable) another process runs it
     │   ├── CorruptSessionError      session_corrupt  a stored row cannot be decoded
     │   └── UnsupportedVersionError  store_error      data written by a newer nonoka: upgrade
-    ├── NotAvailableError            internal_error   (nonoka ui) an action this version
-    │                                                  cannot carry out yet
     ├── ProtocolError                (per line)       a request line is not a usable frame
     │                                                  (the bridge's frame checks)
     └── BridgeError                  internal_error   (provider side) the bridge could not

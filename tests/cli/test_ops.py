@@ -206,7 +206,7 @@ def test_the_search_index_is_back_filled_for_an_existing_database(tmp_path: Path
     from nonoka.store.sqlite.search import catch_up
 
     path = tmp_path / "old.db"
-    older = [m for m in migrations.MIGRATIONS if m.__name__ != "m005_search_index"]
+    older = [m for m in migrations.MIGRATIONS if m.__name__ != "m006_search_index"]
     with sqlite3.connect(path, isolation_level=None) as db:
         migrations.apply_migrations(db, "test", older)
         entry = json.dumps({"role": "user", "content": "the okapi sleeps", "metadata": {},

@@ -3,10 +3,9 @@
 The rest of the ui package never imports the store: it calls ``UiData`` and gets back
 the types re-exported here. Store modules, table names and the two SQL dialects are
 known in this module only, so when storage is reorganised, lineage gets its own
-columns or full-text search arrives, this is the one file to change (``_text_match``
-searches through ``nonoka.ops.search``'s full-text index; ``lineage_of`` reads
-``forked_from``/``fork_point`` from the index row's metadata; ``fork_session`` and
-``export_session`` are the hooks still to wire).
+columns or full-text search arrives, this is the one file to change (``_text_match`` is
+the search switch; ``lineage_of`` reads ``forked_from``/``fork_point`` from the index
+row's metadata; ``fork_session`` and ``export_session`` are the hooks still to wire).
 
 Reads go through the stores' own connections (``SQLiteCheckpointStore.transaction``, a
 PostgreSQL store's ``database``), each in one read transaction, and page everything
@@ -25,7 +24,7 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from nonoka.errors import ConfigurationError, NonokaError
+from nonoka.errors import ConfigurationError
 from nonoka.messages import MemoryEntry
 from nonoka.state import SessionState
 from nonoka.store.base import decode_entries, decode_session
@@ -66,7 +65,7 @@ LINEAGE_DEPTH = 6
 LINEAGE_BREADTH = 25
 
 
-class NotAvailableError(NonokaError):
+class NotAvailableError(ConfigurationError):
     """An action this version of nonoka cannot carry out yet."""
 
 

@@ -3,7 +3,7 @@
 Export reads each session in one ``REPEATABLE READ`` transaction with a server-side
 cursor for the entries, so a 100,000-entry session streams in constant memory. Import
 writes one session per transaction. Search uses the GIN expression indexes of migration
-``m004_search_index``; its query is ``plainto_tsquery``, so no syntax reaches the parser.
+``m006_search_index``; its query is ``plainto_tsquery``, so no syntax reaches the parser.
 """
 
 from __future__ import annotations

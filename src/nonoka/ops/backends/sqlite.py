@@ -3,7 +3,7 @@
 Reads for export use a connection of their own, one read transaction per session: a
 consistent snapshot that never holds the store's lock or blocks a writer (WAL). Writes
 (import) are one ``BEGIN IMMEDIATE`` transaction per session on the store's connection.
-Search runs on the FTS5 index of migration ``m005_search_index``, brought up to date
+Search runs on the FTS5 index of migration ``m006_search_index``, brought up to date
 first (``nonoka.store.sqlite.search.catch_up``).
 """
 

@@ -138,7 +138,7 @@ ENTRY_VECTOR = "to_tsvector('simple', nonoka_search_text({e}))"
 
 
 @migration
-async def m004_search_index(conn: AsyncConnection[Any]) -> None:
+async def m006_search_index(conn: AsyncConnection[Any]) -> None:
     """Full-text search over conversation entries (``nonoka.ops.search``).
 
     A GIN expression index: nothing is stored twice and no table is rewritten. Titles

@@ -156,7 +156,7 @@ INDEXED_UPTO = "(SELECT seq FROM search_docs WHERE doc = 0)"
 
 
 @migration
-def m005_search_index(db: sqlite3.Connection) -> None:
+def m006_search_index(db: sqlite3.Connection) -> None:
     """Full-text search over conversation entries (``nonoka.ops.search``).
 
     ``session_search`` is an FTS5 index whose content is the view ``search_text`` (the

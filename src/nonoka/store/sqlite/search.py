@@ -1,4 +1,4 @@
-"""Bringing a SQLite file's full-text index up to date (migration ``m005_search_index``).
+"""Bringing a SQLite file's full-text index up to date (migration ``m006_search_index``).
 
 A save only records which entries are new (a ``search_docs`` row each); their words are
 indexed here, in batches of ``BATCH`` entries, one short write transaction each, so a
