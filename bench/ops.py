@@ -44,6 +44,8 @@ from nonoka.store.project import open_project_stores
 from nonoka.store.sqlite import SQLiteCheckpointStore
 
 VOCABULARY = 20_000
+_CHECKPOINT = ("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
+               "memory_generation, created_at, updated_at) VALUES (?, '{}', 1, ?, 0, ?, ?)")
 results: list[tuple[str, bool, str]] = []
 
 
@@ -87,8 +89,7 @@ def build_search_db(path: Path, entries: int) -> list[str]:
                 count = min(per_session, entries - n)
                 db.executemany("INSERT INTO session_entries VALUES (?, ?, ?)",
                                [(sid, i, _entry(rng, words, weights)) for i in range(count)])
-                db.execute("INSERT INTO checkpoints VALUES (?, '{}', 1, ?, 0, ?, ?)",
-                           (sid, count, now, now))
+                db.execute(_CHECKPOINT, (sid, count, now, now))
                 db.execute("INSERT INTO cli_sessions (session_id, title, created_at, "
                            "last_active, status, model) VALUES (?, ?, ?, ?, 'completed', "
                            "'openai:m')", (sid, f"session {n}", now - n, now - n))
@@ -222,8 +223,7 @@ async def bench_prune(tmp: Path, sessions: int) -> None:
         turn = [e.model_dump_json() for e in make_turn(rng, 0) + make_turn(rng, 1)]
         db.executemany("INSERT INTO session_entries VALUES (?, ?, ?)",
                        [(sid, i, t) for i, t in enumerate(turn)])
-        db.execute("INSERT INTO checkpoints VALUES (?, '{}', 1, ?, 0, ?, ?)",
-                   (sid, len(turn), old, old))
+        db.execute(_CHECKPOINT, (sid, len(turn), old, old))
         db.execute("INSERT INTO cli_sessions (session_id, title, created_at, last_active, "
                    "status) VALUES (?, 'old', ?, ?, 'completed')", (sid, old, old))
         db.execute("INSERT INTO events VALUES (?, 1, ?, 'finish', '{}')", (sid, old))

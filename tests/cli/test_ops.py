@@ -211,7 +211,9 @@ def test_the_search_index_is_back_filled_for_an_existing_database(tmp_path: Path
         migrations.apply_migrations(db, "test", older)
         entry = json.dumps({"role": "user", "content": "the okapi sleeps", "metadata": {},
                             "tokens": 3})
-        db.execute("INSERT INTO checkpoints VALUES ('s1', '{}', 1, 1, 0, 1, 1)")
+        db.execute("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
+                   "memory_generation, created_at, updated_at) "
+                   "VALUES ('s1', '{}', 1, 1, 0, 1, 1)")
         db.execute("INSERT INTO session_entries VALUES ('s1', 0, ?)", (entry,))
         db.execute("INSERT INTO cli_sessions (session_id, title, created_at, last_active) "
                    "VALUES ('s1', 'zoo notes', 1, 1)")
