@@ -173,12 +173,15 @@ class PostgresOps:
                 found += [Finding("error", "orphan_rows",
                                   f"{n} {table} row(s) without a checkpoint", sid)
                           for sid, n in rows]
+            own = ("c.entry_count - c.base_count" if await has_bases(conn)
+                   else "c.entry_count")
             rows = await (await conn.execute(
-                "SELECT c.session_id, c.entry_count, n FROM checkpoints c CROSS JOIN LATERAL "
+                f"SELECT c.session_id, {own}, n FROM checkpoints c CROSS JOIN LATERAL "
                 "(SELECT count(*) AS n FROM session_entries e WHERE e.session_id = "
-                "c.session_id) AS k WHERE n <> c.entry_count")).fetchall()
+                f"c.session_id) AS k WHERE n <> {own}")).fetchall()
             found += [Finding("error", "entry_count", f"the checkpoint expects {want} "
-                              f"entries, {have} are stored", sid) for sid, want, have in rows]
+                              f"entry rows, {have} are stored", sid)
+                      for sid, want, have in rows]
             rows = await (await conn.execute(
                 "SELECT session_id FROM cli_sessions s WHERE NOT EXISTS (SELECT 1 FROM "
                 "checkpoints c WHERE c.session_id = s.session_id)")).fetchall()
@@ -234,6 +237,14 @@ class PostgresOps:
                      [(str(s), int(n), int(b)) for s, n, b in top])
 
 
+async def has_bases(conn: Any) -> bool:
+    """Whether checkpoints name the session whose entries a branch shares (lineage)."""
+    row = await (await conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'checkpoints' AND column_name = 'base_session_id'")).fetchone()
+    return row is not None
+
+
 class _Reader:
     """One ``REPEATABLE READ`` transaction per session, begun by ``head``."""
 
@@ -256,11 +267,33 @@ class _Reader:
                            float(created), float(updated))
 
     async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
-        async with self._conn.cursor(name="nonoka_export_entries") as cur:
-            await cur.execute("SELECT seq, entry_json FROM session_entries "
-                              "WHERE session_id = %s ORDER BY seq", (session_id,))
-            while rows := await cur.fetchmany(BATCH):
-                yield [(int(seq), text) for seq, text in rows]
+        for sid, first, stop in await self._chain(session_id):
+            async with self._conn.cursor(name="nonoka_export_entries") as cur:
+                await cur.execute("SELECT seq, entry_json FROM session_entries "
+                                  "WHERE session_id = %s AND seq >= %s AND seq < %s "
+                                  "ORDER BY seq", (sid, first, 2**62 if stop is None else stop))
+                while rows := await cur.fetchmany(BATCH):
+                    yield [(int(seq), text) for seq, text in rows]
+
+    async def _chain(self, session_id: str) -> list[tuple[str, int, int | None]]:
+        """Where the session's entries live: ``(session, from seq, to seq)`` in order (a
+        branch shares its first ``base_count`` entries with ``base_session_id``)."""
+        if not await has_bases(self._conn):
+            return [(session_id, 0, None)]
+        chain: list[tuple[str, int, int | None]] = []
+        sid, stop = session_id, None
+        for _ in range(10_000):
+            row = await (await self._conn.execute(
+                "SELECT base_session_id, base_count FROM checkpoints WHERE session_id = %s",
+                (sid,))).fetchone()
+            if row is None or row[0] is None:
+                chain.append((sid, 0, stop))
+                return chain[::-1]
+            count = int(row[1])
+            if stop is None or stop > count:
+                chain.append((sid, count, stop))
+            sid, stop = row[0], count if stop is None else min(stop, count)
+        raise ValueError(f"session {session_id}: its chain of bases does not end")
 
     async def steps(self, session_id: str) -> list[StepRow]:
         rows = await (await self._conn.execute(

@@ -191,12 +191,13 @@ class SQLiteOps:
                         "(SELECT session_id FROM checkpoints) GROUP BY session_id"):
                     found.append(Finding("error", "orphan_rows",
                                          f"{n} {table} row(s) without a checkpoint", sid))
+            own = "c.entry_count - c.base_count" if has_bases(db) else "c.entry_count"
             for sid, want, have in db.execute(
-                    "SELECT c.session_id, c.entry_count, (SELECT count(*) FROM session_entries "
+                    f"SELECT c.session_id, {own}, (SELECT count(*) FROM session_entries "
                     "e WHERE e.session_id = c.session_id) AS n FROM checkpoints c "
-                    "WHERE n <> c.entry_count"):
+                    f"WHERE n <> {own}"):
                 found.append(Finding("error", "entry_count", f"the checkpoint expects {want} "
-                                     f"entries, {have} are stored", sid))
+                                     f"entry rows, {have} are stored", sid))
             for (sid,) in db.execute(
                     "SELECT session_id FROM cli_sessions WHERE session_id NOT IN "
                     "(SELECT session_id FROM checkpoints)"):
@@ -252,6 +253,11 @@ class SQLiteOps:
                      [(str(s), int(n), int(b)) for s, n, b in top])
 
 
+def has_bases(db: sqlite3.Connection) -> bool:
+    """Whether checkpoints name the session whose entries a branch shares (lineage)."""
+    return any(r[1] == "base_session_id" for r in db.execute("PRAGMA table_info(checkpoints)"))
+
+
 def _owner(name: str) -> str:
     """The table an SQLite b-tree belongs to (indexes and FTS shadow tables folded in)."""
     if name.startswith("session_search"):
@@ -283,16 +289,40 @@ class _Reader:
                            float(created), float(updated))
 
     async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
-        last = -1
-        while True:
-            rows = self._db.execute(
-                "SELECT seq, entry_json FROM session_entries WHERE session_id = ? AND seq > ? "
-                "ORDER BY seq LIMIT ?", (session_id, last, BATCH)).fetchall()
-            if rows:
-                yield rows
-            if len(rows) < BATCH:
-                return
-            last = rows[-1][0]
+        for sid, first, stop in self._chain(session_id):
+            last = first - 1
+            while True:
+                rows = self._db.execute(
+                    "SELECT seq, entry_json FROM session_entries WHERE session_id = ? "
+                    "AND seq > ? AND seq < ? ORDER BY seq LIMIT ?",
+                    (sid, last, 2**62 if stop is None else stop, BATCH)).fetchall()
+                if rows:
+                    yield rows
+                if len(rows) < BATCH:
+                    break
+                last = rows[-1][0]
+
+    def _chain(self, session_id: str) -> list[tuple[str, int, int | None]]:
+        """Where the session's entries live: ``(session, from seq, to seq)`` in order.
+
+        A branch (a database with lineage columns: ``base_session_id``, ``base_count``)
+        shares its first ``base_count`` entries with its base, which may be a branch too.
+        """
+        if not has_bases(self._db):
+            return [(session_id, 0, None)]
+        chain: list[tuple[str, int, int | None]] = []
+        sid, stop = session_id, None
+        for _ in range(10_000):
+            row = self._db.execute("SELECT base_session_id, base_count FROM checkpoints "
+                                   "WHERE session_id = ?", (sid,)).fetchone()
+            if row is None or row[0] is None:
+                chain.append((sid, 0, stop))
+                return chain[::-1]
+            count = int(row[1])
+            if stop is None or stop > count:
+                chain.append((sid, count, stop))
+            sid, stop = row[0], count if stop is None else min(stop, count)
+        raise sqlite3.DatabaseError(f"session {session_id}: its chain of bases does not end")
 
     async def steps(self, session_id: str) -> list[StepRow]:
         return [StepRow(*r) for r in self._db.execute(
