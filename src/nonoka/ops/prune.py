@@ -9,6 +9,7 @@ delete. A session whose lease is live is skipped and reported, never removed.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Sequence
@@ -20,6 +21,12 @@ from nonoka.ops.model import SessionSummary
 from nonoka.store.project import ProjectStores
 
 TERMINAL = ("completed", "failed", "cancelled")
+WORK_STREAK = 0.05
+PAUSE = 0.02
+"""Deleting pauses ``PAUSE`` seconds after every ``WORK_STREAK`` seconds of work. Each
+session is its own short transaction, but SQLite's lock is not fair: a writer that found
+it taken sleeps in growing steps (up to 25 ms, then more) and can miss every gap between
+two deletes. A pause longer than those steps lets it in (bench/README.md)."""
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", re.IGNORECASE)
 
@@ -53,7 +60,11 @@ async def delete_sessions(stores: ProjectStores, session_ids: Sequence[str], *,
     row, next-call template); a leased one is reported as busy and kept."""
     backend = backend_for(stores)
     result = Removal(dry_run=dry_run)
+    streak = time.monotonic()
     for sid in dict.fromkeys(session_ids):
+        if not dry_run and time.monotonic() - streak > WORK_STREAK:
+            await asyncio.sleep(PAUSE)  # let a waiting writer in (see PAUSE)
+            streak = time.monotonic()
         if await stores.leases.get_lease(sid) is not None:
             result.busy.append(sid)
             continue
