@@ -31,6 +31,7 @@ from nonoka.store.memory import (
 )
 from nonoka.store.postgres import PostgresCheckpointStore
 from nonoka.store.postgres.records import PostgresRecordStore
+from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite.records import SQLiteRecordStore
 from nonoka.testing.conformance import RecordsHarness, RecordStore, RowsHarness, StoredRows
@@ -341,3 +342,42 @@ RECORD_ENGINES: dict[str, Callable[[Path], Awaitable[RecordEngineHarness]]] = {
     "postgres": _postgres_records,
 }
 """Every engine the session index / event log suite runs against."""
+
+
+# -- session operations (a project's stores) -------------------------------------------------
+
+
+class OpsEngineHarness:
+    """A project's stores on one engine, and fresh empty ones on demand (``OpsHarness``)."""
+
+    def __init__(self, name: str, tmp: Path) -> None:
+        self.name = name
+        self._tmp = tmp
+        self._opened: list[ProjectStores] = []
+        self._schemas: list[str] = []
+        self.stores = self._open()
+
+    def _open(self) -> ProjectStores:
+        if self.name == "memory":
+            stores = open_project_stores(self._tmp, "memory:")
+        elif self.name == "sqlite":
+            stores = open_project_stores(self._tmp, f"sqlite:db{len(self._opened)}.db")
+        else:
+            self._schemas.append(pg.create_schema())
+            stores = open_project_stores(self._tmp, pg.schema_url(self._schemas[-1]))
+        self._opened.append(stores)
+        return stores
+
+    async def fresh(self) -> ProjectStores:
+        return self._open()
+
+    async def aclose(self) -> None:
+        try:
+            for stores in self._opened:
+                await stores.close()
+        finally:
+            for schema in self._schemas:
+                pg.drop_schema(schema)
+
+
+OPS_ENGINES = ["memory", "postgres", "sqlite"]

@@ -13,6 +13,7 @@ from nonoka.testing.conformance import (
     CheckpointStoreSuite,
     RecordStoreSuite,
     SessionLeasesSuite,
+    SessionOpsSuite,
     StoredRowsSuite,
 )
 
@@ -36,3 +37,7 @@ class TestRecordStore(RecordStoreSuite):
 class TestBranching(BranchingSuite):
     async def test_every_engine_shares_entries_itself(self, store: object) -> None:
         assert isinstance(store, BranchingStore)
+
+
+class TestSessionOps(SessionOpsSuite):
+    pass

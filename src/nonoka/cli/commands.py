@@ -17,6 +17,7 @@ import click
 
 from nonoka import __version__
 from nonoka.cli.opencode_cmd import opencode
+from nonoka.cli.ops_cmd import SESSION_COMMANDS, db
 from nonoka.cli.ui_cmd import ui
 
 T = TypeVar("T")
@@ -156,13 +157,23 @@ def run(message: str, continue_latest: bool, session_ref: str | None, at: int | 
 
             click.secho(f"nonoka: {outcome.finish}: {shown(outcome.error)}", fg="red",
                         err=True)
+    from nonoka.cli.ops_cmd import apply_retention
+
+    apply_retention(project)
     if outcome.finish not in ("stop", "tool_calls"):
         raise SystemExit(1)
 
 
 @cli.group()
 def sessions() -> None:
-    """Review the sessions of this project (the bridge's and `nonoka run`'s)."""
+    """Review, find, move and clean up the sessions of this project.
+
+    The bridge's and `nonoka run`'s sessions alike. The `retention` setting of
+    .nonoka/config.toml is applied here at most once a day (docs/operations.md).
+    """
+    from nonoka.cli.ops_cmd import apply_retention
+
+    apply_retention(Path.cwd())
 
 
 @sessions.command("list")
@@ -249,5 +260,8 @@ def demo(directory: Path | None) -> None:
     raise SystemExit(0 if ok else 1)
 
 
+for _command in SESSION_COMMANDS:
+    sessions.add_command(_command)
+cli.add_command(db)
 cli.add_command(opencode)
 cli.add_command(ui)

@@ -231,6 +231,10 @@ class UiData:
     async def list_sessions(self, query: SessionQuery) -> SessionPage:
         """One page of the index, by keyset on the sort key (fast at any depth)."""
         key = SORTS.get(query.sort, SORTS["last_active"])
+        if query.text.strip():
+            from nonoka.ops.search import prepare
+
+            await prepare(self.stores)
         where, params = self._filters(query)
         cursor = _decode_cursor(query.before or query.after)
         backwards = query.before is not None and cursor is not None
@@ -282,19 +286,29 @@ class UiData:
         return where, params
 
     def _text_match(self, text: str) -> tuple[str, list[object]]:
-        """The search: title, model, id prefix and the conversation's text.
+        """The search: title, model, id prefix and the conversation's text, literally.
 
-        A plain pattern match, portable across engines; the place to switch to the
-        full-text index once the store has one.
+        The full-text index (``nonoka.ops.search``) picks the sessions whose entries hold
+        the words of ``text``; only their entries are then matched by pattern, so a
+        search over a large database does not read every entry.
         """
+        from nonoka.ops.search import session_match
+
         like = self._dialect.like
         pattern = "%" + _escape_like(text) + "%"
         entries = (f"EXISTS (SELECT 1 FROM session_entries e WHERE e.session_id = "
                    f"cli_sessions.session_id AND {self._dialect.entry_content()} {like} ? "
                    "ESCAPE '\\')")
+        params: list[object] = [pattern, pattern, _escape_like(text) + "%"]
+        indexed = session_match(self.engine, text)
+        if indexed is None:
+            params.append(pattern)
+        else:
+            entries = f"({indexed[0]} AND {entries})"
+            params += [*indexed[1], pattern]
         clause = (f"(title {like} ? ESCAPE '\\' OR model {like} ? ESCAPE '\\' OR "
                   f"session_id LIKE ? ESCAPE '\\' OR {entries})")
-        return clause, [pattern, pattern, _escape_like(text) + "%", pattern]
+        return clause, params
 
     async def get_session(self, ref: str) -> SessionRecord | None:
         """The session whose id is ``ref`` (or the only one starting with it)."""

@@ -141,6 +141,38 @@ async def m005_session_lineage(conn: AsyncConnection[Any]) -> None:
                        "WHERE base_session_id IS NOT NULL")
 
 
+SEARCH_CONFIG = "simple"
+"""The text search configuration: lower-cased words, no stemming and no stop words, the
+closest match to SQLite FTS5's ``unicode61`` tokenizer (``nonoka.ops.search``)."""
+ENTRY_VECTOR = "to_tsvector('simple', nonoka_search_text({e}))"
+"""The expression the entry search index is built on; queries must use it verbatim."""
+
+
+@migration
+async def m006_search_index(conn: AsyncConnection[Any]) -> None:
+    """Full-text search over conversation entries (``nonoka.ops.search``).
+
+    A GIN expression index: nothing is stored twice and no table is rewritten. Titles
+    are few and short: search matches them in ``cli_sessions`` itself.
+    ``nonoka_search_text`` is an entry's content and its tool calls (as JSON text); a
+    row that is not JSON (or holds what ``json`` cannot turn into text) is indexed as it
+    is, and the text is cut at 100,000 characters (a ``tsvector`` holds at most 1 MB), so
+    indexing never makes a write fail.
+    """
+    await conn.execute(
+        """CREATE FUNCTION nonoka_search_text(entry text) RETURNS text
+        LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+        BEGIN
+            RETURN left(coalesce(entry::json ->> 'content', '') || ' ' ||
+                        coalesce(entry::json -> 'metadata' ->> 'tool_calls', ''), 100000);
+        EXCEPTION WHEN others THEN
+            RETURN left(entry, 100000);
+        END $$""")
+    await conn.execute(
+        f"CREATE INDEX session_entries_search ON session_entries "
+        f"USING gin (({ENTRY_VECTOR.format(e='entry_json')}))")
+
+
 # -- the runner's PostgreSQL side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

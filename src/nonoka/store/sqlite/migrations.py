@@ -182,6 +182,67 @@ def m006_entry_digest_chain(db: sqlite3.Connection) -> None:
                        "seq = ?", updates)
 
 
+SEARCH_BODY = ("CASE WHEN json_valid({e}) THEN coalesce(json_extract({e},'$.content'),'')"
+               "||' '||coalesce(json_extract({e},'$.metadata.tool_calls'),'') ELSE {e} END")
+"""The text full-text search indexes for an entry: its content and its tool calls (names
+and arguments, as JSON text). A row that is not JSON is indexed as it is, so a damaged
+row never makes a write fail."""
+
+
+INDEXED_UPTO = "(SELECT seq FROM search_docs WHERE doc = 0)"
+"""The last ``doc`` the full-text index holds (the marker row ``doc = 0``)."""
+
+
+@migration
+def m007_search_index(db: sqlite3.Connection) -> None:
+    """Full-text search over conversation entries (``nonoka.ops.search``).
+
+    ``session_search`` is an FTS5 index whose content is the view ``search_text`` (the
+    text already lives in ``session_entries``, so it is not stored twice, and the table
+    can still be read whole like any other); ``search_docs`` maps each entry to
+    an increasing ``doc`` id (``AUTOINCREMENT``: never reused), the order in which
+    entries were written, which gives "newest first" without a sort. Triggers keep
+    ``search_docs`` in step with every write, whoever writes; the words themselves are
+    indexed in batches, by ``nonoka.store.sqlite.search.catch_up`` before every search,
+    up to the doc the marker row (``doc = 0``) records. So a turn's save pays for one
+    small row per entry, not for indexing its text (bench/README.md). A deleted or
+    changed entry leaves the index at once if it was indexed. Titles are few and short:
+    search matches them in ``cli_sessions`` itself.
+
+    The statements are kept short and the triggers are created first: the schema
+    outgrows its first page here, and this keeps it to two more pages, right after the
+    older tables.
+    """
+    old = SEARCH_BODY.format(e="old.entry_json")
+    add = "INSERT INTO search_docs(session_id,seq)VALUES(new.session_id,new.seq);"
+    forget = (f"INSERT INTO session_search(session_search,rowid,body)SELECT'delete',doc,{old} "
+              "FROM search_docs WHERE session_id=old.session_id AND seq=old.seq "
+              f"AND doc<={INDEXED_UPTO};"
+              "DELETE FROM search_docs WHERE session_id=old.session_id AND seq=old.seq;")
+    db.execute(f"CREATE TRIGGER search_insert AFTER INSERT ON session_entries BEGIN {add} END")
+    db.execute(f"CREATE TRIGGER search_delete AFTER DELETE ON session_entries BEGIN {forget} "
+               "END")
+    db.execute(f"CREATE TRIGGER search_update AFTER UPDATE ON session_entries BEGIN {forget}"
+               f"{add} END")
+    text = SEARCH_BODY.format(e="e.entry_json")
+    db.execute(f"CREATE VIEW search_text(doc,body)AS SELECT d.doc,{text}"
+               " FROM search_docs d JOIN session_entries e ON e.session_id=d.session_id AND "
+               "e.seq=d.seq")
+    db.execute("CREATE VIRTUAL TABLE session_search USING fts5(body,content=search_text,"
+               "content_rowid=doc,columnsize=0,tokenize='unicode61 remove_diacritics 0')")
+    db.execute("CREATE TABLE search_docs(doc INTEGER PRIMARY KEY AUTOINCREMENT,session_id TEXT "
+               "NOT NULL,seq INTEGER NOT NULL,UNIQUE(session_id,seq))")
+    db.execute("INSERT INTO search_docs (doc, session_id, seq) VALUES (0, '', 0)")
+    # The entries stored so far get their docs, oldest session first; the next search
+    # indexes them.
+    db.execute(
+        """INSERT INTO search_docs (session_id, seq)
+        SELECT e.session_id, e.seq FROM session_entries e
+        LEFT JOIN checkpoints c ON c.session_id = e.session_id
+        ORDER BY coalesce(c.updated_at, 0), e.session_id, e.seq"""
+    )
+
+
 # -- the runner's SQLite side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -1,0 +1,219 @@
+"""Session operations on the in-memory engine: the reference the SQL engines match.
+
+Search reads every entry (there is no index) with the same word rules as the SQL
+engines, ordered like PostgreSQL: matching titles first, then entries of the most
+recently active session first, latest position first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from nonoka.ops.model import (
+    EventRow,
+    Finding,
+    RawHit,
+    SearchQuery,
+    SessionHead,
+    SessionSummary,
+    Stats,
+    StepRow,
+)
+from nonoka.ops.text import document_words, entry_text
+from nonoka.store.memory.checkpoints import MemoryCheckpointStore
+from nonoka.store.memory.database import CheckpointRow, StoredEvent
+from nonoka.store.memory.database import StepRow as MemoryStepRow
+from nonoka.store.memory.records import MemoryRecordStore
+from nonoka.store.project import ProjectStores
+from nonoka.store.records import SessionRecord
+
+
+class MemoryOps:
+    engine = "memory"
+
+    def __init__(self, stores: ProjectStores) -> None:
+        checkpoints, index = stores.checkpoints, stores.index
+        assert isinstance(checkpoints, MemoryCheckpointStore)
+        assert isinstance(index, MemoryRecordStore)
+        self.db = checkpoints.database
+        self.records = index.database
+
+    @asynccontextmanager
+    async def reader(self) -> AsyncIterator[_Reader]:
+        yield _Reader(self)
+
+    async def session_ids(self) -> list[str]:
+        with self.db.lock:
+            return sorted(self.db.checkpoints)
+
+    async def write_session(self, head: SessionHead, entries: Iterable[str],
+                            steps: list[StepRow], events: Iterable[EventRow],
+                            index: dict[str, Any] | None) -> bool:
+        sid = head.session_id
+        texts = list(entries)
+        log = [StoredEvent(e.seq, e.at, e.kind, e.data) for e in events]
+        with self.db.lock, self.records.lock:
+            if sid in self.db.checkpoints:
+                return False
+            self.db.checkpoints[sid] = CheckpointRow(head.snapshot, head.revision,
+                                                     head.memory_generation, texts,
+                                                     head.created_at, head.updated_at)
+            for key in [k for k in self.db.step_updates if k[0] == sid]:
+                del self.db.step_updates[key]
+            for step in steps:
+                order, self.db.next_order = self.db.next_order, self.db.next_order + 1
+                self.db.step_updates[(sid, step.step_id, step.update_type)] = MemoryStepRow(
+                    step.payload, step.updated_at, order)
+            self.records.events.pop(sid, None)
+            if log:
+                self.records.events[sid] = log
+            self.records.sessions.pop(sid, None)
+            if index is not None:
+                self.records.sessions[sid] = SessionRecord.model_validate(index).model_dump_json()
+        return True
+
+    async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:
+        wanted = set(words)
+        with self.db.lock, self.records.lock:
+            rows = {sid: list(row.entries) for sid, row in self.db.checkpoints.items()}
+            index = {sid: SessionRecord.model_validate_json(t)
+                     for sid, t in self.records.sessions.items()}
+        titles: list[tuple[float, str, RawHit]] = []
+        hits: list[tuple[float, str, int, RawHit]] = []
+        for sid in set(rows) | set(index):
+            record = index.get(sid)
+            if not _keeps(record, query):
+                continue
+            title = record.title if record else ""
+            last = record.last_active if record else None
+            status = record.status if record else ""
+            if title and all(w in title.casefold() for w in wanted):
+                titles.append((-(last or 0.0), sid, RawHit(sid, -1, title, title, status, last)))
+            for seq, raw in enumerate(rows.get(sid, [])):
+                if wanted <= document_words(entry_text(raw)[1]):
+                    hits.append((-(last or 0.0), sid, -seq,
+                                 RawHit(sid, seq, raw, title, status, last)))
+        titles.sort(key=lambda h: (h[0], h[1]))
+        hits.sort(key=lambda h: (h[0], h[1], h[2]))
+        found = [h[2] for h in titles[: query.limit]] + [h[3] for h in hits[: query.limit]]
+        return found[: query.limit]
+
+    async def summaries(self) -> list[SessionSummary]:
+        with self.db.lock, self.records.lock:
+            heads = {sid: (row.state_json, row.updated_at)
+                     for sid, row in self.db.checkpoints.items()}
+            index = {sid: SessionRecord.model_validate_json(t)
+                     for sid, t in self.records.sessions.items()}
+        out: list[SessionSummary] = []
+        for sid in sorted(set(heads) | set(index)):
+            record = index.get(sid)
+            snapshot, updated = heads.get(sid, ("{}", 0.0))
+            status = record.status if record else _status(snapshot)
+            last = record.last_active if record else updated
+            parent = record.metadata.get("forked_from") if record else None
+            out.append(SessionSummary(sid, status, last, record.model if record else "",
+                                      record.purpose if record else "chat",
+                                      parent if isinstance(parent, str) else None))
+        return out
+
+    async def session_bytes(self, session_id: str) -> int:
+        with self.db.lock, self.records.lock:
+            row = self.db.checkpoints.get(session_id)
+            size = 0 if row is None else len(row.state_json.encode()) + sum(
+                len(e.encode()) for e in row.entries)
+            size += sum(len(s.payload_json.encode()) for k, s in self.db.step_updates.items()
+                        if k[0] == session_id)
+            size += sum(len(e.data_json.encode())
+                        for e in self.records.events.get(session_id, []))
+        return size
+
+    async def check(self) -> list[Finding]:
+        with self.db.lock, self.records.lock:
+            stored = set(self.db.checkpoints)
+            orphans = {k[0] for k in self.db.step_updates} - stored
+            index_only = set(self.records.sessions) - stored
+        found = [Finding("error", "orphan_rows", "step_updates row(s) without a checkpoint",
+                         sid) for sid in sorted(orphans)]
+        found += [Finding("warning", "index_without_checkpoint",
+                          "an index row without a checkpoint", sid)
+                  for sid in sorted(index_only)]
+        return found
+
+    async def vacuum(self) -> tuple[int, int]:
+        size = await self._size()
+        return size, size
+
+    async def _size(self) -> int:
+        return sum([await self.session_bytes(s) for s in await self.session_ids()])
+
+    async def stats(self, largest: int = 10) -> Stats:
+        with self.db.lock, self.records.lock:
+            sizes = [(sid, len(row.entries), sum(len(e.encode()) for e in row.entries))
+                     for sid, row in self.db.checkpoints.items()]
+            events = sum(len(log) for log in self.records.events.values())
+        sizes.sort(key=lambda s: (-s[2], s[0]))
+        return Stats("memory", len(sizes), sum(s[1] for s in sizes), events,
+                     {"session_entries": sum(s[2] for s in sizes)}, sizes[:largest])
+
+
+def _keeps(record: SessionRecord | None, query: SearchQuery) -> bool:
+    if record is None:
+        return not (query.status or query.since is not None or query.model)
+    if not query.everything and record.purpose != "chat":
+        return False
+    if query.status and record.status not in query.status:
+        return False
+    if query.since is not None and record.last_active < query.since:
+        return False
+    return not (query.model and record.model != query.model)
+
+
+def _status(snapshot: str) -> str:
+    try:
+        value = json.loads(snapshot).get("status", "")
+    except (ValueError, AttributeError):
+        return ""
+    return str(value)
+
+
+class _Reader:
+    def __init__(self, ops: MemoryOps) -> None:
+        self._ops = ops
+
+    async def head(self, session_id: str) -> SessionHead | None:
+        with self._ops.db.lock:
+            row = self._ops.db.checkpoints.get(session_id)
+        if row is None:
+            return None
+        return SessionHead(session_id, row.state_json, row.revision, len(row.entries),
+                           row.memory_generation, row.created_at, row.updated_at)
+
+    async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
+        with self._ops.db.lock:
+            row = self._ops.db.checkpoints.get(session_id)
+            texts = list(row.entries) if row else []
+        for start in range(0, len(texts), 1000):
+            yield list(enumerate(texts[start:start + 1000], start))
+
+    async def steps(self, session_id: str) -> list[StepRow]:
+        with self._ops.db.lock:
+            rows = [(s.updated_at, s.order, StepRow(k[1], k[2], s.payload_json, s.updated_at))
+                    for k, s in self._ops.db.step_updates.items() if k[0] == session_id]
+        return [r[2] for r in sorted(rows, key=lambda r: (r[0], r[1]))]
+
+    async def events(self, session_id: str) -> AsyncIterator[EventRow]:
+        with self._ops.records.lock:
+            log = list(self._ops.records.events.get(session_id, []))
+        for e in log:
+            yield EventRow(e.seq, e.at, e.kind, e.data_json)
+
+    async def index(self, session_id: str) -> dict[str, Any] | None:
+        with self._ops.records.lock:
+            text = self._ops.records.sessions.get(session_id)
+        return None if text is None else SessionRecord.model_validate_json(text).model_dump(
+            mode="json")
+
+

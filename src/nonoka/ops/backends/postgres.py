@@ -1,0 +1,320 @@
+"""Session operations on PostgreSQL.
+
+Export reads each session in one ``REPEATABLE READ`` transaction with a server-side
+cursor for the entries, so a 100,000-entry session streams in constant memory. Import
+writes one session per transaction. Search uses the GIN expression indexes of migration
+``m006_search_index``; its query is ``plainto_tsquery``, so no syntax reaches the parser.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from nonoka.ops.batches import batches
+from nonoka.ops.model import (
+    EventRow,
+    Finding,
+    RawHit,
+    SearchQuery,
+    SessionHead,
+    SessionSummary,
+    Stats,
+    StepRow,
+)
+from nonoka.store import index_sql
+from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
+from nonoka.store.postgres.database import Jsonb, PostgresDatabase
+from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG
+from nonoka.store.project import ProjectStores
+
+BATCH = 1000
+TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
+          "session_leases", "nonoka_migrations")
+_PURPOSE = "coalesce(s.metadata ->> 'purpose', 'chat')"
+_TSQUERY = f"plainto_tsquery('{SEARCH_CONFIG}', %(q)s)"
+
+
+class PostgresOps:
+    engine = "postgresql"
+
+    def __init__(self, stores: ProjectStores) -> None:
+        checkpoints = stores.checkpoints
+        assert isinstance(checkpoints, PostgresCheckpointStore)
+        self.database: PostgresDatabase = checkpoints.database
+
+    @asynccontextmanager
+    async def reader(self) -> AsyncIterator[_Reader]:
+        async with self.database.connection() as conn:
+            yield _Reader(conn)
+            if conn.info.transaction_status:
+                await conn.execute("COMMIT")
+
+    async def session_ids(self) -> list[str]:
+        async with self.database.connection() as conn:
+            rows = await (await conn.execute(
+                "SELECT session_id FROM checkpoints ORDER BY session_id")).fetchall()
+        return [r[0] for r in rows]
+
+    async def write_session(self, head: SessionHead, entries: Iterable[str],
+                            steps: list[StepRow], events: Iterable[EventRow],
+                            index: dict[str, Any] | None) -> bool:
+        sid = head.session_id
+        async with self.database.transaction() as conn:
+            created = await conn.execute(
+                "INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
+                "memory_generation, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (session_id) DO NOTHING RETURNING 1",
+                (sid, head.snapshot, head.revision, head.entry_count, head.memory_generation,
+                 head.created_at, head.updated_at))
+            if await created.fetchone() is None:
+                return False
+            for table in ("session_entries", "step_updates", "events", "cli_sessions"):
+                await conn.execute(f"DELETE FROM {table} WHERE session_id = %s", (sid,))
+            start = 0
+            for batch in batches(entries):
+                await conn.execute(
+                    "INSERT INTO session_entries (session_id, seq, entry_json) "
+                    "SELECT %s, %s + ord - 1, entry FROM unnest(%s::text[]) "
+                    "WITH ORDINALITY AS t(entry, ord)", (sid, start, batch))
+                start += len(batch)
+            async with conn.cursor() as cur:
+                if steps:
+                    await cur.executemany(
+                        "INSERT INTO step_updates (session_id, step_id, update_type, "
+                        "payload_json, updated_at) VALUES (%s, %s, %s, %s, %s)",
+                        [(sid, s.step_id, s.update_type, s.payload, s.updated_at)
+                         for s in steps])
+                for chunk in batches(events):
+                    await cur.executemany(
+                        "INSERT INTO events (session_id, seq, at, kind, data_json) "
+                        "VALUES (%s, %s, %s, %s, %s::json)",
+                        [(sid, e.seq, e.at, e.kind, e.data) for e in chunk])
+            if index is not None:
+                row = dict(index)
+                row["metadata"] = Jsonb(row["metadata"])
+                await conn.execute(index_sql.upsert("%s"), [row[c] for c in index_sql.COLUMNS])
+        return True
+
+    async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:
+        where: list[str] = []
+        params: dict[str, Any] = {"q": " ".join(words), "limit": query.limit}
+        if not query.everything:
+            where.append(f"{_PURPOSE} = 'chat'")
+        if query.status:
+            where.append("s.status = ANY(%(status)s)")
+            params["status"] = list(query.status)
+        if query.since is not None:
+            where.append("s.last_active >= %(since)s")
+            params["since"] = query.since
+        if query.model:
+            where.append("s.model = %(model)s")
+            params["model"] = query.model
+        extra = "".join(f" AND {w}" for w in where)
+        entry_vector = ENTRY_VECTOR.format(e="e.entry_json")
+        titles = " AND ".join(f"s.title ILIKE %(t{n})s" for n in range(len(words)))
+        params.update({f"t{n}": f"%{w}%" for n, w in enumerate(words)})
+        by_title = f"""
+            SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active
+            FROM cli_sessions s WHERE {titles}{extra}
+            ORDER BY s.last_active DESC, s.session_id LIMIT %(limit)s"""
+        entries = f"""
+            SELECT e.session_id, e.seq, e.entry_json, coalesce(s.title, ''),
+                   coalesce(s.status, ''), s.last_active
+            FROM session_entries e LEFT JOIN cli_sessions s ON s.session_id = e.session_id
+            WHERE {entry_vector} @@ {_TSQUERY}{extra}
+            ORDER BY s.last_active DESC NULLS LAST, e.session_id, e.seq DESC
+            LIMIT %(limit)s"""
+        async with self.database.connection() as conn:
+            rows = await (await conn.execute(by_title, params)).fetchall()
+            rows += await (await conn.execute(entries, params)).fetchall()
+        return [RawHit(r[0], int(r[1]), r[2], r[3], r[4], r[5]) for r in rows[: query.limit]]
+
+    async def summaries(self) -> list[SessionSummary]:
+        sql = """
+        SELECT c.session_id, coalesce(s.status, c.state_json::json ->> 'status', ''),
+               coalesce(s.last_active, c.updated_at), coalesce(s.model, ''),
+               coalesce(s.metadata ->> 'purpose', 'chat'), s.metadata ->> 'forked_from'
+        FROM checkpoints c LEFT JOIN cli_sessions s ON s.session_id = c.session_id
+        UNION ALL
+        SELECT s.session_id, s.status, s.last_active, s.model,
+               coalesce(s.metadata ->> 'purpose', 'chat'), s.metadata ->> 'forked_from'
+        FROM cli_sessions s
+        WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.session_id = s.session_id)"""
+        async with self.database.connection() as conn:
+            rows = await (await conn.execute(sql)).fetchall()
+        return [SessionSummary(r[0], str(r[1] or ""), float(r[2] or 0), str(r[3]), str(r[4]),
+                               r[5]) for r in rows]
+
+    async def session_bytes(self, session_id: str) -> int:
+        sql = """SELECT
+            (SELECT coalesce(sum(octet_length(state_json)), 0) FROM checkpoints
+             WHERE session_id = %(s)s) +
+            (SELECT coalesce(sum(octet_length(entry_json)), 0) FROM session_entries
+             WHERE session_id = %(s)s) +
+            (SELECT coalesce(sum(octet_length(payload_json)), 0) FROM step_updates
+             WHERE session_id = %(s)s) +
+            (SELECT coalesce(sum(octet_length(data_json::text)), 0) FROM events
+             WHERE session_id = %(s)s)"""
+        async with self.database.connection() as conn:
+            row = await (await conn.execute(sql, {"s": session_id})).fetchone()
+        return int(row[0]) if row else 0
+
+    async def check(self) -> list[Finding]:
+        found: list[Finding] = []
+        async with self.database.transaction() as conn:
+            for table in ("session_entries", "step_updates"):
+                rows = await (await conn.execute(
+                    f"SELECT session_id, count(*) FROM {table} t WHERE NOT EXISTS (SELECT 1 "
+                    "FROM checkpoints c WHERE c.session_id = t.session_id) "
+                    "GROUP BY session_id")).fetchall()
+                found += [Finding("error", "orphan_rows",
+                                  f"{n} {table} row(s) without a checkpoint", sid)
+                          for sid, n in rows]
+            own = ("c.entry_count - c.base_count" if await has_bases(conn)
+                   else "c.entry_count")
+            rows = await (await conn.execute(
+                f"SELECT c.session_id, {own}, n FROM checkpoints c CROSS JOIN LATERAL "
+                "(SELECT count(*) AS n FROM session_entries e WHERE e.session_id = "
+                f"c.session_id) AS k WHERE n <> {own}")).fetchall()
+            found += [Finding("error", "entry_count", f"the checkpoint expects {want} "
+                              f"entry rows, {have} are stored", sid)
+                      for sid, want, have in rows]
+            rows = await (await conn.execute(
+                "SELECT session_id FROM cli_sessions s WHERE NOT EXISTS (SELECT 1 FROM "
+                "checkpoints c WHERE c.session_id = s.session_id)")).fetchall()
+            found += [Finding("warning", "index_without_checkpoint",
+                              "an index row without a checkpoint", sid) for (sid,) in rows]
+            rows = await (await conn.execute(
+                "SELECT session_id, count(*) FROM events v WHERE NOT EXISTS (SELECT 1 FROM "
+                "cli_sessions s WHERE s.session_id = v.session_id) AND NOT EXISTS (SELECT 1 "
+                "FROM checkpoints c WHERE c.session_id = v.session_id) GROUP BY session_id"
+            )).fetchall()
+            found += [Finding("warning", "orphan_events",
+                              f"{n} event(s) of a session that is not stored", sid)
+                      for sid, n in rows]
+            rows = await (await conn.execute(
+                "SELECT indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON "
+                "c.oid = i.indrelid WHERE c.relnamespace = current_schema()::regnamespace "
+                "AND NOT (i.indisvalid AND i.indisready)")).fetchall()
+            found += [Finding("error", "invalid_index", f"index {name} is not valid; "
+                              "REINDEX it") for (name,) in rows]
+        return found
+
+    async def vacuum(self) -> tuple[int, int]:
+        before = await self._size()
+        async with self.database.connection() as conn:  # autocommit: VACUUM needs it
+            for table in TABLES:
+                await conn.execute(f"VACUUM (ANALYZE) {table}")
+        return before, await self._size()
+
+    async def _size(self) -> int:
+        async with self.database.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
+            )).fetchone()
+        return int(row[0]) if row else 0
+
+    async def stats(self, largest: int = 10) -> Stats:
+        async with self.database.transaction() as conn:
+            counts = await (await conn.execute(
+                "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM "
+                "session_entries), (SELECT count(*) FROM events)")).fetchone()
+            sizes = await (await conn.execute(
+                "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c WHERE "
+                "c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' "
+                "ORDER BY 2 DESC")).fetchall()
+            top = await (await conn.execute(
+                "SELECT session_id, count(*), sum(octet_length(entry_json)) AS b FROM "
+                "session_entries GROUP BY session_id ORDER BY b DESC LIMIT %s",
+                (largest,))).fetchall()
+        assert counts is not None
+        return Stats("postgresql", int(counts[0]), int(counts[1]), int(counts[2]),
+                     {str(n): int(b) for n, b in sizes},
+                     [(str(s), int(n), int(b)) for s, n, b in top])
+
+
+async def has_bases(conn: Any) -> bool:
+    """Whether checkpoints name the session whose entries a branch shares (lineage)."""
+    row = await (await conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'checkpoints' AND column_name = 'base_session_id'")).fetchone()
+    return row is not None
+
+
+class _Reader:
+    """One ``REPEATABLE READ`` transaction per session, begun by ``head``."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def head(self, session_id: str) -> SessionHead | None:
+        conn = self._conn
+        if conn.info.transaction_status:
+            await conn.execute("COMMIT")
+        await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        row = await (await conn.execute(
+            "SELECT session_id, state_json, revision, entry_count, memory_generation, "
+            "created_at, updated_at FROM checkpoints WHERE session_id = %s",
+            (session_id,))).fetchone()
+        if row is None:
+            return None
+        sid, snapshot, revision, count, generation, created, updated = row
+        return SessionHead(sid, snapshot, int(revision), int(count), int(generation),
+                           float(created), float(updated))
+
+    async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
+        for sid, first, stop in await self._chain(session_id):
+            async with self._conn.cursor(name="nonoka_export_entries") as cur:
+                await cur.execute("SELECT seq, entry_json FROM session_entries "
+                                  "WHERE session_id = %s AND seq >= %s AND seq < %s "
+                                  "ORDER BY seq", (sid, first, 2**62 if stop is None else stop))
+                while rows := await cur.fetchmany(BATCH):
+                    yield [(int(seq), text) for seq, text in rows]
+
+    async def _chain(self, session_id: str) -> list[tuple[str, int, int | None]]:
+        """Where the session's entries live: ``(session, from seq, to seq)`` in order (a
+        branch shares its first ``base_count`` entries with ``base_session_id``)."""
+        if not await has_bases(self._conn):
+            return [(session_id, 0, None)]
+        chain: list[tuple[str, int, int | None]] = []
+        sid, stop = session_id, None
+        for _ in range(10_000):
+            row = await (await self._conn.execute(
+                "SELECT base_session_id, base_count FROM checkpoints WHERE session_id = %s",
+                (sid,))).fetchone()
+            if row is None or row[0] is None:
+                chain.append((sid, 0, stop))
+                return chain[::-1]
+            count = int(row[1])
+            if stop is None or stop > count:
+                chain.append((sid, count, stop))
+            sid, stop = row[0], count if stop is None else min(stop, count)
+        raise ValueError(f"session {session_id}: its chain of bases does not end")
+
+    async def steps(self, session_id: str) -> list[StepRow]:
+        rows = await (await self._conn.execute(
+            "SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
+            "WHERE session_id = %s ORDER BY updated_at, id", (session_id,))).fetchall()
+        return [StepRow(*r) for r in rows]
+
+    async def events(self, session_id: str) -> AsyncIterator[EventRow]:
+        async with self._conn.cursor(name="nonoka_export_events") as cur:
+            cur.itersize = BATCH
+            await cur.execute("SELECT seq, at, kind, data_json::text FROM events "
+                              "WHERE session_id = %s ORDER BY seq", (session_id,))
+            async for seq, at, kind, data in cur:
+                yield EventRow(int(seq), float(at), kind, data)
+
+    async def index(self, session_id: str) -> dict[str, Any] | None:
+        row = await (await self._conn.execute(f"{index_sql.SELECT} WHERE session_id = %s",
+                                              (session_id,))).fetchone()
+        if row is None:
+            return None
+        record = dict(zip(index_sql.COLUMNS, row, strict=True))
+        if isinstance(record["metadata"], str):
+            record["metadata"] = json.loads(record["metadata"])
+        return record

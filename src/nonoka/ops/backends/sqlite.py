@@ -1,0 +1,352 @@
+"""Session operations on a SQLite file.
+
+Reads for export use a connection of their own, one read transaction per session: a
+consistent snapshot that never holds the store's lock or blocks a writer (WAL). Writes
+(import) are one ``BEGIN IMMEDIATE`` transaction per session on the store's connection.
+Search runs on the FTS5 index of migration ``m007_search_index``, brought up to date
+first (``nonoka.store.sqlite.search.catch_up``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager, closing, suppress
+from typing import Any
+
+from nonoka.ops.batches import batches
+from nonoka.ops.model import (
+    EventRow,
+    Finding,
+    RawHit,
+    SearchQuery,
+    SessionHead,
+    SessionSummary,
+    Stats,
+    StepRow,
+)
+from nonoka.ops.text import fts5_query
+from nonoka.store import index_sql
+from nonoka.store.project import ProjectStores
+from nonoka.store.sqlite import search as search_index
+from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
+
+BATCH = 1000
+TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
+          "session_leases", "next_calls", "search_docs")
+_HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
+         "created_at, updated_at FROM checkpoints WHERE session_id = ?")
+_PURPOSE = "coalesce(json_extract(s.metadata, '$.purpose'), 'chat')"
+
+
+class SQLiteOps:
+    engine = "sqlite"
+
+    def __init__(self, stores: ProjectStores) -> None:
+        checkpoints = stores.checkpoints
+        assert isinstance(checkpoints, SQLiteCheckpointStore)
+        self.store = checkpoints
+        self.path = checkpoints.path
+
+    def _connect(self) -> closing[sqlite3.Connection]:
+        return closing(sqlite3.connect(self.path, isolation_level=None, timeout=5.0))
+
+    # -- export -----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def reader(self) -> AsyncIterator[_Reader]:
+        with self._connect() as db:
+            yield _Reader(db)
+
+    async def session_ids(self) -> list[str]:
+        with self.store.transaction(write=False) as db:
+            return [r[0] for r in db.execute(
+                "SELECT session_id FROM checkpoints ORDER BY session_id")]
+
+    # -- import -----------------------------------------------------------------------
+
+    async def write_session(self, head: SessionHead, entries: Iterable[str],
+                            steps: list[StepRow], events: Iterable[EventRow],
+                            index: dict[str, Any] | None) -> bool:
+        sid = head.session_id
+        with self.store.transaction() as db:
+            if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?",
+                          (sid,)).fetchone():
+                return False
+            for table in ("session_entries", "step_updates", "events", "cli_sessions"):
+                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
+            db.execute(
+                "INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
+                "memory_generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (sid, head.snapshot, head.revision, head.entry_count, head.memory_generation,
+                 head.created_at, head.updated_at))
+            for batch in batches(enumerate(entries)):
+                db.executemany("INSERT INTO session_entries (session_id, seq, entry_json) "
+                               "VALUES (?, ?, ?)", [(sid, n, text) for n, text in batch])
+            db.executemany(
+                "INSERT INTO step_updates (session_id, step_id, update_type, payload_json, "
+                "updated_at) VALUES (?, ?, ?, ?, ?)",
+                [(sid, s.step_id, s.update_type, s.payload, s.updated_at) for s in steps])
+            for chunk in batches(events):
+                db.executemany(
+                    "INSERT INTO events (session_id, seq, at, kind, data_json) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [(sid, e.seq, e.at, e.kind, e.data) for e in chunk])
+            if index is not None:
+                row = dict(index)
+                row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False,
+                                             allow_nan=False)
+                db.execute(index_sql.upsert("?"), [row[c] for c in index_sql.COLUMNS])
+        return True
+
+    # -- search -----------------------------------------------------------------------
+
+    async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:
+        where: list[str] = []
+        params: list[object] = []
+        if not query.everything:
+            where.append(f"{_PURPOSE} = 'chat'")
+        if query.status:
+            where.append(f"s.status IN ({', '.join('?' for _ in query.status)})")
+            params += query.status
+        if query.since is not None:
+            where.append("s.last_active >= ?")
+            params.append(query.since)
+        if query.model:
+            where.append("s.model = ?")
+            params.append(query.model)
+        extra = "".join(f" AND {w}" for w in where)
+        titles = " AND ".join("s.title LIKE ?" for _ in words)
+        # The FTS table drives the loop (CROSS JOIN) in doc order, newest first, so the
+        # first page stops after ``limit`` matches however many entries match.
+        entries = ("SELECT d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
+                   "coalesce(s.status, ''), s.last_active "
+                   "FROM session_search f CROSS JOIN search_docs d ON d.doc = f.rowid "
+                   "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
+                   "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
+                   f"WHERE session_search MATCH ?{extra} ORDER BY f.rowid DESC LIMIT ?")
+        by_title = ("SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active "
+                    f"FROM cli_sessions s WHERE {titles}{extra} "
+                    "ORDER BY s.last_active DESC, s.session_id LIMIT ?")
+        self.catch_up()
+        with self.store.transaction(write=False) as db:
+            rows = db.execute(by_title, [*(f"%{w}%" for w in words), *params,
+                                         query.limit]).fetchall()
+            rows += db.execute(entries, [fts5_query(words), *params, query.limit]).fetchall()
+        return [RawHit(sid, int(seq), text, title, status, last)
+                for sid, seq, text, title, status, last in rows[: query.limit]]
+
+    def catch_up(self) -> int:
+        """Index the entries saved since the last search (``nonoka.store.sqlite.search``)."""
+        with self._connect() as db:
+            return search_index.catch_up(db)
+
+    # -- prune ------------------------------------------------------------------------
+
+    async def summaries(self) -> list[SessionSummary]:
+        sql = """
+        SELECT c.session_id, coalesce(s.status, CASE WHEN json_valid(c.state_json) THEN
+               json_extract(c.state_json, '$.status') END, ''),
+               coalesce(s.last_active, c.updated_at), coalesce(s.model, ''),
+               coalesce(json_extract(s.metadata, '$.purpose'), 'chat'),
+               json_extract(s.metadata, '$.forked_from')
+        FROM checkpoints c LEFT JOIN cli_sessions s ON s.session_id = c.session_id
+        UNION ALL
+        SELECT s.session_id, s.status, s.last_active, s.model,
+               coalesce(json_extract(s.metadata, '$.purpose'), 'chat'),
+               json_extract(s.metadata, '$.forked_from')
+        FROM cli_sessions s WHERE s.session_id NOT IN (SELECT session_id FROM checkpoints)
+        """
+        with self.store.transaction(write=False) as db:
+            rows = db.execute(sql).fetchall()
+        return [SessionSummary(r[0], str(r[1] or ""), float(r[2] or 0), str(r[3]), str(r[4]),
+                               r[5] if isinstance(r[5], str) else None) for r in rows]
+
+    async def session_bytes(self, session_id: str) -> int:
+        sql = """SELECT
+            (SELECT coalesce(sum(length(CAST(state_json AS BLOB))), 0) FROM checkpoints
+             WHERE session_id = ?1) +
+            (SELECT coalesce(sum(length(CAST(entry_json AS BLOB))), 0) FROM session_entries
+             WHERE session_id = ?1) +
+            (SELECT coalesce(sum(length(CAST(payload_json AS BLOB))), 0) FROM step_updates
+             WHERE session_id = ?1) +
+            (SELECT coalesce(sum(length(CAST(data_json AS BLOB))), 0) FROM events
+             WHERE session_id = ?1)"""
+        with self.store.transaction(write=False) as db:
+            return int(db.execute(sql, (session_id,)).fetchone()[0])
+
+    # -- maintenance ------------------------------------------------------------------
+
+    async def check(self) -> list[Finding]:
+        found: list[Finding] = []
+        with self.store.transaction(write=False) as db:
+            for (line,) in db.execute("PRAGMA integrity_check"):
+                if line != "ok":
+                    found.append(Finding("error", "integrity", str(line)))
+            for table in ("session_entries", "step_updates"):
+                for sid, n in db.execute(
+                        f"SELECT session_id, count(*) FROM {table} WHERE session_id NOT IN "
+                        "(SELECT session_id FROM checkpoints) GROUP BY session_id"):
+                    found.append(Finding("error", "orphan_rows",
+                                         f"{n} {table} row(s) without a checkpoint", sid))
+            own = "c.entry_count - c.base_count" if has_bases(db) else "c.entry_count"
+            for sid, want, have in db.execute(
+                    f"SELECT c.session_id, {own}, (SELECT count(*) FROM session_entries "
+                    "e WHERE e.session_id = c.session_id) AS n FROM checkpoints c "
+                    f"WHERE n <> {own}"):
+                found.append(Finding("error", "entry_count", f"the checkpoint expects {want} "
+                                     f"entry rows, {have} are stored", sid))
+            for (sid,) in db.execute(
+                    "SELECT session_id FROM cli_sessions WHERE session_id NOT IN "
+                    "(SELECT session_id FROM checkpoints)"):
+                found.append(Finding("warning", "index_without_checkpoint",
+                                     "an index row without a checkpoint", sid))
+            for sid, n in db.execute(
+                    "SELECT session_id, count(*) FROM events WHERE session_id NOT IN "
+                    "(SELECT session_id FROM cli_sessions) AND session_id NOT IN "
+                    "(SELECT session_id FROM checkpoints) GROUP BY session_id"):
+                found.append(Finding("warning", "orphan_events",
+                                     f"{n} event(s) of a session that is not stored", sid))
+            docs, entries = db.execute(
+                "SELECT (SELECT count(*) FROM search_docs WHERE doc > 0), (SELECT count(*) "
+                "FROM session_entries)").fetchone()
+            if docs != entries:
+                found.append(Finding("error", "search_index", f"the search index holds {docs} "
+                                     f"documents for {entries} entries"))
+        return found
+
+    async def vacuum(self) -> tuple[int, int]:
+        before = self._size()
+        self.catch_up()
+        with self.store.transaction() as db:
+            db.execute("INSERT INTO session_search (session_search) VALUES ('optimize')")
+        db = self.store.connection
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.execute("PRAGMA optimize")
+        return before, self._size()
+
+    def _size(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            with suppress(OSError):
+                total += os.stat(f"{self.path}{suffix}").st_size
+        return total
+
+    async def stats(self, largest: int = 10) -> Stats:
+        with self.store.transaction(write=False) as db:
+            sessions, entries, events = db.execute(
+                "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM "
+                "session_entries), (SELECT count(*) FROM events)").fetchone()
+            by_table: dict[str, int] = {}
+            for name, size in db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
+                owner = _owner(str(name))
+                by_table[owner] = by_table.get(owner, 0) + int(size)
+            top = db.execute(
+                "SELECT session_id, count(*), sum(length(CAST(entry_json AS BLOB))) AS b "
+                "FROM session_entries GROUP BY session_id ORDER BY b DESC LIMIT ?",
+                (largest,)).fetchall()
+        return Stats("sqlite", int(sessions), int(entries), int(events),
+                     dict(sorted(by_table.items(), key=lambda kv: -kv[1])),
+                     [(str(s), int(n), int(b)) for s, n, b in top])
+
+
+def has_bases(db: sqlite3.Connection) -> bool:
+    """Whether checkpoints name the session whose entries a branch shares (lineage)."""
+    return any(r[1] == "base_session_id" for r in db.execute("PRAGMA table_info(checkpoints)"))
+
+
+def _owner(name: str) -> str:
+    """The table an SQLite b-tree belongs to (indexes and FTS shadow tables folded in)."""
+    if name.startswith("session_search"):
+        return "session_search"
+    if name.startswith("sqlite_autoindex_"):
+        return name.removeprefix("sqlite_autoindex_").rsplit("_", 1)[0]
+    for table in TABLES:
+        if name.startswith(table):
+            return table
+    return name
+
+
+class _Reader:
+    """A ``SessionReader``: each session is read inside one read transaction."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    async def head(self, session_id: str) -> SessionHead | None:
+        db = self._db
+        if db.in_transaction:
+            db.execute("COMMIT")
+        db.execute("BEGIN")  # held until the next session's head: one snapshot per session
+        row = db.execute(_HEAD, (session_id,)).fetchone()
+        if row is None:
+            return None
+        sid, snapshot, revision, count, generation, created, updated = row
+        return SessionHead(sid, snapshot, int(revision), int(count), int(generation),
+                           float(created), float(updated))
+
+    async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
+        for sid, first, stop in self._chain(session_id):
+            last = first - 1
+            while True:
+                rows = self._db.execute(
+                    "SELECT seq, entry_json FROM session_entries WHERE session_id = ? "
+                    "AND seq > ? AND seq < ? ORDER BY seq LIMIT ?",
+                    (sid, last, 2**62 if stop is None else stop, BATCH)).fetchall()
+                if rows:
+                    yield rows
+                if len(rows) < BATCH:
+                    break
+                last = rows[-1][0]
+
+    def _chain(self, session_id: str) -> list[tuple[str, int, int | None]]:
+        """Where the session's entries live: ``(session, from seq, to seq)`` in order.
+
+        A branch (a database with lineage columns: ``base_session_id``, ``base_count``)
+        shares its first ``base_count`` entries with its base, which may be a branch too.
+        """
+        if not has_bases(self._db):
+            return [(session_id, 0, None)]
+        chain: list[tuple[str, int, int | None]] = []
+        sid, stop = session_id, None
+        for _ in range(10_000):
+            row = self._db.execute("SELECT base_session_id, base_count FROM checkpoints "
+                                   "WHERE session_id = ?", (sid,)).fetchone()
+            if row is None or row[0] is None:
+                chain.append((sid, 0, stop))
+                return chain[::-1]
+            count = int(row[1])
+            if stop is None or stop > count:
+                chain.append((sid, count, stop))
+            sid, stop = row[0], count if stop is None else min(stop, count)
+        raise sqlite3.DatabaseError(f"session {session_id}: its chain of bases does not end")
+
+    async def steps(self, session_id: str) -> list[StepRow]:
+        return [StepRow(*r) for r in self._db.execute(
+            "SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
+            "WHERE session_id = ? ORDER BY updated_at, rowid", (session_id,))]
+
+    async def events(self, session_id: str) -> AsyncIterator[EventRow]:
+        last = 0
+        while True:
+            rows = self._db.execute(
+                "SELECT seq, at, kind, data_json FROM events WHERE session_id = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?", (session_id, last, BATCH)).fetchall()
+            for row in rows:
+                yield EventRow(*row)
+            if len(rows) < BATCH:
+                return
+            last = rows[-1][0]
+
+    async def index(self, session_id: str) -> dict[str, Any] | None:
+        row = self._db.execute(f"{index_sql.SELECT} WHERE session_id = ?",
+                               (session_id,)).fetchone()
+        if row is None:
+            return None
+        record = dict(zip(index_sql.COLUMNS, row, strict=True))
+        record["metadata"] = json.loads(record["metadata"])
+        return record
+

@@ -1,0 +1,46 @@
+"""The JSONL export format: one self-describing header line, then each session's rows.
+
+```
+{"format": "nonoka-sessions", "version": 1, "nonoka": "...", "exported_at": ...}
+{"type": "session", "session_id": ..., "snapshot": "<text>", "revision": ..., ...,
+ "index": {...} | null, "lineage": {"forked_from": ..., "fork_point": ...} | null}
+{"type": "entry", "seq": 0, "entry": "<entry JSON text>"}            (every entry, in order)
+{"type": "step", "step_id": ..., "update_type": ..., "payload": "<text>", "updated_at": ...}
+{"type": "event", "seq": ..., "at": ..., "kind": ..., "data": "<text>"}
+{"type": "end_session", "session_id": ..., "entries": n, "steps": n, "events": n,
+ "digest": "<sha256 of the session's lines>"}
+{"type": "end", "sessions": n}
+```
+
+Stored JSON travels as strings, byte for byte, so an export imported anywhere stores the
+very same text. The closing lines make truncation visible: a file without ``end`` is
+incomplete, and ``digest`` catches a changed line.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring
+from typing import Any
+
+FORMAT = "nonoka-sessions"
+VERSION = 1
+MAX_LINE = 64 * 1024 * 1024
+"""The longest line an import reads (a 64 MB entry); longer is refused, not read."""
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                      sort_keys=True)
+
+
+string = encode_basestring
+"""A JSON string literal, as ``json.dumps(text, ensure_ascii=False)`` writes it (its C
+function, without the encoder's layers)."""
+
+
+def entry_lines(rows: list[tuple[int, str]]) -> str:
+    """The lines of a batch of entries, written by hand: the hot path of a long export
+    (``dumps`` would sort the keys to this same order)."""
+    return "".join([f'{{"entry":{string(text)},"seq":{seq},"type":"entry"}}\n'
+                    for seq, text in rows])

@@ -1,0 +1,52 @@
+"""Bringing a SQLite file's full-text index up to date (migration ``m007_search_index``).
+
+A save only records which entries are new (a ``search_docs`` row each); their words are
+indexed here, in batches of ``BATCH`` entries, one short write transaction each, so a
+writer working meanwhile waits at most one batch. Every search calls ``catch_up`` first,
+so it always sees every stored entry. Standard library only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from nonoka.store.sqlite.migrations import INDEXED_UPTO, SEARCH_BODY
+
+BATCH = 2000
+
+_INDEX = f"""
+INSERT INTO session_search (rowid, body)
+SELECT d.doc, {SEARCH_BODY.format(e="e.entry_json")} FROM search_docs d
+JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq
+WHERE d.doc > ?1 AND d.doc <= ?2 ORDER BY d.doc
+"""
+
+
+def pending(db: sqlite3.Connection) -> int:
+    """How many entries wait to be indexed."""
+    row = db.execute(f"SELECT count(*) FROM search_docs WHERE doc > {INDEXED_UPTO}").fetchone()
+    return int(row[0])
+
+
+def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
+    """Index every entry not indexed yet; the number indexed. ``db`` is in autocommit
+    mode and not in a transaction."""
+    done = 0
+    while True:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            upto = int(db.execute(INDEXED_UPTO.strip("()")).fetchone()[0])
+            row = db.execute("SELECT max(doc) FROM (SELECT doc FROM search_docs WHERE doc > ? "
+                             "ORDER BY doc LIMIT ?)", (upto, batch)).fetchone()
+            last = row[0]
+            if last is None:
+                db.execute("COMMIT")
+                return done
+            db.execute(_INDEX, (upto, last))
+            done += db.execute("SELECT changes()").fetchone()[0]
+            db.execute("UPDATE search_docs SET seq = ? WHERE doc = 0", (last,))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise

@@ -1,0 +1,272 @@
+"""Session operations on any engine: search, export and import, delete, prune, copy.
+
+``SessionOpsSuite`` needs an ``ops_engine`` fixture that is an ``OpsHarness``: a
+project's stores on the engine under test (``stores``) and a way to open another, empty
+database of the same engine (``fresh``), which the harness closes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from nonoka.messages import MemoryEntry, ToolCall
+from nonoka.ops.copy import copy_database
+from nonoka.ops.export import export_jsonl
+from nonoka.ops.importer import import_jsonl
+from nonoka.ops.model import SearchQuery
+from nonoka.ops.prune import delete_sessions, prune
+from nonoka.ops.search import search
+from nonoka.state import SessionState, SessionStatus, StepResult, StepStatus
+from nonoka.store.project import ProjectStores
+from nonoka.store.records import SessionRecord
+from nonoka.testing.conformance import states
+
+HOUR = 3600.0
+DAY = 86400.0
+
+
+class OpsHarness(Protocol):
+    stores: ProjectStores
+
+    async def fresh(self) -> ProjectStores:
+        """Another, empty database of the same engine (closed by the harness)."""
+        ...
+
+
+async def add_session(stores: ProjectStores, *, title: str, words: str = "",
+                      status: str = "completed", model: str = "openai:gpt-4o-mini",
+                      age: float = 0.0, turns: int = 2, purpose: str = "chat",
+                      metadata: dict[str, object] | None = None) -> str:
+    """A stored session with entries (one with a tool call), step updates, events and an
+    index row last active ``age`` seconds ago; ``words`` go into its last answer."""
+    sid = states.new_id()
+    call = ToolCall(id="call_1", name="grep_repo", arguments='{"pattern": "flux capacitor"}')
+    entries = [e for n in range(turns) for e in states.turn(n)]
+    entries += [MemoryEntry.make("user", "search the repo"),
+                MemoryEntry.assistant("", [call]),
+                MemoryEntry.tool_result(call, "src/flux.py: 3 matches"),
+                MemoryEntry.assistant(f"done. {words}".strip())]
+    state = SessionState(session_id=sid, status=SessionStatus(status),
+                         memory_entries=entries, turn_count=turns + 1,
+                         current_plan=states.plan())
+    await stores.checkpoints.save_session(state)
+    await stores.checkpoints.save_step_status(sid, "fetch", StepStatus.COMPLETED)
+    await stores.checkpoints.save_step_result(sid, "fetch", StepResult(data={"ok": "ü"}))
+    meta: dict[str, object] = {"purpose": purpose, "conversation_key": "k" + sid[:6],
+                               **(metadata or {})}
+    now = time.time()
+    await stores.index.upsert_session(SessionRecord(
+        session_id=sid, title=title, model=model, status=status, created_at=now - age - 10,
+        last_active=now - age, turn_count=turns + 1, message_count=len(entries),
+        input_tokens=120, output_tokens=45, cost_usd=0.0125, metadata=meta))
+    await stores.events.append_event(sid, "request", {"messages": 3, "tools": ["grep_repo"]})
+    await stores.events.append_event(sid, "model_call", {"model": model, "input_tokens": 120,
+                                                         "output_tokens": 45,
+                                                         "cost_usd": 0.0125})
+    await stores.events.append_event(sid, "finish", {"finish_reason": "stop", "nul": "a\u0000b"})
+    return sid
+
+
+async def export_text(stores: ProjectStores, ids: list[str] | None = None) -> str:
+    out = io.StringIO()
+    await export_jsonl(stores, ids, out)
+    return out.getvalue()
+
+
+def body(export: str) -> str:
+    """The export without its header line (which carries the time of export)."""
+    return export.split("\n", 1)[1]
+
+
+async def snapshot_of(stores: ProjectStores, sid: str) -> tuple[object, ...]:
+    return (await stores.checkpoints.load_session(sid), await stores.index.get_session(sid),
+            await stores.events.list_events(sid, limit=1000),
+            await stores.events.usage_summary(sid))
+
+
+class SessionOpsSuite:
+    """What ``nonoka.ops`` must do on an engine."""
+
+    # -- search ---------------------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_search_finds_entries_titles_and_tool_calls(self, ops_engine: OpsHarness
+                                                              ) -> None:
+        stores = ops_engine.stores
+        a = await add_session(stores, title="Fix the login page", words="zebra crossing")
+        b = await add_session(stores, title="Deploy notes", words="Zebra stripes")
+        hits = await search(stores, SearchQuery("zebra"))
+        assert {(h.session_id, h.position) for h in hits} == {(a, 7), (b, 7)}
+        assert all("[" in h.snippet and h.role == "assistant" for h in hits)
+        title = await search(stores, SearchQuery("login"))
+        assert [(h.session_id, h.position, h.role) for h in title] == [(a, None, "title")]
+        tools = await search(stores, SearchQuery("capacitor"))
+        assert {h.session_id for h in tools} == {a, b}
+        assert {h.position for h in tools} == {5}
+        both = await search(stores, SearchQuery("ZEBRA crossing"))
+        assert [h.session_id for h in both] == [a]
+        assert await search(stores, SearchQuery("zeb")) == []
+
+    @pytest.mark.asyncio
+    async def test_search_filters_and_limits(self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        old = await add_session(stores, title="old", words="quokka", status="failed",
+                                age=10 * DAY)
+        new = await add_session(stores, title="new", words="quokka", model="deepseek:chat")
+        title_session = await add_session(stores, title="t", words="quokka", purpose="title")
+        found = [h.session_id for h in await search(stores, SearchQuery("quokka"))]
+        assert found == [new, old]
+        every = await search(stores, SearchQuery("quokka", everything=True))
+        assert title_session in {h.session_id for h in every}
+        failed = await search(stores, SearchQuery("quokka", status=("failed",)))
+        assert [h.session_id for h in failed] == [old]
+        recent = await search(stores, SearchQuery("quokka", since=time.time() - DAY))
+        assert [h.session_id for h in recent] == [new]
+        model = await search(stores, SearchQuery("quokka", model="deepseek:chat"))
+        assert [h.session_id for h in model] == [new]
+        assert len(await search(stores, SearchQuery("quokka", limit=1))) == 1
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("text", [
+        '"', "'", "*", "quokka*", '"quokka', "quokka OR", "AND", "NOT quokka", "(", ")",
+        "col:quokka", "^quokka", "quokka NEAR/3 x", "a - b", "\\", "%_", "';DROP TABLE x;--",
+        "\u0000", "!!!", "quokka & | ! <->", "😀 quokka",
+    ])
+    async def test_hostile_query_syntax_is_only_words(self, ops_engine: OpsHarness,
+                                                      text: str) -> None:
+        stores = ops_engine.stores
+        sid = await add_session(stores, title="t", words="quokka")
+        hits = await search(stores, SearchQuery(text))
+        assert all(h.session_id == sid for h in hits)
+
+    # -- export and import ----------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_export_import_round_trip_is_exact(self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        ids = sorted([await add_session(stores, title=f"s{n}", words="ü ✓ \"q\"")
+                      for n in range(3)])
+        text = await export_text(stores)
+        first = json.loads(text.splitlines()[0])
+        assert first["format"] == "nonoka-sessions" and first["version"] == 1
+        target = await ops_engine.fresh()
+        path = _write(text)
+        report = await import_jsonl(target, path)
+        assert report.imported == ids
+        for sid in ids:
+            assert await snapshot_of(target, sid) == await snapshot_of(stores, sid)
+        assert body(await export_text(target)) == body(text)
+        again = await import_jsonl(target, path)
+        assert again.skipped == ids and not again.imported
+
+    @pytest.mark.asyncio
+    async def test_import_renames_on_request_never_overwrites(self, ops_engine: OpsHarness
+                                                              ) -> None:
+        stores = ops_engine.stores
+        sid = await add_session(stores, title="mine", words="original")
+        before = await snapshot_of(stores, sid)
+        text = await export_text(stores)
+        report = await import_jsonl(stores, _write(text), "rename")
+        (new,) = report.renamed.values()
+        assert report.renamed == {sid: new} and new != sid
+        assert await snapshot_of(stores, sid) == before
+        copy = await stores.checkpoints.load_session(new)
+        assert copy is not None and copy.memory_entries == before[0].memory_entries  # type: ignore[attr-defined]
+
+    @pytest.mark.asyncio
+    async def test_a_broken_file_imports_nothing(self, ops_engine: OpsHarness) -> None:
+        from nonoka.errors import ConfigurationError
+
+        stores = ops_engine.stores
+        for n in range(2):
+            await add_session(stores, title=f"s{n}")
+        text = await export_text(stores)
+        lines = text.splitlines(keepends=True)
+        newer = json.dumps({**json.loads(lines[0]), "version": 99}) + "\n"
+        damaged = dict(enumerate(lines))
+        damaged[2] = damaged[2].replace("question", "questiom")
+        assert damaged[2] != lines[2]
+        cases = {
+            "truncated": "".join(lines[:-1]),
+            "cut mid-line": text[: len(text) // 2],
+            "newer": newer + "".join(lines[1:]),
+            "changed": "".join(damaged.values()),
+            "not json": lines[0] + "{nope\n" + "".join(lines[1:]),
+            "empty": "",
+        }
+        target = await ops_engine.fresh()
+        for name, content in cases.items():
+            with pytest.raises(ConfigurationError) as error:
+                await import_jsonl(target, _write(content))
+            assert "nothing was imported" in str(error.value) or "Nothing" in str(
+                error.value), name
+            assert (await target.index.list_sessions(10, purpose=None)) == [], name
+
+    # -- delete and prune -----------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_delete_removes_everything_but_never_a_leased_session(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        gone = await add_session(stores, title="gone", words="walrus")
+        busy = await add_session(stores, title="busy", words="walrus")
+        assert await stores.leases.acquire_lease(busy, "host:1:x", 30)
+        result = await delete_sessions(stores, [gone, busy, "no-such-session"])
+        assert result.removed == [gone] and result.busy == [busy]
+        assert result.missing == ["no-such-session"] and result.bytes_freed > 0
+        assert await stores.checkpoints.load_session(gone) is None
+        assert await stores.index.get_session(gone) is None
+        assert await stores.events.list_events(gone) == []
+        assert [h.session_id for h in await search(stores, SearchQuery("walrus"))] == [busy]
+        assert await stores.checkpoints.load_session(busy) is not None
+
+    @pytest.mark.asyncio
+    async def test_prune_by_age_status_and_keep_last(self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        old_done = await add_session(stores, title="a", age=40 * DAY)
+        old_failed = await add_session(stores, title="b", status="failed", age=50 * DAY)
+        old_paused = await add_session(stores, title="c", status="paused", age=60 * DAY)
+        oldest_done = await add_session(stores, title="d", age=70 * DAY)
+        recent = await add_session(stores, title="e", age=HOUR)
+        dry = await prune(stores, older_than=30 * DAY, dry_run=True)
+        assert set(dry.removed) == {old_done, old_failed, oldest_done}
+        assert await stores.checkpoints.load_session(old_done) is not None
+        kept = await prune(stores, older_than=30 * DAY, statuses=("completed",), keep_last=2)
+        assert kept.removed == [oldest_done]
+        rest = await prune(stores, older_than=30 * DAY)
+        assert set(rest.removed) == {old_done, old_failed}
+        left = {r.session_id for r in await stores.index.list_sessions(10, purpose=None)}
+        assert left == {old_paused, recent}
+
+    # -- copy -----------------------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_copy_is_verified_and_resumable(self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        ids = sorted([await add_session(stores, title=f"s{n}", words="narwhal")
+                      for n in range(3)])
+        target = await ops_engine.fresh()
+        busy = ids[1]
+        assert await stores.leases.acquire_lease(busy, "host:1:x", 30)
+        first = await copy_database(stores, target)
+        assert first.copied == [ids[0], ids[2]] and first.busy == [busy] and not first.ok
+        await stores.leases.release_lease(busy, "host:1:x")
+        second = await copy_database(stores, target)
+        assert second.copied == [busy] and second.already == [ids[0], ids[2]] and second.ok
+        assert body(await export_text(target)) == body(await export_text(stores))
+        assert {h.session_id for h in await search(target, SearchQuery("narwhal"))} == set(ids)
+
+
+def _write(text: str) -> Path:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False,
+                                     encoding="utf-8") as handle:
+        handle.write(text)
+    return Path(handle.name)
