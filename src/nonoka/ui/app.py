@@ -160,8 +160,8 @@ class Pages:
             return _answer(200, "forked", location=f"/s/{new}")
         if action == "export":
             body = await self.data.export_session(sid)
-            return Response(body, media_type="application/json", headers={
-                "content-disposition": f'attachment; filename="{sid}.json"'})
+            return Response(body, media_type="application/x-ndjson", headers={
+                "content-disposition": f'attachment; filename="{sid}.jsonl"'})
         return _answer(404, f"unknown action {action!r}")
 
 

@@ -5,7 +5,7 @@ the types re-exported here. Store modules, table names and the two SQL dialects 
 known in this module only, so when storage is reorganised, lineage gets its own
 columns or full-text search arrives, this is the one file to change (``_text_match`` is
 the search switch; ``lineage_of`` reads ``forked_from``/``fork_point`` from the index
-row's metadata; ``fork_session`` makes a branch, ``export_session`` is still to wire).
+row's metadata; ``fork_session`` makes a branch, ``export_session`` writes JSON lines).
 
 Reads go through the stores' own connections (``SQLiteCheckpointStore.transaction``, a
 PostgreSQL store's ``database``), each in one read transaction, and page everything
@@ -466,9 +466,17 @@ class UiData:
             raise NotAvailableError(str(exc)) from None
 
     async def export_session(self, session_id: str) -> bytes:
-        """The session as one portable document."""
-        raise NotAvailableError("exporting a session is not available in this version of "
-                                "nonoka")
+        """The session as JSON lines, the lossless format of ``nonoka sessions export``."""
+        from io import StringIO
+
+        from nonoka.ops.export import export_jsonl
+
+        out = StringIO()
+        try:
+            await export_jsonl(self.stores, [session_id], out)
+        except KeyError as exc:
+            raise NotAvailableError(f"session {session_id} is not stored") from exc
+        return out.getvalue().encode()
 
 
 def _where(clauses: Sequence[str]) -> str:

@@ -171,7 +171,7 @@
     const blob = await response.blob();
     const link = document.createElement("a");
     link.href = URL.createObjectURL(blob);
-    link.download = sid + ".json";
+    link.download = sid + ".jsonl";
     link.click();
   }
   document.addEventListener("click", (event) => {
