@@ -21,8 +21,6 @@
     │   ├── SessionBusyError         session_busy     (retryable) another process runs it
     │   ├── CorruptSessionError      session_corrupt  a stored row cannot be decoded
     │   └── UnsupportedVersionError  store_error      data written by a newer nonoka: upgrade
-    ├── NotAvailableError            internal_error   (web viewer) an action this version
-    │                                                  cannot carry out yet
     ├── ProtocolError                (per line)       a request line is not a usable frame
     │                                                  (the bridge's frame checks)
     └── BridgeError                  internal_error   (provider side) the bridge could not

@@ -17,7 +17,7 @@ GITIGNORE_TEXT = ("# nonoka's state: never in git, nor in a host's snapshot "
                   "(undo must not roll it back)\n*\n")
 
 
-def ensure_state_dir(folder: Path) -> bool:
+def ensure_state_dir(folder: Path, *, ignore: bool = True) -> bool:
     """Create ``folder`` mode 0700 if missing and make sure it holds the ``.gitignore``.
 
     Returns whether the directory was created. An existing directory keeps its mode (it may
@@ -31,7 +31,8 @@ def ensure_state_dir(folder: Path) -> bool:
     else:
         os.chmod(folder, 0o700)  # mkdir's mode is filtered by the umask
         created = True
-    ignore_everything(folder)
+    if ignore:
+        ignore_everything(folder)
     return created
 
 

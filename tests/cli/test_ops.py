@@ -214,7 +214,8 @@ def test_the_search_index_is_back_filled_for_an_existing_database(tmp_path: Path
         db.execute("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
                    "memory_generation, created_at, updated_at) "
                    "VALUES ('s1', '{}', 1, 1, 0, 1, 1)")
-        db.execute("INSERT INTO session_entries VALUES ('s1', 0, ?)", (entry,))
+        db.execute("INSERT INTO session_entries (session_id, seq, entry_json) "
+                   "VALUES ('s1', 0, ?)", (entry,))
         db.execute("INSERT INTO cli_sessions (session_id, title, created_at, last_active) "
                    "VALUES ('s1', 'zoo notes', 1, 1)")
     upgraded = open_database(path)

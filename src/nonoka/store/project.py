@@ -116,8 +116,14 @@ def open_project_stores(cwd: Path, database_url: str | None = None) -> ProjectSt
     ``ConfigurationError`` listing the accepted forms.
     """
     if database_url is None:
-        _make_private_dir(Path(os.path.abspath(cwd)))
-        return _open_sqlite(database_target(cwd)[1], ours_only=True)
+        project = Path(os.path.abspath(cwd))
+        _make_private_dir(project)
+        stores = _open_sqlite(database_target(cwd)[1], ours_only=True)
+        from nonoka.statedir import ignore_everything
+
+        # Once the database is known to be ours: a refused folder is left as it was.
+        ignore_everything(project / DEFAULT_DATABASE.parent)
+        return stores
     engine, target = database_target(cwd, database_url)
     return _OPENERS[engine](target)
 
@@ -181,9 +187,9 @@ def _make_private_dir(project: Path) -> None:
         raise ConfigurationError(f"project directory {project} does not exist")
     from nonoka.statedir import ensure_state_dir
 
-    # An existing folder keeps its mode (it may hold files with their own); either way it
-    # gets the .gitignore that keeps it out of git and of a host's git-based snapshots.
-    ensure_state_dir(project / DEFAULT_DATABASE.parent)
+    # An existing folder keeps its mode (it may hold files with their own). The .gitignore
+    # that keeps it out of git and of a host's git-based snapshots comes once it is open.
+    ensure_state_dir(project / DEFAULT_DATABASE.parent, ignore=False)
 
 
 # -- engines: one opener each, importing its engine only when called -----------------------
