@@ -15,13 +15,13 @@ Standard library only: the bridge installs this before it reads its first reques
 from __future__ import annotations
 
 import signal
-import socket
-from collections.abc import Callable
-from typing import Any
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: this loads before the bridge's ack
 if TYPE_CHECKING:
     import asyncio
+    import socket
+    from collections.abc import Callable
+    from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -57,6 +57,8 @@ class StopSignals:
     def attach(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         """Call ``callback`` in ``loop`` for every stop signal, and now for any that came
         before."""
+        import socket  # asyncio has loaded it by now
+
         reader, writer = socket.socketpair()
         reader.setblocking(False)
         writer.setblocking(False)
