@@ -15,7 +15,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, overload
 
 if TYPE_CHECKING:
-    from nonoka.messages import MemoryEntry
+    from nonoka.messages import MemoryEntry, Message
 
 
 class EntrySnapshot(Sequence["MemoryEntry"]):
@@ -68,3 +68,53 @@ class EntrySnapshot(Sequence["MemoryEntry"]):
 
     def __repr__(self) -> str:
         return f"EntrySnapshot({list(self)!r})"
+
+
+class EntryMessages(Sequence["Message"]):
+    """A conversation's entries seen as chat messages, each built only when read.
+
+    What ``WorkingMemory.messages`` hands a model: the OpenAI-compatible adapter encodes
+    the entries straight to the wire (``nonoka.llm.openai``) and never reads a
+    ``Message``, so a turn does not build one model object per entry of a long
+    conversation; other models read messages as from a list.
+    """
+
+    __slots__ = ("_built", "entries")
+
+    def __init__(self, entries: Sequence[MemoryEntry]) -> None:
+        self.entries = entries
+        self._built: list[Message] | None = None
+
+    def _messages(self) -> list[Message]:
+        if self._built is None:
+            self._built = [e.to_message() for e in self.entries]
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return self._messages()[index]
+        if self._built is None:
+            return self.entries[index].to_message()
+        return self._built[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._messages())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # compares by content, like a list
+
+    def __repr__(self) -> str:
+        return f"EntryMessages({self._messages()!r})"

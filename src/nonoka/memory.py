@@ -11,15 +11,18 @@ Internal: import its public names from ``nonoka``; this module's layout may chan
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from nonoka.entries import EntrySnapshot
+from nonoka.entries import EntryMessages, EntrySnapshot
 from nonoka.messages import MemoryEntry, Message
 
 if TYPE_CHECKING:
     from nonoka.store.base import CheckpointStore
 
 Summarizer = Callable[[Sequence[MemoryEntry]], Awaitable[str]]
+
+_TOKENS: Callable[[MemoryEntry], int] = attrgetter("tokens")
 
 SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
 
@@ -29,7 +32,7 @@ class WorkingMemory:
 
     def __init__(self, entries: Iterable[MemoryEntry] = (), *, generation: int = 0) -> None:
         self._entries: list[MemoryEntry] = list(entries)
-        self._tokens = sum(e.tokens for e in self._entries)
+        self._tokens: int = sum(map(_TOKENS, self._entries))
         self.generation = generation
 
     @property
@@ -52,11 +55,12 @@ class WorkingMemory:
     def replace(self, entries: Iterable[MemoryEntry]) -> None:
         """Make ``entries`` the conversation (a host edited it); stores rewrite, not append."""
         self._entries = list(entries)
-        self._tokens = sum(e.tokens for e in self._entries)
+        self._tokens = sum(map(_TOKENS, self._entries))
         self.generation += 1
 
-    def messages(self) -> list[Message]:
-        return [e.to_message() for e in self._entries]
+    def messages(self) -> EntryMessages:
+        """The conversation as chat messages, built lazily (``EntryMessages``)."""
+        return EntryMessages(self.entries)
 
     def units(self) -> list[list[MemoryEntry]]:
         """Split into indivisible units: an assistant tool-calling entry with its results."""

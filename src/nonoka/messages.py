@@ -101,10 +101,11 @@ def dangling_tool_calls(entries: Sequence[MemoryEntry]) -> tuple[int | None, lis
     Returns the entry's index (``None`` when there is none) and its unanswered calls in
     the order the model made them.
     """
-    for index in range(len(entries) - 1, -1, -1):
-        entry = entries[index]
-        if entry.role == "assistant" and entry.metadata.get("tool_calls"):
-            answered = {e.tool_call_id for e in entries[index + 1:] if e.role == "tool"}
+    items = list(entries)  # one copy in C, then plain list indexing
+    for index in range(len(items) - 1, -1, -1):
+        entry = items[index]
+        if entry.metadata and entry.role == "assistant" and entry.metadata.get("tool_calls"):
+            answered = {e.tool_call_id for e in items[index + 1:] if e.role == "tool"}
             return index, [c for c in entry.tool_calls if c.id not in answered]
     return None, []
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nonoka.bridge.chained import classify_by_chain
-from nonoka.bridge.reconcile import Lineage, Reconciliation, classify
+from nonoka.bridge.reconcile import Lineage, Reconciliation, classify, compare
 from nonoka.bridge.reconcile import message_key as reconcile_key
 from nonoka.digests import Chain, entry_chains, message_key
 from nonoka.messages import MemoryEntry, Message, ToolCall
@@ -57,6 +57,14 @@ def cases(draw: st.DrawFn) -> tuple[list[MemoryEntry], list[Message]]:
     if reformat:
         host = [Message(role=m.role, content=m.content + " ", tool_calls=m.tool_calls,
                         tool_call_id=m.tool_call_id) for m in host]
+    renamed: bool = draw(st.booleans())
+    if host and renamed:  # the same text answering, or calling, another id
+        at = draw(st.integers(0, len(host) - 1))
+        m, other = host[at], draw(IDS)
+        host[at] = Message(role=m.role, content=m.content,
+                           tool_calls=[ToolCall(id=other, name="bash")] if m.role ==
+                           "assistant" and draw(st.booleans()) else None,
+                           tool_call_id=other if m.role == "tool" else None)
     edit: bool = draw(st.booleans())
     if host and edit:
         at = draw(st.integers(0, len(host) - 1))
@@ -84,7 +92,15 @@ def fast_then_full(stored: list[MemoryEntry], host: list[Message]) -> Reconcilia
 def test_the_chain_classifies_exactly_as_the_full_comparison(
         case: tuple[list[MemoryEntry], list[Message]]) -> None:
     stored, host = case
-    assert fast_then_full(stored, host) == classify(stored, host)
+    assert fast_then_full(stored, host) == compare(stored, host)
+
+
+@settings(max_examples=600, deadline=None)
+@given(cases())
+def test_the_text_for_text_shortcut_classifies_as_the_full_comparison(
+        case: tuple[list[MemoryEntry], list[Message]]) -> None:
+    stored, host = case
+    assert classify(stored, host) == compare(stored, host)
 
 
 @settings(max_examples=300, deadline=None)
@@ -92,7 +108,7 @@ def test_the_chain_classifies_exactly_as_the_full_comparison(
 def test_the_chain_settles_every_continuation_it_can(
         case: tuple[list[MemoryEntry], list[Message]]) -> None:
     stored, host = case
-    full = classify(stored, host)
+    full = compare(stored, host)
     chain = chain_of(stored)
     fast = classify_by_chain(len(stored), chain, host)
     if full.lineage is Lineage.CONTINUATION and chain.hosted and not chain.summary:

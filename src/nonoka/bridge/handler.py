@@ -43,7 +43,7 @@ from nonoka.bridge.choose import (
 )
 from nonoka.bridge.early import Dispatched
 from nonoka.bridge.history import split_for_new_session, turn_input
-from nonoka.bridge.reconcile import classify
+from nonoka.bridge.reconcile import Reconciliation, classify
 from nonoka.errors import ConfigurationError, Failure, WorkspaceError, failure_of
 from nonoka.events import (
     ModelCalled,
@@ -114,6 +114,10 @@ class BridgeHandler:
         """Digests of the compaction summaries recorded for the chosen conversation."""
         self._summaries_by_id: dict[str, list[str]] = {}
         self._considered: set[str] = set()
+        self._judged: tuple[str, int, Reconciliation] | None = None
+        """The chosen session's id and revision when the decision chain classified the
+        history against it, and that classification (reused under the lease when the
+        session has not changed since)."""
 
     def send(self, event: BaseEvent) -> None:
         self._send(event.model_copy(update={"request_id": self.request.request_id}))
@@ -184,7 +188,11 @@ class BridgeHandler:
         """What the host's history brings to the session, as stored under the lease."""
         self._session = session
         messages = self.request.messages
-        rec = classify(session.memory.entries, messages, self._summaries)
+        judged = self._judged
+        if judged is not None and judged[:2] == (session.session_id, session.revision):
+            rec = judged[2]
+        else:
+            rec = classify(session.memory.entries, messages, self._summaries)
         return turn_input(rec, session.memory.entries, messages)
 
     async def _decide(self) -> Opening:
@@ -234,6 +242,7 @@ class BridgeHandler:
         verdict = await self._verdict(named)
         if verdict.found is not None:
             found = verdict.found.session
+            self._judged = (found.session_id, found.revision, verdict.found.rec)
             self._summaries = self._summaries_by_id.get(found.session_id, [])
             return _Choice(found, None if found is named else self._recovery(named))
         if verdict.branch is not None:

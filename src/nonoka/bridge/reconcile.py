@@ -105,6 +105,34 @@ def _same(entry: MemoryEntry, message: Message) -> bool:
     return True
 
 
+def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message]) -> int | None:
+    """How many host messages repeat the stored conversation, when they repeat all of it
+    as stored, text for text (what nearly every request does); ``None`` when anything
+    else may be going on, for the full comparison to settle (``classify`` gives the same
+    answer either way)."""
+    count = len(hosted)
+    j = 0
+    for entry in stored:
+        role = entry.role
+        if role == "system":
+            continue
+        meta = entry.metadata
+        if meta and (meta.get("summary") or meta.get("contract_repair")):
+            if meta.get("summary"):
+                return None
+            continue
+        if j == count:
+            return None
+        message = hosted[j]
+        if role != message.role or entry.content != message.content:
+            return None
+        if role != "user" and (meta or message.tool_calls or message.tool_call_id) and not \
+                _same(entry, message):
+            return None
+        j += 1
+    return j if j or count else None
+
+
 def _shape(key: Key, role: str) -> Key:
     """The key without the content of a tool output (what a prune leaves unchanged)."""
     return key[:2] if role == "tool" else key
@@ -138,6 +166,20 @@ def classify(stored: Sequence[MemoryEntry], messages: Sequence[Message],
     ``summaries`` are digests (``content_digest``) of compaction summaries the host asked
     for in this conversation; an assistant message carrying one marks a compacted prefix.
     """
+    hosted = [m for m in messages if m.role != "system"]
+    same = _repeated(stored, hosted)
+    if same is not None:
+        return Reconciliation(Lineage.CONTINUATION, len(stored), new=hosted[same:],
+                              shared=same)
+    return compare(stored, messages, summaries)
+
+
+def compare(stored: Sequence[MemoryEntry], messages: Sequence[Message],
+            summaries: Collection[str] = ()) -> Reconciliation:
+    """``classify`` without its shortcut for a history that repeats the stored one text
+    for text: the whole comparison (``tests/bridge/test_reconcile.py`` holds the two
+    equal on generated histories)."""
+    hosted = [m for m in messages if m.role != "system"]
     positions: list[int] = []
     summarised = False
     for index, entry in enumerate(stored):
@@ -146,7 +188,6 @@ def classify(stored: Sequence[MemoryEntry], messages: Sequence[Message],
             summarised = summarised or bool(meta.get("summary"))
         elif entry.role != "system":
             positions.append(index)
-    hosted = [m for m in messages if m.role != "system"]
     offset = 0
     if summarised:
         skeys = [_entry_key(stored[i]) for i in positions]

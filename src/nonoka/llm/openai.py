@@ -23,6 +23,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nonoka.entries import EntryMessages
 from nonoka.errors import ModelError
 from nonoka.llm.base import ModelResponse, TextSink, ToolSpec, Usage
 from nonoka.llm.wire import (
@@ -34,7 +35,7 @@ from nonoka.llm.wire import (
     request_headers,
     wire_message,
 )
-from nonoka.messages import Message, ToolCall
+from nonoka.messages import MemoryEntry, Message, ToolCall
 
 if TYPE_CHECKING:
     import http.client
@@ -114,7 +115,7 @@ class OpenAIChatModel:
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> bytes:
         """The exact bytes :meth:`complete` posts for ``messages`` and ``tools``."""
-        return self.frame(tools).body([json.dumps(_wire_message(m)) for m in messages]).encode()
+        return self.frame(tools).body(encoded_messages(messages)).encode()
 
     async def complete(
         self,
@@ -192,6 +193,36 @@ class OpenAIChatModel:
             message = message.replace(self._api_key, "***")
         return ModelError(message, endpoint=self._endpoint.url, status=failure.status,
                           retryable=failure.retryable)
+
+
+def encoded_messages(messages: Sequence[Message]) -> list[str]:
+    """Each message's JSON on the wire. A session's conversation (``EntryMessages``) is
+    encoded from its entries, and each entry's text is kept for the next request of this
+    process (a long-lived bridge resends the same entries every turn)."""
+    if not isinstance(messages, EntryMessages):
+        return [json.dumps(_wire_message(m)) for m in messages]
+    cache = _ENCODED
+    if len(cache) > 2 * len(messages) + _ENCODED_SPARE:
+        cache.clear()  # entries of conversations no longer served
+    out = []
+    for entry in messages.entries:
+        kept = cache.get(id(entry))
+        if kept is None or kept[0] is not entry:
+            meta = entry.metadata
+            call_id = meta.get("tool_call_id")
+            text = json.dumps(wire_message(entry.role, entry.content,
+                                           meta.get("tool_calls") or None,
+                                           None if call_id is None else str(call_id)))
+            cache[id(entry)] = (entry, text)
+            out.append(text)
+        else:
+            out.append(kept[1])
+    return out
+
+
+_ENCODED: dict[int, tuple[MemoryEntry, str]] = {}
+"""Wire text by entry (the entry is held, so its ``id`` is not reused while cached)."""
+_ENCODED_SPARE = 4096
 
 
 def _wire_message(message: Message) -> dict[str, Any]:
