@@ -312,6 +312,30 @@ def test_frame_too_large_at_the_default_17_mib() -> None:
     assert caught.value.details["max_frame_bytes"] == 16 * 1024 * 1024
 
 
+@pytest.mark.parametrize("where", ["tool parameters", "a message", "a list of objects"])
+def test_nesting_is_limited_exactly_at_max_nesting(where: str) -> None:
+    def nested(levels: int) -> object:
+        value: object = 1
+        for i in range(levels):
+            value = [value] if i % 2 else {"k": value}
+        return value
+
+    def line(levels: int) -> bytes:  # ``levels`` arrays and objects in all, the line's own too
+        if where == "tool parameters":  # line, tools, tool: 3 levels
+            return chat_line(tools=[{"name": "t", "description": "d",
+                                     "parameters": nested(levels - 3)}])
+        if where == "a message":  # line, messages, message: 3 levels
+            return chat_line(messages=[{"role": "user", "content": "hi",
+                                        "extra": nested(levels - 3)}])
+        return json.dumps([nested(levels - 1)] * 3).encode()
+
+    assert not frames._too_deep(json.loads(line(frames.MAX_NESTING)))
+    with pytest.raises(ProtocolError) as caught:
+        decode_request(line(frames.MAX_NESTING + 1))
+    assert caught.value.code == "invalid_json"
+    assert caught.value.details["reason"] == "too_deep"
+
+
 def test_frame_limit_is_configurable_and_excludes_the_newline() -> None:
     line = b'{"type":"cancel"}'
     assert isinstance(decode_request(line + b"\n", max_frame_bytes=len(line)), CancelRequest)

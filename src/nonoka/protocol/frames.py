@@ -388,16 +388,25 @@ def _loads(text: str) -> Any:
 
 
 def _too_deep(root: Any) -> bool:
-    """Whether arrays and objects nest deeper than ``MAX_NESTING`` (without recursion)."""
-    stack = [(root, 1)] if isinstance(root, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_NESTING:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children
-                     if isinstance(child, dict | list))
-    return False
+    """Whether arrays and objects nest deeper than ``MAX_NESTING`` (without recursion).
+
+    Level by level: each level's children are gathered and the containers among them
+    picked out by C-level iteration (``compress`` over their types), so a long history
+    of flat messages costs little more than its ``json.loads``."""
+    from itertools import chain, compress
+
+    level = [root] if type(root) in _CONTAINERS else []
+    for _ in range(MAX_NESTING):
+        if not level:
+            return False
+        children = list(chain.from_iterable(
+            node.values() if type(node) is dict else node for node in level))
+        level = list(compress(children, map(_CONTAINERS.__contains__, map(type, children))))
+    return bool(level)
+
+
+_CONTAINERS = frozenset((dict, list))
+"""What ``json.loads`` builds arrays and objects as."""
 
 
 def _scrub_tree(root: Any) -> Any:
