@@ -1,17 +1,15 @@
 """Per-entry digests of a conversation, chained, so one comparison covers a prefix.
 
-The bridge compares the history a host resends with the stored conversation message by
-message, by a key that ignores what hosts re-encode (``nonoka.bridge.reconcile``: the
-role, the text with its whitespace normalised, the tool-call ids). Decoding every stored
-entry to rebuild those keys makes each turn cost more as the conversation grows, so
-stores keep, with every entry row, the *chain* up to it: the number of host entries so
+Stores keep, with every entry row, the *chain* up to it: the number of host entries so
 far (nonoka's own system prompts, summaries and repair notes are not the host's and do
-not count), whether a summary was stored, and a digest that folds each host entry's key
-into the previous digest. The chain of the last row stands for the whole conversation:
-a host history whose first ``hosted`` messages fold to the same digest has exactly the
-stored keys, in order.
+not count), whether a summary was stored, a digest that folds each host entry's
+comparison key (``nonoka.bridge.reconcile``: the role, the text with its whitespace
+normalised, the tool-call ids) into the previous digest, and a digest of the stored
+rows' exact text. The chain of a row stands for every row up to it: a process that
+decoded a session's entries knows they are still the stored ones from one row's chain
+(``nonoka.store.sqlite.entry_cache``), and decodes only the rows stored since.
 
-Standard library only: the stores write it and the bridge reads it before pydantic loads.
+Standard library only: the stores write it before pydantic loads.
 Internal: this module's layout may change.
 """
 
@@ -106,11 +104,3 @@ def entry_chains(start: Chain, entries: Iterable[tuple[str, str, Mapping[str, An
         chain = chain.add(role, content, metadata, text)
         chains.append(chain)
     return chains
-
-
-def host_digest(keys: Iterable[Key]) -> str:
-    """The digest of a host's messages' keys, in order (system messages left out)."""
-    digest = ""
-    for key in keys:
-        digest = link(digest, key)
-    return digest

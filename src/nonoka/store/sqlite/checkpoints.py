@@ -47,9 +47,8 @@ from nonoka.store.base import (
     snapshot_json,
     stored_lease,
 )
-from nonoka.store.entry_chains import StoredChain
 from nonoka.store.next_calls import StoredNextCall
-from nonoka.store.sqlite import chains, entry_cache, leases, lineage, next_calls
+from nonoka.store.sqlite import entry_cache, leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database, sqlite_error
 from nonoka.store.sqlite.entry_cache import Decoded
 
@@ -214,11 +213,6 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 f"session {session_id}: stored entry {seq - 1} is missing or has no digest "
                 "chain; the rows were left as they are")
         return Chain.decode(row[0])
-
-    def entry_chain(self, session_id: str) -> StoredChain | None:
-        """The stored conversation's length and last chain, read without decoding it."""
-        with self.transaction(write=False) as db:
-            return chains.load(db, session_id)
 
     async def fork_session(self, state: SessionState, parent_id: str, at: int,
                            parent_generation: int) -> int:
