@@ -607,3 +607,32 @@ def test_error_and_warning_codes_are_distinct_snake_case() -> None:
     assert len(codes) == len(set(codes))
     assert all(c.replace("_", "").isalnum() and c.islower() for c in codes)
     assert set(ERROR_CODES) >= RETRYABLE_ERROR_CODES
+
+
+def test_a_resent_history_is_validated_as_a_whole_request_would_be() -> None:
+    """Messages equal to the previous request's are not validated again; what a request
+    decodes to, and the errors it gets, are those of validating it whole."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"q{i}"} for i in range(3)]
+
+    def decoded(messages: list[dict[str, Any]]) -> ChatRequest:
+        request = decode_request(chat_line(messages=messages))
+        assert isinstance(request, ChatRequest)
+        whole = ChatRequest.model_validate(json.loads(chat_line(messages=messages)),
+                                           strict=True)
+        assert request == whole
+        return request
+
+    first = decoded(history)
+    grown = [*history, {"role": "assistant", "content": "a", "tool_calls": [
+        {"id": "c1", "name": "t", "arguments": "{}"}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "out"}]
+    second = decoded(grown)
+    assert second.messages[:3] == first.messages and len(second.messages) == 5
+    edited = [{"role": "user", "content": "changed"}, *grown[1:],
+              {"role": "user", "content": "q5"}]
+    assert decoded(edited).messages[0].content == "changed"
+    with pytest.raises(ProtocolError) as caught:  # the bad message's index is the request's
+        decode_request(chat_line(messages=[*edited, {"role": "tool", "content": "x"}]))
+    assert "messages[6]" in caught.value.message or "message 6" in caught.value.message
+    with pytest.raises(ProtocolError):
+        decode_request(chat_line(messages=[*edited, {"role": "robot", "content": "x"}]))
