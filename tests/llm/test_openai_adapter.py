@@ -411,3 +411,26 @@ async def test_a_host_name_that_does_not_resolve_fails_within_seconds() -> None:
     message = str(caught.value)
     assert "'nonoka-no-such-host.invalid' does not resolve" in message
     assert not [p for p in HOST_RETRY_PHRASES if p in message.lower()], message
+
+
+def test_a_sessions_conversation_is_posted_byte_for_byte_as_its_messages_would_be() -> None:
+    """The adapter encodes a session's entries straight to the wire (in one call the first
+    time, from kept texts later); the bytes are those of the same ``Message`` list."""
+    from nonoka.entries import EntryMessages
+    from nonoka.llm import openai
+    from nonoka.messages import MemoryEntry
+
+    model = OpenAIChatModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key="k")
+    call_ = ToolCall(id="c1", name="bash", arguments='{"cmd": "ls \\"ö\\""}')
+    entries = [MemoryEntry.make("system", "rules"), MemoryEntry.make("user", "héllo\n\u2028"),
+               MemoryEntry.assistant("", [call_]), MemoryEntry.tool_result(call_, "out"),
+               MemoryEntry.tool_result(ToolCall(id="c2", name="x"), "bad", is_error=True),
+               MemoryEntry.assistant("done 数据")]
+    tools = [ToolSpec(name="bash", description="run", parameters={"type": "object"})]
+    expected = model.request_body([e.to_message() for e in entries], tools)
+    openai._SERVED.clear()
+    openai._ENCODED.clear()
+    for _ in range(3):  # first in one call, then encoding and keeping, then from kept texts
+        assert model.request_body(EntryMessages(entries), tools) == expected
+    assert len(openai._ENCODED) == len(entries)
+    assert model.request_body(EntryMessages([]), tools) == model.request_body([], tools)

@@ -196,11 +196,17 @@ class OpenAIChatModel:
 
 
 def encoded_messages(messages: Sequence[Message]) -> list[str]:
-    """Each message's JSON on the wire. A session's conversation (``EntryMessages``) is
-    encoded from its entries, and each entry's text is kept for the next request of this
-    process (a long-lived bridge resends the same entries every turn)."""
+    """The messages' JSON on the wire, as ``BodyFrame.body`` joins it (``", "`` between
+    messages; one string may hold several). A session's conversation (``EntryMessages``)
+    is encoded from its entries without building ``Message`` models: the first time in
+    one call, since most processes make one request; after that each entry's text is
+    kept for the next request (a long-lived bridge resends the same entries every turn)."""
     if not isinstance(messages, EntryMessages):
         return [json.dumps(_wire_message(m)) for m in messages]
+    if not _SERVED:  # most processes make one request: encode in one call, keep nothing
+        _SERVED.append(True)
+        joined = json.dumps([_entry_wire(e) for e in messages.entries])[1:-1]
+        return [joined] if joined else []
     cache = _ENCODED
     if len(cache) > 2 * len(messages) + _ENCODED_SPARE:
         cache.clear()  # entries of conversations no longer served
@@ -208,11 +214,7 @@ def encoded_messages(messages: Sequence[Message]) -> list[str]:
     for entry in messages.entries:
         kept = cache.get(id(entry))
         if kept is None or kept[0] is not entry:
-            meta = entry.metadata
-            call_id = meta.get("tool_call_id")
-            text = json.dumps(wire_message(entry.role, entry.content,
-                                           meta.get("tool_calls") or None,
-                                           None if call_id is None else str(call_id)))
+            text = json.dumps(_entry_wire(entry))
             cache[id(entry)] = (entry, text)
             out.append(text)
         else:
@@ -220,6 +222,15 @@ def encoded_messages(messages: Sequence[Message]) -> list[str]:
     return out
 
 
+def _entry_wire(entry: MemoryEntry) -> dict[str, Any]:
+    meta = entry.metadata
+    call_id = meta.get("tool_call_id")
+    return wire_message(entry.role, entry.content, meta.get("tool_calls") or None,
+                        None if call_id is None else str(call_id))
+
+
+_SERVED: list[bool] = []
+"""Set once this process has encoded a conversation."""
 _ENCODED: dict[int, tuple[MemoryEntry, str]] = {}
 """Wire text by entry (the entry is held, so its ``id`` is not reused while cached)."""
 _ENCODED_SPARE = 4096
