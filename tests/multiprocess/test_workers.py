@@ -63,9 +63,13 @@ class Fleet:
 
     def kill(self, name: str) -> None:
         proc = self.live.pop(name)
+        # Its run ends between here and its death. Another worker may take its session
+        # over as soon as it is dead, before ``communicate`` returns here (on a loaded
+        # machine, milliseconds later), so the time of the signal is the run's end: a
+        # run that overlaps it overlapped a live worker.
+        self.killed_at[proc.pid] = time.time()
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
-        self.killed_at[proc.pid] = time.time()  # dead by now: an upper bound on its runs
         assert proc.returncode == -signal.SIGKILL
 
     def reap(self) -> None:
