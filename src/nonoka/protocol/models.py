@@ -413,27 +413,27 @@ class _Validated:
 
     A host resends its whole history every turn, so a long-lived bridge would validate
     the same messages again and again, ≈ 1 µs each. Messages equal to the ones before
-    (one list comparison in C) are taken as validated; only the rest are validated."""
+    (one list comparison in C) are taken as validated; only the rest are validated.
+    One tuple, replaced whole, so a thread never reads one request's half with another's."""
 
-    raw: list[Any] = []
-    messages: list[Message] = []
+    last: tuple[list[Any], list[Message]] = ([], [])
 
 
 def _validate_chat(obj: dict[str, Any]) -> ChatRequest:
     raw = obj.get("messages")
-    seen, validated = _Validated.raw, _Validated.messages
+    seen, validated = _Validated.last
     count = len(seen)
     if not (isinstance(raw, list) and count and len(raw) > count and raw[:count] == seen):
         request = ChatRequest.model_validate(obj, strict=True)
         if isinstance(raw, list):
-            _Validated.raw, _Validated.messages = raw, request.messages
+            _Validated.last = (raw, request.messages)
         return request
     try:
         rest = ChatRequest.model_validate({**obj, "messages": raw[count:]}, strict=True)
     except ValidationError:  # validated whole, so errors name the right message index
         return ChatRequest.model_validate(obj, strict=True)
     messages = [*validated, *rest.messages]
-    _Validated.raw, _Validated.messages = raw, messages
+    _Validated.last = (raw, messages)
     return rest.model_copy(update={"messages": messages})
 
 
