@@ -46,6 +46,7 @@ from nonoka.store.sqlite import SQLiteCheckpointStore
 VOCABULARY = 20_000
 _CHECKPOINT = ("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
                "memory_generation, created_at, updated_at) VALUES (?, '{}', 1, ?, 0, ?, ?)")
+_ENTRY = "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)"
 results: list[tuple[str, bool, str]] = []
 
 
@@ -87,7 +88,7 @@ def build_search_db(path: Path, entries: int) -> list[str]:
             for n in range(first, min(entries, first + per_session * 20), per_session):
                 sid = str(uuid.UUID(int=rng.getrandbits(128)))
                 count = min(per_session, entries - n)
-                db.executemany("INSERT INTO session_entries VALUES (?, ?, ?)",
+                db.executemany(_ENTRY,
                                [(sid, i, _entry(rng, words, weights)) for i in range(count)])
                 db.execute(_CHECKPOINT, (sid, count, now, now))
                 db.execute("INSERT INTO cli_sessions (session_id, title, created_at, "
@@ -221,7 +222,7 @@ async def bench_prune(tmp: Path, sessions: int) -> None:
     for _ in range(sessions):
         sid = str(uuid.UUID(int=rng.getrandbits(128)))
         turn = [e.model_dump_json() for e in make_turn(rng, 0) + make_turn(rng, 1)]
-        db.executemany("INSERT INTO session_entries VALUES (?, ?, ?)",
+        db.executemany(_ENTRY,
                        [(sid, i, t) for i, t in enumerate(turn)])
         db.execute(_CHECKPOINT, (sid, len(turn), old, old))
         db.execute("INSERT INTO cli_sessions (session_id, title, created_at, last_active, "
@@ -294,16 +295,23 @@ def main() -> int:
     parser.add_argument("--export-entries", type=int, default=100_000)
     parser.add_argument("--prune-sessions", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=200, help="saves per variant")
+    parser.add_argument("--only", choices=("search", "export", "prune", "save"),
+                        action="append", help="run only this measurement (repeatable)")
     args = parser.parse_args()
-    search_db = Path(tempfile.gettempdir()) / f"nonoka-bench-search-{args.entries}.db"
-    queries = build_search_db(search_db, args.entries)
-    asyncio.run(bench_search(search_db, queries))
-    with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(bench_export(Path(tmp), args.export_entries))
-    with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(bench_prune(Path(tmp), args.prune_sessions))
-    with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(bench_save(Path(tmp), args.reps))
+    wanted = set(args.only or ("search", "export", "prune", "save"))
+    if "search" in wanted:
+        search_db = Path(tempfile.gettempdir()) / f"nonoka-bench-search-{args.entries}.db"
+        queries = build_search_db(search_db, args.entries)
+        asyncio.run(bench_search(search_db, queries))
+    if "export" in wanted:
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(bench_export(Path(tmp), args.export_entries))
+    if "prune" in wanted:
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(bench_prune(Path(tmp), args.prune_sessions))
+    if "save" in wanted:
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(bench_save(Path(tmp), args.reps))
     return 0 if all(passed for _, passed, _ in results) else 1
 
 

@@ -177,6 +177,13 @@ class SQLiteOps:
         with self.store.transaction(write=False) as db:
             return int(db.execute(sql, (session_id,)).fetchone()[0])
 
+    def settle(self) -> None:
+        """Checkpoint the WAL without waiting for anyone (``PASSIVE``), between a bulk
+        delete's streaks: the log then stays short, and a writer's commit never becomes
+        the one that crosses the auto-checkpoint threshold and copies the bulk's pages."""
+        with self._connect() as db:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
     # -- maintenance ------------------------------------------------------------------
 
     async def check(self) -> list[Finding]:
