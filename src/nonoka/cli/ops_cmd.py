@@ -129,19 +129,24 @@ def _size(count: int) -> str:
 @click.option("--since", metavar="AGE|DATE", help="Only sessions active since: 7d, 12h or "
               "2026-11-30.")
 @click.option("--model", metavar="MODEL", help="Only sessions of this model.")
+@click.option("--session", "session", metavar="ID", help="Only this session's conversation "
+              "(an id or unambiguous prefix; a branch's shared entries included).")
 @click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(min=1),
               help="Show at most this many matches.")
 @click.option("--all", "everything", is_flag=True, help="Search title-generation sessions "
               "too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
 def search_command(text: str, status: tuple[str, ...], since: str | None, model: str | None,
-                   limit: int, everything: bool, as_json: bool) -> None:
+                   session: str | None, limit: int, everything: bool, as_json: bool) -> None:
     """Find TEXT in conversations, titles and tool calls, newest first.
 
     Every word of TEXT must occur (case-insensitive); punctuation and query syntax are
     ignored. Each match shows the session, the entry's position and a snippet with the
-    matching words in [brackets].
+    matching words in [brackets]. An entry branches share with the session they were
+    forked from is shown once, in that session, naming the branches that hold it too.
     """
+    from dataclasses import replace
+
     from nonoka.cli.render import ago, clip, print_json, short_id
     from nonoka.ops.model import SearchQuery
     from nonoka.ops.search import search
@@ -150,7 +155,8 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
 
     async def go() -> list[Any]:
         async with _stores(Path.cwd()) as stores:
-            return await search(stores, query)
+            named = None if session is None else (await _ids(stores, (session,)))[0]
+            return await search(stores, replace(query, session=named))
 
     hits = _run(go)
     if as_json:
@@ -167,6 +173,10 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
         if sys.stdout.isatty():
             snippet = snippet.replace("[", "\x1b[1;33m").replace("]", "\x1b[0m")
         click.echo(f"    {snippet}")
+        if hit.shared_with:
+            click.echo(f"    also in {len(hit.shared_with)} branch"
+                       f"{'es' if len(hit.shared_with) > 1 else ''} sharing this entry: "
+                       f"{', '.join(short_id(s) for s in hit.shared_with)}")
 
 
 # -- sessions export / import ------------------------------------------------------------

@@ -24,6 +24,7 @@ from nonoka.ops.model import (
     Stats,
     StepRow,
 )
+from nonoka.ops.sharing import Facts, Lineage, attribute
 from nonoka.store import index_sql
 from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
@@ -100,7 +101,8 @@ class PostgresOps:
 
     async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:
         where: list[str] = []
-        params: dict[str, Any] = {"q": " ".join(words), "limit": query.limit}
+        params: dict[str, Any] = {"q": " ".join(words), "limit": query.limit,
+                                  "one": query.session}
         if not query.everything:
             where.append(f"{_PURPOSE} = 'chat'")
         if query.status:
@@ -112,25 +114,45 @@ class PostgresOps:
         if query.model:
             where.append("s.model = %(model)s")
             params["model"] = query.model
-        extra = "".join(f" AND {w}" for w in where)
+        kept = " AND ".join(where) or "true"
         entry_vector = ENTRY_VECTOR.format(e="e.entry_json")
         titles = " AND ".join(f"s.title ILIKE %(t{n})s" for n in range(len(words)))
         params.update({f"t{n}": f"%{w}%" for n, w in enumerate(words)})
+        one = "" if query.session is None else " AND s.session_id = %(one)s"
         by_title = f"""
             SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active
-            FROM cli_sessions s WHERE {titles}{extra}
+            FROM cli_sessions s WHERE {titles} AND {kept}{one}
             ORDER BY s.last_active DESC, s.session_id LIMIT %(limit)s"""
-        entries = f"""
-            SELECT e.session_id, e.seq, e.entry_json, coalesce(s.title, ''),
-                   coalesce(s.status, ''), s.last_active
-            FROM session_entries e LEFT JOIN cli_sessions s ON s.session_id = e.session_id
-            WHERE {entry_vector} @@ {_TSQUERY}{extra}
-            ORDER BY s.last_active DESC NULLS LAST, e.session_id, e.seq DESC
-            LIMIT %(limit)s"""
         async with self.database.connection() as conn:
-            rows = await (await conn.execute(by_title, params)).fetchall()
-            rows += await (await conn.execute(entries, params)).fetchall()
-        return [RawHit(r[0], int(r[1]), r[2], r[3], r[4], r[5]) for r in rows[: query.limit]]
+            lineage = Lineage(await (await conn.execute(
+                "SELECT session_id, base_session_id, base_count FROM checkpoints "
+                "WHERE base_session_id IS NOT NULL")).fetchall())
+            facts = await _facts(conn) if lineage else {}
+            # A branch's base is kept whatever the filters: the branch may hold its rows.
+            owners = f"({kept} OR e.session_id IN ({_BASES}))" if lineage else kept
+            if query.session is not None:
+                params["holders"] = lineage.holders(query.session)
+                owners += " AND e.session_id = ANY(%(holders)s)"
+            entries = f"""
+                SELECT e.session_id, e.seq, e.entry_json, coalesce(s.title, ''),
+                       coalesce(s.status, ''), s.last_active
+                FROM session_entries e LEFT JOIN cli_sessions s ON s.session_id = e.session_id
+                WHERE {entry_vector} @@ {_TSQUERY} AND {owners}
+                ORDER BY s.last_active DESC NULLS LAST, e.session_id, e.seq DESC
+                LIMIT %(limit)s OFFSET %(skip)s"""
+            rows = [RawHit(*r) for r in await (await conn.execute(by_title, params)).fetchall()]
+            params["skip"] = 0
+            while len(rows) < query.limit:
+                page = await (await conn.execute(entries, params)).fetchall()
+                params["skip"] += len(page)
+                for sid, seq, text, title, status, last in page:
+                    hit = attribute(RawHit(sid, int(seq), text, title, status, last),
+                                    lineage, facts, query)
+                    if hit is not None:
+                        rows.append(hit)
+                if len(page) < query.limit:
+                    break
+        return rows[: query.limit]
 
     async def summaries(self) -> list[SessionSummary]:
         sql = """
@@ -235,6 +257,18 @@ class PostgresOps:
         return Stats("postgresql", int(counts[0]), int(counts[1]), int(counts[2]),
                      {str(n): int(b) for n, b in sizes},
                      [(str(s), int(n), int(b)) for s, n, b in top])
+
+
+_BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
+
+
+async def _facts(conn: Any) -> dict[str, Facts]:
+    """The index rows of the sessions in a lineage (bases and branches)."""
+    rows = await (await conn.execute(
+        f"SELECT s.session_id, s.title, s.status, s.last_active, s.model, {_PURPOSE} "
+        f"FROM cli_sessions s WHERE s.session_id IN ({_BASES} UNION SELECT session_id "
+        "FROM checkpoints WHERE base_session_id IS NOT NULL)")).fetchall()
+    return {r[0]: Facts(*r[1:]) for r in rows}
 
 
 async def has_bases(conn: Any) -> bool:

@@ -27,6 +27,7 @@ from nonoka.ops.model import (
     Stats,
     StepRow,
 )
+from nonoka.ops.sharing import Facts, Lineage, attribute
 from nonoka.ops.text import fts5_query
 from nonoka.store import index_sql
 from nonoka.store.project import ProjectStores
@@ -117,26 +118,49 @@ class SQLiteOps:
         if query.model:
             where.append("s.model = ?")
             params.append(query.model)
-        extra = "".join(f" AND {w}" for w in where)
-        titles = " AND ".join("s.title LIKE ?" for _ in words)
-        # The FTS table drives the loop (CROSS JOIN) in doc order, newest first, so the
-        # first page stops after ``limit`` matches however many entries match.
-        entries = ("SELECT d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
-                   "coalesce(s.status, ''), s.last_active "
-                   "FROM session_search f CROSS JOIN search_docs d ON d.doc = f.rowid "
-                   "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
-                   "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
-                   f"WHERE session_search MATCH ?{extra} ORDER BY f.rowid DESC LIMIT ?")
-        by_title = ("SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active "
-                    f"FROM cli_sessions s WHERE {titles}{extra} "
-                    "ORDER BY s.last_active DESC, s.session_id LIMIT ?")
         self.catch_up()
         with self.store.transaction(write=False) as db:
-            rows = db.execute(by_title, [*(f"%{w}%" for w in words), *params,
-                                         query.limit]).fetchall()
-            rows += db.execute(entries, [fts5_query(words), *params, query.limit]).fetchall()
-        return [RawHit(sid, int(seq), text, title, status, last)
-                for sid, seq, text, title, status, last in rows[: query.limit]]
+            lineage = Lineage(db.execute(
+                "SELECT session_id, base_session_id, base_count FROM checkpoints "
+                "WHERE base_session_id IS NOT NULL"))
+            facts = _facts(db) if lineage else {}
+            kept = " AND ".join(where) or "1"
+            titles = " AND ".join("s.title LIKE ?" for _ in words)
+            one = "" if query.session is None else " AND s.session_id = ?"
+            rows = [RawHit(*r) for r in db.execute(
+                "SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active "
+                f"FROM cli_sessions s WHERE {titles} AND {kept}{one} "
+                "ORDER BY s.last_active DESC, s.session_id LIMIT ?",
+                [*(f"%{w}%" for w in words), *params,
+                 *([] if query.session is None else [query.session]), query.limit])]
+            # A branch's base is kept whatever the filters: the branch may hold its rows.
+            owners = f"({kept} OR d.session_id IN ({_BASES}))" if lineage else kept
+            holders = [] if query.session is None else lineage.holders(query.session)
+            if holders:
+                owners += f" AND d.session_id IN ({', '.join('?' for _ in holders)})"
+            # The FTS table drives the loop (CROSS JOIN) in doc order, newest first, so the
+            # first page stops after ``limit`` matches however many entries match.
+            entries = (
+                "SELECT f.rowid, d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
+                "coalesce(s.status, ''), s.last_active "
+                "FROM session_search f CROSS JOIN search_docs d ON d.doc = f.rowid "
+                "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
+                "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
+                f"WHERE session_search MATCH ? AND f.rowid < ? AND {owners} "
+                "ORDER BY f.rowid DESC LIMIT ?")
+            below = 2**62
+            while len(rows) < query.limit:
+                page = db.execute(entries, [fts5_query(words), below, *params, *holders,
+                                            query.limit]).fetchall()
+                for doc, sid, seq, text, title, status, last in page:
+                    below = doc
+                    hit = attribute(RawHit(sid, int(seq), text, title, status, last),
+                                    lineage, facts, query)
+                    if hit is not None:
+                        rows.append(hit)
+                if len(page) < query.limit:
+                    break
+        return rows[: query.limit]
 
     def catch_up(self) -> int:
         """Index the entries saved since the last search (``nonoka.store.sqlite.search``)."""
@@ -258,6 +282,18 @@ class SQLiteOps:
         return Stats("sqlite", int(sessions), int(entries), int(events),
                      dict(sorted(by_table.items(), key=lambda kv: -kv[1])),
                      [(str(s), int(n), int(b)) for s, n, b in top])
+
+
+_BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
+
+
+def _facts(db: sqlite3.Connection) -> dict[str, Facts]:
+    """The index rows of the sessions in a lineage (bases and branches)."""
+    return {sid: Facts(title, status, last, model, purpose)
+            for sid, title, status, last, model, purpose in db.execute(
+                f"SELECT s.session_id, s.title, s.status, s.last_active, s.model, {_PURPOSE} "
+                f"FROM cli_sessions s WHERE s.session_id IN ({_BASES} UNION SELECT "
+                "session_id FROM checkpoints WHERE base_session_id IS NOT NULL)")}
 
 
 def has_bases(db: sqlite3.Connection) -> bool:
