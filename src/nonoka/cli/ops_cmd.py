@@ -45,18 +45,23 @@ def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise SystemExit(130) from None
 
 
-def _stores(project: Path, url: str | None = None) -> ProjectStores:
-    from nonoka.cli.common import CliError, has_database, open_stores
+def _stores(project: Path, url: str | None = None, *, reading: bool = False
+            ) -> ProjectStores:
+    """The project's stores (or ``url``'s); ``reading``: for a command that only reads,
+    so a database this process may not write is opened read-only."""
+    from nonoka.cli.common import CliError, has_database, open_for_reading, open_stores
     from nonoka.errors import NonokaError, failure_of
     from nonoka.store.project import open_project_stores
 
+    if url is None and not has_database(project):
+        raise CliError(f"there are no sessions in {project} yet (no .nonoka/sessions.db)")
+    if reading:
+        return open_for_reading(project, url)
     if url is not None:
         try:
             return open_project_stores(project, url)
         except NonokaError as exc:
             raise CliError(failure_of(exc).message) from None
-    if not has_database(project):
-        raise CliError(f"there are no sessions in {project} yet (no .nonoka/sessions.db)")
     return open_stores(project)
 
 
@@ -154,7 +159,7 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
     query = SearchQuery(text, _statuses(status), _since(since), model, limit, everything)
 
     async def go() -> list[Any]:
-        async with _stores(Path.cwd()) as stores:
+        async with _stores(Path.cwd(), reading=True) as stores:
             named = None if session is None else (await _ids(stores, (session,)))[0]
             return await search(stores, replace(query, session=named))
 
@@ -206,7 +211,7 @@ def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
 
     def go(out: TextIO) -> Callable[[], Coroutine[Any, Any, int]]:
         async def export() -> int:
-            async with _stores(Path.cwd()) as stores:
+            async with _stores(Path.cwd(), reading=True) as stores:
                 ids = None if everything else await _ids(stores, refs)
                 return await write(stores, ids, out)
         return export
@@ -394,7 +399,7 @@ def check_command(as_json: bool) -> None:
     from nonoka.ops.maintenance import check
 
     async def go() -> Any:
-        async with _stores(Path.cwd()) as stores:
+        async with _stores(Path.cwd(), reading=True) as stores:
             return await check(stores)
 
     findings = _run(go)
@@ -440,7 +445,7 @@ def stats_command(largest: int, as_json: bool) -> None:
     from nonoka.ops.maintenance import stats
 
     async def go() -> Any:
-        async with _stores(Path.cwd()) as stores:
+        async with _stores(Path.cwd(), reading=True) as stores:
             return await stats(stores, largest)
 
     result = _run(go)
@@ -460,9 +465,10 @@ def stats_command(largest: int, as_json: bool) -> None:
 def apply_retention(project: Path) -> None:
     """The ``retention`` setting, at most once a day (one ``stat`` otherwise); a problem
     is a warning on stderr, never a failed command."""
+    from nonoka.cli.common import can_write
     from nonoka.ops.retention import due
 
-    if not due(project) or not (project / ".nonoka").is_dir():
+    if not due(project) or not (project / ".nonoka").is_dir() or not can_write(project):
         return
     from nonoka.errors import NonokaError, failure_of
     from nonoka.ops.retention import maybe_apply

@@ -28,11 +28,13 @@ from nonoka.ops.model import (
     StepRow,
 )
 from nonoka.ops.sharing import Facts, Lineage, attribute
-from nonoka.ops.text import fts5_query
+from nonoka.ops.text import document_words, entry_text, fts5_query
 from nonoka.store import index_sql
 from nonoka.store.project import ProjectStores
 from nonoka.store.sqlite import search as search_index
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
+from nonoka.store.sqlite.database import connect_read_only
+from nonoka.store.sqlite.migrations import INDEXED_UPTO
 
 BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
@@ -52,6 +54,8 @@ class SQLiteOps:
         self.path = checkpoints.path
 
     def _connect(self) -> closing[sqlite3.Connection]:
+        if self.store.read_only:
+            return closing(connect_read_only(self.path))
         return closing(sqlite3.connect(self.path, isolation_level=None, timeout=5.0))
 
     # -- export -----------------------------------------------------------------------
@@ -148,22 +152,38 @@ class SQLiteOps:
                 "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
                 f"WHERE session_search MATCH ? AND f.rowid < ? AND {owners} "
                 "ORDER BY f.rowid DESC LIMIT ?")
+            if self.store.read_only:  # not indexed yet, and cannot be here: read them
+                wanted = set(words)
+                for *_, sid, seq, text, title, status, last in db.execute(
+                        f"{_PENDING} AND {owners} ORDER BY d.doc DESC", [*params, *holders]):
+                    if len(rows) < query.limit and wanted <= document_words(
+                            entry_text(text)[1]):
+                        self._add(rows, RawHit(sid, int(seq), text, title, status, last),
+                                  lineage, facts, query)
             below = 2**62
             while len(rows) < query.limit:
                 page = db.execute(entries, [fts5_query(words), below, *params, *holders,
                                             query.limit]).fetchall()
                 for doc, sid, seq, text, title, status, last in page:
                     below = doc
-                    hit = attribute(RawHit(sid, int(seq), text, title, status, last),
-                                    lineage, facts, query)
-                    if hit is not None:
-                        rows.append(hit)
+                    self._add(rows, RawHit(sid, int(seq), text, title, status, last),
+                              lineage, facts, query)
                 if len(page) < query.limit:
                     break
         return rows[: query.limit]
 
+    @staticmethod
+    def _add(rows: list[RawHit], hit: RawHit, lineage: Lineage, facts: dict[str, Facts],
+             query: SearchQuery) -> None:
+        reported = attribute(hit, lineage, facts, query)
+        if reported is not None:
+            rows.append(reported)
+
     def catch_up(self) -> int:
-        """Index the entries saved since the last search (``nonoka.store.sqlite.search``)."""
+        """Index the entries saved since the last search (``nonoka.store.sqlite.search``);
+        a read-only database is left as it is (its search reads those entries instead)."""
+        if self.store.read_only:
+            return 0
         with self._connect() as db:
             return search_index.catch_up(db)
 
@@ -205,8 +225,9 @@ class SQLiteOps:
         """Checkpoint the WAL without waiting for anyone (``PASSIVE``), between a bulk
         delete's streaks: the log then stays short, and a writer's commit never becomes
         the one that crosses the auto-checkpoint threshold and copies the bulk's pages."""
-        with self._connect() as db:
-            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if not self.store.read_only:
+            with self._connect() as db:
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
 
     # -- maintenance ------------------------------------------------------------------
 
@@ -285,6 +306,11 @@ class SQLiteOps:
 
 
 _BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
+_PENDING = ("SELECT d.doc, d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
+            "coalesce(s.status, ''), s.last_active FROM search_docs d "
+            "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
+            "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
+            f"WHERE d.doc > {INDEXED_UPTO}")
 
 
 def _facts(db: sqlite3.Connection) -> dict[str, Facts]:
