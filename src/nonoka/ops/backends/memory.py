@@ -147,11 +147,15 @@ class MemoryOps:
             stored = set(self.db.checkpoints)
             orphans = {k[0] for k in self.db.step_updates} - stored
             index_only = set(self.records.sessions) - stored
+            logs = {sid: len(log) for sid, log in self.records.events.items()
+                    if sid not in stored and sid not in self.records.sessions}
         found = [Finding("error", "orphan_rows", "step_updates row(s) without a checkpoint",
                          sid) for sid in sorted(orphans)]
         found += [Finding("warning", "index_without_checkpoint",
                           "an index row without a checkpoint", sid)
                   for sid in sorted(index_only)]
+        found += [Finding("warning", "orphan_events", f"{n} event(s) of a session that is "
+                          "not stored", sid) for sid, n in sorted(logs.items()) if n]
         return found
 
     async def vacuum(self) -> tuple[int, int]:

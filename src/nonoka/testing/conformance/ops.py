@@ -327,6 +327,22 @@ class SessionOpsSuite:
             (child, 7, {grandchild})]
         assert [f for f in await check(stores) if f.level == "error"] == []
 
+    # -- check ----------------------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_check_reports_rows_of_sessions_that_are_not_stored(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        kept = await add_session(stores, title="fine")
+        await branch(stores, kept, 5)  # a branch's shared entries are not missing rows
+        assert await check(stores) == []
+        ghost, lost = sorted([states.new_id(), states.new_id()])
+        await stores.index.upsert_session(SessionRecord(session_id=ghost, title="ghost"))
+        await stores.events.append_event(lost, "finish", {"finish_reason": "stop"})
+        found = [(f.level, f.kind, f.session_id) for f in await check(stores)]
+        assert found == [("warning", "index_without_checkpoint", ghost),
+                         ("warning", "orphan_events", lost)]
+
     # -- copy -----------------------------------------------------------------------
 
     @pytest.mark.asyncio
