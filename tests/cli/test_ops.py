@@ -91,6 +91,32 @@ def test_search_export_import_and_delete(project: Project, scripted: list[Script
     assert project.nonoka("db", "vacuum").returncode == 0
 
 
+def test_a_branch_shares_its_search_hits_and_outlives_its_parent(
+        project: Project, scripted: list[ScriptItem]) -> None:
+    first, _ = two_turns(project, scripted)
+    done = project.nonoka("sessions", "fork", first[:8])
+    assert done.returncode == 0, done.stderr
+    child = done.stdout.strip()
+    answers = [h for h in as_json(project.nonoka("sessions", "search", "launches", "--json"))]
+    assert [(h["session_id"], h["shared_with"]) for h in answers] == [(first, [child])]
+    plain = project.nonoka("sessions", "search", "launches").stdout
+    assert f"also in 1 branch sharing this entry: {child[:8]}" in plain
+    mine = as_json(project.nonoka("sessions", "search", "launches", "--session", child[:8],
+                                  "--json"))
+    assert [(h["session_id"], h["position"], h["shared_with"]) for h in mine] == [
+        (child, answers[0]["position"], [])]
+    before = project.nonoka("sessions", "export", child).stdout.splitlines()[1:]
+    assert sum(json.loads(line)["type"] == "entry" for line in before) == \
+        answers[0]["position"] + 1
+
+    removed = as_json(project.nonoka("sessions", "delete", first, "--json"))
+    assert removed["removed"] == [first]
+    assert project.nonoka("sessions", "export", child).stdout.splitlines()[1:] == before
+    after = as_json(project.nonoka("sessions", "search", "launches", "--json"))
+    assert [(h["session_id"], h["shared_with"]) for h in after] == [(child, [])]
+    assert as_json(project.nonoka("db", "check", "--json")) == []
+
+
 def test_export_to_a_full_disk_fails_cleanly(project: Project, scripted: list[ScriptItem]
                                              ) -> None:
     two_turns(project, scripted)

@@ -43,6 +43,38 @@ def open_stores(project: Path) -> ProjectStores:
         raise CliError(failure_of(exc).message) from None
 
 
+def open_for_reading(project: Path, url: str | None = None) -> ProjectStores:
+    """The project's stores for a command that only reads (list, show, search, export,
+    ``db check``/``stats``): a SQLite file this process cannot write (a read-only
+    ``.nonoka/``, file or mount) is opened read-only, creating and migrating nothing;
+    anything else opens as ``open_stores`` does. ``url`` names another database."""
+    from nonoka.store.project import database_target, open_project_stores
+    from nonoka.store.sqlite.database import writable
+
+    chosen = url if url is not None else database_url_from_env()
+    try:
+        engine, target = database_target(project, chosen)
+        if engine != "sqlite" or writable(target):
+            if url is None:
+                return open_stores(project)
+            return open_project_stores(project, url)
+        return open_project_stores(project, chosen, read_only=True)
+    except NonokaError as exc:
+        raise CliError(failure_of(exc).message) from None
+
+
+def can_write(project: Path) -> bool:
+    """Whether the project's database (when it is a SQLite file) may be written here."""
+    from nonoka.store.project import database_target
+    from nonoka.store.sqlite.database import writable
+
+    try:
+        engine, target = database_target(project, database_url_from_env())
+    except NonokaError:
+        return True  # let the command that opens it say what is wrong
+    return engine != "sqlite" or writable(target)
+
+
 def has_database(project: Path) -> bool:
     """Whether there is anything to read: reading commands must not create a database.
 

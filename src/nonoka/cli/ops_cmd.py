@@ -45,18 +45,23 @@ def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise SystemExit(130) from None
 
 
-def _stores(project: Path, url: str | None = None) -> ProjectStores:
-    from nonoka.cli.common import CliError, has_database, open_stores
+def _stores(project: Path, url: str | None = None, *, reading: bool = False
+            ) -> ProjectStores:
+    """The project's stores (or ``url``'s); ``reading``: for a command that only reads,
+    so a database this process may not write is opened read-only."""
+    from nonoka.cli.common import CliError, has_database, open_for_reading, open_stores
     from nonoka.errors import NonokaError, failure_of
     from nonoka.store.project import open_project_stores
 
+    if url is None and not has_database(project):
+        raise CliError(f"there are no sessions in {project} yet (no .nonoka/sessions.db)")
+    if reading:
+        return open_for_reading(project, url)
     if url is not None:
         try:
             return open_project_stores(project, url)
         except NonokaError as exc:
             raise CliError(failure_of(exc).message) from None
-    if not has_database(project):
-        raise CliError(f"there are no sessions in {project} yet (no .nonoka/sessions.db)")
     return open_stores(project)
 
 
@@ -129,19 +134,24 @@ def _size(count: int) -> str:
 @click.option("--since", metavar="AGE|DATE", help="Only sessions active since: 7d, 12h or "
               "2026-11-30.")
 @click.option("--model", metavar="MODEL", help="Only sessions of this model.")
+@click.option("--session", "session", metavar="ID", help="Only this session's conversation "
+              "(an id or unambiguous prefix; a branch's shared entries included).")
 @click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(min=1),
               help="Show at most this many matches.")
 @click.option("--all", "everything", is_flag=True, help="Search title-generation sessions "
               "too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
 def search_command(text: str, status: tuple[str, ...], since: str | None, model: str | None,
-                   limit: int, everything: bool, as_json: bool) -> None:
+                   session: str | None, limit: int, everything: bool, as_json: bool) -> None:
     """Find TEXT in conversations, titles and tool calls, newest first.
 
     Every word of TEXT must occur (case-insensitive); punctuation and query syntax are
     ignored. Each match shows the session, the entry's position and a snippet with the
-    matching words in [brackets].
+    matching words in [brackets]. An entry branches share with the session they were
+    forked from is shown once, in that session, naming the branches that hold it too.
     """
+    from dataclasses import replace
+
     from nonoka.cli.render import ago, clip, print_json, short_id
     from nonoka.ops.model import SearchQuery
     from nonoka.ops.search import search
@@ -149,8 +159,9 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
     query = SearchQuery(text, _statuses(status), _since(since), model, limit, everything)
 
     async def go() -> list[Any]:
-        async with _stores(Path.cwd()) as stores:
-            return await search(stores, query)
+        async with _stores(Path.cwd(), reading=True) as stores:
+            named = None if session is None else (await _ids(stores, (session,)))[0]
+            return await search(stores, replace(query, session=named))
 
     hits = _run(go)
     if as_json:
@@ -167,6 +178,10 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
         if sys.stdout.isatty():
             snippet = snippet.replace("[", "\x1b[1;33m").replace("]", "\x1b[0m")
         click.echo(f"    {snippet}")
+        if hit.shared_with:
+            click.echo(f"    also in {len(hit.shared_with)} branch"
+                       f"{'es' if len(hit.shared_with) > 1 else ''} sharing this entry: "
+                       f"{', '.join(short_id(s) for s in hit.shared_with)}")
 
 
 # -- sessions export / import ------------------------------------------------------------
@@ -196,7 +211,7 @@ def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
 
     def go(out: TextIO) -> Callable[[], Coroutine[Any, Any, int]]:
         async def export() -> int:
-            async with _stores(Path.cwd()) as stores:
+            async with _stores(Path.cwd(), reading=True) as stores:
                 ids = None if everything else await _ids(stores, refs)
                 return await write(stores, ids, out)
         return export
@@ -384,7 +399,7 @@ def check_command(as_json: bool) -> None:
     from nonoka.ops.maintenance import check
 
     async def go() -> Any:
-        async with _stores(Path.cwd()) as stores:
+        async with _stores(Path.cwd(), reading=True) as stores:
             return await check(stores)
 
     findings = _run(go)
@@ -430,7 +445,7 @@ def stats_command(largest: int, as_json: bool) -> None:
     from nonoka.ops.maintenance import stats
 
     async def go() -> Any:
-        async with _stores(Path.cwd()) as stores:
+        async with _stores(Path.cwd(), reading=True) as stores:
             return await stats(stores, largest)
 
     result = _run(go)
@@ -450,9 +465,10 @@ def stats_command(largest: int, as_json: bool) -> None:
 def apply_retention(project: Path) -> None:
     """The ``retention`` setting, at most once a day (one ``stat`` otherwise); a problem
     is a warning on stderr, never a failed command."""
+    from nonoka.cli.common import can_write
     from nonoka.ops.retention import due
 
-    if not due(project) or not (project / ".nonoka").is_dir():
+    if not due(project) or not (project / ".nonoka").is_dir() or not can_write(project):
         return
     from nonoka.errors import NonokaError, failure_of
     from nonoka.ops.retention import maybe_apply

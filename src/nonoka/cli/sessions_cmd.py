@@ -1,13 +1,20 @@
 """``nonoka sessions``: read the session index and event log the bridge and ``run`` write.
 
-Reading never creates anything: a project without a database simply has no sessions.
+Reading never creates anything: a project without a database simply has no sessions, and
+a database this process may not write is read without writing (``open_for_reading``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from nonoka.cli.common import CliError, find_session, has_database, open_stores
+from nonoka.cli.common import (
+    CliError,
+    find_session,
+    has_database,
+    open_for_reading,
+    open_stores,
+)
 from nonoka.cli.render import SessionDetail
 from nonoka.errors import ConfigurationError
 from nonoka.store.records import SessionRecord
@@ -19,7 +26,7 @@ async def list_sessions(project: Path, *, limit: int = 20,
     """Most recently active first; title-generation sessions only with ``include_titles``."""
     if not has_database(project):
         return []
-    async with open_stores(project) as stores:
+    async with open_for_reading(project) as stores:
         return await stores.index.list_sessions(limit=limit,
                                                 purpose=None if include_titles else "chat")
 
@@ -29,7 +36,7 @@ async def show_session(project: Path, ref: str, *, limit: int = 50) -> SessionDe
     the usage summed over its whole log."""
     if not has_database(project):
         raise CliError(f"there are no sessions in {project} yet (no .nonoka/sessions.db)")
-    async with open_stores(project) as stores:
+    async with open_for_reading(project) as stores:
         record = await find_session(stores.index, ref)
         events = await stores.events.list_events(record.session_id, limit=limit)
         usage = await stores.events.usage_summary(record.session_id)

@@ -69,6 +69,8 @@ class SearchQuery:
     limit: int = 20
     everything: bool = False
     """Title-generation sessions too."""
+    session: str | None = None
+    """Only this session's conversation (a branch's shared entries included)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class RawHit:
     title: str
     status: str
     last_active: float | None
+    shared_with: tuple[str, ...] = ()
+    """Other sessions holding the same stored entry at the same position (branches)."""
 
 
 @dataclass(frozen=True)
@@ -96,11 +100,13 @@ class SearchHit:
     title: str
     status: str
     last_active: float | None
+    shared_with: tuple[str, ...] = ()
+    """Branches whose conversations hold this same stored entry (``ops/sharing.py``)."""
 
     def as_json(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "position": self.position, "role": self.role,
                 "snippet": self.snippet, "title": self.title, "status": self.status,
-                "last_active": self.last_active}
+                "last_active": self.last_active, "shared_with": list(self.shared_with)}
 
 
 @dataclass(frozen=True)

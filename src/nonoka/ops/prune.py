@@ -21,12 +21,13 @@ from nonoka.ops.model import SessionSummary
 from nonoka.store.project import ProjectStores
 
 TERMINAL = ("completed", "failed", "cancelled")
-WORK_STREAK = 0.05
-PAUSE = 0.02
+WORK_STREAK = 0.025
+PAUSE = 0.025
 """Deleting pauses ``PAUSE`` seconds after every ``WORK_STREAK`` seconds of work. Each
 session is its own short transaction, but SQLite's lock is not fair: a writer that found
-it taken sleeps in growing steps (up to 25 ms, then more) and can miss every gap between
-two deletes. A pause longer than those steps lets it in (bench/README.md)."""
+it taken sleeps in growing steps (1, 2, 5, 10, 15, 20, 25 ms, ...) and can miss every
+gap between two deletes. A pause as long as the streak before it is always reached by
+one of those steps, so a writer waits at most about two streaks (bench/README.md)."""
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", re.IGNORECASE)
 
@@ -61,8 +62,11 @@ async def delete_sessions(stores: ProjectStores, session_ids: Sequence[str], *,
     backend = backend_for(stores)
     result = Removal(dry_run=dry_run)
     streak = time.monotonic()
+    settle = getattr(backend, "settle", None)
     for sid in dict.fromkeys(session_ids):
         if not dry_run and time.monotonic() - streak > WORK_STREAK:
+            if settle is not None:
+                settle()  # fold the log back while no lock is held (see SQLiteOps.settle)
             await asyncio.sleep(PAUSE)  # let a waiting writer in (see PAUSE)
             streak = time.monotonic()
         if await stores.leases.get_lease(sid) is not None:

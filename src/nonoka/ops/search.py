@@ -6,7 +6,8 @@ extracted here and handed to the engine, so query syntax characters are just
 separators. Matching titles come first (most recently active session first), then
 entries: SQLite answers from its FTS5 index, newest written entry first; PostgreSQL
 from a GIN index, most recently active session first, then latest position; the memory
-engine like PostgreSQL, without an index.
+engine like PostgreSQL, without an index. An entry a branch shares with the session it
+was forked from is one hit, naming the branches that hold it (``ops/sharing.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ async def search(stores: ProjectStores, query: SearchQuery) -> list[SearchHit]:
             role, text = entry_text(hit.text)
         hits.append(SearchHit(hit.session_id, None if hit.seq < 0 else hit.seq, role,
                               snippet(text, query_words), hit.title, hit.status,
-                              hit.last_active))
+                              hit.last_active, hit.shared_with))
     return hits
 
 

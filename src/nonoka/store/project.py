@@ -107,16 +107,21 @@ def database_url_from_env() -> str | None:
     return os.environ.get(ENV_VAR, "").strip() or None
 
 
-def open_project_stores(cwd: Path, database_url: str | None = None) -> ProjectStores:
+def open_project_stores(cwd: Path, database_url: str | None = None, *,
+                        read_only: bool = False) -> ProjectStores:
     """Open the stores for the project at ``cwd``.
 
     No URL means ``<cwd>/.nonoka/sessions.db`` (``.nonoka/`` is created ``0700`` if
     missing; the file ``0600``). Relative paths are relative to ``cwd``, not to the
     process's working directory. A URL that names no known engine is a
-    ``ConfigurationError`` listing the accepted forms.
+    ``ConfigurationError`` listing the accepted forms. ``read_only`` opens an existing
+    SQLite file for reading only and creates nothing (``store/sqlite/database.py``);
+    the other engines open as usual.
     """
     if database_url is None:
         project = Path(os.path.abspath(cwd))
+        if read_only:
+            return _open_sqlite(database_target(cwd)[1], ours_only=True, read_only=True)
         _make_private_dir(project)
         stores = _open_sqlite(database_target(cwd)[1], ours_only=True)
         from nonoka.statedir import ignore_everything
@@ -125,6 +130,8 @@ def open_project_stores(cwd: Path, database_url: str | None = None) -> ProjectSt
         ignore_everything(project / DEFAULT_DATABASE.parent)
         return stores
     engine, target = database_target(cwd, database_url)
+    if engine == "sqlite" and read_only:
+        return _open_sqlite(target, read_only=True)
     return _OPENERS[engine](target)
 
 
@@ -195,13 +202,14 @@ def _make_private_dir(project: Path) -> None:
 # -- engines: one opener each, importing its engine only when called -----------------------
 
 
-def _open_sqlite(path: str, *, ours_only: bool = False) -> ProjectStores:
+def _open_sqlite(path: str, *, ours_only: bool = False,
+                 read_only: bool = False) -> ProjectStores:
     """``ours_only`` for the project's own ``.nonoka/sessions.db``: no other program's
     database is taken over there."""
     from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
     from nonoka.store.sqlite.records import SQLiteRecordStore
 
-    checkpoints = SQLiteCheckpointStore(path, ours_only=ours_only)
+    checkpoints = SQLiteCheckpointStore(path, ours_only=ours_only, read_only=read_only)
     records = SQLiteRecordStore.from_checkpoints(checkpoints)
     return ProjectStores(checkpoints, records, records, f"sqlite://{path}")
 

@@ -22,6 +22,7 @@ from nonoka.ops.model import (
     Stats,
     StepRow,
 )
+from nonoka.ops.sharing import Facts, Lineage, attribute, keeps
 from nonoka.ops.text import document_words, entry_text
 from nonoka.store.memory.checkpoints import MemoryCheckpointStore
 from nonoka.store.memory.database import CheckpointRow, StoredEvent
@@ -81,24 +82,35 @@ class MemoryOps:
             rows = {sid: list(row.entries) for sid, row in self.db.checkpoints.items()}
             index = {sid: SessionRecord.model_validate_json(t)
                      for sid, t in self.records.sessions.items()}
+        facts = {sid: Facts(r.title, r.status, r.last_active, r.model, r.purpose)
+                 for sid, r in index.items()}
+        lineage = _lineage(rows, index)
         titles: list[tuple[float, str, RawHit]] = []
         hits: list[tuple[float, str, int, RawHit]] = []
         for sid in set(rows) | set(index):
-            record = index.get(sid)
-            if not _keeps(record, query):
-                continue
-            title = record.title if record else ""
-            last = record.last_active if record else None
-            status = record.status if record else ""
-            if title and all(w in title.casefold() for w in wanted):
+            fact = facts.get(sid)
+            title = fact.title if fact else ""
+            last = fact.last_active if fact else None
+            status = fact.status if fact else ""
+            kept = keeps(sid, fact, query)
+            if kept and title and all(w in title.casefold() for w in wanted):
                 titles.append((-(last or 0.0), sid, RawHit(sid, -1, title, title, status, last)))
+            if not kept and sid not in lineage.bases:
+                continue
+            shared = lineage.base.get(sid, ("", 0))[1]  # the base holds these (copied here)
             for seq, raw in enumerate(rows.get(sid, [])):
-                if wanted <= document_words(entry_text(raw)[1]):
+                if seq >= shared and wanted <= document_words(entry_text(raw)[1]):
                     hits.append((-(last or 0.0), sid, -seq,
                                  RawHit(sid, seq, raw, title, status, last)))
         titles.sort(key=lambda h: (h[0], h[1]))
         hits.sort(key=lambda h: (h[0], h[1], h[2]))
-        found = [h[2] for h in titles[: query.limit]] + [h[3] for h in hits[: query.limit]]
+        found = [h[2] for h in titles[: query.limit]]
+        for *_, raw_hit in hits:
+            if len(found) >= query.limit:
+                break
+            hit = attribute(raw_hit, lineage, facts, query)
+            if hit is not None:
+                found.append(hit)
         return found[: query.limit]
 
     async def summaries(self) -> list[SessionSummary]:
@@ -135,11 +147,15 @@ class MemoryOps:
             stored = set(self.db.checkpoints)
             orphans = {k[0] for k in self.db.step_updates} - stored
             index_only = set(self.records.sessions) - stored
+            logs = {sid: len(log) for sid, log in self.records.events.items()
+                    if sid not in stored and sid not in self.records.sessions}
         found = [Finding("error", "orphan_rows", "step_updates row(s) without a checkpoint",
                          sid) for sid in sorted(orphans)]
         found += [Finding("warning", "index_without_checkpoint",
                           "an index row without a checkpoint", sid)
                   for sid in sorted(index_only)]
+        found += [Finding("warning", "orphan_events", f"{n} event(s) of a session that is "
+                          "not stored", sid) for sid, n in sorted(logs.items()) if n]
         return found
 
     async def vacuum(self) -> tuple[int, int]:
@@ -159,16 +175,20 @@ class MemoryOps:
                      {"session_entries": sum(s[2] for s in sizes)}, sizes[:largest])
 
 
-def _keeps(record: SessionRecord | None, query: SearchQuery) -> bool:
-    if record is None:
-        return not (query.status or query.since is not None or query.model)
-    if not query.everything and record.purpose != "chat":
-        return False
-    if query.status and record.status not in query.status:
-        return False
-    if query.since is not None and record.last_active < query.since:
-        return False
-    return not (query.model and record.model != query.model)
+def _lineage(rows: dict[str, list[str]], index: dict[str, SessionRecord]) -> Lineage:
+    """Branches from the index rows (this engine copies a branch's entries): a branch
+    still shares its first ``fork_point`` entries while its parent holds the same ones
+    (a parent's compaction rewrites them, as the SQL engines then detach the branch)."""
+    links: list[tuple[str, str, int]] = []
+    for sid, record in index.items():
+        parent, point = record.metadata.get("forked_from"), record.metadata.get("fork_point")
+        if not isinstance(parent, str) or not isinstance(point, int) or point <= 0:
+            continue
+        mine, theirs = rows.get(sid), rows.get(parent)
+        if mine is not None and theirs is not None and mine[:point] == theirs[:point] \
+                and len(theirs) >= point:
+            links.append((sid, parent, point))
+    return Lineage(links)
 
 
 def _status(snapshot: str) -> str:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from nonoka.ops.backends.sql import CHAIN, checks, kept_sessions, segments, title_match
 from nonoka.ops.batches import batches
 from nonoka.ops.model import (
     EventRow,
@@ -24,6 +25,7 @@ from nonoka.ops.model import (
     Stats,
     StepRow,
 )
+from nonoka.ops.sharing import Facts, Lineage, attribute
 from nonoka.store import index_sql
 from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
@@ -99,38 +101,45 @@ class PostgresOps:
         return True
 
     async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:
-        where: list[str] = []
-        params: dict[str, Any] = {"q": " ".join(words), "limit": query.limit}
-        if not query.everything:
-            where.append(f"{_PURPOSE} = 'chat'")
-        if query.status:
-            where.append("s.status = ANY(%(status)s)")
-            params["status"] = list(query.status)
-        if query.since is not None:
-            where.append("s.last_active >= %(since)s")
-            params["since"] = query.since
-        if query.model:
-            where.append("s.model = %(model)s")
-            params["model"] = query.model
-        extra = "".join(f" AND {w}" for w in where)
+        kept, params = kept_sessions(query, _PURPOSE, _mark)
+        titles, title_params = title_match(words, "ILIKE", _mark)
+        params.update(title_params, q=" ".join(words), limit=query.limit, one=query.session)
         entry_vector = ENTRY_VECTOR.format(e="e.entry_json")
-        titles = " AND ".join(f"s.title ILIKE %(t{n})s" for n in range(len(words)))
-        params.update({f"t{n}": f"%{w}%" for n, w in enumerate(words)})
+        one = "" if query.session is None else " AND s.session_id = %(one)s"
         by_title = f"""
             SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active
-            FROM cli_sessions s WHERE {titles}{extra}
+            FROM cli_sessions s WHERE {titles} AND {kept}{one}
             ORDER BY s.last_active DESC, s.session_id LIMIT %(limit)s"""
-        entries = f"""
-            SELECT e.session_id, e.seq, e.entry_json, coalesce(s.title, ''),
-                   coalesce(s.status, ''), s.last_active
-            FROM session_entries e LEFT JOIN cli_sessions s ON s.session_id = e.session_id
-            WHERE {entry_vector} @@ {_TSQUERY}{extra}
-            ORDER BY s.last_active DESC NULLS LAST, e.session_id, e.seq DESC
-            LIMIT %(limit)s"""
         async with self.database.connection() as conn:
-            rows = await (await conn.execute(by_title, params)).fetchall()
-            rows += await (await conn.execute(entries, params)).fetchall()
-        return [RawHit(r[0], int(r[1]), r[2], r[3], r[4], r[5]) for r in rows[: query.limit]]
+            lineage = Lineage(await (await conn.execute(
+                "SELECT session_id, base_session_id, base_count FROM checkpoints "
+                "WHERE base_session_id IS NOT NULL")).fetchall())
+            facts = await _facts(conn) if lineage else {}
+            # A branch's base is kept whatever the filters: the branch may hold its rows.
+            owners = f"({kept} OR e.session_id IN ({_BASES}))" if lineage else kept
+            if query.session is not None:
+                params["holders"] = lineage.holders(query.session)
+                owners += " AND e.session_id = ANY(%(holders)s)"
+            entries = f"""
+                SELECT e.session_id, e.seq, e.entry_json, coalesce(s.title, ''),
+                       coalesce(s.status, ''), s.last_active
+                FROM session_entries e LEFT JOIN cli_sessions s ON s.session_id = e.session_id
+                WHERE {entry_vector} @@ {_TSQUERY} AND {owners}
+                ORDER BY s.last_active DESC NULLS LAST, e.session_id, e.seq DESC
+                LIMIT %(limit)s OFFSET %(skip)s"""
+            rows = [RawHit(*r) for r in await (await conn.execute(by_title, params)).fetchall()]
+            skip = 0
+            while len(rows) < query.limit:
+                page = await (await conn.execute(entries, {**params, "skip": skip})).fetchall()
+                skip += len(page)
+                for sid, seq, text, title, status, last in page:
+                    hit = attribute(RawHit(sid, int(seq), text, title, status, last),
+                                    lineage, facts, query)
+                    if hit is not None:
+                        rows.append(hit)
+                if len(page) < query.limit:
+                    break
+        return rows[: query.limit]
 
     async def summaries(self) -> list[SessionSummary]:
         sql = """
@@ -165,36 +174,10 @@ class PostgresOps:
     async def check(self) -> list[Finding]:
         found: list[Finding] = []
         async with self.database.transaction() as conn:
-            for table in ("session_entries", "step_updates"):
-                rows = await (await conn.execute(
-                    f"SELECT session_id, count(*) FROM {table} t WHERE NOT EXISTS (SELECT 1 "
-                    "FROM checkpoints c WHERE c.session_id = t.session_id) "
-                    "GROUP BY session_id")).fetchall()
-                found += [Finding("error", "orphan_rows",
-                                  f"{n} {table} row(s) without a checkpoint", sid)
-                          for sid, n in rows]
             own = ("c.entry_count - c.base_count" if await has_bases(conn)
                    else "c.entry_count")
-            rows = await (await conn.execute(
-                f"SELECT c.session_id, {own}, n FROM checkpoints c CROSS JOIN LATERAL "
-                "(SELECT count(*) AS n FROM session_entries e WHERE e.session_id = "
-                f"c.session_id) AS k WHERE n <> {own}")).fetchall()
-            found += [Finding("error", "entry_count", f"the checkpoint expects {want} "
-                              f"entry rows, {have} are stored", sid)
-                      for sid, want, have in rows]
-            rows = await (await conn.execute(
-                "SELECT session_id FROM cli_sessions s WHERE NOT EXISTS (SELECT 1 FROM "
-                "checkpoints c WHERE c.session_id = s.session_id)")).fetchall()
-            found += [Finding("warning", "index_without_checkpoint",
-                              "an index row without a checkpoint", sid) for (sid,) in rows]
-            rows = await (await conn.execute(
-                "SELECT session_id, count(*) FROM events v WHERE NOT EXISTS (SELECT 1 FROM "
-                "cli_sessions s WHERE s.session_id = v.session_id) AND NOT EXISTS (SELECT 1 "
-                "FROM checkpoints c WHERE c.session_id = v.session_id) GROUP BY session_id"
-            )).fetchall()
-            found += [Finding("warning", "orphan_events",
-                              f"{n} event(s) of a session that is not stored", sid)
-                      for sid, n in rows]
+            for sql, finding in checks(own):
+                found += [finding(r) for r in await (await conn.execute(sql)).fetchall()]
             rows = await (await conn.execute(
                 "SELECT indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON "
                 "c.oid = i.indrelid WHERE c.relnamespace = current_schema()::regnamespace "
@@ -237,6 +220,22 @@ class PostgresOps:
                      [(str(s), int(n), int(b)) for s, n, b in top])
 
 
+def _mark(name: str) -> str:
+    return f"%({name})s"
+
+
+_BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
+
+
+async def _facts(conn: Any) -> dict[str, Facts]:
+    """The index rows of the sessions in a lineage (bases and branches)."""
+    rows = await (await conn.execute(
+        f"SELECT s.session_id, s.title, s.status, s.last_active, s.model, {_PURPOSE} "
+        f"FROM cli_sessions s WHERE s.session_id IN ({_BASES} UNION SELECT session_id "
+        "FROM checkpoints WHERE base_session_id IS NOT NULL)")).fetchall()
+    return {r[0]: Facts(*r[1:]) for r in rows}
+
+
 async def has_bases(conn: Any) -> bool:
     """Whether checkpoints name the session whose entries a branch shares (lineage)."""
     row = await (await conn.execute(
@@ -276,24 +275,12 @@ class _Reader:
                     yield [(int(seq), text) for seq, text in rows]
 
     async def _chain(self, session_id: str) -> list[tuple[str, int, int | None]]:
-        """Where the session's entries live: ``(session, from seq, to seq)`` in order (a
-        branch shares its first ``base_count`` entries with ``base_session_id``)."""
+        """Where the session's entries live (``sql.segments``)."""
         if not await has_bases(self._conn):
             return [(session_id, 0, None)]
-        chain: list[tuple[str, int, int | None]] = []
-        sid, stop = session_id, None
-        for _ in range(10_000):
-            row = await (await self._conn.execute(
-                "SELECT base_session_id, base_count FROM checkpoints WHERE session_id = %s",
-                (sid,))).fetchone()
-            if row is None or row[0] is None:
-                chain.append((sid, 0, stop))
-                return chain[::-1]
-            count = int(row[1])
-            if stop is None or stop > count:
-                chain.append((sid, count, stop))
-            sid, stop = row[0], count if stop is None else min(stop, count)
-        raise ValueError(f"session {session_id}: its chain of bases does not end")
+        links = await (await self._conn.execute(CHAIN.format(p="%s"), (session_id,))
+                       ).fetchall()
+        return segments(session_id, links)
 
     async def steps(self, session_id: str) -> list[StepRow]:
         rows = await (await self._conn.execute(

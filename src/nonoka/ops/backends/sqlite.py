@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager, closing, suppress
 from typing import Any
 
+from nonoka.ops.backends.sql import CHAIN, checks, kept_sessions, segments, title_match
 from nonoka.ops.batches import batches
 from nonoka.ops.model import (
     EventRow,
@@ -27,11 +28,14 @@ from nonoka.ops.model import (
     Stats,
     StepRow,
 )
-from nonoka.ops.text import fts5_query
+from nonoka.ops.sharing import Facts, Lineage, attribute
+from nonoka.ops.text import document_words, entry_text, fts5_query
 from nonoka.store import index_sql
 from nonoka.store.project import ProjectStores
 from nonoka.store.sqlite import search as search_index
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
+from nonoka.store.sqlite.database import connect_read_only
+from nonoka.store.sqlite.migrations import INDEXED_UPTO
 
 BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
@@ -51,6 +55,8 @@ class SQLiteOps:
         self.path = checkpoints.path
 
     def _connect(self) -> closing[sqlite3.Connection]:
+        if self.store.read_only:
+            return closing(connect_read_only(self.path))
         return closing(sqlite3.connect(self.path, isolation_level=None, timeout=5.0))
 
     # -- export -----------------------------------------------------------------------
@@ -104,42 +110,67 @@ class SQLiteOps:
     # -- search -----------------------------------------------------------------------
 
     async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:
-        where: list[str] = []
-        params: list[object] = []
-        if not query.everything:
-            where.append(f"{_PURPOSE} = 'chat'")
-        if query.status:
-            where.append(f"s.status IN ({', '.join('?' for _ in query.status)})")
-            params += query.status
-        if query.since is not None:
-            where.append("s.last_active >= ?")
-            params.append(query.since)
-        if query.model:
-            where.append("s.model = ?")
-            params.append(query.model)
-        extra = "".join(f" AND {w}" for w in where)
-        titles = " AND ".join("s.title LIKE ?" for _ in words)
-        # The FTS table drives the loop (CROSS JOIN) in doc order, newest first, so the
-        # first page stops after ``limit`` matches however many entries match.
-        entries = ("SELECT d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
-                   "coalesce(s.status, ''), s.last_active "
-                   "FROM session_search f CROSS JOIN search_docs d ON d.doc = f.rowid "
-                   "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
-                   "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
-                   f"WHERE session_search MATCH ?{extra} ORDER BY f.rowid DESC LIMIT ?")
-        by_title = ("SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active "
-                    f"FROM cli_sessions s WHERE {titles}{extra} "
-                    "ORDER BY s.last_active DESC, s.session_id LIMIT ?")
+        kept, params = kept_sessions(query, _PURPOSE, _mark)
+        titles, title_params = title_match(words, "LIKE", _mark)
+        params.update(title_params, q=fts5_query(words), limit=query.limit, one=query.session)
         self.catch_up()
         with self.store.transaction(write=False) as db:
-            rows = db.execute(by_title, [*(f"%{w}%" for w in words), *params,
-                                         query.limit]).fetchall()
-            rows += db.execute(entries, [fts5_query(words), *params, query.limit]).fetchall()
-        return [RawHit(sid, int(seq), text, title, status, last)
-                for sid, seq, text, title, status, last in rows[: query.limit]]
+            lineage = Lineage(db.execute(
+                "SELECT session_id, base_session_id, base_count FROM checkpoints "
+                "WHERE base_session_id IS NOT NULL"))
+            facts = _facts(db) if lineage else {}
+            one = "" if query.session is None else " AND s.session_id = :one"
+            rows = [RawHit(*r) for r in db.execute(
+                "SELECT s.session_id, -1, s.title, s.title, s.status, s.last_active "
+                f"FROM cli_sessions s WHERE {titles} AND {kept}{one} "
+                "ORDER BY s.last_active DESC, s.session_id LIMIT :limit", params)]
+            # A branch's base is kept whatever the filters: the branch may hold its rows.
+            owners = f"({kept} OR d.session_id IN ({_BASES}))" if lineage else kept
+            if query.session is not None:
+                holders = {f"h{n}": h for n, h in enumerate(lineage.holders(query.session))}
+                params.update(holders)
+                owners += f" AND d.session_id IN ({', '.join(map(_mark, holders))})"
+            if self.store.read_only:  # not indexed yet, and cannot be here: read them
+                wanted = set(words)
+                for *_, sid, seq, text, title, status, last in db.execute(
+                        f"{_PENDING} AND {owners} ORDER BY d.doc DESC", params):
+                    if len(rows) < query.limit and wanted <= document_words(
+                            entry_text(text)[1]):
+                        self._add(rows, RawHit(sid, int(seq), text, title, status, last),
+                                  lineage, facts, query)
+            # The FTS table drives the loop (CROSS JOIN) in doc order, newest first, so the
+            # first page stops after ``limit`` matches however many entries match.
+            entries = (
+                "SELECT f.rowid, d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
+                "coalesce(s.status, ''), s.last_active "
+                "FROM session_search f CROSS JOIN search_docs d ON d.doc = f.rowid "
+                "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
+                "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
+                f"WHERE session_search MATCH :q AND f.rowid < :below AND {owners} "
+                "ORDER BY f.rowid DESC LIMIT :limit")
+            params["below"] = 2**62
+            while len(rows) < query.limit:
+                page = db.execute(entries, params).fetchall()
+                for doc, sid, seq, text, title, status, last in page:
+                    params["below"] = doc
+                    self._add(rows, RawHit(sid, int(seq), text, title, status, last),
+                              lineage, facts, query)
+                if len(page) < query.limit:
+                    break
+        return rows[: query.limit]
+
+    @staticmethod
+    def _add(rows: list[RawHit], hit: RawHit, lineage: Lineage, facts: dict[str, Facts],
+             query: SearchQuery) -> None:
+        reported = attribute(hit, lineage, facts, query)
+        if reported is not None:
+            rows.append(reported)
 
     def catch_up(self) -> int:
-        """Index the entries saved since the last search (``nonoka.store.sqlite.search``)."""
+        """Index the entries saved since the last search (``nonoka.store.sqlite.search``);
+        a read-only database is left as it is (its search reads those entries instead)."""
+        if self.store.read_only:
+            return 0
         with self._connect() as db:
             return search_index.catch_up(db)
 
@@ -177,6 +208,14 @@ class SQLiteOps:
         with self.store.transaction(write=False) as db:
             return int(db.execute(sql, (session_id,)).fetchone()[0])
 
+    def settle(self) -> None:
+        """Checkpoint the WAL without waiting for anyone (``PASSIVE``), between a bulk
+        delete's streaks: the log then stays short, and a writer's commit never becomes
+        the one that crosses the auto-checkpoint threshold and copies the bulk's pages."""
+        if not self.store.read_only:
+            with self._connect() as db:
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
     # -- maintenance ------------------------------------------------------------------
 
     async def check(self) -> list[Finding]:
@@ -185,30 +224,9 @@ class SQLiteOps:
             for (line,) in db.execute("PRAGMA integrity_check"):
                 if line != "ok":
                     found.append(Finding("error", "integrity", str(line)))
-            for table in ("session_entries", "step_updates"):
-                for sid, n in db.execute(
-                        f"SELECT session_id, count(*) FROM {table} WHERE session_id NOT IN "
-                        "(SELECT session_id FROM checkpoints) GROUP BY session_id"):
-                    found.append(Finding("error", "orphan_rows",
-                                         f"{n} {table} row(s) without a checkpoint", sid))
             own = "c.entry_count - c.base_count" if has_bases(db) else "c.entry_count"
-            for sid, want, have in db.execute(
-                    f"SELECT c.session_id, {own}, (SELECT count(*) FROM session_entries "
-                    "e WHERE e.session_id = c.session_id) AS n FROM checkpoints c "
-                    f"WHERE n <> {own}"):
-                found.append(Finding("error", "entry_count", f"the checkpoint expects {want} "
-                                     f"entry rows, {have} are stored", sid))
-            for (sid,) in db.execute(
-                    "SELECT session_id FROM cli_sessions WHERE session_id NOT IN "
-                    "(SELECT session_id FROM checkpoints)"):
-                found.append(Finding("warning", "index_without_checkpoint",
-                                     "an index row without a checkpoint", sid))
-            for sid, n in db.execute(
-                    "SELECT session_id, count(*) FROM events WHERE session_id NOT IN "
-                    "(SELECT session_id FROM cli_sessions) AND session_id NOT IN "
-                    "(SELECT session_id FROM checkpoints) GROUP BY session_id"):
-                found.append(Finding("warning", "orphan_events",
-                                     f"{n} event(s) of a session that is not stored", sid))
+            for sql, finding in checks(own):
+                found += [finding(row) for row in db.execute(sql)]
             docs, entries = db.execute(
                 "SELECT (SELECT count(*) FROM search_docs WHERE doc > 0), (SELECT count(*) "
                 "FROM session_entries)").fetchone()
@@ -251,6 +269,27 @@ class SQLiteOps:
         return Stats("sqlite", int(sessions), int(entries), int(events),
                      dict(sorted(by_table.items(), key=lambda kv: -kv[1])),
                      [(str(s), int(n), int(b)) for s, n, b in top])
+
+
+def _mark(name: str) -> str:
+    return f":{name}"
+
+
+_BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
+_PENDING = ("SELECT d.doc, d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
+            "coalesce(s.status, ''), s.last_active FROM search_docs d "
+            "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
+            "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
+            f"WHERE d.doc > {INDEXED_UPTO}")
+
+
+def _facts(db: sqlite3.Connection) -> dict[str, Facts]:
+    """The index rows of the sessions in a lineage (bases and branches)."""
+    return {sid: Facts(title, status, last, model, purpose)
+            for sid, title, status, last, model, purpose in db.execute(
+                f"SELECT s.session_id, s.title, s.status, s.last_active, s.model, {_PURPOSE} "
+                f"FROM cli_sessions s WHERE s.session_id IN ({_BASES} UNION SELECT "
+                "session_id FROM checkpoints WHERE base_session_id IS NOT NULL)")}
 
 
 def has_bases(db: sqlite3.Connection) -> bool:
@@ -303,26 +342,10 @@ class _Reader:
                 last = rows[-1][0]
 
     def _chain(self, session_id: str) -> list[tuple[str, int, int | None]]:
-        """Where the session's entries live: ``(session, from seq, to seq)`` in order.
-
-        A branch (a database with lineage columns: ``base_session_id``, ``base_count``)
-        shares its first ``base_count`` entries with its base, which may be a branch too.
-        """
+        """Where the session's entries live (``sql.segments``)."""
         if not has_bases(self._db):
             return [(session_id, 0, None)]
-        chain: list[tuple[str, int, int | None]] = []
-        sid, stop = session_id, None
-        for _ in range(10_000):
-            row = self._db.execute("SELECT base_session_id, base_count FROM checkpoints "
-                                   "WHERE session_id = ?", (sid,)).fetchone()
-            if row is None or row[0] is None:
-                chain.append((sid, 0, stop))
-                return chain[::-1]
-            count = int(row[1])
-            if stop is None or stop > count:
-                chain.append((sid, count, stop))
-            sid, stop = row[0], count if stop is None else min(stop, count)
-        raise sqlite3.DatabaseError(f"session {session_id}: its chain of bases does not end")
+        return segments(session_id, self._db.execute(CHAIN.format(p="?"), (session_id,)))
 
     async def steps(self, session_id: str) -> list[StepRow]:
         return [StepRow(*r) for r in self._db.execute(

@@ -49,7 +49,7 @@ from nonoka.store.base import (
 )
 from nonoka.store.next_calls import StoredNextCall
 from nonoka.store.sqlite import entry_cache, leases, lineage, next_calls
-from nonoka.store.sqlite.database import open_database, sqlite_error
+from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
 from nonoka.store.sqlite.entry_cache import Decoded
 
 _UPSERT_CHECKPOINT = """
@@ -96,11 +96,17 @@ class SQLiteCheckpointStore(StepUpdateWriter):
     store may be shared between threads. Call ``close()`` when done.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, ours_only: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, ours_only: bool = False,
+                 read_only: bool = False) -> None:
         """``ours_only``: refuse a SQLite file that holds other tables and not nonoka's
-        (the project's own database; an explicit path may share its file)."""
+        (the project's own database; an explicit path may share its file).
+        ``read_only``: open an existing file for reading only (``open_read_only``); every
+        write is then a ``StoreError``."""
         self._path = Path(path)
-        self._db: sqlite3.Connection | None = open_database(self._path, ours_only=ours_only)
+        self.read_only = read_only
+        self._db: sqlite3.Connection | None = (
+            open_read_only(self._path, ours_only=ours_only) if read_only
+            else open_database(self._path, ours_only=ours_only))
         self._lock = threading.Lock()
         self._written: dict[str, tuple[int, int, Chain]] = {}
         """Per session: the revision this store last saved, its entry count and chain."""

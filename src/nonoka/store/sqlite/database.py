@@ -17,6 +17,14 @@ session index and event log), so they all get the same guarantees:
 - WAL journal, ``synchronous=NORMAL`` (durable across process crashes; a power loss can
   lose the last commits, never corrupt the file) and a busy timeout, so concurrent
   processes wait for each other instead of failing.
+
+``open_read_only`` is for reading a database this process may not write (a read-only
+``.nonoka/``, file or mount): the same checks, nothing created, migrated or written
+(``mode=ro``, ``query_only``). SQLite reads a WAL database through its ``-shm`` file,
+which it must create when absent; where it cannot (a read-only directory) and no ``-wal``
+holds commits, every commit is in the main file and nobody can write a new one (a writer
+would need to create the ``-wal``), so the file is opened ``immutable=1``: read without
+locks or the ``-shm``, as the constant file it is.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import time
 from pathlib import Path
 
 from nonoka.errors import StoreError
-from nonoka.store.sqlite.migrations import apply_migrations, check_known
+from nonoka.store.sqlite.migrations import MIGRATIONS, apply_migrations, check_known
 
 BUSY_TIMEOUT_SECONDS = 5.0
 """How long a statement waits for another process's write lock, unless
@@ -77,6 +85,77 @@ def open_database(path: str | os.PathLike[str], *, ours_only: bool = False
         db.close()
         raise
     return db
+
+
+def writable(path: str | os.PathLike[str]) -> bool:
+    """Whether this process may write the database and create its ``-wal``/``-shm``
+    beside it (``access(2)``: permissions, a read-only mount, ``chattr +i``)."""
+    file = Path(path)
+    return os.access(file.parent, os.W_OK) and (
+        not os.path.lexists(file) or os.access(file, os.W_OK))
+
+
+def open_read_only(path: str | os.PathLike[str], *, ours_only: bool = False
+                   ) -> sqlite3.Connection:
+    """Open the existing database at ``path`` for reading only: nothing is created,
+    migrated or written (see the module). A database an older nonoka wrote, which needs
+    a migration first, is a ``StoreError`` that says so."""
+    file = Path(path)
+    where = f"database {file}"
+    if not os.path.lexists(file):
+        raise StoreError(f"{where} does not exist")
+    identity = _check_header(file, where, created=False)
+    db = connect_read_only(file, where)
+    try:
+        if _identity(file) != identity:
+            raise StoreError(f"{where} was replaced while it was being opened; "
+                             "the file was left as it is. Try again")
+        if ours_only:
+            _check_ours(db, where)
+        missing = len(MIGRATIONS) - len(check_known(db, where))
+        if missing:
+            raise StoreError(
+                f"{where} was written by an older nonoka and needs upgrading ({missing} "
+                "schema migration(s)), which needs write access: run any nonoka command "
+                "once where the database is writable; nothing was changed")
+        db.execute("PRAGMA query_only = 1")
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise StoreError(f"{where} is not a usable SQLite database ({exc}); "
+                         "the file was left as it is") from exc
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def connect_read_only(file: Path, where: str | None = None) -> sqlite3.Connection:
+    """A read-only connection, without checks: ``mode=ro``; ``immutable=1`` when the
+    ``-shm`` cannot be made and no ``-wal`` holds commits (see the module)."""
+    where = where or f"database {file}"
+    uri = Path(os.path.abspath(file)).as_uri()
+    for query in ("mode=ro", "immutable=1"):
+        try:
+            db = sqlite3.connect(f"{uri}?{query}", uri=True, isolation_level=None,
+                                 check_same_thread=False, timeout=busy_timeout())
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {where} for reading: {exc}") from exc
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError as exc:
+            db.close()
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_CANTOPEN or query != "mode=ro":
+                raise StoreError(f"cannot read {where}: {exc}; the file was left as it "
+                                 "is") from exc
+            if _has_wal(file):
+                raise StoreError(
+                    f"cannot read {where}: its latest commits are in {file.name}-wal, "
+                    f"which SQLite reads through a {file.name}-shm file it cannot create "
+                    f"in the read-only {file.parent}. Open it once with write access "
+                    "(any nonoka command there folds them in), or copy the directory "
+                    "somewhere writable") from exc
+    raise AssertionError("unreachable")
 
 
 def _configure(db: sqlite3.Connection, where: str, ours_only: bool) -> None:

@@ -19,13 +19,15 @@ from nonoka.messages import MemoryEntry, ToolCall
 from nonoka.ops.copy import copy_database
 from nonoka.ops.export import export_jsonl
 from nonoka.ops.importer import import_jsonl
-from nonoka.ops.model import SearchQuery
+from nonoka.ops.maintenance import check
+from nonoka.ops.model import SearchHit, SearchQuery
 from nonoka.ops.prune import delete_sessions, prune
 from nonoka.ops.search import search
 from nonoka.state import SessionState, SessionStatus, StepResult, StepStatus
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 from nonoka.testing.conformance import states
+from nonoka.turn.lineage import fork_session
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -77,6 +79,21 @@ async def export_text(stores: ProjectStores, ids: list[str] | None = None) -> st
     out = io.StringIO()
     await export_jsonl(stores, ids, out)
     return out.getvalue()
+
+
+async def branch(stores: ProjectStores, parent: str, at: int, words: str = "") -> str:
+    """A branch of ``parent`` holding its first ``at`` entries, and an answer of its own
+    (with ``words``) after them."""
+    sid = await fork_session(stores, parent, at, reason="test")
+    state = await stores.checkpoints.load_session(sid)
+    assert state is not None
+    await stores.checkpoints.save_session(state.model_copy(update={"memory_entries": [
+        *state.memory_entries, MemoryEntry.assistant(f"branch answer {words}".strip())]}))
+    return sid
+
+
+def found(hits: list[SearchHit]) -> list[tuple[str, int | None, set[str]]]:
+    return [(h.session_id, h.position, set(h.shared_with)) for h in hits]
 
 
 def body(export: str) -> str:
@@ -145,7 +162,49 @@ class SessionOpsSuite:
         hits = await search(stores, SearchQuery(text))
         assert all(h.session_id == sid for h in hits)
 
+    @pytest.mark.asyncio
+    async def test_an_entry_branches_share_is_one_hit_naming_them(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        parent = await add_session(stores, title="p", words="okapi")  # entry 7
+        whole = await branch(stores, parent, 8)  # shares entry 7
+        deeper = await branch(stores, whole, 9, "okapi")  # shares 7 (through whole); own 9
+        early = await branch(stores, parent, 3, "okapi")  # shares 0-2; its own answer at 3
+        hits = found(await search(stores, SearchQuery("okapi")))
+        assert sorted(hits) == sorted([(parent, 7, {whole, deeper}), (deeper, 9, set()),
+                                       (early, 3, set())])
+        # A filter naming a branch finds what it shares, reported in that branch.
+        only = await search(stores, SearchQuery("okapi", session=deeper))
+        assert sorted(found(only)) == [(deeper, 7, set()), (deeper, 9, set())]
+        assert found(await search(stores, SearchQuery("okapi", session=parent))) == [
+            (parent, 7, set())]
+        record = await stores.index.get_session(whole)
+        assert record is not None
+        await stores.index.upsert_session(record.model_copy(update={"status": "paused"}))
+        paused = await search(stores, SearchQuery("okapi", status=("paused",)))
+        assert found(paused) == [(whole, 7, set())] and paused[0].status == "paused"
+        assert len(await search(stores, SearchQuery("okapi", limit=1))) == 1
+
     # -- export and import ----------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_a_branch_exports_its_whole_conversation(self, ops_engine: OpsHarness
+                                                           ) -> None:
+        stores = ops_engine.stores
+        parent = await add_session(stores, title="p", words="okapi")
+        child = await branch(stores, parent, 5, "own")
+        grandchild = await branch(stores, child, 6, "deeper")
+        target = await ops_engine.fresh()
+        report = await import_jsonl(target, _write(await export_text(stores, [grandchild])))
+        assert report.imported == [grandchild]
+        original = await stores.checkpoints.load_session(grandchild)
+        copy = await target.checkpoints.load_session(grandchild)
+        assert original is not None and copy is not None
+        assert len(copy.memory_entries) == 7
+        assert copy.memory_entries == original.memory_entries
+        assert copy.forked_from == child and copy.fork_point == 6
+        assert await check(target) == []
+
 
     @pytest.mark.asyncio
     async def test_export_import_round_trip_is_exact(self, ops_engine: OpsHarness) -> None:
@@ -243,6 +302,46 @@ class SessionOpsSuite:
         assert set(rest.removed) == {old_done, old_failed}
         left = {r.session_id for r in await stores.index.list_sessions(10, purpose=None)}
         assert left == {old_paused, recent}
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("how", ["delete", "prune"])
+    async def test_removing_a_parent_leaves_its_branches_whole(
+            self, ops_engine: OpsHarness, how: str) -> None:
+        stores = ops_engine.stores
+        parent = await add_session(stores, title="p", words="okapi", age=40 * DAY)
+        child = await branch(stores, parent, 8, "own")
+        grandchild = await branch(stores, child, 9)
+        before = {sid: await stores.checkpoints.load_session(sid) for sid in (child, grandchild)}
+        exported = body(await export_text(stores, [child, grandchild]))
+        if how == "delete":
+            removed = await delete_sessions(stores, [parent])
+        else:
+            removed = await prune(stores, older_than=30 * DAY)
+        assert removed.removed == [parent]
+        assert await stores.checkpoints.load_session(parent) is None
+        for sid, state in before.items():
+            assert await stores.checkpoints.load_session(sid) == state
+        assert body(await export_text(stores, [child, grandchild])) == exported
+        # The entry the parent stored now lives in the branch, still shared onwards.
+        assert found(await search(stores, SearchQuery("okapi"))) == [
+            (child, 7, {grandchild})]
+        assert [f for f in await check(stores) if f.level == "error"] == []
+
+    # -- check ----------------------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_check_reports_rows_of_sessions_that_are_not_stored(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        kept = await add_session(stores, title="fine")
+        await branch(stores, kept, 5)  # a branch's shared entries are not missing rows
+        assert await check(stores) == []
+        ghost, lost = sorted([states.new_id(), states.new_id()])
+        await stores.index.upsert_session(SessionRecord(session_id=ghost, title="ghost"))
+        await stores.events.append_event(lost, "finish", {"finish_reason": "stop"})
+        found = [(f.level, f.kind, f.session_id) for f in await check(stores)]
+        assert found == [("warning", "index_without_checkpoint", ghost),
+                         ("warning", "orphan_events", lost)]
 
     # -- copy -----------------------------------------------------------------------
 
