@@ -1,6 +1,6 @@
-"""On generated histories: ``classify``'s shortcut answers as the full comparison does, and
-the digest chain the SQLite store keeps with every entry row (by which a process knows the
-entries it decoded earlier are still the stored ones) folds the comparison's keys."""
+"""On generated histories, ``classify``'s shortcut answers as the full comparison does; and
+the SQLite store keeps the digest chain of its rows (by which a process knows the entries
+it decoded earlier are still the stored ones) through appends, rewrites and upgrades."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nonoka.bridge.reconcile import classify, compare
-from nonoka.bridge.reconcile import message_key as reconcile_key
-from nonoka.digests import Chain, entry_chains, message_key
+from nonoka.digests import Chain, entry_chains
 from nonoka.messages import MemoryEntry, Message, ToolCall
 from nonoka.session import Session
 from nonoka.store.base import entry_json
@@ -78,8 +77,7 @@ def cases(draw: st.DrawFn) -> tuple[list[MemoryEntry], list[Message]]:
 
 
 def chain_of(stored: Sequence[MemoryEntry]) -> Chain:
-    chains = entry_chains(Chain(), ((e.role, e.content, e.metadata, entry_json(e))
-                                    for e in stored))
+    chains = entry_chains(Chain(), (entry_json(e) for e in stored))
     return chains[-1] if chains else Chain()
 
 
@@ -100,14 +98,6 @@ def test_the_text_for_text_shortcut_classifies_as_the_full_comparison(
         case: tuple[list[MemoryEntry], list[Message]]) -> None:
     stored, host = case
     assert classify(stored, host) == compare(stored, host)
-
-
-@given(st.lists(messages(), max_size=4))
-def test_the_keys_are_the_comparisons_keys(host: list[Message]) -> None:
-    for m in host:
-        calls = [c.id for c in m.tool_calls or []]
-        assert message_key(m.role, m.content, calls, m.tool_call_id) == reconcile_key(
-            m.role, m.content, calls, m.tool_call_id)
 
 
 async def test_the_sqlite_store_keeps_the_chain_through_appends_and_rewrites(
@@ -148,6 +138,37 @@ async def test_the_migration_gives_existing_rows_their_chain(tmp_path: Path) -> 
         assert (await store.load_session("older")) is not None
         found = stored_chain(path, "older")
         assert found == chain_of(session.memory.entries)
-        assert found is not None and found.hosted == 5
+        assert found is not None and found.rows
+    finally:
+        await store.close()
+
+
+async def test_rows_written_in_the_older_chain_form_continue_the_chain(tmp_path: Path) -> None:
+    """Rows from before the rows-only form (``hosted:summary:key digest:rows digest``)
+    carry the same rows digest last: appending continues the chain, and a process's
+    decoded entries are still reused and still right."""
+    from nonoka.store.sqlite import entry_cache
+
+    path = tmp_path / "s.db"
+    store = SQLiteCheckpointStore(path)
+    try:
+        session = Session("older-form")
+        for n in range(3):
+            session.memory.append(MemoryEntry.make("user", f"q {n}"))
+            session.memory.append(MemoryEntry.assistant(f"a {n}"))
+        session.revision = await store.save_session(session.to_state())
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("UPDATE session_entries SET key_chain = seq || ':0:' || "
+                   "printf('%032d', seq) || ':' || key_chain")
+        db.close()
+        entry_cache.clear()
+        loaded = await store.load_session("older-form")
+        assert loaded is not None and list(loaded.memory_entries) == list(session.memory.entries)
+        session.memory.append(MemoryEntry.make("user", "q 3"))
+        session.revision = await store.save_session(session.to_state())
+        assert stored_chain(path, "older-form") == chain_of(session.memory.entries)
+        again = await store.load_session("older-form")
+        assert again is not None and list(again.memory_entries) == list(session.memory.entries)
+        assert again.memory_entries[0] is loaded.memory_entries[0]  # reused, not decoded
     finally:
         await store.close()

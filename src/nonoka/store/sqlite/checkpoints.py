@@ -179,9 +179,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             start = 0
         if plan.new_entries:
             texts = [entry_json(e) for e in plan.new_entries]
-            chains = entry_chains(self._chain_before(db, sid, start, stored), (
-                (e.role, e.content, e.metadata, text)
-                for e, text in zip(plan.new_entries, texts, strict=True)))
+            chains = entry_chains(self._chain_before(db, sid, start, stored), texts)
             db.executemany(
                 "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
                 "VALUES (?, ?, ?, ?)",

@@ -15,7 +15,6 @@ library only (the bridge's early dispatch checks a file before pydantic is loade
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -161,8 +160,8 @@ def m005_session_lineage(db: sqlite3.Connection) -> None:
 
 @migration
 def m006_entry_digest_chain(db: sqlite3.Connection) -> None:
-    """The digest chain up to each entry (``nonoka.digests``), so a host's history is
-    compared with the stored conversation without decoding it; existing rows get theirs."""
+    """The digest chain up to each entry (``nonoka.digests``), by which a process knows
+    the entries it decoded are still the stored ones; existing rows get theirs."""
     db.execute("ALTER TABLE session_entries ADD COLUMN key_chain TEXT")
     sessions = [r[0] for r in db.execute("SELECT DISTINCT session_id FROM session_entries")]
     for session_id in sessions:
@@ -171,12 +170,9 @@ def m006_entry_digest_chain(db: sqlite3.Connection) -> None:
                           "ORDER BY seq", (session_id,)).fetchall()
         updates = []
         for seq, text in rows:
-            try:
-                entry = json.loads(text)
-                chain = chain.add(str(entry["role"]), str(entry.get("content", "")),
-                                  entry.get("metadata") or {}, text)
-            except (ValueError, KeyError, TypeError, AttributeError):
+            if not isinstance(text, str):
                 break  # a corrupt row: the rest stays NULL, and loading it reports it
+            chain = chain.add(text)
             updates.append((chain.encode(), session_id, seq))
         db.executemany("UPDATE session_entries SET key_chain = ? WHERE session_id = ? AND "
                        "seq = ?", updates)
