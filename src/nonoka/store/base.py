@@ -27,6 +27,7 @@ from nonoka.state import (
     StepResult,
     StepStatus,
     StepUpdate,
+    TraceEvent,
     merge_step_updates,
     migrate_state_dict,
 )
@@ -143,8 +144,29 @@ def stored_lease(session_id: str, owner: object, expires_at: object, now: float)
 
 
 def snapshot_json(state: SessionState) -> str:
-    """The snapshot row: the whole state except the entries (stored as rows of their own)."""
-    return state.model_dump_json(exclude=SNAPSHOT_EXCLUDE)
+    """The snapshot row: the whole state except the entries (stored as rows of their own).
+
+    The trace (the last events of the run, most of a snapshot's text) changes by a few
+    events a save: each event's JSON is made once and kept, not remade every save."""
+    head = state.model_dump_json(exclude=_WITHOUT_TRACE)
+    return f'{head[:-1]},"trace":[{",".join(map(_trace_json, state.trace))}]}}'
+
+
+_WITHOUT_TRACE = {*SNAPSHOT_EXCLUDE, "trace"}
+_TRACE_TEXTS: dict[int, tuple[TraceEvent, str]] = {}
+"""Each trace event's JSON by event (held, so its ``id`` is not reused while kept)."""
+_TRACE_KEPT = 4096
+
+
+def _trace_json(event: TraceEvent) -> str:
+    kept = _TRACE_TEXTS.get(id(event))
+    if kept is not None and kept[0] is event:
+        return kept[1]
+    if len(_TRACE_TEXTS) >= _TRACE_KEPT:
+        _TRACE_TEXTS.clear()
+    text = event.model_dump_json()
+    _TRACE_TEXTS[id(event)] = (event, text)
+    return text
 
 
 def entry_json(entry: MemoryEntry) -> str:
