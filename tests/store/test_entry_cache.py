@@ -1,13 +1,41 @@
-"""A process that read a session before decodes only what was stored since."""
+"""A process that read a session before decodes only what was stored since: the digest
+chain on the entry rows tells it the entries it decoded are still the stored ones."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
+from nonoka.digests import Chain, entry_chains
 from nonoka.messages import MemoryEntry
 from nonoka.session import Session
 from nonoka.store.base import decode_entries, entry_json
 from nonoka.store.sqlite import SQLiteCheckpointStore, entry_cache
+
+
+def exchanges(session: Session, count: int) -> None:
+    """Append ``count`` user/assistant pairs, numbered on from what the session holds."""
+    start = len(session.memory)
+    for n in range(start, start + count):
+        session.memory.append(MemoryEntry.make("user", f"q {n}"))
+        session.memory.append(MemoryEntry.assistant(f"a {n}"))
+
+
+def chain_of(stored: Sequence[MemoryEntry]) -> Chain:
+    chains = entry_chains(Chain(), (entry_json(e) for e in stored))
+    return chains[-1] if chains else Chain()
+
+
+def stored_chain(path: Path, session_id: str) -> Chain | None:
+    """The chain on the session's last entry row, read as it is stored."""
+    db = sqlite3.connect(path)
+    try:
+        row = db.execute("SELECT key_chain FROM session_entries WHERE session_id = ? "
+                         "ORDER BY seq DESC LIMIT 1", (session_id,)).fetchone()
+    finally:
+        db.close()
+    return None if row is None else Chain.decode(row[0])
 
 
 async def test_later_reads_reuse_the_decoded_entries_and_stay_exact(tmp_path: Path) -> None:
@@ -15,9 +43,7 @@ async def test_later_reads_reuse_the_decoded_entries_and_stay_exact(tmp_path: Pa
     ours, theirs = SQLiteCheckpointStore(path), SQLiteCheckpointStore(path)
     try:
         session = Session("cached")
-        for n in range(4):
-            session.memory.append(MemoryEntry.make("user", f"q {n}"))
-            session.memory.append(MemoryEntry.assistant(f"a {n}"))
+        exchanges(session, 4)
         session.revision = await theirs.save_session(session.to_state())
         first = await ours.load_session("cached")
         assert first is not None and first.memory_entries == session.memory.entries
@@ -60,5 +86,74 @@ async def test_a_recreated_session_is_decoded_afresh(tmp_path: Path) -> None:
         await store.save_session(other.to_state())
         loaded = await store.load_session("again")
         assert loaded is not None and loaded.memory_entries == other.memory.entries
+    finally:
+        await store.close()
+
+
+async def test_the_sqlite_store_keeps_the_chain_through_appends_and_rewrites(
+        tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteCheckpointStore(path)
+    try:
+        session = Session("chained")
+        for _ in range(5):
+            exchanges(session, 1)
+            session.revision = await store.save_session(session.to_state())
+            assert stored_chain(path, "chained") == chain_of(session.memory.entries)
+        assert await session.memory.compact(10)  # rewritten: the chain starts again
+        session.revision = await store.save_session(session.to_state())
+        assert stored_chain(path, "chained") == chain_of(session.memory.entries)
+    finally:
+        await store.close()
+
+
+async def test_the_migration_gives_existing_rows_their_chain(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteCheckpointStore(path)
+    session = Session("older")
+    for n in range(3):
+        session.memory.append(MemoryEntry.make("system", "rules") if n == 0 else
+                              MemoryEntry.make("user", f"q {n}"))
+        session.memory.append(MemoryEntry.assistant(f"a {n}"))
+    await store.save_session(session.to_state())
+    await store.close()
+    db = sqlite3.connect(path, isolation_level=None)
+    # As a file from before the chain: no column, no record of the migration.
+    db.execute("ALTER TABLE session_entries DROP COLUMN key_chain")
+    db.execute("DELETE FROM nonoka_migrations WHERE name = 'm006_entry_digest_chain'")
+    db.close()
+    store = SQLiteCheckpointStore(path)
+    try:
+        assert (await store.load_session("older")) is not None
+        found = stored_chain(path, "older")
+        assert found == chain_of(session.memory.entries)
+        assert found is not None and found.rows
+    finally:
+        await store.close()
+
+
+async def test_rows_written_in_the_older_chain_form_continue_the_chain(tmp_path: Path) -> None:
+    """Rows from before the rows-only form (``hosted:summary:key digest:rows digest``)
+    carry the same rows digest last: appending continues the chain, and a process's
+    decoded entries are still reused and still right."""
+    path = tmp_path / "s.db"
+    store = SQLiteCheckpointStore(path)
+    try:
+        session = Session("older-form")
+        exchanges(session, 3)
+        session.revision = await store.save_session(session.to_state())
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("UPDATE session_entries SET key_chain = seq || ':0:' || "
+                   "printf('%032d', seq) || ':' || key_chain")
+        db.close()
+        entry_cache.clear()
+        loaded = await store.load_session("older-form")
+        assert loaded is not None and list(loaded.memory_entries) == list(session.memory.entries)
+        session.memory.append(MemoryEntry.make("user", "q 3"))
+        session.revision = await store.save_session(session.to_state())
+        assert stored_chain(path, "older-form") == chain_of(session.memory.entries)
+        again = await store.load_session("older-form")
+        assert again is not None and list(again.memory_entries) == list(session.memory.entries)
+        assert again.memory_entries[0] is loaded.memory_entries[0]  # reused, not decoded
     finally:
         await store.close()
