@@ -195,3 +195,25 @@ async def test_paging_stays_fast_at_100000_sessions(tmp_path: Path) -> None:
         failed = await data.list_sessions(SessionQuery(status="failed", limit=50))
         assert {r.status for r in failed.rows} == {"failed"}
     assert max(timings) < 0.15, f"a page took {max(timings) * 1000:.0f} ms"
+
+
+async def test_text_search_finds_a_branch_by_the_entries_it_shares(data: UiData) -> None:
+    """A branch's first entries are stored with the session it came from: searching their
+    text finds the branch too (and a branch of the branch), but not a branch made before
+    them."""
+    from nonoka.turn.lineage import fork_session
+
+    stores, now = data.stores, time.time()
+    root = await add(stores, "root", entries=6, last_active=now)
+    shares = await fork_session(stores, root, 4, reason="test")  # entries 0..3
+    nested = await fork_session(stores, shares, 3, reason="test")  # entries 0..2 of root
+    before = await fork_session(stores, root, 2, reason="test")  # entries 0..1
+
+    async def found(text: str) -> set[str]:
+        rows = (await data.list_sessions(SessionQuery(text=text, everything=True))).rows
+        return {r.session_id for r in rows}
+
+    assert await found("root entry 2") == {root, shares, nested}
+    assert await found("root entry 3") == {root, shares}
+    assert await found("root entry 5") == {root}
+    assert before in await found("root entry 1")

@@ -162,10 +162,24 @@ class _PostgresStore(Protocol):
 Statement = tuple[str, Sequence[object]]
 
 
+_SHARED = """WITH RECURSIVE up (branch, base, upto, depth) AS (
+    SELECT session_id, base_session_id, base_count, 0 FROM checkpoints
+    WHERE base_session_id IS NOT NULL
+    UNION ALL
+    SELECT up.branch, c.base_session_id, {least}(up.upto, c.base_count), up.depth + 1
+    FROM up JOIN checkpoints c ON c.session_id = up.base
+    WHERE c.base_session_id IS NOT NULL AND up.depth < 10000)
+SELECT up.branch FROM up JOIN session_entries e ON e.session_id = up.base AND e.seq < up.upto
+WHERE {content} {like} ? ESCAPE '\\'"""
+"""The branches whose shared entries (stored with the sessions they came from, up each
+branch's chain of bases) match a pattern."""
+
+
 class _Dialect:
     """SQL written with ``?`` placeholders and ``{meta:name}`` JSON look-ups."""
 
     like = "LIKE"
+    least = "min"
 
     def meta(self, name: str) -> str:
         return f"json_extract(metadata, '$.{name}')"
@@ -179,6 +193,7 @@ class _Dialect:
 
 class _PostgresDialect(_Dialect):
     like = "ILIKE"
+    least = "least"
 
     def meta(self, name: str) -> str:
         return f"(metadata ->> '{name}')"
@@ -306,8 +321,12 @@ class UiData:
         else:
             entries = f"({indexed[0]} AND {entries})"
             params += [*indexed[1], pattern]
+        shared = _SHARED.format(least=self._dialect.least, content=self._dialect.entry_content(),
+                                like=like)
+        params.append(pattern)
         clause = (f"(title {like} ? ESCAPE '\\' OR model {like} ? ESCAPE '\\' OR "
-                  f"session_id LIKE ? ESCAPE '\\' OR {entries})")
+                  f"session_id LIKE ? ESCAPE '\\' OR {entries} OR "
+                  f"cli_sessions.session_id IN ({shared}))")
         return clause, params
 
     async def get_session(self, ref: str) -> SessionRecord | None:
