@@ -348,3 +348,27 @@ def test_a_host_copy_that_differs_in_bytes_falls_back_to_the_stored_rows(
     assert text_of(events) == "answer 1"
     assert outcomes(bridge, sid) == ["used", "used"]
     assert server.requests[-1]["messages"][1]["content"] == "first answer"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(message, min_size=1, max_size=6))
+def test_the_host_history_is_encoded_as_the_wire_encodes_it(
+        messages: list[dict[str, Any]]) -> None:
+    from nonoka.llm.wire import wire_message
+    from nonoka.protocol.turns import split_after_reply
+
+    turn = NextTurn.of(chat([*messages, user("next")], session_id="s"))
+    if turn is None or turn.history is None:
+        return
+    before = split_after_reply([*messages, user("next")])[0]
+    assert turn.history == [json.dumps(wire_message(
+        m["role"], m.get("content", ""), m.get("tool_calls") or None, m.get("tool_call_id")))
+        for m in before]
+
+
+@given(st.text())
+def test_plain_messages_are_encoded_as_json_dumps_would(content: str) -> None:
+    turn = NextTurn.of(chat([user(content), assistant(content), user("next")], session_id="s"))
+    assert turn is not None
+    assert turn.history == [json.dumps({"role": "user", "content": content}),
+                            json.dumps({"role": "assistant", "content": content})]

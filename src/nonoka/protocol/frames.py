@@ -388,16 +388,30 @@ def _loads(text: str) -> Any:
 
 
 def _too_deep(root: Any) -> bool:
-    """Whether arrays and objects nest deeper than ``MAX_NESTING`` (without recursion)."""
-    stack = [(root, 1)] if isinstance(root, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
+    """Whether arrays and objects nest deeper than ``MAX_NESTING`` (without recursion).
+
+    One level at a time, with C-level iteration only (``chain``, ``map``, ``compress``):
+    a history of thousands of flat messages is walked in well under a millisecond, where
+    a Python loop over every node took several. ``json.loads`` makes no other containers
+    than ``dict`` and ``list``.
+    """
+    from itertools import chain, compress  # loaded at start-up already
+
+    level = [root] if type(root) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > MAX_NESTING:
             return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children
-                     if isinstance(child, dict | list))
+        children = list(chain(chain.from_iterable(map(dict.values, compress(
+            level, map(_DICT.__contains__, map(type, level))))), chain.from_iterable(compress(
+                level, map(_LIST.__contains__, map(type, level))))))
+        level = list(compress(children, map(_CONTAINERS.__contains__, map(type, children))))
     return False
+
+
+_DICT, _LIST = frozenset((dict,)), frozenset((list,))
+_CONTAINERS = frozenset((dict, list))
 
 
 def _scrub_tree(root: Any) -> Any:

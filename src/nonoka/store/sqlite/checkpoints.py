@@ -48,7 +48,7 @@ from nonoka.store.base import (
     stored_lease,
 )
 from nonoka.store.entry_chains import StoredChain
-from nonoka.store.next_calls import StoredNextCall
+from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import chains, entry_cache, leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database, sqlite_error
 from nonoka.store.sqlite.entry_cache import Decoded
