@@ -111,3 +111,63 @@ def test_the_wire_and_the_early_request_need_no_pydantic() -> None:
                           timeout=60, check=True)
     assert json.loads(done.stdout) == []
 
+
+
+def test_a_plain_http_request_is_written_as_http_client_would(raw: RawServer,
+                                                               inflight: Inflight) -> None:
+    headers = request_headers("k")
+    inflight.start(raw.endpoint, BODY, headers, 5.0)
+    early = inflight.claim(raw.endpoint, BODY, headers)
+    assert early is not None
+    assert early.sent().getresponse().read() == b"ok"
+    early.close()
+    assert raw.done.wait(5)
+    head, _, body = raw.received[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    port = raw.sock.getsockname()[1]
+    assert lines[0] == b"POST /v1/chat/completions HTTP/1.1"
+    assert {b"Host: 127.0.0.1:%d" % port, b"Accept-Encoding: identity",
+            b"Content-Length: %d" % len(BODY), b"Authorization: Bearer k",
+            b"Content-Type: application/json"} <= set(lines[1:])
+    assert body == BODY
+
+
+def test_a_host_name_is_resolved_and_written_on_a_worker_thread(inflight: Inflight) -> None:
+    server = RawServer()
+    port = server.sock.getsockname()[1]
+    endpoint = Endpoint.parse(f"http://localhost:{port}/v1")
+    headers = request_headers(None)
+    inflight.start(endpoint, BODY, headers, 5.0)
+    early = inflight.claim(endpoint, BODY, headers)
+    assert early is not None
+    response = early.sent().getresponse()
+    assert response.status == 200 and response.read() == b"ok"
+    early.close()
+    assert server.done.wait(5)
+    assert b"Host: localhost:%d" % port in server.received[0]
+    server.sock.close()
+
+
+def test_a_refused_connection_is_raised_to_whoever_claims_it(inflight: Inflight) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    endpoint = Endpoint.parse(f"http://127.0.0.1:{closed.getsockname()[1]}/v1")
+    closed.close()
+    inflight.start(endpoint, BODY, {}, 5.0)
+    early = inflight.claim(endpoint, BODY, {})
+    assert early is not None
+    with pytest.raises(ConnectionRefusedError):
+        early.sent()
+
+
+@pytest.mark.parametrize(("url", "headers"), [
+    ("https://127.0.0.1:9/v1", {}),
+    ("http://127.0.0.1:9/v1", {"X-Bad": "a\r\nInjected: yes"}),
+    ("http://127.0.0.1:9/v1", {"Host": "elsewhere"}),
+    ("http://127.0.0.1:9/v1", {"X-Key": "ключ"}),
+])
+def test_what_the_hand_written_request_does_not_cover_goes_to_http_client(
+        url: str, headers: dict[str, str]) -> None:
+    from nonoka.llm.inflight import _request_head
+
+    assert _request_head(Endpoint.parse(url), 2, headers) is None

@@ -25,7 +25,6 @@ import _thread
 import errno
 import os
 import socket
-from contextlib import suppress
 
 from nonoka import faults
 
@@ -169,18 +168,24 @@ class EarlyRequest:
             self._dropped = True
             self._close_socket()
             if self._conn is not None:
-                sock = self._conn.sock
-                if sock is not None:
-                    with suppress(OSError):
-                        sock.shutdown(socket.SHUT_RDWR)
+                _shut(self._conn.sock)
                 self._conn.close()
 
     def _close_socket(self) -> None:
         sock = self._sock
         if sock is not None:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            _shut(sock)
             sock.close()
+
+
+def _shut(sock: socket.socket | None) -> None:
+    """Shut ``sock`` down both ways, if it is still open (``contextlib.suppress`` would
+    cost the early path an import)."""
+    if sock is not None:
+        try:  # noqa: SIM105 - see above
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _request_head(endpoint: Endpoint, length: int, headers: dict[str, str]) -> bytes | None:
