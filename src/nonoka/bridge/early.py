@@ -172,6 +172,9 @@ def _scan(messages: Sequence[object]) -> tuple[list[str], list[str] | None] | No
 
     from nonoka.llm.wire import wire_message
 
+    plain = _scan_plain(messages)
+    if plain is not None:
+        return plain
     users: list[str] = []
     encoded: list[str] = []
     exact = True
@@ -194,6 +197,32 @@ def _scan(messages: Sequence[object]) -> tuple[list[str], list[str] | None] | No
         exact = exact and not (call_id and role != "tool") and not (calls and role != "assistant")
         encoded.append(json.dumps(wire_message(role, content, calls or None, call_id)))
     return users, encoded if exact else None
+
+
+def _scan_plain(messages: Sequence[Any]) -> tuple[list[str], list[str]] | None:
+    """``_scan`` for a history of ``{"role", "content"}`` messages only (roles other than
+    ``tool``), with C-level iteration only (``map``, ``compress``): a tenth of a
+    microsecond a message. ``None`` when any message is not one of those."""
+    from itertools import compress, repeat
+    from json.encoder import encode_basestring_ascii as quoted
+
+    try:
+        if not all(map(_PLAIN_KEYS.issuperset, messages)):  # TypeError: not all dicts
+            return None
+        roles: list[str] = list(map(dict.get, messages, repeat("role")))  # type: ignore[arg-type]
+        contents: list[str] = list(map(dict.get, messages, repeat("content"), repeat("")))
+        if not (set(map(type, contents)) <= _STR and set(roles) <= _PLAIN_ROLES):
+            return None
+    except TypeError:  # a message that is not a dict, or a role that is not hashable
+        return None
+    encoded = list(map("".join, zip(map(_PLAIN_OPENING.__getitem__, roles),
+                                    map(quoted, contents), repeat("}"))))
+    return list(compress(contents, map(_USER.__eq__, roles))), encoded
+
+
+_STR = frozenset((str,))
+_USER = "user"
+_PLAIN_ROLES = frozenset(_PLAIN_OPENING)
 
 
 def _well_formed(message: object) -> bool:

@@ -382,7 +382,8 @@ def _loads(text: str) -> Any:
         raise ProtocolError(_codes().INVALID_JSON,
                             f"the line's JSON is nested more than {MAX_NESTING} levels deep; "
                             "flatten it", {"reason": "too_deep"})
-    if "\\ud" in text or "\\uD" in text:  # cheap test: only escapes make surrogates
+    # Cheap test: only escapes make surrogates (one search when the line has no \u).
+    if "\\u" in text and ("\\ud" in text or "\\uD" in text):
         obj = _scrub_tree(obj)
     return obj
 
