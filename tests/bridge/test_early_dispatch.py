@@ -372,3 +372,39 @@ def test_plain_messages_are_encoded_as_json_dumps_would(content: str) -> None:
     assert turn is not None
     assert turn.history == [json.dumps({"role": "user", "content": content}),
                             json.dumps({"role": "assistant", "content": content})]
+
+
+def stored_template(bridge: Bridge, sid: str) -> dict[str, Any]:
+    ((raw,),) = query(bridge.db, "SELECT template_json FROM next_calls WHERE session_id = ?",
+                      sid)
+    template: dict[str, Any] = json.loads(raw)
+    return template
+
+
+def digest_of_rows(bridge: Bridge, sid: str, template: dict[str, Any]) -> str:
+    entries = [json.dumps(entry_wire_message(json.loads(r[0]))) for r in query(
+        bridge.db, "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
+        sid)]
+    body = template["head"] + ", ".join(entries) + template["tail"]
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def test_a_template_taken_from_the_early_request_is_the_stored_conversations(
+        bridge: Bridge, scripted: list[ScriptItem]) -> None:
+    # After a turn that used its early request, the next template's digest is taken over
+    # what that request sent plus the entries added since: it must be the digest of the
+    # stored rows, through prompts and host tool calls alike.
+    sid, history = first_turn(bridge, scripted, tools=[SEARCH])
+    scripted.append(calls(("search", {"q": "c1"}, "c1")))
+    history.append(user("look it up"))
+    bridge.run(chat(history, session_id=sid, tools=[SEARCH]))
+    template = stored_template(bridge, sid)
+    assert template["kind"] == "tool_results" and template["plain"]
+    assert template["digest"] == digest_of_rows(bridge, sid, template)
+    scripted.append(text("found it"))
+    history += [call_message("c1"), tool_message("c1", "a result")]
+    assert text_of(bridge.run(chat(history, session_id=sid, tools=[SEARCH]))) == "found it"
+    template = stored_template(bridge, sid)
+    assert template["kind"] == "prompt" and template["pending"] == []
+    assert template["digest"] == digest_of_rows(bridge, sid, template)
+    assert outcomes(bridge, sid) == ["used", "used"]

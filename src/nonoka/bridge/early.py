@@ -520,7 +520,11 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
             or limits.wall_timeout_seconds is not None
             or session.runtime.deadline_at is not None):
         return False
-    pending = dangling_tool_calls(entries)[1]
+    # When the turn only appended to what its early request sent, the calls that stored
+    # conversation left open were exactly the ones this turn answered (``_expects``), so
+    # only what came after it can leave calls open.
+    reused = _reused(entries, session, early)
+    pending = dangling_tool_calls(entries[early.stored:] if reused and early else entries)[1]
     by_name = {t.name: t for t in tools}
     if session.status == SessionStatus.COMPLETED and not pending:
         kind = "prompt"
@@ -542,7 +546,7 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
         "tail": frame.tail,
         "generation": session.memory.generation,
         # As ``_dispatch`` rebuilds it from stored rows: no message models are built.
-        **_conversation(entries, session, early, frame.head, frame.tail),
+        **_conversation(entries, early if reused else None, frame.head, frame.tail),
     }
     return store.save_next_call(session.session_id, session.revision, json.dumps(template))
 
@@ -556,20 +560,27 @@ def _plain(entry: MemoryEntry) -> bool:
                             or (entry.role != "assistant" and meta.get("tool_calls")))
 
 
-def _conversation(entries: Sequence[MemoryEntry], session: Session, early: Dispatched | None,
-                  head: str, tail: str) -> dict[str, Any]:
+def _reused(entries: Sequence[MemoryEntry], session: Session,
+            early: Dispatched | None) -> bool:
+    """Whether this turn's model request was the early one and the memory was only
+    appended to since (its generation is the same): then the conversation starts with
+    the messages that request sent."""
+    return (early is not None and early.outcome == "used" and len(entries) >= early.count
+            and early.generation == session.memory.generation)
+
+
+def _conversation(entries: Sequence[MemoryEntry], early: Dispatched | None, head: str,
+                  tail: str) -> dict[str, Any]:
     """The template's ``digest`` of the next body (between ``head`` and ``tail``, the
     wire messages of ``entries``) and whether they are ``plain``.
 
-    When this turn's model request was the early one, the conversation then was the
-    stored one plus this turn's messages, already encoded in what was sent and known
-    plain or not; if the memory was only appended to since (its generation is the same),
-    only the entries after those are encoded and checked here."""
+    ``early``, when the conversation starts with what its request sent (``_reused``):
+    those messages are encoded already and known plain or not, so only the entries after
+    them are encoded and checked here."""
     from nonoka.llm.wire import entry_wire_message
 
     start, known, plain = 0, "", True
-    if (early is not None and early.outcome == "used" and len(entries) >= early.count
-            and early.generation == session.memory.generation):
+    if early is not None:
         start, known = early.count, early.messages
         plain = early.plain and all(_plain(e) for e in entries[early.stored:early.count])
     rest = entries[start:]
