@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nonoka.bridge.early import NextTurn
+from nonoka.bridge.early import NextTurn, body_digest
 from nonoka.llm.base import ToolSpec
 from nonoka.llm.openai import OpenAIChatModel
 from nonoka.llm.wire import entry_wire_message
@@ -230,7 +230,7 @@ def test_a_wrong_early_request_is_dropped_and_the_runtime_sends_its_own(
         bridge.db, "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
         sid)]
     body = template["head"] + ", ".join(entries) + template["tail"]
-    template["digest"] = hashlib.sha256(body.encode()).hexdigest()
+    template["digest"] = body_digest(body)
     with sqlite3.connect(bridge.db) as db:
         db.execute("UPDATE next_calls SET template_json = ?", (json.dumps(template),))
     db.close()
@@ -386,7 +386,7 @@ def digest_of_rows(bridge: Bridge, sid: str, template: dict[str, Any]) -> str:
         bridge.db, "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
         sid)]
     body = template["head"] + ", ".join(entries) + template["tail"]
-    return hashlib.sha256(body.encode()).hexdigest()
+    return hashlib.blake2b(body.encode(), digest_size=32).hexdigest()
 
 
 def test_a_template_taken_from_the_early_request_is_the_stored_conversations(

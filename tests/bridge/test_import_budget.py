@@ -73,14 +73,14 @@ def test_a_prompt_turn_sends_its_model_request_before_pydantic_is_loaded(
     request = {"cwd": str(bridge.project),
                **chat([user("hi"), assistant("first"), user("again")], session_id=session_id)}
     # What the bridge does before the runtime loads: dispatch, list what is imported (to a
-    # plain-http endpoint the request is written without http.client, email or ssl), then
-    # (here) wait until the request is written.
+    # plain-http endpoint the request is written without http.client, email, ssl or
+    # OpenSSL's hashes), then (here) wait until the request is written.
     code = ("import json, sys\n"
             "from nonoka.bridge import early\n"
             "handle = early.dispatch(json.loads(sys.argv[1]))\n"
             "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pydantic', 'pydantic_core', 'asyncio', 'http', 'email', 'ssl', 'typing', "
-            "'dataclasses'))\n"
+            "'_hashlib', 'dataclasses'))\n"
             "sent = handle is not None and handle.inflight._pending.sent() is not None\n"
             "print(json.dumps([sent, loaded]))\n")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(request)], cwd=bridge.project,
