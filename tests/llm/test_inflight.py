@@ -171,3 +171,17 @@ def test_what_the_hand_written_request_does_not_cover_goes_to_http_client(
     from nonoka.llm.inflight import _request_head
 
     assert _request_head(Endpoint.parse(url), 2, headers) is None
+
+
+def test_an_https_request_goes_through_http_client_on_a_worker_thread(
+        raw: RawServer, inflight: Inflight) -> None:
+    # A plain listener never answers the TLS handshake: what http.client raised on the
+    # worker thread is raised to whoever claims the request.
+    endpoint = Endpoint.parse(f"https://127.0.0.1:{raw.sock.getsockname()[1]}/v1")
+    inflight.start(endpoint, BODY, {}, 0.5)
+    early = inflight.claim(endpoint, BODY, {})
+    assert early is not None
+    with pytest.raises(TimeoutError, match="timed out"):
+        early.sent()
+    assert raw.done.wait(5)
+    assert raw.received[0][:1] == b"\x16", "not a TLS handshake"
