@@ -185,3 +185,36 @@ def test_an_https_request_goes_through_http_client_on_a_worker_thread(
         early.sent()
     assert raw.done.wait(5)
     assert raw.received[0][:1] == b"\x16", "not a TLS handshake"
+
+
+def test_a_server_that_reads_late_gets_the_whole_request_from_the_worker(
+        inflight: Inflight) -> None:
+    # The calling thread gives up writing when the server stops reading (the runtime
+    # must get on with loading); the worker thread writes the rest once it reads again.
+    listener = socket.create_server(("127.0.0.1", 0))
+    reading, read = threading.Event(), threading.Event()
+    got: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            reading.wait(10)
+            read.set()
+            data = b""
+            while not data.endswith(b"}"):
+                data += conn.recv(1 << 20)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            got.append(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    endpoint = Endpoint.parse(f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+    body = b'{"x": "' + b"a" * (32 << 20) + b'"}'  # more than the socket buffers hold
+    inflight.start(endpoint, body, {}, 10.0)
+    assert not read.is_set(), "start waited for the server to read"
+    reading.set()
+    early = inflight.claim(endpoint, body, {})
+    assert early is not None
+    assert early.sent().getresponse().read() == b"ok"
+    early.close()
+    listener.close()
+    assert got[0].endswith(body)

@@ -259,12 +259,11 @@ class Dispatched:
     A plain class, like ``NextTurn``: a dataclass's generated code would cost the early
     path's import."""
 
-    __slots__ = ("_store", "count", "generation", "inflight", "messages", "outcome", "owner",
+    __slots__ = ("count", "generation", "inflight", "messages", "outcome", "owner",
                  "plain", "released", "session_id", "stored")
 
     def __init__(self, session_id: str, owner: str, inflight: Inflight, messages: str,
-                 count: int, stored: int, template: dict[str, Any],
-                 store: ClosableNextCallStore | None = None) -> None:
+                 count: int, stored: int, template: dict[str, Any]) -> None:
         self.session_id = session_id
         self.owner = owner
         """The owner token of the lease dispatch took."""
@@ -282,10 +281,6 @@ class Dispatched:
         self.outcome: Outcome | None = None
         """What became of the request, once settled."""
         self.released = False
-        self._store = store
-        """Dispatch's connection, closed when the turn settles: closing the last one
-        checkpoints SQLite's log (with an fsync), which the model request need not
-        wait for, nor the runtime's start-up."""
 
     def lease_owner(self, session_id: str) -> str | None:
         """The owner token of the lease dispatch holds on ``session_id``, if it holds one.
@@ -312,9 +307,6 @@ class Dispatched:
 
     def settle(self) -> Outcome | None:
         """Close the request if nobody claimed it; what became of it (once)."""
-        store, self._store = self._store, None
-        if store is not None:
-            store.close()
         outcome = self.inflight.settle()
         self.outcome = self.outcome or outcome
         return outcome
@@ -361,7 +353,6 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
     store = _open_store(cwd)
     if store is None:
         return None
-    sent: Dispatched | None = None
     try:
         found = store.load_next_call(turn.session_id, entries=False)
         if found is None:
@@ -390,12 +381,10 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         inflight = Inflight()
         inflight.start(endpoint, (head + messages + tail).encode(),
                        request_headers(target.api_key), DEFAULT_TIMEOUT)
-        sent = Dispatched(turn.session_id, owner, inflight, messages, stored[1] + len(new),
-                          stored[1], template, store)
+        return Dispatched(turn.session_id, owner, inflight, messages, stored[1] + len(new),
+                          stored[1], template)
     finally:
-        if sent is None:
-            store.close()
-    return sent
+        store.close()  # after the request left: closing may checkpoint SQLite's log
 
 
 def _model_spec(cwd: str, explicit: str | None) -> str:

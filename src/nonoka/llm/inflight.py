@@ -9,7 +9,7 @@ byte the one already sent; a different request closes the early one unread, and 
 ``settle`` when the turn never asked. Standard library only.
 
 A plain ``http://`` request is written by hand on a raw socket: to an address that
-connects at once (a local server) it leaves from the calling thread, with no
+connects within milliseconds (a local server) it leaves from the calling thread, with no
 ``http.client`` (and its ``email`` and ``ssl`` imports, ~10 ms) loaded before the first
 byte, and no worker thread competing with the runtime's start-up; the answer is read
 with ``http.client`` once the runtime, which loads it anyway, claims it. ``https``
@@ -24,7 +24,9 @@ from __future__ import annotations
 import _thread
 import errno
 import os
+import select
 import socket
+import time
 
 from nonoka import faults
 
@@ -61,20 +63,23 @@ class EarlyRequest:
             return
         payload = memoryview(head + body)
         sent = self._send_now(payload)
-        if sent is None or sent == _CONNECTING:
+        if sent is None or sent < len(payload):
             _thread.start_new_thread(self._send_rest, (payload, sent))
 
     def _send_now(self, payload: memoryview) -> int | None:
-        """Connect without blocking to a numeric address; if that completes at once (a
-        server on this machine), write the whole request from this thread.
+        """Connect to a numeric address; if that completes within
+        ``MAIN_THREAD_CONNECT`` seconds (a server on this machine or next to it), write
+        the request from this thread, for as long as the server keeps reading within
+        ``MAIN_THREAD_WRITE`` seconds.
 
-        Returns ``len(payload)`` when it is written (or failed: ``sent`` raises why),
-        ``_CONNECTING`` while the connection is on its way, or ``None`` when the address
-        needs a lookup or the attempt failed at once (the worker tries again).
+        Returns the bytes written (``len(payload)`` also when writing failed: ``sent``
+        raises why), ``_CONNECTING`` while the connection is on its way, or ``None`` when
+        the address needs a lookup or the attempt failed at once; the worker thread does
+        the rest.
 
         A worker thread would wait for the interpreter lock after every partial write
         while the runtime loads on this one: a large body took tens of milliseconds more
-        to leave than a blocking write to a local server, which reads it at once."""
+        to leave than writing it here to a local server, which reads it at once."""
         try:
             # As bytes: a ``str`` host would load the ``idna`` codec (~1 ms).
             family, kind, proto, _, address = socket.getaddrinfo(
@@ -85,15 +90,25 @@ class EarlyRequest:
         sock = socket.socket(family, kind, proto)
         sock.setblocking(False)
         status = sock.connect_ex(address)
-        if status not in (0, errno.EINPROGRESS):
+        if status == errno.EINPROGRESS:  # even on loopback: done within microseconds
+            if not select.select([], [sock], [], MAIN_THREAD_CONNECT)[1]:
+                self._sock = sock
+                return _CONNECTING
+            status = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if status != 0:
             sock.close()  # the worker's own attempt reports the failure
             return None
         self._sock = sock
-        if status != 0:
-            return _CONNECTING
+        sent = 0
+        deadline = time.monotonic() + MAIN_THREAD_WRITE
         try:
-            sock.settimeout(self._timeout)
-            sock.sendall(payload)
+            while sent < len(payload):
+                try:
+                    sent += sock.send(payload[sent:])
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not select.select([], [sock], [], left)[1]:
+                        return sent  # a slow reader: the worker writes the rest
         except OSError as exc:  # raised again in whoever claims the request
             self._error = exc
             self._close_socket()
@@ -210,12 +225,16 @@ def _request_head(endpoint: Endpoint, length: int, headers: dict[str, str]) -> b
 
 
 _CONNECTING = -1
+MAIN_THREAD_CONNECT = 0.005
+"""Seconds the calling thread waits for a connection before leaving it to a worker."""
+MAIN_THREAD_WRITE = 0.1
+"""Seconds the calling thread spends writing an early request to a local server that
+reads slowly, before a worker thread takes over: the runtime's start-up (and a host's
+``cancel``) is not held up by a server that stopped reading."""
 
 
 def _connected(sock: socket.socket, timeout: float) -> None:
     """Wait until a non-blocking connect completes; raise why it failed, if it did."""
-    import select
-
     if not select.select([], [sock], [], timeout)[1]:
         raise TimeoutError("timed out connecting")
     status = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
