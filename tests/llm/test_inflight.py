@@ -200,15 +200,15 @@ def test_a_server_that_reads_late_gets_the_whole_request_from_the_worker(
         with conn:
             reading.wait(10)
             read.set()
-            data = b""
+            data = bytearray()
             while not data.endswith(b"}"):
                 data += conn.recv(1 << 20)
+            got.append(bytes(data))
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            got.append(data)
 
     threading.Thread(target=serve, daemon=True).start()
     endpoint = Endpoint.parse(f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
-    body = b'{"x": "' + b"a" * (32 << 20) + b'"}'  # more than the socket buffers hold
+    body = b'{"x": "' + b"a" * (64 << 20) + b'"}'  # more than the socket buffers hold
     inflight.start(endpoint, body, {}, 10.0)
     assert not read.is_set(), "start waited for the server to read"
     reading.set()
