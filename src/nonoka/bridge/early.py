@@ -38,6 +38,7 @@ OpenAI-compatible adapter has it). ``NONOKA_EARLY_DISPATCH=0`` turns it off.
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
 
@@ -384,7 +385,9 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         return Dispatched(turn.session_id, owner, inflight, messages, stored[1] + len(new),
                           stored[1], template)
     finally:
-        store.close()  # after the request left: closing may checkpoint SQLite's log
+        # Closing the last connection checkpoints SQLite's log (with an fsync): on a
+        # worker thread, while the runtime loads, not before.
+        _thread.start_new_thread(store.close, ())
 
 
 def _model_spec(cwd: str, explicit: str | None) -> str:

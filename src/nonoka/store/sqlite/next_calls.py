@@ -86,7 +86,10 @@ class SQLiteNextCalls:
         if os.path.islink(path) or not os.path.isfile(path):
             return None
         uri = f"file:{quote(os.path.abspath(path))}?mode=rw"  # never creates the file
-        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2)
+        # Any thread may close it: the early path leaves the close (which may checkpoint
+        # the log, with an fsync) to a worker while the runtime loads.
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2,
+                             check_same_thread=False)
         try:
             if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                 db.close()
