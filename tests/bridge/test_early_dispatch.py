@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nonoka.bridge.early import NextTurn
+from nonoka.bridge.early import NextTurn, body_digest
 from nonoka.llm.base import ToolSpec
 from nonoka.llm.openai import OpenAIChatModel
 from nonoka.llm.wire import entry_wire_message
@@ -230,7 +230,7 @@ def test_a_wrong_early_request_is_dropped_and_the_runtime_sends_its_own(
         bridge.db, "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
         sid)]
     body = template["head"] + ", ".join(entries) + template["tail"]
-    template["digest"] = hashlib.sha256(body.encode()).hexdigest()
+    template["digest"] = body_digest(body)
     with sqlite3.connect(bridge.db) as db:
         db.execute("UPDATE next_calls SET template_json = ?", (json.dumps(template),))
     db.close()
@@ -348,3 +348,63 @@ def test_a_host_copy_that_differs_in_bytes_falls_back_to_the_stored_rows(
     assert text_of(events) == "answer 1"
     assert outcomes(bridge, sid) == ["used", "used"]
     assert server.requests[-1]["messages"][1]["content"] == "first answer"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(message, min_size=1, max_size=6))
+def test_the_host_history_is_encoded_as_the_wire_encodes_it(
+        messages: list[dict[str, Any]]) -> None:
+    from nonoka.llm.wire import wire_message
+    from nonoka.protocol.turns import split_after_reply
+
+    turn = NextTurn.of(chat([*messages, user("next")], session_id="s"))
+    if turn is None or turn.history is None:
+        return
+    before = split_after_reply([*messages, user("next")])[0]
+    assert turn.history == [json.dumps(wire_message(
+        m["role"], m.get("content", ""), m.get("tool_calls") or None, m.get("tool_call_id")))
+        for m in before]
+
+
+@given(st.text())
+def test_plain_messages_are_encoded_as_json_dumps_would(content: str) -> None:
+    turn = NextTurn.of(chat([user(content), assistant(content), user("next")], session_id="s"))
+    assert turn is not None
+    assert turn.history == [json.dumps({"role": "user", "content": content}),
+                            json.dumps({"role": "assistant", "content": content})]
+
+
+def stored_template(bridge: Bridge, sid: str) -> dict[str, Any]:
+    ((raw,),) = query(bridge.db, "SELECT template_json FROM next_calls WHERE session_id = ?",
+                      sid)
+    template: dict[str, Any] = json.loads(raw)
+    return template
+
+
+def digest_of_rows(bridge: Bridge, sid: str, template: dict[str, Any]) -> str:
+    entries = [json.dumps(entry_wire_message(json.loads(r[0]))) for r in query(
+        bridge.db, "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
+        sid)]
+    body = template["head"] + ", ".join(entries) + template["tail"]
+    return hashlib.blake2b(body.encode(), digest_size=32).hexdigest()
+
+
+def test_a_template_taken_from_the_early_request_is_the_stored_conversations(
+        bridge: Bridge, scripted: list[ScriptItem]) -> None:
+    # After a turn that used its early request, the next template's digest is taken over
+    # what that request sent plus the entries added since: it must be the digest of the
+    # stored rows, through prompts and host tool calls alike.
+    sid, history = first_turn(bridge, scripted, tools=[SEARCH])
+    scripted.append(calls(("search", {"q": "c1"}, "c1")))
+    history.append(user("look it up"))
+    bridge.run(chat(history, session_id=sid, tools=[SEARCH]))
+    template = stored_template(bridge, sid)
+    assert template["kind"] == "tool_results" and template["plain"]
+    assert template["digest"] == digest_of_rows(bridge, sid, template)
+    scripted.append(text("found it"))
+    history += [call_message("c1"), tool_message("c1", "a result")]
+    assert text_of(bridge.run(chat(history, session_id=sid, tools=[SEARCH]))) == "found it"
+    template = stored_template(bridge, sid)
+    assert template["kind"] == "prompt" and template["pending"] == []
+    assert template["digest"] == digest_of_rows(bridge, sid, template)
+    assert outcomes(bridge, sid) == ["used", "used"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
@@ -71,16 +72,22 @@ def test_a_prompt_turn_sends_its_model_request_before_pydantic_is_loaded(
     session_id = one(events, "session_init")["session_id"]
     request = {"cwd": str(bridge.project),
                **chat([user("hi"), assistant("first"), user("again")], session_id=session_id)}
-    # What the bridge does before the runtime loads: dispatch, then (here) wait for the
-    # sending thread to finish and list what is imported.
-    code = ("import json, sys, threading, time\n"
+    # What the bridge does before the runtime loads: dispatch, list what is imported (to a
+    # plain-http endpoint the request is written without http.client, email, ssl or
+    # OpenSSL's hashes), then (here) wait until the request is written.
+    code = ("import json, sys\n"
             "from nonoka.bridge import early\n"
-            "sent = early.dispatch(json.loads(sys.argv[1])) is not None\n"
-            "while threading.active_count() > 1: time.sleep(0.005)\n"
-            "print(json.dumps([sent, sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('pydantic', 'pydantic_core', 'asyncio'))]))\n")
+            "handle = early.dispatch(json.loads(sys.argv[1]))\n"
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pydantic', 'pydantic_core', 'asyncio', 'http', 'email', 'ssl', 'typing', "
+            "'_hashlib', 'dataclasses'))\n"
+            "sent = handle is not None and handle.inflight._pending.sent() is not None\n"
+            "print(json.dumps([sent, loaded]))\n")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(request)], cwd=bridge.project,
                           env=bridge.env, capture_output=True, text=True, timeout=60,
                           check=True)
     assert json.loads(done.stdout) == [True, []], done.stderr
+    deadline = time.monotonic() + 10
+    while len(server.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the server records the request when it has read all of it
     assert [m["content"] for m in server.requests[-1]["messages"]] == ["hi", "first", "again"]

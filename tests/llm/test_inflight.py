@@ -111,3 +111,110 @@ def test_the_wire_and_the_early_request_need_no_pydantic() -> None:
                           timeout=60, check=True)
     assert json.loads(done.stdout) == []
 
+
+
+def test_a_plain_http_request_is_written_as_http_client_would(raw: RawServer,
+                                                               inflight: Inflight) -> None:
+    headers = request_headers("k")
+    inflight.start(raw.endpoint, BODY, headers, 5.0)
+    early = inflight.claim(raw.endpoint, BODY, headers)
+    assert early is not None
+    assert early.sent().getresponse().read() == b"ok"
+    early.close()
+    assert raw.done.wait(5)
+    head, _, body = raw.received[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    port = raw.sock.getsockname()[1]
+    assert lines[0] == b"POST /v1/chat/completions HTTP/1.1"
+    assert {b"Host: 127.0.0.1:%d" % port, b"Accept-Encoding: identity",
+            b"Content-Length: %d" % len(BODY), b"Authorization: Bearer k",
+            b"Content-Type: application/json"} <= set(lines[1:])
+    assert body == BODY
+
+
+def test_a_host_name_is_resolved_and_written_on_a_worker_thread(inflight: Inflight) -> None:
+    server = RawServer()
+    port = server.sock.getsockname()[1]
+    endpoint = Endpoint.parse(f"http://localhost:{port}/v1")
+    headers = request_headers(None)
+    inflight.start(endpoint, BODY, headers, 5.0)
+    early = inflight.claim(endpoint, BODY, headers)
+    assert early is not None
+    response = early.sent().getresponse()
+    assert response.status == 200 and response.read() == b"ok"
+    early.close()
+    assert server.done.wait(5)
+    assert b"Host: localhost:%d" % port in server.received[0]
+    server.sock.close()
+
+
+def test_a_refused_connection_is_raised_to_whoever_claims_it(inflight: Inflight) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    endpoint = Endpoint.parse(f"http://127.0.0.1:{closed.getsockname()[1]}/v1")
+    closed.close()
+    inflight.start(endpoint, BODY, {}, 5.0)
+    early = inflight.claim(endpoint, BODY, {})
+    assert early is not None
+    with pytest.raises(ConnectionRefusedError):
+        early.sent()
+
+
+@pytest.mark.parametrize(("url", "headers"), [
+    ("https://127.0.0.1:9/v1", {}),
+    ("http://127.0.0.1:9/v1", {"X-Bad": "a\r\nInjected: yes"}),
+    ("http://127.0.0.1:9/v1", {"Host": "elsewhere"}),
+    ("http://127.0.0.1:9/v1", {"X-Key": "ключ"}),
+])
+def test_what_the_hand_written_request_does_not_cover_goes_to_http_client(
+        url: str, headers: dict[str, str]) -> None:
+    from nonoka.llm.inflight import _request_head
+
+    assert _request_head(Endpoint.parse(url), 2, headers) is None
+
+
+def test_an_https_request_goes_through_http_client_on_a_worker_thread(
+        raw: RawServer, inflight: Inflight) -> None:
+    # A plain listener never answers the TLS handshake: what http.client raised on the
+    # worker thread is raised to whoever claims the request.
+    endpoint = Endpoint.parse(f"https://127.0.0.1:{raw.sock.getsockname()[1]}/v1")
+    inflight.start(endpoint, BODY, {}, 0.5)
+    early = inflight.claim(endpoint, BODY, {})
+    assert early is not None
+    with pytest.raises(TimeoutError, match="timed out"):
+        early.sent()
+    assert raw.done.wait(5)
+    assert raw.received[0][:1] == b"\x16", "not a TLS handshake"
+
+
+def test_a_server_that_reads_late_gets_the_whole_request_from_the_worker(
+        inflight: Inflight) -> None:
+    # The calling thread gives up writing when the server stops reading (the runtime
+    # must get on with loading); the worker thread writes the rest once it reads again.
+    listener = socket.create_server(("127.0.0.1", 0))
+    reading, read = threading.Event(), threading.Event()
+    got: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            reading.wait(10)
+            read.set()
+            data = bytearray()
+            while not data.endswith(b"}"):
+                data += conn.recv(1 << 20)
+            got.append(bytes(data))
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    threading.Thread(target=serve, daemon=True).start()
+    endpoint = Endpoint.parse(f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+    body = b'{"x": "' + b"a" * (64 << 20) + b'"}'  # more than the socket buffers hold
+    inflight.start(endpoint, body, {}, 10.0)
+    assert not read.is_set(), "start waited for the server to read"
+    reading.set()
+    early = inflight.claim(endpoint, body, {})
+    assert early is not None
+    assert early.sent().getresponse().read() == b"ok"
+    early.close()
+    listener.close()
+    assert got[0].endswith(body)

@@ -6,19 +6,29 @@ in a session whose last turn finished, or the host's results for the tool calls 
 paused on — the request the runtime will send is known from the stored rows alone: the
 stored conversation plus what the request adds. So after each such turn the bridge
 stores a *next-call template* (table ``next_calls``): the request body around its
-messages, a digest of the body for the stored conversation, and the conditions under
-which the runtime would send exactly that — the same model, tools and limits, the same
-user messages before the new ones, the expected kind of turn (and, for tool results,
-the pending call ids), room left in the context budget.
+messages, a digest of the body for the stored conversation, whether the host's copy of
+that conversation is exactly its wire messages (``plain``: no summaries or notes the host
+never saw), and the conditions under which the runtime would send exactly that — the
+same model, tools and limits, the expected kind of turn (and, for tool results, the
+pending call ids), room left in the context budget.
 
 ``dispatch`` runs right after ``protocol_ack`` on the standard library only. It checks
-the request against the template, rebuilds the stored conversation's wire messages from
-the entry rows, verifies them against the digest, takes the session's lease and sends
-the request (``nonoka.llm.inflight``). It returns a ``Dispatched`` handle that the turn
-receives: the model adapter adopts the request in flight, and uses it only when its own
-body is byte for byte the same (otherwise the early request is closed unread); the turn
-keeps the lease under the same owner and settles the request when it ends. Anything
-unexpected here means "do not dispatch", never an error.
+the request against the template and, in one pass over the host's resent history,
+checks every message the way the runtime's validation will and encodes it in wire
+shape. When those bytes are the ones the template's digest was taken over and the
+conversation is plain (the common case), the body comes from the request alone and the
+stored rows are not even read; otherwise the body is rebuilt from the rows, which must
+also show the same conversation the host sent (the same user messages, roles, text and
+tool-call ids). Then it takes the session's lease and sends the request
+(``nonoka.llm.inflight``). It returns a ``Dispatched`` handle that the turn receives: the
+model adapter adopts the request in flight, and uses it only when its own body is byte
+for byte the same (otherwise the early request is closed unread); the turn keeps the
+lease under the same owner and settles the request when it ends. Anything unexpected
+here means "do not dispatch", never an error.
+
+After the turn, the next template's digest is taken over what this turn's request sent
+plus the entries added since, when the runtime used the early request and only appended
+to the conversation; only otherwise is every stored entry encoded again.
 
 What this module decides stays here; what it reads and writes goes through two optional
 capabilities: the store's ``NextCallStore`` (``nonoka.store.next_calls``; the SQLite
@@ -28,27 +38,35 @@ OpenAI-compatible adapter has it). ``NONOKA_EARLY_DISPATCH=0`` turns it off.
 
 from __future__ import annotations
 
-import hashlib
+import _thread
 import json
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+
+try:  # see ``body_digest``
+    from _blake2 import blake2b as _blake2b
+except ImportError:  # pragma: no cover - an interpreter without the module
+    from hashlib import blake2b as _blake2b
 
 from nonoka.protocol.frames import Purpose, RequestType
 from nonoka.protocol.turns import joined_prompt, split_after_reply
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: this module's import budget
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
     from nonoka.llm.base import ChatModel
     from nonoka.llm.inflight import Inflight, Outcome
+    from nonoka.messages import MemoryEntry
     from nonoka.session import Session
     from nonoka.store.base import SessionLeases
-    from nonoka.store.next_calls import StoredNextCall
+    from nonoka.store.next_call_row import StoredNextCall
+    from nonoka.store.next_calls import ClosableNextCallStore
     from nonoka.store.project import ProjectStores
     from nonoka.tools import Tool
 
 ENV_VAR = "NONOKA_EARLY_DISPATCH"
-TEMPLATE_VERSION = 2
+TEMPLATE_VERSION = 3
 """Bumped when the template's fields change; a row of another version is ignored."""
 
 
@@ -58,22 +76,32 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 def digest(value: object) -> str:
     """A stable digest of a JSON value (keys sorted)."""
-    return _sha256(json.dumps(value, sort_keys=True))
+    return body_digest(json.dumps(value, sort_keys=True))
 
 
-class NextTurn(NamedTuple):
+class NextTurn:
     """A chat request that adds to a session it names: host tool results (in the order
-    sent), a user prompt, or both — what the runtime appends before its model call."""
+    sent), a user prompt, or both — what the runtime appends before its model call.
 
-    session_id: str
-    results: list[tuple[str, str]]
-    """``(tool_call_id, content)`` of each tool message after the host's last assistant
-    message."""
-    prompt: str | None
-    """The user messages after the host's last assistant message, joined
-    (``nonoka.protocol.turns``)."""
-    earlier_users: list[str]
-    """The user messages before those, as the host resent them."""
+    A plain class: a named tuple would make the early path import ``typing``."""
+
+    __slots__ = ("earlier_users", "history", "prompt", "results", "session_id")
+
+    def __init__(self, session_id: str, results: list[tuple[str, str]], prompt: str | None,
+                 earlier_users: list[str], history: list[str] | None) -> None:
+        self.session_id = session_id
+        self.results = results
+        """``(tool_call_id, content)`` of each tool message after the host's last
+        assistant message."""
+        self.prompt = prompt
+        """The user messages after the host's last assistant message, joined
+        (``nonoka.protocol.turns``)."""
+        self.earlier_users = earlier_users
+        """The user messages before those, as the host resent them."""
+        self.history = history
+        """The wire messages of the host's history before those, each JSON-encoded, or
+        ``None`` when a message carries what the wire shape leaves out (then only the
+        stored rows can show the history is the session's)."""
 
     @property
     def kind(self) -> str:
@@ -113,20 +141,93 @@ class NextTurn(NamedTuple):
                 or not isinstance(session_id, str) or not session_id.strip()
                 or not all(isinstance(request.get(k), str | None) for k in _OPTIONAL_TEXT)
                 or not isinstance(messages, list) or not messages
-                or not all(_well_formed(m) for m in messages)):
+                or not isinstance(messages[-1], dict)
+                or messages[-1].get("role") not in ("user", "tool")):
             return None
         before, tail = split_after_reply(messages)
+        scanned = _scan(before)
+        if scanned is None or not all(_well_formed(m) for m in tail):
+            return None
         results = [(m["tool_call_id"], m.get("content", "")) for m in tail
                    if m["role"] == "tool"]
         prompt = joined_prompt(tail)
-        if messages[-1]["role"] not in ("user", "tool") or not (results or prompt is not None):
+        if not (results or prompt is not None):
             return None
-        return cls(session_id, results, prompt,
-                   [m.get("content", "") for m in before if m["role"] == "user"])
+        return cls(session_id, results, prompt, *scanned)
 
 
 _OPTIONAL_TEXT = ("request_id", "conversation_key", "cwd", "model")
 _ROLES = ("system", "user", "assistant", "tool")
+_PLAIN_KEYS = frozenset(("role", "content"))
+_PLAIN_OPENING = {role: f'{{"role": "{role}", "content": '
+                  for role in ("system", "user", "assistant")}
+"""How ``json.dumps`` begins the wire message ``{"role": role, "content": ...}``."""
+
+
+def _scan(messages: Sequence[object]) -> tuple[list[str], list[str] | None] | None:
+    """One pass over the host's history: ``None`` if the runtime would refuse a message,
+    else the user messages' text and each message's wire JSON as ``json.dumps`` writes
+    it (``None`` for those when one holds a field the wire shape leaves out, such as a
+    user message's ``tool_call_id``).
+
+    Most messages are ``{"role", "content"}`` alone: they are checked and encoded inline
+    (only their text goes through the JSON encoder, a third of the time a dict takes);
+    the rest take the general checks."""
+    from json.encoder import encode_basestring_ascii as quoted
+
+    from nonoka.llm.wire import wire_message
+
+    plain = _scan_plain(messages)
+    if plain is not None:
+        return plain
+    users: list[str] = []
+    encoded: list[str] = []
+    exact = True
+    for m in messages:
+        if type(m) is dict and m.keys() <= _PLAIN_KEYS:
+            role, content = m.get("role"), m.get("content", "")
+            opening = _PLAIN_OPENING.get(role) if type(role) is str else None
+            if opening is not None and type(content) is str:
+                if role == "user":
+                    users.append(content)
+                encoded.append(opening + quoted(content) + "}")
+                continue
+        if not _well_formed(m):
+            return None
+        assert isinstance(m, dict)
+        role, content, calls, call_id = (m["role"], m.get("content", ""), m.get("tool_calls"),
+                                         m.get("tool_call_id"))
+        if role == "user":
+            users.append(content)
+        exact = exact and not (call_id and role != "tool") and not (calls and role != "assistant")
+        encoded.append(json.dumps(wire_message(role, content, calls or None, call_id)))
+    return users, encoded if exact else None
+
+
+def _scan_plain(messages: Sequence[Any]) -> tuple[list[str], list[str]] | None:
+    """``_scan`` for a history of ``{"role", "content"}`` messages only (roles other than
+    ``tool``), with C-level iteration only (``map``, ``compress``): a tenth of a
+    microsecond a message. ``None`` when any message is not one of those."""
+    from itertools import compress, repeat
+    from json.encoder import encode_basestring_ascii as quoted
+
+    try:
+        if not all(map(_PLAIN_KEYS.issuperset, messages)):  # TypeError: not all dicts
+            return None
+        roles: list[str] = list(map(dict.get, messages, repeat("role")))  # type: ignore[arg-type]
+        contents: list[str] = list(map(dict.get, messages, repeat("content"), repeat("")))
+        if not (set(map(type, contents)) <= _STR and set(roles) <= _PLAIN_ROLES):
+            return None
+    except TypeError:  # a message that is not a dict, or a role that is not hashable
+        return None
+    encoded = list(map("".join, zip(map(_PLAIN_OPENING.__getitem__, roles),
+                                    map(quoted, contents), repeat("}"))))
+    return list(compress(contents, map(_USER.__eq__, roles))), encoded
+
+
+_STR = frozenset((str,))
+_USER = "user"
+_PLAIN_ROLES = frozenset(_PLAIN_OPENING)
 
 
 def _well_formed(message: object) -> bool:
@@ -156,16 +257,30 @@ class Dispatched:
     """What ``dispatch`` did for a request: the session lease it took and the model
     request in flight. Handed to the turn that runs the request, which uses it once.
 
-    A plain class, like the named tuples here: a dataclass's generated code would cost
-    the early path's import."""
+    A plain class, like ``NextTurn``: a dataclass's generated code would cost the early
+    path's import."""
 
-    __slots__ = ("inflight", "owner", "released", "session_id")
+    __slots__ = ("count", "generation", "inflight", "messages", "outcome", "owner",
+                 "plain", "released", "session_id", "stored")
 
-    def __init__(self, session_id: str, owner: str, inflight: Inflight) -> None:
+    def __init__(self, session_id: str, owner: str, inflight: Inflight, messages: str,
+                 count: int, stored: int, template: dict[str, Any]) -> None:
         self.session_id = session_id
         self.owner = owner
         """The owner token of the lease dispatch took."""
         self.inflight = inflight
+        self.messages = messages
+        """The body's messages as sent: ``", "``-joined wire JSON."""
+        self.count = count
+        """How many messages that is."""
+        self.stored = stored
+        """How many of them are the stored conversation's."""
+        self.generation: int | None = template.get("generation")
+        """The memory generation of the stored conversation."""
+        self.plain: bool = bool(template.get("plain"))
+        """Whether the stored conversation is plain (see the module docstring)."""
+        self.outcome: Outcome | None = None
+        """What became of the request, once settled."""
         self.released = False
 
     def lease_owner(self, session_id: str) -> str | None:
@@ -193,7 +308,9 @@ class Dispatched:
 
     def settle(self) -> Outcome | None:
         """Close the request if nobody claimed it; what became of it (once)."""
-        return self.inflight.settle()
+        outcome = self.inflight.settle()
+        self.outcome = self.outcome or outcome
+        return outcome
 
 
 def dispatch(request: Mapping[str, Any]) -> Dispatched | None:
@@ -218,29 +335,26 @@ def _several_prompts(request: Mapping[str, Any]) -> bool:
 
 
 def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
-    from nonoka.config import configured_model
     from nonoka.llm.inflight import Inflight
     from nonoka.llm.wire import (
         DEFAULT_BASE_URL,
         DEFAULT_TIMEOUT,
         Endpoint,
         check_key,
-        entry_wire_message,
         request_headers,
         resolve_target,
     )
     from nonoka.store.lease_terms import DEFAULT_TTL, new_lease_owner
-    from nonoka.store.project import database_url_from_env, open_next_call_store
 
-    cwd = Path(str(request.get("cwd") or os.getcwd()))
-    store = open_next_call_store(cwd, database_url_from_env())
+    cwd = str(request.get("cwd") or os.getcwd())
+    spec = _model_spec(cwd, request.get("model") or None)
+    target = resolve_target(spec, os.environ)
+    endpoint = Endpoint.parse(target.base_url or DEFAULT_BASE_URL)
+    check_key(endpoint, target.api_key)
+    store = _open_store(cwd)
     if store is None:
         return None
     try:
-        spec = configured_model(cwd, request.get("model") or None)
-        target = resolve_target(spec, os.environ)
-        endpoint = Endpoint.parse(target.base_url or DEFAULT_BASE_URL)
-        check_key(endpoint, target.api_key)
         found = store.load_next_call(turn.session_id, entries=False)
         if found is None:
             return None
@@ -249,37 +363,103 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
             return None
         head, tail = template["head"], template["tail"]
         # The host resends the stored conversation: when its copy is byte for byte the
-        # one the template was built from, the body comes from the request alone, and the
-        # stored entries are neither read nor decoded.
-        stored = _resent(request["messages"])
-        if _sha256(head + ", ".join(stored) + tail) != template["digest"]:
-            again = store.load_next_call(turn.session_id)
-            if again is None or again.revision != found.revision:
-                return None
-            stored = [json.dumps(entry_wire_message(json.loads(e))) for e in again.entries]
-            if _sha256(head + ", ".join(stored) + tail) != template["digest"]:
+        # one the template was built from (and the stored one holds nothing the host
+        # never saw), the body comes from the request alone, and the stored entries are
+        # neither read nor decoded.
+        history = turn.history
+        stored = None if history is None else (", ".join(history), len(history))
+        if (stored is None or not template["plain"]
+                or body_digest(head + stored[0] + tail) != template["digest"]):
+            stored = _from_rows(store, found, turn, request, template)
+            if stored is None:
                 return None
         owner = new_lease_owner()
         # Held from now on; the checkpoint must still be the one the body was built from.
         if not store.lease_at_revision(turn.session_id, found.revision, owner, DEFAULT_TTL):
             return None
+        new = turn.new_messages()
+        messages = ", ".join(part for part in (stored[0], json.dumps(new)[1:-1]) if part)
+        inflight = Inflight()
+        inflight.start(endpoint, (head + messages + tail).encode(),
+                       request_headers(target.api_key), DEFAULT_TIMEOUT)
+        return Dispatched(turn.session_id, owner, inflight, messages, stored[1] + len(new),
+                          stored[1], template)
     finally:
-        store.close()
-    body = head + ", ".join([*stored, *map(json.dumps, turn.new_messages())]) + tail
-    inflight = Inflight()
-    inflight.start(endpoint, body.encode(), request_headers(target.api_key), DEFAULT_TIMEOUT)
-    return Dispatched(turn.session_id, owner, inflight)
+        # Closing the last connection checkpoints SQLite's log (with an fsync): on a
+        # worker thread, while the runtime loads, not before.
+        _thread.start_new_thread(store.close, ())
 
 
-def _resent(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The wire messages of the host's copy of the stored conversation: its history
-    before the turn's new messages (already checked well formed), each JSON-encoded."""
-    from nonoka.llm.wire import wire_message
+def _model_spec(cwd: str, explicit: str | None) -> str:
+    """``nonoka.config.configured_model``'s answer; its module (and ``pathlib``) is
+    loaded only when neither the request nor the environment names the model."""
+    spec = explicit or os.environ.get("NONOKA_MODEL", "").strip()
+    if spec:
+        return spec
+    from pathlib import Path
 
-    tail = split_after_reply(messages)[1]
-    return [json.dumps(wire_message(m["role"], m.get("content", ""), m.get("tool_calls") or None,
-                                    m.get("tool_call_id")))
-            for m in messages[:len(messages) - len(tail)]]
+    from nonoka.config import configured_model
+
+    return configured_model(Path(cwd))
+
+
+DEFAULT_FILE = os.path.join(".nonoka", "sessions.db")
+"""``nonoka.store.project.DEFAULT_DATABASE``, without loading ``pathlib`` for it."""
+
+
+def _open_store(cwd: str) -> ClosableNextCallStore | None:
+    """The project's ``NextCallStore`` (``nonoka.store.project.open_next_call_store``);
+    the default SQLite file is opened without loading ``pathlib``."""
+    url = os.environ.get("NONOKA_DATABASE_URL", "").strip()
+    if url:
+        from pathlib import Path
+
+        from nonoka.store.project import open_next_call_store
+
+        return open_next_call_store(Path(cwd), url)
+    from nonoka.store.sqlite.next_calls import SQLiteNextCalls
+
+    return SQLiteNextCalls.open_existing(os.path.join(os.path.abspath(cwd), DEFAULT_FILE))
+
+
+def _from_rows(store: ClosableNextCallStore, found: StoredNextCall, turn: NextTurn,
+               request: Mapping[str, Any], template: dict[str, Any]
+               ) -> tuple[str, int] | None:
+    """The stored conversation's wire messages, ``", "``-joined, and their count, from
+    the entry rows; ``None`` unless they give the template's digest and the host's
+    history is the session's (``_same_history``)."""
+    from nonoka.llm.wire import entry_wire_message
+
+    again = store.load_next_call(turn.session_id)
+    if again is None or again.revision != found.revision:
+        return None
+    entries = [json.loads(e) for e in again.entries]
+    stored = json.dumps([entry_wire_message(e) for e in entries])[1:-1]
+    if (body_digest(template["head"] + stored + template["tail"]) != template["digest"]
+            or not _same_history(entries, split_after_reply(request["messages"])[0], turn)):
+        return None
+    return stored, len(entries)
+
+
+def _same_history(entries: list[dict[str, Any]], messages: Sequence[Mapping[str, Any]],
+                  turn: NextTurn) -> bool:
+    """Whether the host's history is the stored conversation (system prompts and
+    nonoka's own notes and summaries aside): the same roles, whitespace-normalised text
+    and tool-call ids, and the same user messages. Two conversations that began alike,
+    or one the host edited (a pruned tool output), differ."""
+    stored = [(e["role"], e["content"], e.get("metadata") or {}) for e in entries]
+    stored = [s for s in stored if not (s[2].get("summary") or s[2].get("contract_repair"))]
+    users = [content for role, content, _ in stored if role == "user"]
+    if users != turn.earlier_users:
+        return False
+    mine = [[role, " ".join(content.split()),
+             str(meta["tool_call_id"]) if meta.get("tool_call_id") is not None else "",
+             [c["id"] for c in meta.get("tool_calls") or []]]
+            for role, content, meta in stored if role != "system"]
+    theirs = [[m["role"], " ".join((m.get("content") or "").split()),
+               m.get("tool_call_id") or "", [c["id"] for c in m.get("tool_calls") or []]]
+              for m in messages if m["role"] != "system"]
+    return mine == theirs
 
 
 def _expects(template: dict[str, Any], found: StoredNextCall, turn: NextTurn) -> bool:
@@ -293,47 +473,39 @@ def _expects(template: dict[str, Any], found: StoredNextCall, turn: NextTurn) ->
 def _fits(template: dict[str, Any], request: Mapping[str, Any], turn: NextTurn,
           spec: str) -> bool:
     """Whether the runtime would build the template's request for ``request``: the same
-    model, tools, limits and earlier user messages, and room for what the turn adds."""
+    model, tools and limits, and room for what the turn adds."""
     headroom = template["headroom"]
-    return (template["model"] == spec and template["users"] == digest(turn.earlier_users)
-            and template["history"] == history_digest(
-                split_after_reply(request["messages"])[0])
+    return (template["model"] == spec
             and all(template[k] == v for k, v in request_conditions(request).items())
             and (headroom is None or turn.new_tokens() <= headroom))
-
-
-def history_digest(messages: Sequence[Mapping[str, Any]]) -> str:
-    """A digest of a conversation as the host sees it (system prompts aside): roles,
-    whitespace-normalised text, tool-call ids. Two conversations that began alike, or
-    one the host edited (a pruned tool output), give different digests."""
-    return digest([
-        [m["role"], " ".join((m.get("content") or "").split()), m.get("tool_call_id") or "",
-         [c["id"] for c in m.get("tool_calls") or []]]
-        for m in messages if m["role"] != "system"])
 
 
 _STATUS = {"prompt": "completed", "tool_results": "paused"}
 """The stored status of a session that expects each kind of turn."""
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def body_digest(text: str) -> str:
+    """The digests a template holds: BLAKE2b-256, hex. ``hashlib`` would load OpenSSL
+    first (~2 ms before the model request leaves); ``_blake2``, which ``hashlib`` itself
+    takes ``blake2b`` from, is built into every CPython."""
+    return _blake2b(text.encode(), digest_size=32).hexdigest()
+
 
 
 # -- after a turn: what the next one will send ---------------------------------------------
 
 
 async def remember_next_call(stores: ProjectStores, session: Session, model: ChatModel,
-                             tools: Sequence[Tool], request: Mapping[str, Any]) -> bool:
+                             tools: Sequence[Tool], request: Mapping[str, Any],
+                             early: Dispatched | None = None) -> bool:
     """Store the template of ``session``'s next turn, when one can be known.
 
     ``session`` is the session as stored after the turn, ``tools`` and ``request`` what
-    ran it. A finished turn expects a prompt; a turn paused for host tool calls expects
-    their results. Returns whether a template was stored.
+    ran it, ``early`` what dispatch sent for it. A finished turn expects a prompt; a turn
+    paused for host tool calls expects their results. Returns whether a template was
+    stored.
     """
-    from nonoka.bridge.history import host_users
     from nonoka.llm.base import AdoptsInflight
-    from nonoka.llm.wire import entry_wire_message
     from nonoka.messages import dangling_tool_calls
     from nonoka.state import SessionStatus
     from nonoka.store.next_calls import NextCallStore
@@ -348,7 +520,11 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
             or limits.wall_timeout_seconds is not None
             or session.runtime.deadline_at is not None):
         return False
-    pending = dangling_tool_calls(entries)[1]
+    # When the turn only appended to what its early request sent, the calls that stored
+    # conversation left open were exactly the ones this turn answered (``_expects``), so
+    # only what came after it can leave calls open.
+    reused = _reused(entries, session, early)
+    pending = dangling_tool_calls(entries[early.stored:] if reused and early else entries)[1]
     by_name = {t.name: t for t in tools}
     if session.status == SessionStatus.COMPLETED and not pending:
         kind = "prompt"
@@ -357,27 +533,59 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
         kind = "tool_results"
     else:
         return False
-    specs = [t.spec for t in tools]
-    frame = model.frame(specs)
+    frame = model.frame([t.spec for t in tools])
     budget = limits.max_context_tokens
     template = {
         "v": TEMPLATE_VERSION,
         "kind": kind,
         "pending": [c.id for c in pending],
         "model": model.name,
-        "users": digest([e.content for e in host_users(entries)]),
-        "history": history_digest([
-            {"role": e.role, "content": e.content, "tool_call_id": e.tool_call_id,
-             "tool_calls": e.metadata.get("tool_calls")}
-            for e in entries if not e.metadata.get("summary")
-            and not e.metadata.get("contract_repair")]),
         **request_conditions(request),
         "headroom": None if budget is None else budget - session.memory.total_tokens,
         "head": frame.head,
         "tail": frame.tail,
+        "generation": session.memory.generation,
         # As ``_dispatch`` rebuilds it from stored rows: no message models are built.
-        "digest": _sha256(frame.body([
-            json.dumps(entry_wire_message({"role": e.role, "content": e.content,
-                                           "metadata": e.metadata})) for e in entries])),
+        **_conversation(entries, early if reused else None, frame.head, frame.tail),
     }
     return store.save_next_call(session.session_id, session.revision, json.dumps(template))
+
+
+def _plain(entry: MemoryEntry) -> bool:
+    """Whether the host's copy of ``entry`` is its wire message and nothing more: not a
+    summary or a repair note the host never saw, and no field the wire shape leaves out."""
+    meta = entry.metadata
+    return not meta or not (meta.get("summary") or meta.get("contract_repair")
+                            or (entry.role != "tool" and meta.get("tool_call_id") is not None)
+                            or (entry.role != "assistant" and meta.get("tool_calls")))
+
+
+def _reused(entries: Sequence[MemoryEntry], session: Session,
+            early: Dispatched | None) -> bool:
+    """Whether this turn's model request was the early one and the memory was only
+    appended to since (its generation is the same): then the conversation starts with
+    the messages that request sent."""
+    return (early is not None and early.outcome == "used" and len(entries) >= early.count
+            and early.generation == session.memory.generation)
+
+
+def _conversation(entries: Sequence[MemoryEntry], early: Dispatched | None, head: str,
+                  tail: str) -> dict[str, Any]:
+    """The template's ``digest`` of the next body (between ``head`` and ``tail``, the
+    wire messages of ``entries``) and whether they are ``plain``.
+
+    ``early``, when the conversation starts with what its request sent (``_reused``):
+    those messages are encoded already and known plain or not, so only the entries after
+    them are encoded and checked here."""
+    from nonoka.llm.wire import entry_wire_message
+
+    start, known, plain = 0, "", True
+    if early is not None:
+        start, known = early.count, early.messages
+        plain = early.plain and all(_plain(e) for e in entries[early.stored:early.count])
+    rest = entries[start:]
+    encoded = json.dumps([entry_wire_message({"role": e.role, "content": e.content,
+                                              "metadata": e.metadata}) for e in rest])[1:-1]
+    messages = ", ".join(part for part in (known, encoded) if part)
+    return {"plain": plain and all(_plain(e) for e in rest),
+            "digest": body_digest(head + messages + tail)}

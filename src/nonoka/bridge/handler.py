@@ -371,7 +371,8 @@ class BridgeHandler:
             session = self._answered
             if session is not None and self._raw is not None and self._agent is not None:
                 await early.remember_next_call(self.turn.stores, session, model,
-                                               list(self._agent.tool_map.values()), self._raw)
+                                               list(self._agent.tool_map.values()), self._raw,
+                                               self._early)
         except Exception as exc:
             print(f"nonoka: after answering: {exc}", file=sys.stderr)
 

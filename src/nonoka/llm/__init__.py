@@ -8,9 +8,10 @@ which ``nonoka.llm.base`` needs, is loaded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the bridge's early path loads this package
 if TYPE_CHECKING:
+    from typing import Any
+
     from nonoka.llm.base import AdoptsInflight, ChatModel, ModelResponse, TextSink, ToolSpec, Usage
 
 __all__ = ["AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec", "Usage",

@@ -4,8 +4,9 @@ Which endpoint and key a model spec names, the request headers, the shape of eac
 message and how a request body is put together. The adapter (``nonoka.llm.openai``)
 builds every request with these functions, and so does the bridge's early dispatch
 (``nonoka.bridge.early``), which must not import pydantic: one implementation of the
-bytes a model endpoint receives. Its value types are named tuples, which cost the
-per-turn process far less to define than frozen dataclasses.
+bytes a model endpoint receives. Its value types are plain classes with slots: a frozen
+dataclass costs the per-turn process milliseconds to define, and a named tuple would load
+``typing`` before the early request leaves.
 
 Internal: not part of the public API (docs/architecture.md, "Public API").
 """
@@ -13,16 +14,17 @@ Internal: not part of the public API (docs/architecture.md, "Public API").
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 from nonoka.errors import ConfigurationError
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
 if TYPE_CHECKING:
     import http.client
     import ssl
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 60.0
@@ -43,13 +45,17 @@ the provider, so a fallback to ``OPENAI_API_KEY`` would let a repository send a 
 OpenAI key to a port or host of its choosing."""
 
 
-class Target(NamedTuple):
+class Target:
     """What a ``provider:model`` spec resolves to."""
 
-    spec: str
-    model: str
-    base_url: str | None
-    api_key: str | None
+    __slots__ = ("api_key", "base_url", "model", "spec")
+
+    def __init__(self, spec: str, model: str, base_url: str | None,
+                 api_key: str | None) -> None:
+        self.spec, self.model, self.base_url, self.api_key = spec, model, base_url, api_key
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"Target(spec={self.spec!r}, base_url={self.base_url!r})"
 
 
 def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
@@ -74,14 +80,31 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
                   api_key=environ.get(key_variable) or "")
 
 
-class Endpoint(NamedTuple):
+class Endpoint:
     """Where ``/chat/completions`` lives, parsed once from the base URL."""
 
-    scheme: str
-    host: str
-    port: int
-    path: str  # request target, including any query string of the base URL
-    url: str  # for messages: no credentials, no query
+    __slots__ = ("host", "path", "port", "scheme", "url")
+
+    def __init__(self, scheme: str, host: str, port: int, path: str, url: str) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.path = path
+        """The request target, including any query string of the base URL."""
+        self.url = url
+        """For messages: no credentials, no query."""
+
+    def _fields(self) -> tuple[str, str, int, str, str]:
+        return self.scheme, self.host, self.port, self.path, self.url
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Endpoint) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.url!r})"
 
     @classmethod
     def parse(cls, base_url: str) -> Endpoint:
@@ -171,15 +194,24 @@ def entry_wire_message(entry: Mapping[str, Any]) -> dict[str, Any]:
                         str(call_id) if call_id is not None else None)
 
 
-class BodyFrame(NamedTuple):
+class BodyFrame:
     """A request body around its messages: ``head + ", ".join(messages) + tail``.
 
     Every request body is assembled this way, so a body can be extended by one message
     without decoding it, and two builders of the same body agree byte for byte.
     """
 
-    head: str
-    tail: str
+    __slots__ = ("head", "tail")
+
+    def __init__(self, head: str, tail: str) -> None:
+        self.head, self.tail = head, tail
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BodyFrame) and (self.head, self.tail) == (other.head,
+                                                                            other.tail)
+
+    def __hash__(self) -> int:
+        return hash((self.head, self.tail))
 
     @classmethod
     def chat(cls, model: str, tools: Sequence[Mapping[str, Any]]) -> BodyFrame:

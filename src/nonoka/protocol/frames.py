@@ -382,7 +382,8 @@ def _loads(text: str) -> Any:
         raise ProtocolError(_codes().INVALID_JSON,
                             f"the line's JSON is nested more than {MAX_NESTING} levels deep; "
                             "flatten it", {"reason": "too_deep"})
-    if "\\ud" in text or "\\uD" in text:  # cheap test: only escapes make surrogates
+    # Cheap test: only escapes make surrogates (one search when the line has no \u).
+    if "\\u" in text and ("\\ud" in text or "\\uD" in text):
         obj = _scrub_tree(obj)
     return obj
 
@@ -390,23 +391,28 @@ def _loads(text: str) -> Any:
 def _too_deep(root: Any) -> bool:
     """Whether arrays and objects nest deeper than ``MAX_NESTING`` (without recursion).
 
-    Level by level: each level's children are gathered and the containers among them
-    picked out by C-level iteration (``compress`` over their types), so a long history
-    of flat messages costs little more than its ``json.loads``."""
-    from itertools import chain, compress
+    One level at a time, with C-level iteration only (``chain``, ``map``, ``compress``):
+    a history of thousands of flat messages is walked in well under a millisecond, where
+    a Python loop over every node took several. ``json.loads`` makes no other containers
+    than ``dict`` and ``list``.
+    """
+    from itertools import chain, compress  # loaded at start-up already
 
     level = [root] if type(root) in _CONTAINERS else []
-    for _ in range(MAX_NESTING):
-        if not level:
-            return False
-        children = list(chain.from_iterable(
-            node.values() if type(node) is dict else node for node in level))
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_NESTING:
+            return True
+        children = list(chain(chain.from_iterable(map(dict.values, compress(
+            level, map(_DICT.__contains__, map(type, level))))), chain.from_iterable(compress(
+                level, map(_LIST.__contains__, map(type, level))))))
         level = list(compress(children, map(_CONTAINERS.__contains__, map(type, children))))
-    return bool(level)
+    return False
 
 
+_DICT, _LIST = frozenset((dict,)), frozenset((list,))
 _CONTAINERS = frozenset((dict, list))
-"""What ``json.loads`` builds arrays and objects as."""
 
 
 def _scrub_tree(root: Any) -> Any:

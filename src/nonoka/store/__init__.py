@@ -15,9 +15,10 @@ needs the ``nonoka[postgres]`` extra (without it, using the name raises
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the bridge's early path loads this package
 if TYPE_CHECKING:
+    from typing import Any
+
     from nonoka.store.base import CheckpointStore, SessionLeases
     from nonoka.store.leases import hold_lease, new_lease_owner
     from nonoka.store.memory.checkpoints import MemoryCheckpointStore

@@ -6,29 +6,17 @@ tied to the checkpoint revision it was computed from. The next bridge process re
 back before the runtime has loaded, and, if the request fits, takes the session's lease
 and sends the model request at once. A store that keeps templates implements
 ``NextCallStore``; ``nonoka.store.project.open_next_call_store`` opens the project's one
-for the early path, which runs on the standard library only, as this module does.
+for the early path, which runs on the standard library only (and reads rows as
+``nonoka.store.next_call_row.StoredNextCall``, without this module's ``typing``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from nonoka.store.next_call_row import StoredNextCall
 
-class StoredNextCall(NamedTuple):
-    """A session's template with what it was computed from, read in one transaction.
-
-    A named tuple, not a dataclass: this is imported on the early path, where a frozen
-    dataclass's generated code costs a measurable share of the start-up.
-    """
-
-    template: str
-    """The template as saved."""
-    revision: int
-    """The checkpoint revision, which the template was computed from."""
-    status: str | None
-    """The session's stored status (``completed``, ``paused``...)."""
-    entries: list[str]
-    """The stored conversation entries (``MemoryEntry`` JSON), oldest first."""
+__all__ = ["ClosableNextCallStore", "NextCallStore", "StoredNextCall"]
 
 
 @runtime_checkable

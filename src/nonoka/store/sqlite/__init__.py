@@ -13,9 +13,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the bridge's early path loads this package
 if TYPE_CHECKING:
+    from typing import Any
+
     from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
     from nonoka.store.sqlite.next_calls import SQLiteNextCalls
     from nonoka.store.sqlite.records import SQLiteRecordStore

@@ -47,7 +47,7 @@ from nonoka.store.base import (
     snapshot_json,
     stored_lease,
 )
-from nonoka.store.next_calls import StoredNextCall
+from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import entry_cache, leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
 from nonoka.store.sqlite.entry_cache import Decoded

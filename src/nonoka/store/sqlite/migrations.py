@@ -19,7 +19,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 
-from nonoka.digests import Chain
 from nonoka.store import migrations as runner
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -162,6 +161,8 @@ def m005_session_lineage(db: sqlite3.Connection) -> None:
 def m006_entry_digest_chain(db: sqlite3.Connection) -> None:
     """The digest chain up to each entry (``nonoka.digests``), by which a process knows
     the entries it decoded are still the stored ones; existing rows get theirs."""
+    from nonoka.digests import Chain  # not at import: the early path only checks versions
+
     db.execute("ALTER TABLE session_entries ADD COLUMN key_chain TEXT")
     sessions = [r[0] for r in db.execute("SELECT DISTINCT session_id FROM session_entries")]
     for session_id in sessions:

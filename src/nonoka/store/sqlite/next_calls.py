@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from pathlib import Path
+from urllib.parse import quote
 
-from nonoka.store.next_calls import StoredNextCall
+from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import leases, lineage
 from nonoka.store.sqlite.migrations import MIGRATIONS, check_known
 
@@ -85,8 +85,11 @@ class SQLiteNextCalls:
         which refuses it."""
         if os.path.islink(path) or not os.path.isfile(path):
             return None
-        uri = Path(os.path.abspath(path)).as_uri() + "?mode=rw"  # never creates the file
-        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2)
+        uri = f"file:{quote(os.path.abspath(path))}?mode=rw"  # never creates the file
+        # Any thread may close it: the early path leaves the close (which may checkpoint
+        # the log, with an fsync) to a worker while the runtime loads.
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2,
+                             check_same_thread=False)
         try:
             if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                 db.close()
