@@ -22,3 +22,9 @@ def test_the_snapshot_is_the_state_as_pydantic_writes_it_as_the_trace_slides() -
         assert decoded.trace == state.trace
     empty = Session("empty").to_state()
     assert json.loads(snapshot_json(empty))["trace"] == []
+
+
+def test_a_trace_event_is_known_by_all_its_fields() -> None:
+    """Kept texts are found by the event's field values: a field added to ``TraceEvent``
+    must join that key."""
+    assert set(TraceEvent.model_fields) == {"kind", "detail", "at"}

@@ -577,6 +577,7 @@ def _conversation(entries: Sequence[MemoryEntry], early: Dispatched | None, head
     ``early``, when the conversation starts with what its request sent (``_reused``):
     those messages are encoded already and known plain or not, so only the entries after
     them are encoded and checked here."""
+    from nonoka.llm.openai import kept_messages
     from nonoka.llm.wire import entry_wire_message
 
     start, known, plain = 0, "", True
@@ -584,8 +585,11 @@ def _conversation(entries: Sequence[MemoryEntry], early: Dispatched | None, head
         start, known = early.count, early.messages
         plain = early.plain and all(_plain(e) for e in entries[early.stored:early.count])
     rest = entries[start:]
-    encoded = json.dumps([entry_wire_message({"role": e.role, "content": e.content,
-                                              "metadata": e.metadata}) for e in rest])[1:-1]
+    # A long-lived bridge kept each entry's text from the request it sent this turn.
+    encoded = kept_messages(rest) if early is None else None
+    if encoded is None:
+        encoded = json.dumps([entry_wire_message({"role": e.role, "content": e.content,
+                                                  "metadata": e.metadata}) for e in rest])[1:-1]
     messages = ", ".join(part for part in (known, encoded) if part)
     return {"plain": plain and all(_plain(e) for e in rest),
             "digest": body_digest(head + messages + tail)}

@@ -229,6 +229,26 @@ def _entry_wire(entry: MemoryEntry) -> dict[str, Any]:
                         None if call_id is None else str(call_id))
 
 
+def kept_messages(entries: Sequence[MemoryEntry]) -> str | None:
+    """The wire messages of ``entries`` joined as a body holds them, when this process
+    kept the text of all but the last few from a request it sent (a long-lived bridge
+    after its first turn); ``None`` otherwise, for the caller to encode them itself."""
+    cache = _ENCODED
+    found = list(map(cache.get, map(id, entries)))
+    if found.count(None) > _KEPT_MISSES:
+        return None
+    texts = []
+    for entry, kept in zip(entries, found, strict=True):
+        if kept is None or kept[0] is not entry:
+            text = json.dumps(_entry_wire(entry))
+            cache[id(entry)] = (entry, text)
+            texts.append(text)
+        else:
+            texts.append(kept[1])
+    return ", ".join(texts)
+
+
+_KEPT_MISSES = 8
 _SERVED: list[bool] = []
 """Set once this process has encoded a conversation."""
 _ENCODED: dict[int, tuple[MemoryEntry, str]] = {}

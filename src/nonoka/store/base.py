@@ -153,19 +153,19 @@ def snapshot_json(state: SessionState) -> str:
 
 
 _WITHOUT_TRACE = {*SNAPSHOT_EXCLUDE, "trace"}
-_TRACE_TEXTS: dict[int, tuple[TraceEvent, str]] = {}
-"""Each trace event's JSON by event (held, so its ``id`` is not reused while kept)."""
+_TRACE_TEXTS: dict[tuple[str, str, float], str] = {}
+"""Each trace event's JSON by its fields (a loaded session's events are new objects with
+the same values, so they are found by value)."""
 _TRACE_KEPT = 4096
 
 
 def _trace_json(event: TraceEvent) -> str:
-    kept = _TRACE_TEXTS.get(id(event))
-    if kept is not None and kept[0] is event:
-        return kept[1]
-    if len(_TRACE_TEXTS) >= _TRACE_KEPT:
-        _TRACE_TEXTS.clear()
-    text = event.model_dump_json()
-    _TRACE_TEXTS[id(event)] = (event, text)
+    key = (event.kind, event.detail, event.at)
+    text = _TRACE_TEXTS.get(key)
+    if text is None:
+        if len(_TRACE_TEXTS) >= _TRACE_KEPT:
+            _TRACE_TEXTS.clear()
+        text = _TRACE_TEXTS[key] = event.model_dump_json()
     return text
 
 
