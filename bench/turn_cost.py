@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 SIZES = (10, 1_000, 5_000, 10_000)
+NOISE = 0.05
+"""How much the median of a few runs of one process moves between runs on this machine:
+early dispatch counts as "not slower" within it (the line prints the difference)."""
 BRIDGE = [sys.executable, "-m", "nonoka", "bridge"]
 MODEL = "bench"
 SSE = (
@@ -313,9 +316,11 @@ def main() -> int:
             verdicts.append((f"{size:,} messages: spawn to exit <= 1.5x the 10-message turn "
                              f"+ the floor's growth: {r['early_exit'] * 1e3:.0f} ms (limit "
                              f"{allowed * 1e3:.0f} ms)", r["early_exit"] <= allowed))
-            verdicts.append((f"{size:,} messages: early dispatch not slower than without: "
-                             f"exit {r['early_exit'] * 1e3:.0f} vs {r['late_exit'] * 1e3:.0f} ms",
-                             r["early_exit"] <= r["late_exit"] * 1.05))
+            verdicts.append((f"{size:,} messages: early dispatch not slower than without "
+                             f"(within {NOISE:.0%}, the medians' run-to-run spread): exit "
+                             f"{r['early_exit'] * 1e3:.0f} vs {r['late_exit'] * 1e3:.0f} ms "
+                             f"({r['early_exit'] / r['late_exit'] - 1:+.1%})",
+                             r["early_exit"] <= r["late_exit"] * (1 + NOISE)))
             verdicts.append((f"{size:,} messages: model's last byte to finish <= 20 ms, to exit "
                              f"<= 60 ms: {r['late_end_finish'] * 1e3:.1f} / "
                              f"{r['late_end_exit'] * 1e3:.1f} ms",
