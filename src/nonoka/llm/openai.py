@@ -210,16 +210,17 @@ def encoded_messages(messages: Sequence[Message]) -> list[str]:
     cache = _ENCODED
     if len(cache) > 2 * len(messages) + _ENCODED_SPARE:
         cache.clear()  # entries of conversations no longer served
-    out = []
-    for entry in messages.entries:
-        kept = cache.get(id(entry))
-        if kept is None or kept[0] is not entry:
-            text = json.dumps(_entry_wire(entry))
-            cache[id(entry)] = (entry, text)
-            out.append(text)
-        else:
-            out.append(kept[1])
-    return out
+    entries = messages.entries
+    return list(map(_kept_text, entries, map(cache.get, map(id, entries))))
+
+
+def _kept_text(entry: MemoryEntry, kept: tuple[MemoryEntry, str] | None) -> str:
+    """``entry``'s wire text: ``kept`` when it is this entry's, else encoded and kept."""
+    if kept is not None and kept[0] is entry:
+        return kept[1]
+    text = json.dumps(_entry_wire(entry))
+    _ENCODED[id(entry)] = (entry, text)
+    return text
 
 
 def _entry_wire(entry: MemoryEntry) -> dict[str, Any]:
@@ -233,19 +234,10 @@ def kept_messages(entries: Sequence[MemoryEntry]) -> str | None:
     """The wire messages of ``entries`` joined as a body holds them, when this process
     kept the text of all but the last few from a request it sent (a long-lived bridge
     after its first turn); ``None`` otherwise, for the caller to encode them itself."""
-    cache = _ENCODED
-    found = list(map(cache.get, map(id, entries)))
+    found = list(map(_ENCODED.get, map(id, entries)))
     if found.count(None) > _KEPT_MISSES:
         return None
-    texts = []
-    for entry, kept in zip(entries, found, strict=True):
-        if kept is None or kept[0] is not entry:
-            text = json.dumps(_entry_wire(entry))
-            cache[id(entry)] = (entry, text)
-            texts.append(text)
-        else:
-            texts.append(kept[1])
-    return ", ".join(texts)
+    return ", ".join(map(_kept_text, entries, found))
 
 
 _KEPT_MISSES = 8
