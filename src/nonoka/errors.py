@@ -94,7 +94,7 @@ class WorkspaceError(ConfigurationError):
 
 class MissingExtraError(ConfigurationError, ImportError):
     """A feature needs an optional extra that is not installed; the message names it
-    (``pip install 'nonoka[postgres]'``). Also an ``ImportError``, since it is raised
+    (``pip install '.[postgres]'`` in the clone). Also an ``ImportError``, since it is raised
     where the feature is imported."""
 
 

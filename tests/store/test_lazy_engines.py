@@ -2,7 +2,7 @@
 
 Each check runs in a fresh interpreter, so what is imported (and what is missing) is
 exactly what the code under test makes of it. A missing ``psycopg`` is simulated by a
-meta-path finder that refuses it, as an environment without ``nonoka[postgres]`` would.
+meta-path finder that refuses it, as an environment without the ``postgres`` extra would.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ else:
     print(json.dumps(None))
 """)
     assert result is not None, "the PostgreSQL engine imported without psycopg"
-    assert "pip install 'nonoka[postgres]'" in result["message"]
+    assert "pip install '.[postgres]'" in result["message"]
     assert result["name"] == "psycopg"
     assert result["configuration"] is True
 

@@ -163,7 +163,7 @@ def test_the_command_names_the_extra_when_it_is_missing(project: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 1
-    assert "pip install 'nonoka[ui]'" in done.stderr and "starlette" in done.stderr
+    assert "pip install '.[ui]'" in done.stderr and "starlette" in done.stderr
 
 
 def test_a_project_without_sessions_is_refused_and_nothing_is_created(project: Path) -> None:

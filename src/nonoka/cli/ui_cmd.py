@@ -1,6 +1,6 @@
 """``nonoka ui``: serve this project's sessions to a local web browser.
 
-Only click is imported at module level: the web stack (the ``nonoka[ui]`` extra) is
+Only click is imported at module level: the web stack (the ``ui`` extra) is
 imported when the command runs, so the other commands never load it.
 """
 
@@ -49,7 +49,7 @@ def ui(port: int, host: str, open_browser: bool, allow_actions: bool) -> None:
     Serves the sessions of the project's database (.nonoka/sessions.db, or
     NONOKA_DATABASE_URL) on 127.0.0.1 and prints the address, which carries a random
     access token; requests without it are refused. Pages follow a running session
-    live. Needs the ui extra: pip install 'nonoka[ui]'.
+    live. Needs the ui extra: in your nonoka clone, pip install '.[ui]'.
     """
     from nonoka.cli.common import CliError, has_database
     from nonoka.errors import NonokaError
@@ -57,8 +57,10 @@ def ui(port: int, host: str, open_browser: bool, allow_actions: bool) -> None:
 
     missing = missing_extra()
     if missing:
-        raise click.ClickException(f"nonoka ui needs the web extra: pip install 'nonoka[ui]' "
-                                   f"({missing} is not installed)")
+        raise click.ClickException(f"nonoka ui needs the web extra ({missing} is not "
+                                   "installed): in your nonoka clone, run pip install "
+                                   "'.[ui]' (the package index's 'nonoka' is an unrelated "
+                                   "project)")
     project = Path.cwd()
     if not has_database(project):
         raise click.ClickException(f"there are no sessions in {project} yet (no "

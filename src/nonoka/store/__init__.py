@@ -9,7 +9,7 @@ from a database URL.
 
 Nothing is imported here: the per-turn bridge reads ``nonoka.store.project`` before
 pydantic (which ``nonoka.store.base`` needs) is loaded, and ``PostgresCheckpointStore``
-needs the ``nonoka[postgres]`` extra (without it, using the name raises
+needs the ``postgres`` extra (without it, using the name raises
 ``MissingExtraError``, which says so).
 """
 

@@ -5,7 +5,7 @@ Every turn runs in a fresh process that starts here, so this module imports no e
 workspace has its own file, ``<cwd>/.nonoka/sessions.db``, so projects never contend or
 see each other's history; the SQLite engine opens that file once and all three stores
 share the connection. A ``postgresql://`` URL puts every project in one shared database
-(``?options=-csearch_path%3Dname`` picks a schema); it needs ``nonoka[postgres]``.
+(``?options=-csearch_path%3Dname`` picks a schema); it needs the ``postgres`` extra.
 """
 
 from __future__ import annotations

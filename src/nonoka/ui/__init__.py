@@ -1,4 +1,4 @@
-"""``nonoka ui``: a local web viewer for a project's sessions (the ``nonoka[ui]`` extra).
+"""``nonoka ui``: a local web viewer for a project's sessions (the ``ui`` extra).
 
 Nothing here is imported by ``nonoka bridge`` or ``nonoka run``; the command imports it
 only when it runs. ``data`` is the one module that reads nonoka's stores.

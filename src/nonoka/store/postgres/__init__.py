@@ -6,7 +6,8 @@
 - ``checkpoints``: ``PostgresCheckpointStore`` (``CheckpointStore``, ``SessionLeases``);
 - ``records``: ``PostgresRecordStore`` (``SessionIndex`` and ``EventLog``).
 
-It needs ``pip install 'nonoka[postgres]'`` (psycopg 3 and psycopg-pool). Nothing is
+It needs the ``postgres`` extra, psycopg 3 and psycopg-pool (``pip install '.[postgres]'``
+in the clone). Nothing is
 imported until a name is used; without the extra, using one raises
 ``MissingExtraError`` (a ``ConfigurationError`` and an ``ImportError``) naming it.
 """

@@ -28,7 +28,8 @@ try:
 except ImportError as exc:  # psycopg's own C parts may fail to load, too
     raise MissingExtraError(
         "the PostgreSQL engine needs psycopg 3 and psycopg-pool: "
-        f"pip install 'nonoka[postgres]' ({exc.name or 'a module'} is missing)",
+        f"in your nonoka clone, pip install '.[postgres]' ({exc.name or 'a module'} is "
+        "missing; the package index's 'nonoka' is an unrelated project)",
         name=exc.name,
     ) from None
 
