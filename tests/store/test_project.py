@@ -135,7 +135,7 @@ def test_postgresql_needs_the_extra(
     for name in [m for m in sys.modules if m.startswith(("psycopg", "nonoka.store.postgres"))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the extra were not installed
-    with pytest.raises(ConfigurationError, match=r"pip install 'nonoka\[postgres\]'") as info:
+    with pytest.raises(ConfigurationError, match=r"pip install '\.\[postgres\]'") as info:
         open_project_stores(tmp_path, url)
     assert "s3cret" not in str(info.value)
     assert _listing(tmp_path) == []
