@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from nonoka.entries import EntryMessages, EntrySnapshot
 from nonoka.messages import MemoryEntry, Message
+from nonoka.resumable import Resumable
 
 if TYPE_CHECKING:
     from nonoka.store.base import CheckpointStore
@@ -32,7 +33,7 @@ class WorkingMemory:
 
     def __init__(self, entries: Iterable[MemoryEntry] = (), *, generation: int = 0) -> None:
         self._entries: list[MemoryEntry] = list(entries)
-        self._tokens: int = sum(map(_TOKENS, self._entries))
+        self._tokens: int = _token_count(self._entries)
         self.generation = generation
 
     @property
@@ -99,6 +100,19 @@ class WorkingMemory:
         self._tokens = sum(e.tokens for e in self._entries)
         self.generation += 1
         return True
+
+
+def _token_count(entries: list[MemoryEntry]) -> int:
+    """The entries' tokens, counted on from the last count when they extend the entries
+    it was taken of (a session loaded again, one exchange longer: ``nonoka.resumable``)."""
+    resumed = _COUNTED.resume(entries)
+    start, total = (0, 0) if resumed is None else (resumed[0][0], resumed[1])
+    total += sum(map(_TOKENS, entries[start:]))
+    _COUNTED.keep(total, entries)
+    return total
+
+
+_COUNTED: Resumable[int] = Resumable()
 
 
 def _open_call_unit(unit: list[MemoryEntry], entry: MemoryEntry) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nonoka.resumable import Resumable
 from nonoka.tokens import entry_tokens
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -99,15 +100,35 @@ def dangling_tool_calls(entries: Sequence[MemoryEntry]) -> tuple[int | None, lis
     """Find the last assistant entry with tool calls and the calls nothing answers yet.
 
     Returns the entry's index (``None`` when there is none) and its unanswered calls in
-    the order the model made them.
+    the order the model made them. A conversation that extends the one the last call
+    looked at is read only from where that one ended (``nonoka.resumable``).
     """
     items = list(entries)  # one copy in C, then plain list indexing
-    for index in range(len(items) - 1, -1, -1):
-        entry = items[index]
-        if entry.metadata and entry.role == "assistant" and entry.metadata.get("tool_calls"):
-            answered = {e.tool_call_id for e in items[index + 1:] if e.role == "tool"}
-            return index, [c for c in entry.tool_calls if c.id not in answered]
-    return None, []
+    resumed = _PAIRING.resume(items)
+    start, index, answered = 0, None, set[Any]()
+    if resumed is not None:
+        (start,), (index, answered) = resumed
+    for at in range(len(items) - 1, start - 1, -1):
+        if _calls_tools(items[at]):
+            index, answered, start = at, set(), at + 1
+            break
+    if index is not None:
+        answered = answered | {e.tool_call_id for e in items[start:]
+                               if e.role == "tool"}
+    _PAIRING.keep((index, answered), items)
+    if index is None:
+        return None, []
+    return index, [c for c in items[index].tool_calls if c.id not in answered]
+
+
+def _calls_tools(entry: MemoryEntry) -> bool:
+    meta = entry.metadata
+    return bool(meta) and entry.role == "assistant" and bool(meta.get("tool_calls"))
+
+
+_PAIRING: Resumable[tuple[int | None, set[Any]]] = Resumable()
+"""The last assistant entry with tool calls, and the ids answered after it, in the
+conversation ``dangling_tool_calls`` last read."""
 
 
 class ToolResult(BaseModel):

@@ -414,8 +414,9 @@ async def test_a_host_name_that_does_not_resolve_fails_within_seconds() -> None:
 
 
 def test_a_sessions_conversation_is_posted_byte_for_byte_as_its_messages_would_be() -> None:
-    """The adapter encodes a session's entries straight to the wire (in one call the first
-    time, from kept texts later); the bytes are those of the same ``Message`` list."""
+    """The adapter encodes a session's entries straight to the wire (in one call, then
+    only the entries a longer conversation adds); the bytes are those of the same
+    ``Message`` list."""
     from nonoka.entries import EntryMessages
     from nonoka.llm import openai
     from nonoka.messages import MemoryEntry
@@ -428,9 +429,12 @@ def test_a_sessions_conversation_is_posted_byte_for_byte_as_its_messages_would_b
                MemoryEntry.assistant("done 数据")]
     tools = [ToolSpec(name="bash", description="run", parameters={"type": "object"})]
     expected = model.request_body([e.to_message() for e in entries], tools)
-    openai._SERVED.clear()
-    openai._ENCODED.clear()
-    for _ in range(3):  # first in one call, then encoding and keeping, then from kept texts
-        assert model.request_body(EntryMessages(entries), tools) == expected
-    assert len(openai._ENCODED) == len(entries)
+    openai._WIRE.forget()
+    for end in (3, 3, 4, 6, 6, 2, 6):  # from scratch, resumed, resumed, again, shorter...
+        want = model.request_body([e.to_message() for e in entries[:end]], tools)
+        assert model.request_body(EntryMessages(entries[:end]), tools) == want
+    assert model.request_body(EntryMessages(entries), tools) == expected
     assert model.request_body(EntryMessages([]), tools) == model.request_body([], tools)
+    altered = [*entries[:2], MemoryEntry.make("user", "another"), *entries[3:]]
+    assert model.request_body(EntryMessages(altered), tools) == model.request_body(
+        [e.to_message() for e in altered], tools)

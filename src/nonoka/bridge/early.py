@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from nonoka.llm.base import ChatModel
     from nonoka.llm.inflight import Inflight, Outcome
     from nonoka.messages import MemoryEntry
+    from nonoka.resumable import Resumable
     from nonoka.session import Session
     from nonoka.store.base import SessionLeases
     from nonoka.store.next_call_row import StoredNextCall
@@ -261,10 +262,11 @@ class Dispatched:
     path's import."""
 
     __slots__ = ("count", "generation", "inflight", "messages", "outcome", "owner",
-                 "plain", "released", "session_id", "stored")
+                 "plain", "released", "session_id", "stored", "stored_text")
 
     def __init__(self, session_id: str, owner: str, inflight: Inflight, messages: str,
-                 count: int, stored: int, template: dict[str, Any]) -> None:
+                 count: int, stored: int, template: dict[str, Any],
+                 stored_text: int = 0) -> None:
         self.session_id = session_id
         self.owner = owner
         """The owner token of the lease dispatch took."""
@@ -275,6 +277,8 @@ class Dispatched:
         """How many messages that is."""
         self.stored = stored
         """How many of them are the stored conversation's."""
+        self.stored_text = stored_text
+        """The length of their text at the start of ``messages``."""
         self.generation: int | None = template.get("generation")
         """The memory generation of the stored conversation."""
         self.plain: bool = bool(template.get("plain"))
@@ -305,6 +309,18 @@ class Dispatched:
         if not self.released:
             self.released = True
             await leases.release_lease(self.session_id, self.owner)
+
+    def share_text(self, session: Session) -> None:
+        """Give the model adapter the wire text dispatch sent for ``session``'s stored
+        conversation (loaded under the lease), so the runtime's request does not encode
+        it again: the template's digest matched it to that very conversation (same
+        revision and generation), the same proof dispatch sent it on."""
+        memory = session.memory
+        if (session.session_id == self.session_id and self.stored_text
+                and len(memory) == self.stored and memory.generation == self.generation):
+            from nonoka.llm.openai import share_wire_text
+
+            share_wire_text(memory.entries, self.messages[:self.stored_text])
 
     def settle(self) -> Outcome | None:
         """Close the request if nobody claimed it; what became of it (once)."""
@@ -383,7 +399,7 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         inflight.start(endpoint, (head + messages + tail).encode(),
                        request_headers(target.api_key), DEFAULT_TIMEOUT)
         return Dispatched(turn.session_id, owner, inflight, messages, stored[1] + len(new),
-                          stored[1], template)
+                          stored[1], template, len(stored[0]))
     finally:
         # Closing the last connection checkpoints SQLite's log (with an fsync): on a
         # worker thread, while the runtime loads, not before.
@@ -576,20 +592,46 @@ def _conversation(entries: Sequence[MemoryEntry], early: Dispatched | None, head
 
     ``early``, when the conversation starts with what its request sent (``_reused``):
     those messages are encoded already and known plain or not, so only the entries after
-    them are encoded and checked here."""
-    from nonoka.llm.openai import kept_messages
+    them are encoded and checked here. Without it (a long-lived bridge's later turns),
+    the digest and the check go on from where the last template's stopped, when the
+    conversation extends that one (``nonoka.resumable``)."""
+    if early is None:
+        return _resumed_conversation(entries, head, tail)
     from nonoka.llm.wire import entry_wire_message
 
-    start, known, plain = 0, "", True
-    if early is not None:
-        start, known = early.count, early.messages
-        plain = early.plain and all(_plain(e) for e in entries[early.stored:early.count])
+    start, known = early.count, early.messages
+    plain = early.plain and all(_plain(e) for e in entries[early.stored:early.count])
     rest = entries[start:]
-    # A long-lived bridge kept each entry's text from the request it sent this turn.
-    encoded = kept_messages(rest) if early is None else None
-    if encoded is None:
-        encoded = json.dumps([entry_wire_message({"role": e.role, "content": e.content,
-                                                  "metadata": e.metadata}) for e in rest])[1:-1]
+    encoded = json.dumps([entry_wire_message({"role": e.role, "content": e.content,
+                                              "metadata": e.metadata}) for e in rest])[1:-1]
     messages = ", ".join(part for part in (known, encoded) if part)
     return {"plain": plain and all(_plain(e) for e in rest),
             "digest": body_digest(head + messages + tail)}
+
+
+def _resumed_conversation(entries: Sequence[MemoryEntry], head: str, tail: str
+                          ) -> dict[str, Any]:
+    """``_conversation`` for a turn that sent no early request: the body's text is the
+    adapter's (``wire_text``, itself resumed), its digest and plainness resumed here."""
+    from nonoka.llm.openai import wire_text
+    from nonoka.resumable import Resumable
+
+    memo = _TEMPLATE[0] if _TEMPLATE else _TEMPLATE.setdefault(0, Resumable())
+    messages = wire_text(entries)
+    resumed = memo.resume(entries)
+    if resumed is not None and resumed[1][0] == head:
+        (start,), (_, hashed, plain, length) = resumed
+        hashed = hashed.copy()
+    else:
+        start, hashed, plain, length = 0, _blake2b(head.encode(), digest_size=32), True, 0
+    hashed.update(messages[length:].encode())
+    plain = plain and all(_plain(e) for e in entries[start:])
+    memo.keep((head, hashed, plain, len(messages)), entries)
+    final = hashed.copy()
+    final.update(tail.encode())
+    return {"plain": plain, "digest": final.hexdigest()}
+
+
+_TEMPLATE: dict[int, Resumable[tuple[str, Any, bool, int]]] = {}
+"""The head, the digest so far, plainness and text length of the conversation the last
+template was taken of (made on first use: the early path does not load ``typing``)."""

@@ -187,6 +187,8 @@ class BridgeHandler:
     def _plan(self, session: Session) -> TurnInput:
         """What the host's history brings to the session, as stored under the lease."""
         self._session = session
+        if self._early is not None:
+            self._early.share_text(session)
         messages = self.request.messages
         judged = self._judged
         if judged is not None and judged[:2] == (session.session_id, session.revision):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from nonoka.messages import MemoryEntry, Message
+from nonoka.resumable import Resumable
 
 
 class Lineage(StrEnum):
@@ -105,14 +106,29 @@ def _same(entry: MemoryEntry, message: Message) -> bool:
     return True
 
 
+def _hosted(messages: Sequence[Message]) -> list[Message]:
+    """The host's messages without its system prompts; a history that extends the one
+    the last call filtered is filtered only from where that one ended."""
+    resumed = _HOSTED.resume(messages)
+    start, kept = (0, []) if resumed is None else (resumed[0][0], resumed[1])
+    hosted = [*kept, *(m for m in messages[start:] if m.role != "system")]
+    _HOSTED.keep(hosted, messages)
+    return hosted
+
+
+_HOSTED: Resumable[list[Message]] = Resumable()
+
+
 def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message]) -> int | None:
     """How many host messages repeat the stored conversation, when they repeat all of it
     as stored, text for text (what nearly every request does); ``None`` when anything
     else may be going on, for the full comparison to settle (``classify`` gives the same
-    answer either way)."""
+    answer either way). Goes on from where the last call stopped when both sides extend
+    what it compared (``nonoka.resumable``)."""
     count = len(hosted)
-    j = 0
-    for entry in stored:
+    resumed = _REPEATS.resume(stored, hosted)
+    start, j = (0, 0) if resumed is None else (resumed[0][0], resumed[1])
+    for entry in stored[start:]:
         role = entry.role
         if role == "system":
             continue
@@ -130,7 +146,14 @@ def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message]) -> int | Non
                 _same(entry, message):
             return None
         j += 1
-    return j if j or count else None
+    if not (j or count):
+        return None
+    _REPEATS.keep(j, stored, hosted[:j])
+    return j
+
+
+_REPEATS: Resumable[int] = Resumable()
+"""How many host messages the stored conversation ``_repeated`` last read repeated."""
 
 
 def _shape(key: Key, role: str) -> Key:
@@ -166,7 +189,7 @@ def classify(stored: Sequence[MemoryEntry], messages: Sequence[Message],
     ``summaries`` are digests (``content_digest``) of compaction summaries the host asked
     for in this conversation; an assistant message carrying one marks a compacted prefix.
     """
-    hosted = [m for m in messages if m.role != "system"]
+    hosted = _hosted(messages)
     same = _repeated(stored, hosted)
     if same is not None:
         return Reconciliation(Lineage.CONTINUATION, len(stored), new=hosted[same:],

@@ -36,6 +36,7 @@ from nonoka.llm.wire import (
     wire_message,
 )
 from nonoka.messages import MemoryEntry, Message, ToolCall
+from nonoka.resumable import Resumable
 
 if TYPE_CHECKING:
     import http.client
@@ -198,29 +199,34 @@ class OpenAIChatModel:
 def encoded_messages(messages: Sequence[Message]) -> list[str]:
     """The messages' JSON on the wire, as ``BodyFrame.body`` joins it (``", "`` between
     messages; one string may hold several). A session's conversation (``EntryMessages``)
-    is encoded from its entries without building ``Message`` models: the first time in
-    one call, since most processes make one request; after that each entry's text is
-    kept for the next request (a long-lived bridge resends the same entries every turn)."""
+    is encoded from its entries without building ``Message`` models (``wire_text``)."""
     if not isinstance(messages, EntryMessages):
         return [json.dumps(_wire_message(m)) for m in messages]
-    if not _SERVED:  # most processes make one request: encode in one call, keep nothing
-        _SERVED.append(True)
-        joined = json.dumps([_entry_wire(e) for e in messages.entries])[1:-1]
-        return [joined] if joined else []
-    cache = _ENCODED
-    if len(cache) > 2 * len(messages) + _ENCODED_SPARE:
-        cache.clear()  # entries of conversations no longer served
-    entries = messages.entries
-    return list(map(_kept_text, entries, map(cache.get, map(id, entries))))
+    joined = wire_text(messages.entries)
+    return [joined] if joined else []
 
 
-def _kept_text(entry: MemoryEntry, kept: tuple[MemoryEntry, str] | None) -> str:
-    """``entry``'s wire text: ``kept`` when it is this entry's, else encoded and kept."""
-    if kept is not None and kept[0] is entry:
-        return kept[1]
-    text = json.dumps(_entry_wire(entry))
-    _ENCODED[id(entry)] = (entry, text)
-    return text
+def wire_text(entries: Sequence[MemoryEntry]) -> str:
+    """The wire messages of ``entries`` joined as a body holds them.
+
+    Encoded in one ``json.dumps`` call; when ``entries`` extend the ones the last call
+    encoded (a long-lived bridge resends its conversation every turn, one exchange
+    longer), only the entries after those are encoded (``nonoka.resumable``)."""
+    resumed = _WIRE.resume(entries)
+    start, known = (0, "") if resumed is None else (resumed[0][0], resumed[1])
+    rest = json.dumps([_entry_wire(e) for e in entries[start:]])[1:-1]
+    joined = f"{known}, {rest}" if known and rest else known or rest
+    _WIRE.keep(joined, entries)
+    return joined
+
+
+_WIRE: Resumable[str] = Resumable()
+
+
+def share_wire_text(entries: Sequence[MemoryEntry], text: str) -> None:
+    """Take ``text`` as the wire text of ``entries`` (what ``wire_text`` would give):
+    the bridge's early request already encoded a conversation the turn then loads."""
+    _WIRE.keep(text, entries)
 
 
 def _entry_wire(entry: MemoryEntry) -> dict[str, Any]:
@@ -228,24 +234,6 @@ def _entry_wire(entry: MemoryEntry) -> dict[str, Any]:
     call_id = meta.get("tool_call_id")
     return wire_message(entry.role, entry.content, meta.get("tool_calls") or None,
                         None if call_id is None else str(call_id))
-
-
-def kept_messages(entries: Sequence[MemoryEntry]) -> str | None:
-    """The wire messages of ``entries`` joined as a body holds them, when this process
-    kept the text of all but the last few from a request it sent (a long-lived bridge
-    after its first turn); ``None`` otherwise, for the caller to encode them itself."""
-    found = list(map(_ENCODED.get, map(id, entries)))
-    if found.count(None) > _KEPT_MISSES:
-        return None
-    return ", ".join(map(_kept_text, entries, found))
-
-
-_KEPT_MISSES = 8
-_SERVED: list[bool] = []
-"""Set once this process has encoded a conversation."""
-_ENCODED: dict[int, tuple[MemoryEntry, str]] = {}
-"""Wire text by entry (the entry is held, so its ``id`` is not reused while cached)."""
-_ENCODED_SPARE = 4096
 
 
 def _wire_message(message: Message) -> dict[str, Any]:

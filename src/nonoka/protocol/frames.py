@@ -16,6 +16,7 @@ such as the TypeScript provider, are written against them. Add names; never rena
 from __future__ import annotations
 
 import json
+import re
 from enum import StrEnum
 
 from nonoka.errors import NonokaError
@@ -352,7 +353,7 @@ def _loads(text: str) -> Any:
                             "the line is empty; send one JSON object per line",
                             {"reason": "empty"})
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = _decode(text)
     except json.JSONDecodeError as exc:
         # A line cut short ends inside a string or before the value closes.
         truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
@@ -378,14 +379,148 @@ def _loads(text: str) -> Any:
         raise ProtocolError(_codes().INVALID_JSON,
                             f"the line's JSON cannot be read ({exc}); fix the value",
                             {"reason": "unreadable_value"}) from None
-    if _too_deep(obj):
+    messages = obj.get("messages") if type(obj) is dict else None
+    resent = _resent_count(messages) if type(messages) is list else 0
+    if _too_deep({**obj, "messages": messages[resent:]} if messages and resent else obj):
         raise ProtocolError(_codes().INVALID_JSON,
                             f"the line's JSON is nested more than {MAX_NESTING} levels deep; "
                             "flatten it", {"reason": "too_deep"})
     # Cheap test: only escapes make surrogates (one search when the line has no \u).
     if "\\u" in text and ("\\ud" in text or "\\uD" in text):
         obj = _scrub_tree(obj)
+        messages = obj.get("messages") if type(obj) is dict else None
+        _Resent.text = ("", [])  # its text no longer gives its values
+    if type(messages) is list:
+        _Resent.checked = (messages, _Resent.checked[0], resent)
     return obj
+
+
+def _decode(text: str) -> Any:
+    """``json.loads(text)``; a request line that resends the messages of the line
+    before is decoded without decoding them again.
+
+    The first line a process reads is decoded by ``json.loads`` alone. From the second
+    on, the line's top level is walked here, each value decoded by ``json``'s own
+    scanner, so the span of the ``messages`` array in the text is known. When a line's
+    array starts with the text of the last one's (one comparison of bytes), those
+    messages are the same values: the last line's are taken as they are, and only the
+    messages after them are decoded. A long-lived bridge is thus not paying, every
+    turn, for decoding the whole history again into objects scattered over a heap that
+    many turns have used (``bench/turn_cost.py``). Anything unusual in a line is left to
+    ``json.loads``, whose answer and errors are the reference.
+    """
+    if _Resent.scan is None:
+        decoder: Any = json.JSONDecoder(parse_constant=_reject_constant)
+        _Resent.scan = decoder.scan_once
+        return json.loads(text, parse_constant=_reject_constant)
+    try:
+        return _top_level(text, _Resent.scan)
+    except (_Unusual, StopIteration, IndexError, ValueError, RecursionError):
+        return json.loads(text, parse_constant=_reject_constant)
+
+
+class _Unusual(Exception):
+    """A line ``_top_level`` leaves to ``json.loads``."""
+
+
+def _top_level(text: str, scan: Any) -> dict[str, Any]:
+    """The object a line holds, its values decoded one by one (``_decode``)."""
+    ws = _WHITESPACE
+    idx = ws(text, 0).end()
+    if text[idx] != "{":
+        raise _Unusual
+    obj: dict[str, Any] = {}
+    idx = ws(text, idx + 1).end()
+    if text[idx] == "}":
+        idx += 1
+    else:
+        while True:
+            if text[idx] != '"':
+                raise _Unusual
+            key, idx = scan(text, idx)
+            idx = ws(text, idx).end()
+            if text[idx] != ":":
+                raise _Unusual
+            idx = ws(text, idx + 1).end()
+            if key == "messages" and text[idx] == "[":
+                obj[key], idx = _messages(text, idx, scan)
+            else:
+                obj[key], idx = scan(text, idx)
+            idx = ws(text, idx).end()
+            if text[idx] == "}":
+                idx += 1
+                break
+            if text[idx] != ",":
+                raise _Unusual
+            idx = ws(text, idx + 1).end()
+    if ws(text, idx).end() != len(text):
+        raise _Unusual
+    return obj
+
+
+def _messages(text: str, start: int, scan: Any) -> tuple[list[Any], int]:
+    """The array at ``start`` and the index after it, reusing the last line's messages
+    when this array's text starts with theirs (``_decode``)."""
+    before, kept = _Resent.text
+    if before and text.startswith(before, start):
+        items, idx = list(kept), start + len(before)
+    else:
+        items, end = scan(text, start)  # all of it, in C
+        if type(items) is not list or not items:
+            return items, end
+        idx = end - 1  # the closing bracket
+        while text[idx - 1] in " \t\n\r":
+            idx -= 1
+        _Resent.text = (text[start:idx], items)
+        return items, end
+    ws = _WHITESPACE
+    while True:
+        idx = ws(text, idx).end()
+        if text[idx] == "]":
+            break
+        if text[idx] != ",":
+            raise _Unusual
+        item, idx = scan(text, ws(text, idx + 1).end())
+        items.append(item)
+    _Resent.text = (text[start:idx], items)
+    return items, idx + 1
+
+
+_WHITESPACE: Any = re.compile(r"[ \t\n\r]*").match
+"""JSON's whitespace (``re`` is loaded by ``json`` already)."""
+
+
+class _Resent:
+    """The messages of the request line checked last, the line's before it, and how
+    many of its first messages repeat those (all of them, or 0).
+
+    A host resends its whole history every turn, so in a long-lived bridge nearly every
+    message of a line is one the line before held, already checked: they are found in
+    one list comparison in C, their nesting is not walked again, and validation
+    (``nonoka.protocol.models``) takes the count rather than comparing once more. One
+    tuple, replaced whole: the bridge checks the next line on another thread.
+    """
+
+    checked: tuple[list[Any], list[Any], int] = ([], [], 0)
+    text: tuple[str, list[Any]] = ("", [])
+    """The text of the last line's messages array up to its last message, and those
+    messages as decoded (``_decode``)."""
+    scan: Any = None
+    """``json``'s scanner, once this process has read its first line."""
+
+
+def _resent_count(messages: list[Any]) -> int:
+    """How many of ``messages`` repeat the messages of the line checked last."""
+    before = _Resent.checked[0]
+    count = len(before)
+    return count if count and len(messages) >= count and messages[:count] == before else 0
+
+
+def resent(messages: object) -> tuple[list[Any], int] | None:
+    """For the messages list of the line checked last: the list checked before it and
+    how many of its first messages repeat that one; ``None`` for any other list."""
+    now, before, count = _Resent.checked
+    return (before, count) if messages is now else None
 
 
 def _too_deep(root: Any) -> bool:

@@ -40,6 +40,7 @@ from nonoka.protocol.frames import (
     check_event_frame,
     check_request_frame,
     dump_line,
+    resent,
 )
 from nonoka.protocol.values import ErrorCode, ExecutedBy, FinishReason, RecoveryReason
 
@@ -423,7 +424,10 @@ def _validate_chat(obj: dict[str, Any]) -> ChatRequest:
     raw = obj.get("messages")
     seen, validated = _Validated.last
     count = len(seen)
-    if not (isinstance(raw, list) and count and len(raw) > count and raw[:count] == seen):
+    checked = resent(raw)  # the frame checks compared the line with the one before
+    same = checked[1] == count if checked is not None and checked[0] is seen else (
+        isinstance(raw, list) and raw[:count] == seen)
+    if not (isinstance(raw, list) and count and len(raw) > count and same):
         request = ChatRequest.model_validate(obj, strict=True)
         if isinstance(raw, list):
             _Validated.last = (raw, request.messages)
