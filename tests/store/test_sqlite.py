@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 import sys
@@ -222,3 +223,22 @@ async def test_processes_opening_a_fresh_file_at_once(tmp_path: Path) -> None:
     assert names == [m.__name__ for m in MIGRATIONS]
     assert sessions == {f"p{n}" for n in range(8)}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+async def test_snapshot_rows_are_padded_to_a_size_step_and_load_back(tmp_path: Path) -> None:
+    """Padded with JSON whitespace so that a save of about the same size rewrites the
+    row in place; the padding is not part of what loads."""
+    from nonoka.store.sqlite.checkpoints import SNAPSHOT_SIZE_STEP
+
+    store = SQLiteCheckpointStore(tmp_path / "pad.db")
+    state = SessionState(session_id="pad", extension_state={"x": {"text": "é" * 333}})
+    revision = await store.save_session(state)
+    state = state.model_copy(update={"revision": revision, "turn_count": 12345})
+    await store.save_session(state)
+    (text, size), = store.connection.execute(
+        "SELECT state_json, length(CAST(state_json AS BLOB)) FROM checkpoints").fetchall()
+    assert size % SNAPSHOT_SIZE_STEP == 0 and text.endswith(" ")
+    assert json.loads(text)["turn_count"] == 12345
+    loaded = await store.load_session("pad")
+    assert loaded is not None and loaded.extension_state == state.extension_state
+    await store.close()
