@@ -22,9 +22,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import NamedTuple
 
 from nonoka.digests import Chain, entry_chains
 from nonoka.entries import EntrySnapshot
@@ -51,6 +52,7 @@ from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import entry_cache, leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
 from nonoka.store.sqlite.entry_cache import Decoded
+from nonoka.store.sqlite.migrations import NEXT_DOC
 
 _UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
@@ -63,6 +65,27 @@ ON CONFLICT (session_id) DO UPDATE SET
     memory_generation = excluded.memory_generation,
     updated_at = excluded.updated_at
 """
+
+_UPDATE_CHECKPOINT = """
+UPDATE checkpoints SET state_json = ?, revision = ?, entry_count = ?, updated_at = ?
+WHERE session_id = ? AND revision = ? AND entry_count = ? AND memory_generation = ?
+"""
+
+
+class _Written(NamedTuple):
+    """A session as this store last saved it: its revision, number of entries, memory
+    generation and the digest chain of its last entry."""
+
+    revision: int
+    entries: int
+    generation: int
+    chain: Chain
+
+
+_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
+                 f"VALUES (?, ?, ?, ?, {NEXT_DOC})")
+"""An entry row with its search ``doc`` (given here rather than by the insert trigger,
+which would update the row again)."""
 
 _STEPS = ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
           "WHERE session_id = ? ORDER BY updated_at, rowid")
@@ -125,8 +148,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             open_read_only(self._path, ours_only=ours_only) if read_only
             else open_database(self._path, ours_only=ours_only))
         self._lock = threading.Lock()
-        self._written: dict[str, tuple[int, int, Chain]] = {}
-        """Per session: the revision this store last saved, its entry count and chain."""
+        self._written: dict[str, _Written] = {}
+        """Per session: what this store last saved of it (cleared by a rollback)."""
 
     @property
     def path(self) -> Path:
@@ -158,6 +181,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 yield db
                 db.execute("COMMIT")
             except BaseException as exc:
+                self._written.clear()  # what it says may not have been committed
                 if db.in_transaction:
                     with suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
@@ -177,7 +201,36 @@ class SQLiteCheckpointStore(StepUpdateWriter):
     def write_session(self, db: sqlite3.Connection, state: SessionState) -> int:
         """The statements of ``save_session``, inside the caller's write transaction."""
         snapshot = padded(snapshot_json(state))
+        revision = self._append(db, state, snapshot)
+        return revision if revision is not None else self._write(db, state, snapshot)
+
+    def _append(self, db: sqlite3.Connection, state: SessionState, snapshot: str
+                ) -> int | None:
+        """The common save, in two statements: this store wrote the stored revision, so
+        it knows the entry count and memory generation; one ``UPDATE`` both checks them
+        (with the revision) and writes the snapshot, then the new entries are inserted.
+        ``None``, with nothing written, when that does not apply (``_write`` then)."""
         sid = state.session_id
+        known = self._written.get(sid)
+        if known is None or known.revision != state.revision:
+            return None
+        plan = EntryPlan(state, known.entries, known.generation)
+        if plan.rewrite:
+            return None
+        revision = next_revision(sid, known.revision)
+        if db.execute(_UPDATE_CHECKPOINT, (
+                snapshot, revision, len(state.memory_entries), time.time(), sid,
+                known.revision, known.entries, known.generation)).rowcount != 1:
+            return None
+        self._insert(db, sid, known.entries, plan.new_entries, known.chain, revision,
+                     known.generation)
+        return revision
+
+    def _write(self, db: sqlite3.Connection, state: SessionState, snapshot: str) -> int:
+        """Any save: check the revision against the stored row, append or rewrite the
+        entries, upsert the snapshot."""
+        sid = state.session_id
+        self._written.pop(sid, None)
         row = db.execute(
             "SELECT revision, entry_count, memory_generation FROM checkpoints "
             "WHERE session_id = ?",
@@ -194,20 +247,10 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
             db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
             start = 0
-        if plan.new_entries:
-            texts = [entry_json(e) for e in plan.new_entries]
-            chains = entry_chains(self._chain_before(db, sid, start, stored), texts)
-            db.executemany(
-                "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
-                "VALUES (?, ?, ?, ?)",
-                [(sid, start + i, text, chain.encode())
-                 for i, (text, chain) in enumerate(zip(texts, chains, strict=True))],
-            )
-            if len(self._written) >= 256:
-                self._written.clear()  # a cache: at worst the chain is read again
-            self._written[sid] = (revision, start + len(texts), chains[-1])
-        elif sid in self._written:
-            self._written[sid] = (revision, *self._written[sid][1:])
+        if plan.new_entries or start == 0:
+            chain = self._chain_before(db, sid, start)
+            self._insert(db, sid, start, plan.new_entries, chain, revision,
+                         state.memory_generation)
         now = time.time()
         db.execute(
             _UPSERT_CHECKPOINT,
@@ -219,15 +262,27 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                        "WHERE session_id = ?", (sid,))
         return revision
 
-    def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int,
-                      revision: int) -> Chain:
-        """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``;
-        known without reading it when this store wrote the stored ``revision``)."""
+    def _insert(self, db: sqlite3.Connection, sid: str, start: int,
+                entries: Sequence[MemoryEntry], chain: Chain, revision: int,
+                generation: int) -> None:
+        """Insert ``entries`` from ``start`` with their digest chain, and remember what
+        the session holds once this transaction commits (``transaction`` forgets it
+        if it does not)."""
+        texts = [entry_json(e) for e in entries]
+        chains = entry_chains(chain, texts)
+        if texts:
+            db.executemany(_INSERT_ENTRY, [
+                (sid, start + i, text, link.encode())
+                for i, (text, link) in enumerate(zip(texts, chains, strict=True))])
+        if len(self._written) >= 256:
+            self._written.clear()  # a cache: at worst the stored row is read again
+        self._written[sid] = _Written(revision, start + len(texts), generation,
+                                      chains[-1] if chains else chain)
+
+    def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int) -> Chain:
+        """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``)."""
         if seq == 0:
             return Chain()
-        written = self._written.pop(session_id, None)
-        if written is not None and written[:2] == (revision, seq):
-            return written[2]
         row = lineage.entry_row(db, session_id, seq - 1, "key_chain")
         if row is None or not isinstance(row[0], str):
             raise CorruptSessionError(
@@ -318,6 +373,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             )
 
     async def delete_session(self, session_id: str) -> bool:
+        self._written.pop(session_id, None)
         with self.transaction() as db:
             lineage.detach_branches(db, session_id)
             removed = sum(

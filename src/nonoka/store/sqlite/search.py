@@ -1,6 +1,7 @@
-"""Bringing a SQLite file's full-text index up to date (migration ``m007_search_index``).
+"""Bringing a SQLite file's full-text index up to date (migrations ``m007_search_index``,
+``m008_search_doc_in_entry_row``).
 
-A save only records which entries are new (a ``search_docs`` row each); their words are
+A save only gives each new entry its ``doc`` number (a column of its row); their words are
 indexed here, in batches of ``BATCH`` entries, one short write transaction each, so a
 writer working meanwhile waits at most one batch. Every search calls ``catch_up`` first,
 so it always sees every stored entry. Standard library only.
@@ -16,15 +17,15 @@ BATCH = 2000
 
 _INDEX = f"""
 INSERT INTO session_search (rowid, body)
-SELECT d.doc, {SEARCH_BODY.format(e="e.entry_json")} FROM search_docs d
-JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq
-WHERE d.doc > ?1 AND d.doc <= ?2 ORDER BY d.doc
+SELECT doc, {SEARCH_BODY.format(e="entry_json")} FROM session_entries
+WHERE doc > ?1 AND doc <= ?2 ORDER BY doc
 """
 
 
 def pending(db: sqlite3.Connection) -> int:
     """How many entries wait to be indexed."""
-    row = db.execute(f"SELECT count(*) FROM search_docs WHERE doc > {INDEXED_UPTO}").fetchone()
+    row = db.execute(f"SELECT count(*) FROM session_entries WHERE doc > {INDEXED_UPTO}"
+                     ).fetchone()
     return int(row[0])
 
 
@@ -36,15 +37,15 @@ def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
         db.execute("BEGIN IMMEDIATE")
         try:
             upto = int(db.execute(INDEXED_UPTO.strip("()")).fetchone()[0])
-            row = db.execute("SELECT max(doc) FROM (SELECT doc FROM search_docs WHERE doc > ? "
-                             "ORDER BY doc LIMIT ?)", (upto, batch)).fetchone()
+            row = db.execute("SELECT max(doc) FROM (SELECT doc FROM session_entries "
+                             "WHERE doc > ? ORDER BY doc LIMIT ?)", (upto, batch)).fetchone()
             last = row[0]
             if last is None:
                 db.execute("COMMIT")
                 return done
             db.execute(_INDEX, (upto, last))
             done += db.execute("SELECT changes()").fetchone()[0]
-            db.execute("UPDATE search_docs SET seq = ? WHERE doc = 0", (last,))
+            db.execute("UPDATE search_state SET indexed = ?", (last,))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
