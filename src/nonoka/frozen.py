@@ -20,23 +20,26 @@ M = TypeVar("M", bound=BaseModel)
 _set = object.__setattr__
 
 
-_PLAIN: dict[type[BaseModel], bool] = {}
+_FIELDS: dict[type[BaseModel], frozenset[str] | None] = {}
 
 
-def _plain(cls: type[BaseModel]) -> bool:
-    """Whether instances hold nothing but their fields (what the fast paths write)."""
-    plain = _PLAIN.get(cls)
-    if plain is None:
-        plain = _PLAIN[cls] = (not cls.__private_attributes__
-                               and cls.model_config.get("extra") != "allow"
-                               and not cls.__pydantic_post_init__)
-    return plain
+def _fields(cls: type[BaseModel]) -> frozenset[str] | None:
+    """The field names, when instances hold nothing but their fields (what the fast
+    paths write); else ``None``. Kept per class: ``model_fields`` is slow to read."""
+    try:
+        return _FIELDS[cls]
+    except KeyError:
+        plain = (not cls.__private_attributes__ and cls.model_config.get("extra") != "allow"
+                 and not cls.__pydantic_post_init__)
+        names = _FIELDS[cls] = frozenset(cls.model_fields) if plain else None
+        return names
 
 
 def construct(cls: type[M], values: dict[str, Any]) -> M:
     """``cls.model_construct(**values)`` for ``values`` naming every field, already
     valid (``values`` becomes the instance's dict: pass a fresh one)."""
-    if not _plain(cls) or values.keys() != cls.model_fields.keys():
+    names = _fields(cls)
+    if names is None or values.keys() != names:
         return cls.model_construct(**values)
     model = cls.__new__(cls)
     _set(model, "__dict__", values)
@@ -50,7 +53,8 @@ def replace(model: M, **changes: Any) -> M:
     """``model.model_copy(update=changes)``: a shallow copy with ``changes`` (valid
     values of existing fields) applied, without validation."""
     cls = type(model)
-    if not _plain(cls) or not changes.keys() <= cls.model_fields.keys():
+    names = _fields(cls)
+    if names is None or not changes.keys() <= names:
         return model.model_copy(update=changes)
     copy = cls.__new__(cls)
     _set(copy, "__dict__", {**model.__dict__, **changes})

@@ -61,3 +61,19 @@ def test_the_trace_text_follows_a_sliding_full_window_and_any_other_change() -> 
     assert json.loads(snapshot_json(state)) == _expected(state)
     session.trace = []
     assert json.loads(snapshot_json(session.to_state()))["trace"] == []
+
+
+def test_the_plan_text_is_the_current_plans() -> None:
+    """A plan's JSON is kept with the plan object: a new plan (a new object, even one
+    equal to an old one) is written as it is, and no plan is ``null``."""
+    from nonoka.plan import Plan, Step
+
+    session = Session("plan")
+    for n in range(3):
+        session.current_plan = Plan(steps=[Step(id=f"s{i}", tool="run", args={"n": n})
+                                           for i in range(n + 1)])
+        for _ in range(2):
+            state = session.to_state()
+            assert json.loads(snapshot_json(state)) == _expected(state)
+    session.current_plan = None
+    assert json.loads(snapshot_json(session.to_state()))["current_plan"] is None

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from nonoka.errors import CorruptSessionError, SessionConflictError, StoreError
 from nonoka.messages import MemoryEntry
+from nonoka.plan import Plan
 from nonoka.state import (
     SessionState,
     StepFailure,
@@ -148,12 +149,31 @@ def snapshot_json(state: SessionState) -> str:
 
     The trace (the last events of the run, most of a snapshot's text) changes by a few
     events a save: its JSON is kept per session and only the new events are written
-    (``_trace_text``), not the whole trace every save."""
-    head = state.model_dump_json(exclude=_WITHOUT_TRACE)
-    return f'{head[:-1]},"trace":[{_trace_text(state.session_id, state.trace)}]}}'
+    (``_trace_text``), not the whole trace every save. The plan changes rarely: its JSON
+    is kept with it (``_plan_json``)."""
+    head = state.model_dump_json(exclude=_WRITTEN_APART)
+    return (f'{head[:-1]},"current_plan":{_plan_json(state.current_plan)},'
+            f'"trace":[{_trace_text(state.session_id, state.trace)}]}}')
 
 
-_WITHOUT_TRACE = {*SNAPSHOT_EXCLUDE, "trace"}
+_WRITTEN_APART = {*SNAPSHOT_EXCLUDE, "trace", "current_plan"}
+_PLAN_TEXTS: dict[int, tuple[Plan, str]] = {}
+"""Each plan's JSON by the plan's identity (the plan is kept, so its id is not reused)."""
+
+
+def _plan_json(plan: Plan | None) -> str:
+    """The plan's JSON, made once per plan: a plan is frozen, and a session keeps the
+    same object between saves (a new plan is a new object), so its text is reused."""
+    if plan is None:
+        return "null"
+    known = _PLAN_TEXTS.get(id(plan))
+    if known is not None and known[0] is plan:
+        return known[1]
+    if len(_PLAN_TEXTS) >= _RUNS_KEPT:
+        _PLAN_TEXTS.clear()
+    text = plan.model_dump_json()
+    _PLAN_TEXTS[id(plan)] = (plan, text)
+    return text
 _TRACE_TEXTS: dict[tuple[str, str, float], str] = {}
 """Each trace event's JSON by its fields (a loaded session's events are new objects with
 the same values, so they are found by value)."""
