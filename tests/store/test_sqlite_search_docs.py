@@ -6,6 +6,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from nonoka.store.sqlite import migrations
 from nonoka.store.sqlite.database import open_database
 from nonoka.store.sqlite.search import catch_up, pending
@@ -64,23 +66,37 @@ def test_an_older_database_keeps_its_doc_ids_and_index(tmp_path: Path) -> None:
         db.close()
 
 
+def _insert_numbered(db: sqlite3.Connection, sid: str, seq: int, text: str) -> int:
+    """An entry as nonoka's writers insert it, with its doc; the doc."""
+    db.execute("INSERT INTO session_entries (session_id, seq, entry_json, doc) "
+               f"VALUES (?, ?, ?, {migrations.NEXT_DOC})", (sid, seq, _entry(text)))
+    return int(db.execute("SELECT doc FROM session_entries WHERE session_id = ? AND "
+                          "seq = ?", (sid, seq)).fetchone()[0])
+
+
+@pytest.mark.parametrize("numbered", [True, False], ids=["nonoka", "another-writer"])
 def test_the_newest_docs_number_of_an_indexed_entry_is_never_given_again(
-        tmp_path: Path) -> None:
+        tmp_path: Path, numbered: bool) -> None:
     """Without a counter, deleting the newest entry frees the largest doc number; once
     indexed it must not come back, or the catch-up would take the new entry for indexed
-    and search would never find it."""
+    and search would never find it. Rows inserted without a doc (not by nonoka) are
+    numbered by the catch-up, after every doc there is."""
     db = open_database(tmp_path / "docs.db")
     try:
-        _insert(db, "s", 0, "first words")
-        _insert(db, "s", 1, "newest okapi")
+        _insert_numbered(db, "s", 0, "first words")
+        gone = _insert_numbered(db, "s", 1, "newest okapi")
         assert _found(db, "okapi") == [("s", 1)]
-        (gone,) = db.execute("SELECT doc FROM session_entries WHERE seq = 1").fetchone()
         db.execute("DELETE FROM session_entries WHERE session_id = 's' AND seq = 1")
         assert _found(db, "okapi") == []
-        _insert(db, "s", 1, "replacement zebra")
+        if numbered:
+            assert _insert_numbered(db, "s", 1, "replacement zebra") > gone
+        else:
+            _insert(db, "s", 1, "replacement zebra")
+            assert pending(db) == 1
+        assert _found(db, "zebra") == [("s", 1)]
         (doc,) = db.execute("SELECT doc FROM session_entries WHERE seq = 1").fetchone()
         assert doc > gone
-        assert _found(db, "zebra") == [("s", 1)]
+        assert pending(db) == 0
     finally:
         db.close()
 
