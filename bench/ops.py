@@ -354,7 +354,7 @@ async def bench_save(tmp: Path, reps: int) -> None:
     with_index, without = tmp / "with.db", tmp / "without.db"
     await _create(without)
     db = sqlite3.connect(without, isolation_level=None)
-    for trigger in ("search_insert", "search_delete", "search_update"):
+    for trigger in ("search_delete", "search_update"):
         db.execute(f"DROP TRIGGER {trigger}")
     db.execute("DROP INDEX session_entries_doc")
     db.close()
