@@ -130,8 +130,8 @@ class _Written(NamedTuple):
 
 _INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
                  f"VALUES (?, ?, ?, ?, {NEXT_DOC})")
-"""An entry row with its search ``doc`` (given here rather than by the insert trigger,
-which would update the row again)."""
+"""An entry row with its search ``doc`` (``NEXT_DOC``: one past every doc stored and
+every doc indexed), so the search's catch-up has nothing to number."""
 
 _STEPS = ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
           "WHERE session_id = ? ORDER BY updated_at, rowid")
