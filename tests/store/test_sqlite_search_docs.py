@@ -32,8 +32,9 @@ def _insert(db: sqlite3.Connection, sid: str, seq: int, text: str) -> None:
 
 def test_an_older_database_keeps_its_doc_ids_and_index(tmp_path: Path) -> None:
     """Upgraded from ``m007``: entries keep their doc numbers (so what was indexed stays
-    found, newest first), what was not indexed yet is indexed by the next catch-up,
-    and the old table, counter and marker row are gone."""
+    found, newest first), an entry that had lost its doc gets a new one, what was not
+    indexed yet is indexed by the next catch-up, and the old table, counter and marker
+    row are gone."""
     path = tmp_path / "m007.db"
     names = [m.__name__ for m in migrations.MIGRATIONS]
     older = migrations.MIGRATIONS[:names.index("m008_search_doc_in_entry_row")]
@@ -49,13 +50,18 @@ def test_an_older_database_keeps_its_doc_ids_and_index(tmp_path: Path) -> None:
                    "WHERE doc = 0")
         _insert(db, "b", 0, "okapi waiting")
         db.execute("DELETE FROM session_entries WHERE session_id = 'a' AND seq = 1")
+        _insert(db, "c", 0, "okapi without a doc")  # its doc row lost (edited by hand)
+        db.execute("DELETE FROM search_docs WHERE session_id = 'c'")
         docs = dict(db.execute("SELECT seq, doc FROM search_docs WHERE session_id = 'a'"))
     db = open_database(path)
     try:
         assert dict(db.execute("SELECT seq, doc FROM session_entries "
                                "WHERE session_id = 'a'")) == docs
-        assert pending(db) == 1
-        assert _found(db, "okapi") == [("b", 0), ("a", 2), ("a", 0)]
+        (lost,) = db.execute("SELECT doc FROM session_entries WHERE session_id = 'c'"
+                             ).fetchone()
+        assert lost > max(docs.values())  # numbered by the migration, after the others
+        assert pending(db) == 2
+        assert _found(db, "okapi") == [("c", 0), ("b", 0), ("a", 2), ("a", 0)]
         kinds = dict(db.execute("SELECT name, type FROM sqlite_master "
                                 "WHERE name IN ('search_docs', 'search_state')"))
         assert kinds == {"search_docs": "view", "search_state": "table"}
