@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nonoka.errors import ConfigurationError
+from nonoka.frozen import construct, replace
 from nonoka.llm.base import Usage
 from nonoka.memory import WorkingMemory
 from nonoka.messages import MemoryEntry, ToolCall
@@ -122,28 +123,28 @@ class Session:
         never reach a snapshot.
         """
         self._fold_clock()
-        return SessionState.model_construct(
-            schema_version=SCHEMA_VERSION,
-            session_id=self.session_id,
-            status=self.status,
-            revision=self.revision,
-            current_plan=self.current_plan,
-            step_statuses=dict(self.step_statuses),
-            completed_steps=dict(self.completed_steps),
-            failed_steps=dict(self.failed_steps),
-            memory_entries=self.memory.entries,
-            memory_generation=self.memory.generation,
-            runtime_state=self.runtime,
-            completion_contract=self.completion_contract,
-            extension_state={k: dict(v) for k, v in self.extension_state.items()},
-            start_time=self.start_time,
-            end_time=self.end_time,
-            turn_count=self.turn_count,
-            step_count=self.step_count,
-            trace=self.trace[-TRACE_LIMIT:],
-            forked_from=self.forked_from,
-            fork_point=self.fork_point,
-        )
+        return construct(SessionState, {
+            "schema_version": SCHEMA_VERSION,
+            "session_id": self.session_id,
+            "status": self.status,
+            "revision": self.revision,
+            "current_plan": self.current_plan,
+            "step_statuses": dict(self.step_statuses),
+            "completed_steps": dict(self.completed_steps),
+            "failed_steps": dict(self.failed_steps),
+            "memory_entries": self.memory.entries,
+            "memory_generation": self.memory.generation,
+            "runtime_state": self.runtime,
+            "completion_contract": self.completion_contract,
+            "extension_state": {k: dict(v) for k, v in self.extension_state.items()},
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "turn_count": self.turn_count,
+            "step_count": self.step_count,
+            "trace": self.trace[-TRACE_LIMIT:],
+            "forked_from": self.forked_from,
+            "fork_point": self.fork_point,
+        })
 
     # -- the ledger ---------------------------------------------------------------------
 
@@ -157,8 +158,7 @@ class Session:
         return self.runtime.usage
 
     def _set_usage(self, **changes: Any) -> None:
-        usage = self.runtime.usage.model_copy(update=changes)
-        self.runtime = self.runtime.model_copy(update={"usage": usage})
+        self.runtime = replace(self.runtime, usage=replace(self.runtime.usage, **changes))
 
     def _fold_clock(self) -> None:
         now = time.monotonic()

@@ -232,7 +232,8 @@ def test_the_search_index_is_back_filled_for_an_existing_database(tmp_path: Path
     from nonoka.store.sqlite.search import catch_up
 
     path = tmp_path / "old.db"
-    older = [m for m in migrations.MIGRATIONS if m.__name__ != "m007_search_index"]
+    names = [m.__name__ for m in migrations.MIGRATIONS]
+    older = migrations.MIGRATIONS[:names.index("m007_search_index")]
     with sqlite3.connect(path, isolation_level=None) as db:
         migrations.apply_migrations(db, "test", older)
         entry = json.dumps({"role": "user", "content": "the okapi sleeps", "metadata": {},

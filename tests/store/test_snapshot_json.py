@@ -28,3 +28,52 @@ def test_a_trace_event_is_known_by_all_its_fields() -> None:
     """Kept texts are found by the event's field values: a field added to ``TraceEvent``
     must join that key."""
     assert set(TraceEvent.model_fields) == {"kind", "detail", "at"}
+
+
+def _expected(state: object) -> object:
+    from nonoka.state import SessionState
+
+    assert isinstance(state, SessionState)
+    return json.loads(state.model_dump_json(exclude=SNAPSHOT_EXCLUDE))
+
+
+def test_the_trace_text_follows_a_sliding_full_window_and_any_other_change() -> None:
+    """The kept trace text is reused only for the same events: a window that slides by
+    a few events, by more than are looked for, or a trace replaced by other events (or
+    by equal copies, as a loaded session has) all give the state's own JSON."""
+    from nonoka.state import TRACE_LIMIT
+
+    session = Session("slide")
+    for n in range(TRACE_LIMIT + 150):
+        session.add_trace("step", f"event {n}")
+        if n % 3 == 0 or n > TRACE_LIMIT + 100:
+            state = session.to_state()
+            assert json.loads(snapshot_json(state)) == _expected(state)
+    for n in range(100):  # more new events at once than the end is searched for
+        session.add_trace("burst", f"burst {n}")
+    state = session.to_state()
+    assert json.loads(snapshot_json(state)) == _expected(state)
+    session.trace[5] = TraceEvent(kind="edited", detail="in the middle")
+    state = session.to_state()
+    assert json.loads(snapshot_json(state)) == _expected(state)
+    session.trace = [e.model_copy() for e in session.trace]
+    state = session.to_state()
+    assert json.loads(snapshot_json(state)) == _expected(state)
+    session.trace = []
+    assert json.loads(snapshot_json(session.to_state()))["trace"] == []
+
+
+def test_the_plan_text_is_the_current_plans() -> None:
+    """A plan's JSON is kept with the plan object: a new plan (a new object, even one
+    equal to an old one) is written as it is, and no plan is ``null``."""
+    from nonoka.plan import Plan, Step
+
+    session = Session("plan")
+    for n in range(3):
+        session.current_plan = Plan(steps=[Step(id=f"s{i}", tool="run", args={"n": n})
+                                           for i in range(n + 1)])
+        for _ in range(2):
+            state = session.to_state()
+            assert json.loads(snapshot_json(state)) == _expected(state)
+    session.current_plan = None
+    assert json.loads(snapshot_json(session.to_state()))["current_plan"] is None

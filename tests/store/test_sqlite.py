@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 import sys
@@ -222,3 +223,97 @@ async def test_processes_opening_a_fresh_file_at_once(tmp_path: Path) -> None:
     assert names == [m.__name__ for m in MIGRATIONS]
     assert sessions == {f"p{n}" for n in range(8)}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+async def test_snapshot_rows_are_padded_to_a_size_step_and_load_back(tmp_path: Path) -> None:
+    """Padded with JSON whitespace so that a save of about the same size rewrites the
+    row in place; the padding is not part of what loads."""
+    from nonoka.store.sqlite.checkpoints import SNAPSHOT_SIZE_STEP
+
+    store = SQLiteCheckpointStore(tmp_path / "pad.db")
+    state = SessionState(session_id="pad", extension_state={"x": {"text": "é" * 333}})
+    revision = await store.save_session(state)
+    state = state.model_copy(update={"revision": revision, "turn_count": 12345})
+    await store.save_session(state)
+    (text, size), = store.connection.execute(
+        "SELECT state_json, length(CAST(state_json AS BLOB)) FROM checkpoints").fetchall()
+    assert size % SNAPSHOT_SIZE_STEP == 0 and text.endswith(" ")
+    assert json.loads(text)["turn_count"] == 12345
+    loaded = await store.load_session("pad")
+    assert loaded is not None and loaded.extension_state == state.extension_state
+    await store.close()
+
+
+def _stored_chain(path: Path, session_id: str) -> tuple[str, str]:
+    """The stored digest chain of the session's last entry, and the one its rows give."""
+    from nonoka.digests import Chain
+
+    with raw_sqlite(path) as db:
+        rows = db.execute("SELECT entry_json, key_chain FROM session_entries "
+                          "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
+    chain = Chain()
+    for text, _ in rows:
+        chain = chain.add(text)
+    return rows[-1][1], chain.encode()
+
+
+async def test_a_store_saving_on_what_another_wrote_is_refused_or_right(
+        tmp_path: Path) -> None:
+    """A store appends on what it saved itself without reading the row back; a save by
+    another process in between is still a conflict, and once reloaded it appends right."""
+    from nonoka.errors import SessionConflictError
+
+    path = tmp_path / "two.db"
+    ours, theirs = SQLiteCheckpointStore(path), SQLiteCheckpointStore(path)
+    try:
+        state = _state("s", 2)
+        state = state.model_copy(update={"revision": await ours.save_session(state)})
+        state = _append(state, "ours")
+        state = state.model_copy(update={"revision": await ours.save_session(state)})
+        other = await theirs.load_session("s")
+        assert other is not None
+        await theirs.save_session(_append(other, "theirs"))
+        with pytest.raises(SessionConflictError):
+            await ours.save_session(_append(state, "stale"))
+        again = await ours.load_session("s")
+        assert again is not None
+        again = _append(again, "after")
+        await ours.save_session(again)
+        loaded = await theirs.load_session("s")
+        assert loaded is not None and loaded.memory_entries == again.memory_entries
+        assert len(set(_stored_chain(path, "s"))) == 1
+    finally:
+        await ours.close()
+        await theirs.close()
+
+
+async def test_a_rolled_back_save_is_not_taken_for_stored(tmp_path: Path) -> None:
+    """What a store remembers of its last save is forgotten when the transaction rolls
+    back: another process may then write the same revision and count, other entries."""
+    path = tmp_path / "rollback.db"
+    ours, theirs = SQLiteCheckpointStore(path), SQLiteCheckpointStore(path)
+    try:
+        state = _state("s", 2)
+        state = state.model_copy(update={"revision": await ours.save_session(state)})
+        with pytest.raises(RuntimeError, match="failed"):
+            _write_then_fail(ours, _append(state, "rolled back"))
+        await theirs.save_session(_append(state, "kept instead"))
+        loaded = await ours.load_session("s")
+        assert loaded is not None
+        assert loaded.memory_entries[-1].content == "kept instead"
+        await ours.save_session(_append(loaded, "next"))
+        assert len(set(_stored_chain(path, "s"))) == 1
+    finally:
+        await ours.close()
+        await theirs.close()
+
+
+def _append(state: SessionState, text: str) -> SessionState:
+    return state.model_copy(update={
+        "memory_entries": [*state.memory_entries, MemoryEntry.make("user", text)]})
+
+
+def _write_then_fail(store: SQLiteCheckpointStore, state: SessionState) -> None:
+    with store.transaction() as db:
+        store.write_session(db, state)
+        raise RuntimeError("the rest of the transaction failed")

@@ -57,7 +57,7 @@ def session_match(engine: str, text: str) -> tuple[str, list[object]] | None:
         from nonoka.ops.text import fts5_query
 
         return ("cli_sessions.session_id IN (SELECT d.session_id FROM session_search f "
-                "CROSS JOIN search_docs d ON d.doc = f.rowid WHERE session_search MATCH ?)",
+                "CROSS JOIN session_entries d ON d.doc = f.rowid WHERE session_search MATCH ?)",
                 [fts5_query(query_words)])
     from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from nonoka.errors import CorruptSessionError, SessionConflictError, StoreError
 from nonoka.messages import MemoryEntry
+from nonoka.plan import Plan
 from nonoka.state import (
     SessionState,
     StepFailure,
@@ -147,16 +148,78 @@ def snapshot_json(state: SessionState) -> str:
     """The snapshot row: the whole state except the entries (stored as rows of their own).
 
     The trace (the last events of the run, most of a snapshot's text) changes by a few
-    events a save: each event's JSON is made once and kept, not remade every save."""
-    head = state.model_dump_json(exclude=_WITHOUT_TRACE)
-    return f'{head[:-1]},"trace":[{",".join(map(_trace_json, state.trace))}]}}'
+    events a save: its JSON is kept per session and only the new events are written
+    (``_trace_text``), not the whole trace every save. The plan changes rarely: its JSON
+    is kept with it (``_plan_json``)."""
+    head = state.model_dump_json(exclude=_WRITTEN_APART)
+    return (f'{head[:-1]},"current_plan":{_plan_json(state.current_plan)},'
+            f'"trace":[{_trace_text(state.session_id, state.trace)}]}}')
 
 
-_WITHOUT_TRACE = {*SNAPSHOT_EXCLUDE, "trace"}
+_WRITTEN_APART = {*SNAPSHOT_EXCLUDE, "trace", "current_plan"}
+_PLAN_TEXTS: dict[int, tuple[Plan, str]] = {}
+"""Each plan's JSON by the plan's identity (the plan is kept, so its id is not reused)."""
+
+
+def _plan_json(plan: Plan | None) -> str:
+    """The plan's JSON, made once per plan: a plan is frozen, and a session keeps the
+    same object between saves (a new plan is a new object), so its text is reused."""
+    if plan is None:
+        return "null"
+    known = _PLAN_TEXTS.get(id(plan))
+    if known is not None and known[0] is plan:
+        return known[1]
+    if len(_PLAN_TEXTS) >= _RUNS_KEPT:
+        _PLAN_TEXTS.clear()
+    text = plan.model_dump_json()
+    _PLAN_TEXTS[id(plan)] = (plan, text)
+    return text
 _TRACE_TEXTS: dict[tuple[str, str, float], str] = {}
 """Each trace event's JSON by its fields (a loaded session's events are new objects with
 the same values, so they are found by value)."""
 _TRACE_KEPT = 4096
+_TRACE_RUNS: dict[str, tuple[list[TraceEvent], list[str], str]] = {}
+"""Per session: the trace last written, each event's JSON, and the joined text."""
+_RUNS_KEPT = 256
+_NEW_EVENTS_SCANNED = 64
+"""How far back from the end the last written event is looked for (events added since)."""
+
+
+def _trace_text(session_id: str, trace: list[TraceEvent]) -> str:
+    """The trace's events as JSON, comma-joined; reuses the text of the events that were
+    in this session's trace last time (the trace only grows at its end and drops from
+    its start), found by identity, so an unchanged trace costs one list comparison."""
+    run = _TRACE_RUNS.get(session_id)
+    if run is not None:
+        events, texts, joined = run
+        if trace == events:
+            return joined
+        kept = _kept_texts(events, texts, trace)
+    else:
+        kept = []
+    texts = kept + [_trace_json(event) for event in trace[len(kept):]]
+    joined = ",".join(texts)
+    if len(_TRACE_RUNS) >= _RUNS_KEPT:
+        _TRACE_RUNS.clear()
+    _TRACE_RUNS[session_id] = (list(trace), texts, joined)
+    return joined
+
+
+def _kept_texts(events: list[TraceEvent], texts: list[str],
+                trace: list[TraceEvent]) -> list[str]:
+    """The texts of ``trace``'s first events when they are the end of ``events`` (the
+    same objects, in order); ``[]`` when they are not."""
+    if not events:
+        return []
+    last = events[-1]
+    stop = max(-1, len(trace) - 1 - _NEW_EVENTS_SCANNED)
+    for at in range(len(trace) - 1, stop, -1):
+        if trace[at] is last:
+            dropped = len(events) - (at + 1)
+            if dropped >= 0 and trace[:at + 1] == events[dropped:]:
+                return texts[dropped:]
+            return []
+    return []
 
 
 def _trace_json(event: TraceEvent) -> str:

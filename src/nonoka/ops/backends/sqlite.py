@@ -35,11 +35,11 @@ from nonoka.store.project import ProjectStores
 from nonoka.store.sqlite import search as search_index
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.database import connect_read_only
-from nonoka.store.sqlite.migrations import INDEXED_UPTO
+from nonoka.store.sqlite.migrations import INDEXED_UPTO, NEXT_DOC
 
 BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
-          "session_leases", "next_calls", "search_docs")
+          "session_leases", "next_calls", "search_state")
 _HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
          "created_at, updated_at FROM checkpoints WHERE session_id = ?")
 _PURPOSE = "coalesce(json_extract(s.metadata, '$.purpose'), 'chat')"
@@ -89,8 +89,9 @@ class SQLiteOps:
                 (sid, head.snapshot, head.revision, head.entry_count, head.memory_generation,
                  head.created_at, head.updated_at))
             for batch in batches(enumerate(entries)):
-                db.executemany("INSERT INTO session_entries (session_id, seq, entry_json) "
-                               "VALUES (?, ?, ?)", [(sid, n, text) for n, text in batch])
+                db.executemany("INSERT INTO session_entries (session_id, seq, entry_json, "
+                               f"doc) VALUES (?, ?, ?, {NEXT_DOC})",
+                               [(sid, n, text) for n, text in batch])
             db.executemany(
                 "INSERT INTO step_updates (session_id, step_id, update_type, payload_json, "
                 "updated_at) VALUES (?, ?, ?, ?, ?)",
@@ -141,11 +142,10 @@ class SQLiteOps:
             # The FTS table drives the loop (CROSS JOIN) in doc order, newest first, so the
             # first page stops after ``limit`` matches however many entries match.
             entries = (
-                "SELECT f.rowid, d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
+                "SELECT f.rowid, d.session_id, d.seq, d.entry_json, coalesce(s.title, ''), "
                 "coalesce(s.status, ''), s.last_active "
-                "FROM session_search f CROSS JOIN search_docs d ON d.doc = f.rowid "
+                "FROM session_search f CROSS JOIN session_entries d ON d.doc = f.rowid "
                 "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
-                "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
                 f"WHERE session_search MATCH :q AND f.rowid < :below AND {owners} "
                 "ORDER BY f.rowid DESC LIMIT :limit")
             params["below"] = 2**62
@@ -227,12 +227,6 @@ class SQLiteOps:
             own = "c.entry_count - c.base_count" if has_bases(db) else "c.entry_count"
             for sql, finding in checks(own):
                 found += [finding(row) for row in db.execute(sql)]
-            docs, entries = db.execute(
-                "SELECT (SELECT count(*) FROM search_docs WHERE doc > 0), (SELECT count(*) "
-                "FROM session_entries)").fetchone()
-            if docs != entries:
-                found.append(Finding("error", "search_index", f"the search index holds {docs} "
-                                     f"documents for {entries} entries"))
         return found
 
     async def vacuum(self) -> tuple[int, int]:
@@ -276,11 +270,10 @@ def _mark(name: str) -> str:
 
 
 _BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
-_PENDING = ("SELECT d.doc, d.session_id, d.seq, e.entry_json, coalesce(s.title, ''), "
-            "coalesce(s.status, ''), s.last_active FROM search_docs d "
-            "JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq "
+_PENDING = ("SELECT d.doc, d.session_id, d.seq, d.entry_json, coalesce(s.title, ''), "
+            "coalesce(s.status, ''), s.last_active FROM session_entries d "
             "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
-            f"WHERE d.doc > {INDEXED_UPTO}")
+            f"WHERE (d.doc > {INDEXED_UPTO} OR d.doc IS NULL)")
 
 
 def _facts(db: sqlite3.Connection) -> dict[str, Facts]:

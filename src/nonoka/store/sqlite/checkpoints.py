@@ -22,11 +22,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
+from typing import NamedTuple
 
-from nonoka.digests import Chain, entry_chains
+from nonoka.digests import Chain
 from nonoka.entries import EntrySnapshot
 from nonoka.errors import CorruptSessionError, StoreError
 from nonoka.messages import MemoryEntry
@@ -51,6 +52,7 @@ from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import entry_cache, leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
 from nonoka.store.sqlite.entry_cache import Decoded
+from nonoka.store.sqlite.migrations import NEXT_DOC
 
 _UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
@@ -64,6 +66,73 @@ ON CONFLICT (session_id) DO UPDATE SET
     updated_at = excluded.updated_at
 """
 
+_UPDATE_CHECKPOINT = """
+UPDATE checkpoints SET state_json = ?, revision = ?, entry_count = ?, updated_at = ?
+WHERE session_id = ? AND revision = ? AND entry_count = ? AND memory_generation = ?
+"""
+
+
+class _Transaction:
+    """``SQLiteCheckpointStore.transaction``: a plain context manager rather than a
+    generator one, which costs a few µs more on each of a turn's saves."""
+
+    __slots__ = ("_begin", "_db", "_store")
+
+    def __init__(self, store: SQLiteCheckpointStore, begin: str) -> None:
+        self._store = store
+        self._begin = begin
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self._store
+        store._lock.acquire()
+        try:
+            db = store.connection
+            db.execute(self._begin)
+        except BaseException as exc:
+            store._lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise store._error(exc) from exc
+            raise
+        self._db = db
+        return db
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> None:
+        store = self._store
+        try:
+            if kind is None:
+                try:
+                    self._db.execute("COMMIT")
+                    return
+                except BaseException as error:
+                    exc = error
+            store._written.clear()  # what it says may not have been committed
+            if self._db.in_transaction:
+                with suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise store._error(exc) from exc
+            if kind is None and exc is not None:
+                raise exc
+        finally:
+            store._lock.release()
+
+
+class _Written(NamedTuple):
+    """A session as this store last saved it: its revision, number of entries, memory
+    generation and the digest chain of its last entry."""
+
+    revision: int
+    entries: int
+    generation: int
+    chain: Chain
+
+
+_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
+                 f"VALUES (?, ?, ?, ?, {NEXT_DOC})")
+"""An entry row with its search ``doc`` (``NEXT_DOC``: one past every doc stored and
+every doc indexed), so the search's catch-up has nothing to number."""
+
 _STEPS = ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
           "WHERE session_id = ? ORDER BY updated_at, rowid")
 
@@ -74,6 +143,23 @@ ON CONFLICT (session_id, step_id, update_type) DO UPDATE SET
     payload_json = excluded.payload_json,
     updated_at = excluded.updated_at
 """
+
+
+SNAPSHOT_SIZE_STEP = 512
+"""Snapshot rows are padded with spaces (valid JSON whitespace) to a multiple of this."""
+
+
+def padded(snapshot: str) -> str:
+    """The snapshot padded to the next ``SNAPSHOT_SIZE_STEP`` bytes.
+
+    A snapshot of a few KB spills onto an overflow page. SQLite rewrites a row in place
+    when its new size equals the old one; otherwise it frees the old overflow page and
+    takes a new one, which also writes the free-list page and the file header: five
+    pages to commit instead of two. Saves of one session differ by a few bytes, so
+    rounding the size keeps most of them in place (bench/README.md, ``save_load.py``).
+    """
+    size = len(snapshot) if snapshot.isascii() else len(snapshot.encode())
+    return snapshot + " " * (-size % SNAPSHOT_SIZE_STEP)
 
 
 def _reusable(db: sqlite3.Connection, session_id: str, known: Decoded | None,
@@ -108,8 +194,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             open_read_only(self._path, ours_only=ours_only) if read_only
             else open_database(self._path, ours_only=ours_only))
         self._lock = threading.Lock()
-        self._written: dict[str, tuple[int, int, Chain]] = {}
-        """Per session: the revision this store last saved, its entry count and chain."""
+        self._written: dict[str, _Written] = {}
+        """Per session: what this store last saved of it (cleared by a rollback)."""
 
     @property
     def path(self) -> Path:
@@ -123,30 +209,14 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             raise StoreError(f"the store for {self._path} is closed")
         return self._db
 
-    @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, write: bool = True) -> _Transaction:
         """Run a block in one transaction on the store's connection, under its lock.
 
         Writes use ``BEGIN IMMEDIATE``: the write lock is taken up front (waiting up to
         the busy timeout), so a read-then-write block cannot fail half way because
         another process committed in between. SQLite errors become ``StoreError``.
         """
-        with self._lock:
-            db = self.connection
-            try:
-                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            except sqlite3.Error as exc:
-                raise self._error(exc) from exc
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException as exc:
-                if db.in_transaction:
-                    with suppress(sqlite3.Error):
-                        db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise self._error(exc) from exc
-                raise
+        return _Transaction(self, "BEGIN IMMEDIATE" if write else "BEGIN")
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
         return sqlite_error(self._path, exc)
@@ -159,8 +229,37 @@ class SQLiteCheckpointStore(StepUpdateWriter):
 
     def write_session(self, db: sqlite3.Connection, state: SessionState) -> int:
         """The statements of ``save_session``, inside the caller's write transaction."""
-        snapshot = snapshot_json(state)
+        snapshot = padded(snapshot_json(state))
+        revision = self._append(db, state, snapshot)
+        return revision if revision is not None else self._write(db, state, snapshot)
+
+    def _append(self, db: sqlite3.Connection, state: SessionState, snapshot: str
+                ) -> int | None:
+        """The common save, in two statements: this store wrote the stored revision, so
+        it knows the entry count and memory generation; one ``UPDATE`` both checks them
+        (with the revision) and writes the snapshot, then the new entries are inserted.
+        ``None``, with nothing written, when that does not apply (``_write`` then)."""
         sid = state.session_id
+        known = self._written.get(sid)
+        if known is None or known.revision != state.revision:
+            return None
+        plan = EntryPlan(state, known.entries, known.generation)
+        if plan.rewrite:
+            return None
+        revision = next_revision(sid, known.revision)
+        if db.execute(_UPDATE_CHECKPOINT, (
+                snapshot, revision, len(state.memory_entries), time.time(), sid,
+                known.revision, known.entries, known.generation)).rowcount != 1:
+            return None
+        self._insert(db, sid, known.entries, plan.new_entries, known.chain, revision,
+                     known.generation)
+        return revision
+
+    def _write(self, db: sqlite3.Connection, state: SessionState, snapshot: str) -> int:
+        """Any save: check the revision against the stored row, append or rewrite the
+        entries, upsert the snapshot."""
+        sid = state.session_id
+        self._written.pop(sid, None)
         row = db.execute(
             "SELECT revision, entry_count, memory_generation FROM checkpoints "
             "WHERE session_id = ?",
@@ -177,20 +276,10 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
             db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
             start = 0
-        if plan.new_entries:
-            texts = [entry_json(e) for e in plan.new_entries]
-            chains = entry_chains(self._chain_before(db, sid, start, stored), texts)
-            db.executemany(
-                "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
-                "VALUES (?, ?, ?, ?)",
-                [(sid, start + i, text, chain.encode())
-                 for i, (text, chain) in enumerate(zip(texts, chains, strict=True))],
-            )
-            if len(self._written) >= 256:
-                self._written.clear()  # a cache: at worst the chain is read again
-            self._written[sid] = (revision, start + len(texts), chains[-1])
-        elif sid in self._written:
-            self._written[sid] = (revision, *self._written[sid][1:])
+        if plan.new_entries or start == 0:
+            chain = self._chain_before(db, sid, start)
+            self._insert(db, sid, start, plan.new_entries, chain, revision,
+                         state.memory_generation)
         now = time.time()
         db.execute(
             _UPSERT_CHECKPOINT,
@@ -202,15 +291,32 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                        "WHERE session_id = ?", (sid,))
         return revision
 
-    def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int,
-                      revision: int) -> Chain:
-        """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``;
-        known without reading it when this store wrote the stored ``revision``)."""
+    def _insert(self, db: sqlite3.Connection, sid: str, start: int,
+                entries: Sequence[MemoryEntry], chain: Chain, revision: int,
+                generation: int) -> None:
+        """Insert ``entries`` from ``start`` with their digest chain, and remember what
+        the session holds once this transaction commits (``transaction`` forgets it
+        if it does not). One loop, one statement for the usual one entry: this runs
+        twice a turn."""
+        rows = []
+        seq = start
+        for entry in entries:
+            text = entry_json(entry)
+            chain = chain.add(text)
+            rows.append((sid, seq, text, chain.encode()))
+            seq += 1
+        if len(rows) == 1:
+            db.execute(_INSERT_ENTRY, rows[0])
+        elif rows:
+            db.executemany(_INSERT_ENTRY, rows)
+        if len(self._written) >= 256:
+            self._written.clear()  # a cache: at worst the stored row is read again
+        self._written[sid] = _Written(revision, seq, generation, chain)
+
+    def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int) -> Chain:
+        """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``)."""
         if seq == 0:
             return Chain()
-        written = self._written.pop(session_id, None)
-        if written is not None and written[:2] == (revision, seq):
-            return written[2]
         row = lineage.entry_row(db, session_id, seq - 1, "key_chain")
         if row is None or not isinstance(row[0], str):
             raise CorruptSessionError(
@@ -301,6 +407,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             )
 
     async def delete_session(self, session_id: str) -> bool:
+        self._written.pop(session_id, None)
         with self.transaction() as db:
             lineage.detach_branches(db, session_id)
             removed = sum(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from nonoka.store.sqlite.migrations import NEXT_DOC
+
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
 if TYPE_CHECKING:
     from typing import Any
@@ -89,8 +91,9 @@ def detach_branches(db: sqlite3.Connection, session_id: str) -> int:
     for child, count in children:
         shared = resolved_entries(db, session_id, 0, int(count), "entry_json, key_chain")
         db.executemany(
-            "INSERT INTO session_entries (session_id, seq, entry_json, key_chain) "
-            "VALUES (?, ?, ?, ?)", [(child, seq, *row) for seq, row in enumerate(shared)])
+            "INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
+            f"VALUES (?, ?, ?, ?, {NEXT_DOC})",
+            [(child, seq, *row) for seq, row in enumerate(shared)])
         db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
                    "WHERE session_id = ?", (child,))
     return len(children)

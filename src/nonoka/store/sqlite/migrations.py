@@ -186,8 +186,9 @@ and arguments, as JSON text). A row that is not JSON is indexed as it is, so a d
 row never makes a write fail."""
 
 
-INDEXED_UPTO = "(SELECT seq FROM search_docs WHERE doc = 0)"
-"""The last ``doc`` the full-text index holds (the marker row ``doc = 0``)."""
+_M007_INDEXED_UPTO = "(SELECT seq FROM search_docs WHERE doc = 0)"
+"""Where ``m007_search_index`` kept the last ``doc`` the full-text index holds (the
+marker row ``doc = 0``); ``m008_search_doc_in_entry_row`` moved it to ``INDEXED_UPTO``."""
 
 
 @migration
@@ -214,7 +215,7 @@ def m007_search_index(db: sqlite3.Connection) -> None:
     add = "INSERT INTO search_docs(session_id,seq)VALUES(new.session_id,new.seq);"
     forget = (f"INSERT INTO session_search(session_search,rowid,body)SELECT'delete',doc,{old} "
               "FROM search_docs WHERE session_id=old.session_id AND seq=old.seq "
-              f"AND doc<={INDEXED_UPTO};"
+              f"AND doc<={_M007_INDEXED_UPTO};"
               "DELETE FROM search_docs WHERE session_id=old.session_id AND seq=old.seq;")
     db.execute(f"CREATE TRIGGER search_insert AFTER INSERT ON session_entries BEGIN {add} END")
     db.execute(f"CREATE TRIGGER search_delete AFTER DELETE ON session_entries BEGIN {forget} "
@@ -238,6 +239,63 @@ def m007_search_index(db: sqlite3.Connection) -> None:
         LEFT JOIN checkpoints c ON c.session_id = e.session_id
         ORDER BY coalesce(c.updated_at, 0), e.session_id, e.seq"""
     )
+
+
+INDEXED_UPTO = "(SELECT indexed FROM search_state)"
+"""The last ``doc`` the full-text index holds."""
+
+NEXT_DOC = ("max(coalesce((SELECT max(doc) FROM session_entries),0),"
+            f"{INDEXED_UPTO})+1")
+"""The ``doc`` of an entry written now: after every doc stored and every doc indexed.
+
+Without a counter a doc id can come back once its entry is deleted, but only one that
+was never indexed (a doc at or below ``INDEXED_UPTO`` is never given again), so the
+index never takes a new entry for one it already holds."""
+
+
+@migration
+def m008_search_doc_in_entry_row(db: sqlite3.Connection) -> None:
+    """Each entry's search ``doc`` becomes a column of its own row (indexed), instead of
+    a row of ``search_docs`` (a table, its ``(session_id, seq)`` index and an
+    ``AUTOINCREMENT`` counter: three more B-tree pages written by every save). The
+    entries keep their doc ids, so the full-text index stays as it is; ``search_docs``
+    remains as a view, and the indexed-up-to marker moves to ``search_state``.
+
+    nonoka's writers give ``doc`` in their inserts (``NEXT_DOC``); a row inserted without
+    one (by anything else) is numbered by ``nonoka.store.sqlite.search.catch_up`` before
+    it indexes, so no insert trigger runs on a save (it cost ~2.5 µs a row even when it
+    had nothing to do). A changed entry gets a new doc from the update trigger. Rewrites
+    every entry row once (bench/README.md gives the time for a million entries).
+    """
+    for trigger in ("search_insert", "search_delete", "search_update"):
+        db.execute(f"DROP TRIGGER {trigger}")
+    db.execute("DROP VIEW search_text")
+    db.execute("ALTER TABLE session_entries ADD COLUMN doc INTEGER")
+    db.execute("UPDATE session_entries SET doc = d.doc FROM search_docs d "
+               "WHERE d.session_id = session_entries.session_id "
+               "AND d.seq = session_entries.seq AND d.doc > 0")
+    db.execute("CREATE TABLE search_state(indexed INTEGER NOT NULL)")
+    db.execute(f"INSERT INTO search_state SELECT {_M007_INDEXED_UPTO}")
+    db.execute("DROP TABLE search_docs")
+    db.execute("CREATE UNIQUE INDEX session_entries_doc ON session_entries (doc)")
+    missing = db.execute("SELECT session_id, seq FROM session_entries WHERE doc IS NULL "
+                         "ORDER BY session_id, seq").fetchall()
+    db.executemany(f"UPDATE session_entries SET doc = {NEXT_DOC} "
+                   "WHERE session_id = ? AND seq = ?", missing)
+    db.execute("CREATE VIEW search_docs(doc,session_id,seq)AS SELECT doc,session_id,seq "
+               "FROM session_entries WHERE doc IS NOT NULL")
+    text = SEARCH_BODY.format(e="entry_json")
+    db.execute(f"CREATE VIEW search_text(doc,body)AS SELECT doc,{text} FROM session_entries "
+               "WHERE doc IS NOT NULL")
+    here = "WHERE session_id=new.session_id AND seq=new.seq"
+    renumber = f"UPDATE session_entries SET doc={NEXT_DOC} {here};"
+    old = SEARCH_BODY.format(e="old.entry_json")
+    forget = (f"INSERT INTO session_search(session_search,rowid,body)SELECT'delete',old.doc,"
+              f"{old} WHERE old.doc<={INDEXED_UPTO};")
+    db.execute(f"CREATE TRIGGER search_delete AFTER DELETE ON session_entries BEGIN {forget} "
+               "END")
+    db.execute("CREATE TRIGGER search_update AFTER UPDATE OF entry_json ON session_entries "
+               f"BEGIN {forget}{renumber} END")
 
 
 # -- the runner's SQLite side ----------------------------------------------------------

@@ -1,6 +1,8 @@
-"""Bringing a SQLite file's full-text index up to date (migration ``m007_search_index``).
+"""Bringing a SQLite file's full-text index up to date (migrations ``m007_search_index``,
+``m008_search_doc_in_entry_row``).
 
-A save only records which entries are new (a ``search_docs`` row each); their words are
+A save only gives each new entry its ``doc`` number (a column of its row; rows others
+insert without one are numbered here first); their words are
 indexed here, in batches of ``BATCH`` entries, one short write transaction each, so a
 writer working meanwhile waits at most one batch. Every search calls ``catch_up`` first,
 so it always sees every stored entry. Standard library only.
@@ -10,22 +12,34 @@ from __future__ import annotations
 
 import sqlite3
 
-from nonoka.store.sqlite.migrations import INDEXED_UPTO, SEARCH_BODY
+from nonoka.store.sqlite.migrations import INDEXED_UPTO, NEXT_DOC, SEARCH_BODY
 
 BATCH = 2000
 
 _INDEX = f"""
 INSERT INTO session_search (rowid, body)
-SELECT d.doc, {SEARCH_BODY.format(e="e.entry_json")} FROM search_docs d
-JOIN session_entries e ON e.session_id = d.session_id AND e.seq = d.seq
-WHERE d.doc > ?1 AND d.doc <= ?2 ORDER BY d.doc
+SELECT doc, {SEARCH_BODY.format(e="entry_json")} FROM session_entries
+WHERE doc > ?1 AND doc <= ?2 ORDER BY doc
 """
 
 
 def pending(db: sqlite3.Connection) -> int:
-    """How many entries wait to be indexed."""
-    row = db.execute(f"SELECT count(*) FROM search_docs WHERE doc > {INDEXED_UPTO}").fetchone()
+    """How many entries wait to be indexed (with a doc not indexed yet, or none)."""
+    row = db.execute(f"SELECT (SELECT count(*) FROM session_entries WHERE doc > "
+                     f"{INDEXED_UPTO}) + (SELECT count(*) FROM session_entries "
+                     "WHERE doc IS NULL)").fetchone()
     return int(row[0])
+
+
+def number_docs(db: sqlite3.Connection) -> int:
+    """Give a doc to every entry row inserted without one (not by nonoka's writers,
+    which number their rows), in ``(session_id, seq)`` order; how many. Runs inside the
+    caller's write transaction; the doc index finds such rows (``NULL`` sorts first)."""
+    rows = db.execute("SELECT session_id, seq FROM session_entries WHERE doc IS NULL "
+                      "ORDER BY session_id, seq").fetchall()
+    db.executemany(f"UPDATE session_entries SET doc = {NEXT_DOC} "
+                   "WHERE session_id = ? AND seq = ?", rows)
+    return len(rows)
 
 
 def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
@@ -35,16 +49,17 @@ def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
     while True:
         db.execute("BEGIN IMMEDIATE")
         try:
+            number_docs(db)
             upto = int(db.execute(INDEXED_UPTO.strip("()")).fetchone()[0])
-            row = db.execute("SELECT max(doc) FROM (SELECT doc FROM search_docs WHERE doc > ? "
-                             "ORDER BY doc LIMIT ?)", (upto, batch)).fetchone()
+            row = db.execute("SELECT max(doc) FROM (SELECT doc FROM session_entries "
+                             "WHERE doc > ? ORDER BY doc LIMIT ?)", (upto, batch)).fetchone()
             last = row[0]
             if last is None:
                 db.execute("COMMIT")
                 return done
             db.execute(_INDEX, (upto, last))
             done += db.execute("SELECT changes()").fetchone()[0]
-            db.execute("UPDATE search_docs SET seq = ? WHERE doc = 0", (last,))
+            db.execute("UPDATE search_state SET indexed = ?", (last,))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
