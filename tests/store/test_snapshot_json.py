@@ -77,3 +77,28 @@ def test_the_plan_text_is_the_current_plans() -> None:
             assert json.loads(snapshot_json(state)) == _expected(state)
     session.current_plan = None
     assert json.loads(snapshot_json(session.to_state()))["current_plan"] is None
+
+
+def test_a_snapshot_row_read_again_gives_the_same_state_with_the_entries_given() -> None:
+    """A session read several times a turn decodes its snapshot row once; a changed row
+    or revision is decoded afresh, and a state holding values a reader could change in
+    place (extension state) is never handed out twice."""
+    session = Session("again")
+    session.trace.append(TraceEvent(kind="step", detail="one", at=1.0))
+    text = snapshot_json(session.to_state())
+    first = [MemoryEntry.make("user", "a")]
+    second = [*first, MemoryEntry.make("assistant", "b")]
+    one = decode_state("again", text, [], 3, first)
+    two = decode_state("again", text, [], 3, second)
+    assert list(one.memory_entries) == first and list(two.memory_entries) == second
+    assert two.trace is one.trace  # the row was not decoded again
+    assert decode_state("again", text, [], 4, second).trace is not one.trace
+    session.trace.append(TraceEvent(kind="step", detail="two", at=2.0))
+    changed = decode_state("again", snapshot_json(session.to_state()), [], 3, second)
+    assert [e.detail for e in changed.trace] == ["one", "two"]
+
+    session.extension_state["ext"] = {"items": [1]}
+    text = snapshot_json(session.to_state())
+    mine = decode_state("again", text, [], 5, first)
+    mine.extension_state["ext"]["items"].append(2)
+    assert decode_state("again", text, [], 5, first).extension_state == {"ext": {"items": [1]}}

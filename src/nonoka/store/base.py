@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from nonoka.errors import CorruptSessionError, SessionConflictError, StoreError
+from nonoka.frozen import replace
 from nonoka.messages import MemoryEntry
 from nonoka.plan import Plan
 from nonoka.state import (
@@ -246,6 +247,10 @@ def decode_state(
     ``CorruptSessionError`` (naming the session and what is wrong) for rows that cannot
     be decoded, and ``UnsupportedVersionError`` for a newer schema.
     """
+    if decoded is not None:
+        known = _DECODED_SNAPSHOTS.get(session_id)
+        if known is not None and known[0] == revision and known[1] == snapshot:
+            return replace(known[2], memory_entries=decoded)
     try:
         raw: Any = json.loads(snapshot)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -270,13 +275,33 @@ def decode_state(
         raw["revision"] = revision
         state = SessionState.model_validate(raw)
         if decoded is not None:
-            return state.model_copy(update={"memory_entries": decoded})
+            _remember_snapshot(session_id, revision, snapshot, state)
+            return replace(state, memory_entries=decoded)
         return state
     except (ValueError, ValidationError) as exc:
         raise CorruptSessionError(
             f"session {session_id}: the stored state does not decode ({exc}); "
             "the row was left as it is"
         ) from exc
+
+
+_DECODED_SNAPSHOTS: dict[str, tuple[int, str | bytes, SessionState]] = {}
+"""The snapshot row each session was last decoded from, and its decoded state (without
+entries): a turn reads its session several times (choosing it, under the lease, the
+runner's load, the index row), and a long-lived bridge every turn, most often the same
+row. Validating the snapshot's ~200 trace events each time cost ~0.5 ms a read."""
+
+
+def _remember_snapshot(session_id: str, revision: int, snapshot: str | bytes,
+                       state: SessionState) -> None:
+    """Keep ``state`` for the next read of the same row. Only a state whose every value
+    is frozen: extension state and step results may hold lists and dicts a caller could
+    change in place, and the next reader must not see that."""
+    if state.extension_state or state.completed_steps or state.failed_steps:
+        return
+    if len(_DECODED_SNAPSHOTS) >= 8 and session_id not in _DECODED_SNAPSHOTS:
+        _DECODED_SNAPSHOTS.clear()
+    _DECODED_SNAPSHOTS[session_id] = (revision, snapshot, state)
 
 
 def decode_entries(session_id: str, entries: list[str], first: int = 0) -> list[MemoryEntry]:
