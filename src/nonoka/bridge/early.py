@@ -261,7 +261,7 @@ class Dispatched:
     A plain class, like ``NextTurn``: a dataclass's generated code would cost the early
     path's import."""
 
-    __slots__ = ("count", "generation", "inflight", "messages", "outcome", "owner",
+    __slots__ = ("count", "generation", "hashed", "inflight", "messages", "outcome", "owner",
                  "plain", "released", "session_id", "stored", "stored_text")
 
     def __init__(self, session_id: str, owner: str, inflight: Inflight, messages: str,
@@ -279,6 +279,9 @@ class Dispatched:
         """How many of them are the stored conversation's."""
         self.stored_text = stored_text
         """The length of their text at the start of ``messages``."""
+        self.hashed: tuple[str, Any] | None = None
+        """The template's head and the BLAKE2b state over it and that text, when dispatch
+        took it (the next template's digest goes on from it)."""
         self.generation: int | None = template.get("generation")
         """The memory generation of the stored conversation."""
         self.plain: bool = bool(template.get("plain"))
@@ -384,8 +387,12 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         # neither read nor decoded.
         history = turn.history
         stored = None if history is None else (", ".join(history), len(history))
-        if (stored is None or not template["plain"]
-                or body_digest(head + stored[0] + tail) != template["digest"]):
+        hashed = None if stored is None else _blake2b(head.encode(), digest_size=32)
+        if hashed is not None and stored is not None:
+            hashed.update(stored[0].encode())  # kept: the next template goes on from it
+        if (stored is None or hashed is None or not template["plain"]
+                or _with_tail(hashed, tail) != template["digest"]):
+            hashed = None
             stored = _from_rows(store, found, turn, request, template)
             if stored is None:
                 return None
@@ -398,8 +405,10 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         inflight = Inflight()
         inflight.start(endpoint, (head + messages + tail).encode(),
                        request_headers(target.api_key), DEFAULT_TIMEOUT)
-        return Dispatched(turn.session_id, owner, inflight, messages, stored[1] + len(new),
-                          stored[1], template, len(stored[0]))
+        dispatched = Dispatched(turn.session_id, owner, inflight, messages,
+                                stored[1] + len(new), stored[1], template, len(stored[0]))
+        dispatched.hashed = None if hashed is None else (head, hashed)
+        return dispatched
     finally:
         # Closing the last connection checkpoints SQLite's log (with an fsync): on a
         # worker thread, while the runtime loads, not before.
@@ -498,6 +507,13 @@ def _fits(template: dict[str, Any], request: Mapping[str, Any], turn: NextTurn,
 
 _STATUS = {"prompt": "completed", "tool_results": "paused"}
 """The stored status of a session that expects each kind of turn."""
+
+
+def _with_tail(hashed: Any, tail: str) -> str:
+    """The digest of what ``hashed`` holds followed by ``tail`` (``hashed`` unchanged)."""
+    final = hashed.copy()
+    final.update(tail.encode())
+    return str(final.hexdigest())
 
 
 def body_digest(text: str) -> str:
@@ -604,9 +620,15 @@ def _conversation(entries: Sequence[MemoryEntry], early: Dispatched | None, head
     rest = entries[start:]
     encoded = json.dumps([entry_wire_message({"role": e.role, "content": e.content,
                                               "metadata": e.metadata}) for e in rest])[1:-1]
+    plain = plain and all(_plain(e) for e in rest)
+    if early.hashed is not None and early.hashed[0] == head:  # hashed as far as this
+        hashed = early.hashed[1].copy()
+        hashed.update(known[early.stored_text:].encode())
+        if encoded:
+            hashed.update((", " + encoded if known else encoded).encode())
+        return {"plain": plain, "digest": _with_tail(hashed, tail)}
     messages = ", ".join(part for part in (known, encoded) if part)
-    return {"plain": plain and all(_plain(e) for e in rest),
-            "digest": body_digest(head + messages + tail)}
+    return {"plain": plain, "digest": body_digest(head + messages + tail)}
 
 
 def _resumed_conversation(entries: Sequence[MemoryEntry], head: str, tail: str
