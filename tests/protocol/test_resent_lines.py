@@ -94,3 +94,15 @@ def test_a_bad_line_after_a_good_one_is_refused_as_before(tail: str) -> None:
         check_request_frame(bad.encode())
     assert (caught.value.code, caught.value.details, caught.value.message) == (
         fresh.value.code, fresh.value.details, fresh.value.message)
+
+
+def test_a_spaced_array_is_reused_too() -> None:
+    """Whitespace before the closing bracket does not stop the next line's reuse."""
+    history: list[Any] = [{"role": "user", "content": f"q{i}"} for i in range(20)]
+    frames._decode(_line(history[:1], {}, " ", True))
+    first = frames._decode(_line(history[:10], {"type": "chat"}, " \n", True))["messages"]
+    second = frames._decode(_line(history[:15], {"type": "chat"}, " \n", True))["messages"]
+    third = frames._decode(_line(history, {"type": "chat"}, " \n", True))["messages"]
+    assert second == history[:15] and third == history
+    assert all(a is b for a, b in zip(first, second[:10], strict=True))
+    assert all(a is b for a, b in zip(second, third[:15], strict=True))

@@ -471,9 +471,10 @@ def _messages(text: str, start: int, scan: Any) -> tuple[list[Any], int]:
         idx = end - 1  # the closing bracket
         while text[idx - 1] in " \t\n\r":
             idx -= 1
-        _Resent.text = (text[start:idx], items)
+        _Resent.text = (text[start:idx], list(items))  # a copy: the caller's may change
         return items, end
     ws = _WHITESPACE
+    last = idx  # the end of the last message, before any whitespace
     while True:
         idx = ws(text, idx).end()
         if text[idx] == "]":
@@ -482,7 +483,8 @@ def _messages(text: str, start: int, scan: Any) -> tuple[list[Any], int]:
             raise _Unusual
         item, idx = scan(text, ws(text, idx + 1).end())
         items.append(item)
-    _Resent.text = (text[start:idx], items)
+        last = idx
+    _Resent.text = (text[start:last], list(items))
     return items, idx + 1
 
 
