@@ -387,12 +387,13 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         # neither read nor decoded.
         history = turn.history
         stored = None if history is None else (", ".join(history), len(history))
-        hashed = None if stored is None else _blake2b(head.encode(), digest_size=32)
-        if hashed is not None and stored is not None:
-            hashed.update(stored[0].encode())  # kept: the next template goes on from it
-        if (stored is None or hashed is None or not template["plain"]
-                or _with_tail(hashed, tail) != template["digest"]):
-            hashed = None
+        hashed = None  # over the head and the stored text: the next template goes on from it
+        if stored is not None and template["plain"]:
+            hashed = _blake2b(head.encode(), digest_size=32)
+            hashed.update(stored[0].encode())
+            if _with_tail(hashed, tail) != template["digest"]:
+                hashed = None
+        if hashed is None or stored is None:
             stored = _from_rows(store, found, turn, request, template)
             if stored is None:
                 return None
@@ -638,7 +639,9 @@ def _resumed_conversation(entries: Sequence[MemoryEntry], head: str, tail: str
     from nonoka.llm.openai import wire_text
     from nonoka.resumable import Resumable
 
-    memo = _TEMPLATE[0] if _TEMPLATE else _TEMPLATE.setdefault(0, Resumable())
+    if not _TEMPLATE:
+        _TEMPLATE.append(Resumable())
+    memo = _TEMPLATE[0]
     messages = wire_text(entries)
     resumed = memo.resume(entries)
     if resumed is not None and resumed[1][0] == head:
@@ -649,11 +652,9 @@ def _resumed_conversation(entries: Sequence[MemoryEntry], head: str, tail: str
     hashed.update(messages[length:].encode())
     plain = plain and all(_plain(e) for e in entries[start:])
     memo.keep((head, hashed, plain, len(messages)), entries)
-    final = hashed.copy()
-    final.update(tail.encode())
-    return {"plain": plain, "digest": final.hexdigest()}
+    return {"plain": plain, "digest": _with_tail(hashed, tail)}
 
 
-_TEMPLATE: dict[int, Resumable[tuple[str, Any, bool, int]]] = {}
+_TEMPLATE: list[Resumable[tuple[str, Any, bool, int]]] = []
 """The head, the digest so far, plainness and text length of the conversation the last
 template was taken of (made on first use: the early path does not load ``typing``)."""

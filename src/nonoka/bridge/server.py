@@ -192,7 +192,7 @@ def _tune_collector() -> None:
     gc.set_threshold(YOUNG_OBJECTS, 20, 20)
 
 
-def _freeze_imports() -> None:
+def _freeze_survivors() -> None:
     """After the first request: exempt what is alive then (what the runtime imported:
     modules, classes, pydantic's schemas; and the session as decoded) from later full
     collections of a long-lived bridge. It lives as long as the process, or is freed by
@@ -330,7 +330,7 @@ class _Server:
         self.running_id = None
         if not self.frozen:  # the runtime is loaded now
             self.frozen = True
-            _freeze_imports()
+            _freeze_survivors()
 
     async def _drive(self, task: asyncio.Future[None]) -> None:
         """Wait for the request while serving ``cancel`` lines and noting end of input."""
