@@ -33,9 +33,10 @@ from pathlib import Path
 
 from bench.save_load import make_state, make_turn
 from nonoka.bridge.reconcile import classify
-from nonoka.messages import MemoryEntry, Message
 from nonoka.protocol.turns import joined_prompt, split_after_reply
-from nonoka.runner import Runner
+from nonoka.runtime.runner import Runner
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import Message
 from nonoka.store.sqlite import SQLiteCheckpointStore, entry_cache
 
 GOALS = {

@@ -279,7 +279,7 @@ def _sample_locks(url: str, schema: str, stop: threading.Event, seen: dict[str, 
 async def bench_prune_postgres(url: str, sessions: int) -> None:
     from urllib.parse import quote
 
-    from nonoka.testing.conformance.ops import add_session
+    from tests.conformance.ops_suite import add_session
 
     schema = f"nonoka_bench_{uuid.uuid4().hex[:8]}"
     joiner = "&" if "?" in url else "?"

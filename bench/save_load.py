@@ -38,12 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from nonoka.messages import MemoryEntry, ToolCall
-from nonoka.plan import Plan, Step
-from nonoka.runner import Runner
-from nonoka.runtime import RuntimeLimits, RuntimeUsage, SessionRuntimeState
-from nonoka.session import Session
-from nonoka.state import SessionState, SessionStatus, TraceEvent
+from nonoka.runtime.runner import Runner
+from nonoka.runtime.session import Session
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.ledger import RuntimeLimits, RuntimeUsage, SessionRuntimeState
+from nonoka.state.messages import ToolCall
+from nonoka.state.plan import Plan, Step
+from nonoka.state.session_state import SessionState, SessionStatus, TraceEvent
 from nonoka.store.base import CheckpointStore, entry_json, snapshot_json
 from nonoka.store.sqlite import SQLiteCheckpointStore, entry_cache
 from nonoka.store.sqlite.database import BUSY_TIMEOUT_SECONDS

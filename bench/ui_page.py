@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.ui.harness import UiServer, chromium
 
-from nonoka.messages import MemoryEntry, ToolCall
-from nonoka.state import SessionState, SessionStatus
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import ToolCall
+from nonoka.state.session_state import SessionState, SessionStatus
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import SessionRecord
 

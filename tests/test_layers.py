@@ -1,47 +1,72 @@
-"""The allowed directions of imports between nonoka's packages, checked on the source.
+"""Every module belongs to a layer, and imports only from the layers its own may use.
 
-Every ``import`` and ``from ... import`` of a ``nonoka`` module anywhere in a module
-(lazy ones inside functions and ``TYPE_CHECKING`` blocks included) must point down:
+The table below is the whole rule: a layer, the module prefixes it holds, and the layers
+it may import (its own always). Every ``import`` and ``from ... import`` of a ``nonoka``
+module anywhere in a module counts — lazy ones inside functions and ``TYPE_CHECKING``
+blocks included. ``from nonoka import Name`` counts as an import of the module that
+defines ``Name`` (the package root only re-exports lazily), so a low layer cannot reach
+the runtime through the root. From the bottom up::
 
-    cli, ui            → turn, bridge (cli only: the bridge command), runtime, store, llm
-    bridge             → protocol, turn, runtime, store, llm
-    provider           → protocol
-    turn               → runtime, store, llm
-    runtime            → store, llm (the core: agent, runner, session, paradigms, ...)
-    store, llm         → the data they keep (state, messages, ...), never the runtime above
-    protocol           → nothing of nonoka but itself and the message model
+    errors        the exception tree; imports nothing of nonoka
+    support       faults, redact, signals, config: small helpers used across the layers
+    state         the data a session is made of (messages, entries, plans, the ledger)
+    store         the storage engines           } three peers that never
+    llm           the model adapters            } import one another
+    protocol      the NDJSON protocol's frames and models }
+    events        what a run reports
+    runtime       agents, tools, Runner, paradigms, Session; the extension hooks
+    turn          one turn for any front end (stores, lease, journal)
+    api           the package root, which re-exports the public names lazily
+    ops           search, export, import, copy, prune
+    provider      the Python client of the bridge (and the OpenCode provider's files)
+    testing       scripted models and the scripted server
+    conformance   the storage conformance suite (public names only: tests/test_public_api)
+    bridge        ``nonoka bridge``
+    ui            ``nonoka ui``
+    cli           the ``nonoka`` command
+    main          ``python -m nonoka``
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nonoka"
 
-FRONT = ("nonoka.cli", "nonoka.ui", "nonoka.bridge", "nonoka.provider", "nonoka.opencode")
-ABOVE_RUNTIME = (*FRONT, "nonoka.turn")
-RUNTIME = ("nonoka.runner", "nonoka.paradigms", "nonoka.agent", "nonoka.extensions",
-           "nonoka.session")
-
-FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "nonoka.protocol": (*ABOVE_RUNTIME, *RUNTIME, "nonoka.store", "nonoka.llm",
-                        "nonoka.testing"),
-    "nonoka.provider": ("nonoka.bridge", "nonoka.cli", "nonoka.ui", "nonoka.turn",
-                        "nonoka.store", "nonoka.runner", "nonoka.paradigms"),
-    "nonoka.bridge": ("nonoka.provider", "nonoka.cli", "nonoka.ui", "nonoka.opencode"),
-    "nonoka.turn": FRONT,
-    "nonoka.ui": ("nonoka.bridge", "nonoka.provider", "nonoka.cli"),
-    "nonoka.store": (*ABOVE_RUNTIME, *RUNTIME, "nonoka.protocol"),
-    "nonoka.llm": (*ABOVE_RUNTIME, *RUNTIME, "nonoka.protocol", "nonoka.store"),
-    "nonoka.runner": (*ABOVE_RUNTIME, "nonoka.protocol"),
-    "nonoka.paradigms": (*ABOVE_RUNTIME, "nonoka.protocol"),
-    "nonoka.session": (*ABOVE_RUNTIME, "nonoka.protocol"),
-    "nonoka.state": (*ABOVE_RUNTIME, *RUNTIME, "nonoka.protocol", "nonoka.store"),
-    "nonoka.messages": (*ABOVE_RUNTIME, *RUNTIME, "nonoka.protocol", "nonoka.store"),
-    "nonoka.errors": ("nonoka.",),
+LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # layer: (the modules it holds, the layers it may import besides its own)
+    "errors": (("nonoka.errors",), ()),
+    "support": (("nonoka.faults", "nonoka.redact", "nonoka.signals", "nonoka.config"),
+                ("errors",)),
+    "state": (("nonoka.state",), ("errors", "support")),
+    "store": (("nonoka.store",), ("errors", "support", "state")),
+    "llm": (("nonoka.llm",), ("errors", "support", "state")),
+    "protocol": (("nonoka.protocol",), ("errors", "support", "state")),
+    "events": (("nonoka.events",), ("errors", "support", "state", "llm")),
+    "runtime": (("nonoka.runtime", "nonoka.extensions"),
+                ("errors", "support", "state", "store", "llm", "events")),
+    "turn": (("nonoka.turn",),
+             ("errors", "support", "state", "store", "llm", "protocol", "events", "runtime")),
+    "api": (("nonoka",), ("errors", "support", "state", "llm", "runtime")),
+    "ops": (("nonoka.ops",), ("errors", "support", "state", "store", "turn", "api")),
+    "provider": (("nonoka.provider", "nonoka.opencode"),
+                 ("errors", "support", "state", "protocol", "api")),
+    "testing": (("nonoka.testing",), ("errors", "support", "state", "llm", "api")),
+    "conformance": (("nonoka.testing.conformance",),
+                    ("errors", "state", "store", "runtime", "api")),
+    "bridge": (("nonoka.bridge",),
+               ("errors", "support", "state", "store", "llm", "protocol", "events",
+                "runtime", "turn", "api")),
+    "ui": (("nonoka.ui",),
+           ("errors", "support", "state", "store", "runtime", "turn", "ops", "api")),
+    "cli": (("nonoka.cli",),
+            ("errors", "support", "state", "store", "llm", "protocol", "events", "runtime",
+             "turn", "api", "ops", "provider", "testing", "bridge", "ui")),
+    "main": (("nonoka.__main__",), ("cli", "bridge", "api")),
 }
 
 
@@ -50,9 +75,17 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _root_exports() -> dict[str, str]:
+    """``nonoka``'s lazily exported names and the modules that define them."""
+    import nonoka
+
+    return dict(nonoka._EXPORTS)
+
+
 def _imports(source: str, module: str, is_package: bool) -> set[str]:
     tree = ast.parse(source)
     package = module if is_package else module.rsplit(".", 1)[0]
+    exports = _root_exports()
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -63,52 +96,105 @@ def _imports(source: str, module: str, is_package: bool) -> set[str]:
                 name = f"{base}.{node.module}" if node.module else base
             else:
                 name = node.module or ""
+            if name == "nonoka":
+                for alias in node.names:  # a re-exported name is its defining module
+                    found.add(exports.get(alias.name, f"nonoka.{alias.name}"))
+                continue
             found.add(name)
-            found.update(f"{name}.{alias.name}" for alias in node.names)
     return {name for name in found if name == "nonoka" or name.startswith("nonoka.")}
 
 
-def _owner(module: str) -> str | None:
-    for layer in sorted(FORBIDDEN, key=len, reverse=True):
-        if module == layer or module.startswith(layer + "."):
-            return layer
-    return None
+def layer_of(module: str) -> str | None:
+    """The layer whose most specific prefix holds ``module``."""
+    best: tuple[int, str] | None = None
+    for layer, (prefixes, _) in LAYERS.items():
+        for prefix in prefixes:
+            hit = module == prefix or (prefix != "nonoka" and module.startswith(prefix + "."))
+            if hit and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), layer)
+    return None if best is None else best[1]
+
+
+def _target_layer(name: str) -> str | None:
+    if name == "nonoka.__version__":
+        return "api"
+    layer = layer_of(name)
+    while layer is None and "." in name:  # ``nonoka.x.Name``: the module it is from
+        name = name.rsplit(".", 1)[0]
+        layer = layer_of(name)
+    return layer
 
 
 def _check(module: str, source: str, is_package: bool = False) -> list[str]:
-    layer = _owner(module)
+    layer = layer_of(module)
     if layer is None:
-        return []
+        return [f"{module} belongs to no layer (add it to LAYERS in tests/test_layers.py)"]
+    allowed = {layer, *LAYERS[layer][1]}
     bad = []
     for name in sorted(_imports(source, module, is_package)):
-        if name == layer or name.startswith(layer + "."):
-            continue
-        if any(name.startswith(f) if f.endswith(".") else (name == f or name.startswith(f + "."))
-               for f in FORBIDDEN[layer]):
-            bad.append(f"{module} imports {name} ({layer} must not import it)")
+        target = _target_layer(name)
+        if target not in allowed:
+            bad.append(f"{module} ({layer}) imports {name} ({target})")
     return bad
 
 
-def _violations() -> list[str]:
-    return [v for path in sorted(SRC.rglob("*.py"))
-            for v in _check(_module_name(path), path.read_text(encoding="utf-8"),
-                            path.name == "__init__.py")]
+def _modules() -> list[tuple[str, Path]]:
+    return [(_module_name(path), path) for path in sorted(SRC.rglob("*.py"))]
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    assert [m for m, _ in _modules() if layer_of(m) is None] == []
 
 
 def test_imports_point_down_only() -> None:
-    assert _violations() == []
+    assert [v for m, path in _modules()
+            for v in _check(m, path.read_text(encoding="utf-8"), path.name == "__init__.py")
+            ] == []
 
 
-@pytest.mark.parametrize(("module", "upward"), [
-    ("nonoka.store.sqlite.probe", "nonoka.runner"),
-    ("nonoka.provider.probe", "nonoka.bridge.server"),
-    ("nonoka.turn.probe", "nonoka.bridge.handler"),
-    ("nonoka.protocol.probe", "nonoka.store.base"),
-    ("nonoka.errors", "nonoka.messages")])
-def test_the_check_catches_an_upward_import(module: str, upward: str) -> None:
-    """A module that imports upward, even lazily, is reported (the check is not vacuous)."""
-    source = f"def f():\n    import {upward}\n"
-    assert _check(module, source) == [
-        f"{module} imports {upward} ({_owner(module)} must not import it)"]
-    relative = "from ..runner import Runner\n"
-    assert _check("nonoka.store.probe", relative) != []
+def test_the_table_is_a_hierarchy() -> None:
+    """A layer uses only layers listed before it, so no two layers may import each other."""
+    order = list(LAYERS)
+    for layer, (_, uses) in LAYERS.items():
+        assert all(order.index(u) < order.index(layer) for u in uses), layer
+
+
+def test_the_docstring_names_every_layer() -> None:
+    table = (__doc__ or "").split("::", 1)[1]
+    assert re.findall(r"^    ([a-z]+) ", table, flags=re.M) == list(LAYERS)
+
+
+def _forbidden_target(layer: str) -> str:
+    """A module of a layer ``layer`` may not import (the highest such layer's)."""
+    allowed = {layer, *LAYERS[layer][1]}
+    above = [name for name in reversed(LAYERS) if name not in allowed]
+    return LAYERS[above[0]][0][0] + ".probe" if LAYERS[above[0]][0][0] != "nonoka" \
+        else "nonoka.probe"
+
+
+@pytest.mark.parametrize("module", [m for m, _ in _modules()])
+def test_an_upward_import_added_to_any_module_is_caught(module: str) -> None:
+    """Probes: for every module, an import of a layer it may not use fails the check,
+    written lazily in a function or under ``TYPE_CHECKING`` alike."""
+    layer = layer_of(module)
+    assert layer is not None
+    target = _forbidden_target(layer)
+    lazy = f"def f():\n    import {target}\n"
+    typing_only = f"if TYPE_CHECKING:\n    from {target} import Thing\n"
+    assert _check(module, lazy) != []
+    assert _check(module, typing_only) != []
+
+
+def test_a_re_exported_name_counts_as_its_defining_module() -> None:
+    assert _check("nonoka.store.probe", "from nonoka import Runner\n") == [
+        "nonoka.store.probe (store) imports nonoka.runtime.runner (runtime)"]
+    assert _check("nonoka.store.probe", "from nonoka import faults\n") == []
+
+
+def test_a_relative_upward_import_is_caught() -> None:
+    assert _check("nonoka.store.probe", "from ..runtime.runner import Runner\n") != []
+
+
+def test_a_module_outside_every_layer_is_reported() -> None:
+    assert _check("nonoka.newcomer", "") == [
+        "nonoka.newcomer belongs to no layer (add it to LAYERS in tests/test_layers.py)"]

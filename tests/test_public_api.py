@@ -8,9 +8,11 @@ for real instead of hitting names an earlier test already loaded.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +20,10 @@ PUBLIC: dict[str, list[str]] = {
     "nonoka": [
         "Agent", "ChatModel", "CompletionContract", "LoopExtension", "MemoryBackend",
         "MemoryEntry", "Message", "ModelResponse", "Plan", "Ref", "RunContext", "RunResult",
-        "Runner", "RuntimeLimits", "RuntimeUsage", "Session", "SessionState", "SessionStatus",
-        "Step", "StepFailure", "StepResult", "StepStatus", "Termination", "Tool",
-        "ToolApproval", "ToolCall", "ToolDecision", "ToolResult", "Usage", "WorkingMemory",
+        "Runner", "RuntimeLimits", "RuntimeUsage", "Session", "SessionRuntimeState",
+        "SessionState", "SessionStatus", "Step", "StepFailure", "StepResult", "StepStatus",
+        "Termination", "Tool", "ToolApproval", "ToolCall", "ToolDecision", "ToolResult",
+        "TraceEvent", "Usage", "WorkingMemory",
         "host_tool", "tool",
     ],
     "nonoka.errors": [
@@ -50,6 +53,11 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "nonoka.testing": ["FunctionModel", "ModelRequestRecord", "ScriptExhaustedError",
                        "ScriptedModel", "call", "calls", "text"],
+    "nonoka.testing.conformance": [
+        "BranchingSuite", "CheckpointStoreSuite", "RecordStore", "RecordStoreSuite",
+        "RecordsHarness", "RowsHarness", "SessionLeasesSuite", "StoreHarness", "StoredRows",
+        "StoredRowsSuite",
+    ],
     "nonoka.testing.server": ["Delay", "DropConnection", "HttpError", "ScriptedOpenAIServer",
                               "Step", "load_script", "main", "step_from_json"],
 }
@@ -110,3 +118,34 @@ def test_every_public_name_resolves_and_dir_lists_it(
     assert probed[module]["broken"] == []
     assert probed[module]["missing_from_dir"] == []
     assert probed[module]["unknown"] == "AttributeError"
+
+
+PUBLIC_PACKAGES = ("nonoka.errors", "nonoka.events", "nonoka.extensions", "nonoka.llm",
+                   "nonoka.provider", "nonoka.store", "nonoka.testing")
+"""Where a third party may import from (a module of one of these, or ``nonoka`` itself)."""
+
+
+def _nonoka_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return {n for n in found if n == "nonoka" or n.startswith("nonoka.")}
+
+
+def test_the_conformance_suite_stands_on_public_modules_only() -> None:
+    """A third-party store runs ``nonoka.testing.conformance``: everything it imports must
+    be public, so a change to an internal package cannot break someone else's suite."""
+    root = Path(__file__).resolve().parents[1] / "src" / "nonoka" / "testing" / "conformance"
+    internal = {name for path in root.glob("*.py") for name in _nonoka_imports(path)
+                if name != "nonoka" and not name.startswith(PUBLIC_PACKAGES)}
+    assert internal == set()
+
+
+def test_the_conformance_check_sees_an_internal_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from nonoka.runtime.runner import Runner\n")
+    assert {n for n in _nonoka_imports(probe)
+            if not n.startswith(PUBLIC_PACKAGES)} == {"nonoka.runtime.runner"}

@@ -17,32 +17,34 @@ __version__ = "0.1.0"
 ``server_version``, with no ``importlib.metadata`` lookup on the per-turn path."""
 
 _EXPORTS = {
-    "Agent": "nonoka.agent",
-    "Runner": "nonoka.runner",
-    "RunResult": "nonoka.paradigms.env",
-    "Plan": "nonoka.plan",
-    "Step": "nonoka.plan",
-    "Ref": "nonoka.plan",
-    "tool": "nonoka.tools",
-    "host_tool": "nonoka.tools",
-    "Tool": "nonoka.tools",
-    "RunContext": "nonoka.tools",
-    "Session": "nonoka.session",
-    "SessionState": "nonoka.state",
-    "SessionStatus": "nonoka.state",
-    "StepStatus": "nonoka.state",
-    "StepResult": "nonoka.state",
-    "StepFailure": "nonoka.state",
-    "CompletionContract": "nonoka.state",
-    "WorkingMemory": "nonoka.memory",
-    "MemoryBackend": "nonoka.memory",
-    "MemoryEntry": "nonoka.messages",
-    "Message": "nonoka.messages",
-    "ToolCall": "nonoka.messages",
-    "ToolResult": "nonoka.messages",
-    "RuntimeLimits": "nonoka.runtime",
-    "RuntimeUsage": "nonoka.runtime",
-    "Termination": "nonoka.runtime",
+    "Agent": "nonoka.runtime.agent",
+    "Runner": "nonoka.runtime.runner",
+    "RunResult": "nonoka.runtime.paradigms.env",
+    "Plan": "nonoka.state.plan",
+    "Step": "nonoka.state.plan",
+    "Ref": "nonoka.state.plan",
+    "tool": "nonoka.runtime.tools",
+    "host_tool": "nonoka.runtime.tools",
+    "Tool": "nonoka.runtime.tools",
+    "RunContext": "nonoka.runtime.tools",
+    "Session": "nonoka.runtime.session",
+    "SessionState": "nonoka.state.session_state",
+    "SessionStatus": "nonoka.state.session_state",
+    "TraceEvent": "nonoka.state.session_state",
+    "StepStatus": "nonoka.state.session_state",
+    "StepResult": "nonoka.state.session_state",
+    "StepFailure": "nonoka.state.session_state",
+    "CompletionContract": "nonoka.state.session_state",
+    "WorkingMemory": "nonoka.runtime.window",
+    "MemoryBackend": "nonoka.runtime.window",
+    "MemoryEntry": "nonoka.state.entries",
+    "Message": "nonoka.state.messages",
+    "ToolCall": "nonoka.state.messages",
+    "ToolResult": "nonoka.state.messages",
+    "RuntimeLimits": "nonoka.state.ledger",
+    "RuntimeUsage": "nonoka.state.ledger",
+    "SessionRuntimeState": "nonoka.state.ledger",
+    "Termination": "nonoka.state.ledger",
     "ChatModel": "nonoka.llm.base",
     "ModelResponse": "nonoka.llm.base",
     "Usage": "nonoka.llm.base",
@@ -54,38 +56,40 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from nonoka.agent import Agent as Agent
     from nonoka.extensions.approval import ToolApproval as ToolApproval
     from nonoka.extensions.base import LoopExtension as LoopExtension
     from nonoka.extensions.base import ToolDecision as ToolDecision
     from nonoka.llm.base import ChatModel as ChatModel
     from nonoka.llm.base import ModelResponse as ModelResponse
     from nonoka.llm.base import Usage as Usage
-    from nonoka.memory import MemoryBackend as MemoryBackend
-    from nonoka.memory import WorkingMemory as WorkingMemory
-    from nonoka.messages import MemoryEntry as MemoryEntry
-    from nonoka.messages import Message as Message
-    from nonoka.messages import ToolCall as ToolCall
-    from nonoka.messages import ToolResult as ToolResult
-    from nonoka.paradigms.env import RunResult as RunResult
-    from nonoka.plan import Plan as Plan
-    from nonoka.plan import Ref as Ref
-    from nonoka.plan import Step as Step
-    from nonoka.runner import Runner as Runner
-    from nonoka.runtime import RuntimeLimits as RuntimeLimits
-    from nonoka.runtime import RuntimeUsage as RuntimeUsage
-    from nonoka.runtime import Termination as Termination
-    from nonoka.session import Session as Session
-    from nonoka.state import CompletionContract as CompletionContract
-    from nonoka.state import SessionState as SessionState
-    from nonoka.state import SessionStatus as SessionStatus
-    from nonoka.state import StepFailure as StepFailure
-    from nonoka.state import StepResult as StepResult
-    from nonoka.state import StepStatus as StepStatus
-    from nonoka.tools import RunContext as RunContext
-    from nonoka.tools import Tool as Tool
-    from nonoka.tools import host_tool as host_tool
-    from nonoka.tools import tool as tool
+    from nonoka.runtime.agent import Agent as Agent
+    from nonoka.runtime.paradigms.env import RunResult as RunResult
+    from nonoka.runtime.runner import Runner as Runner
+    from nonoka.runtime.session import Session as Session
+    from nonoka.runtime.tools import RunContext as RunContext
+    from nonoka.runtime.tools import Tool as Tool
+    from nonoka.runtime.tools import host_tool as host_tool
+    from nonoka.runtime.tools import tool as tool
+    from nonoka.runtime.window import MemoryBackend as MemoryBackend
+    from nonoka.runtime.window import WorkingMemory as WorkingMemory
+    from nonoka.state.entries import MemoryEntry as MemoryEntry
+    from nonoka.state.ledger import RuntimeLimits as RuntimeLimits
+    from nonoka.state.ledger import RuntimeUsage as RuntimeUsage
+    from nonoka.state.ledger import SessionRuntimeState as SessionRuntimeState
+    from nonoka.state.ledger import Termination as Termination
+    from nonoka.state.messages import Message as Message
+    from nonoka.state.messages import ToolCall as ToolCall
+    from nonoka.state.messages import ToolResult as ToolResult
+    from nonoka.state.plan import Plan as Plan
+    from nonoka.state.plan import Ref as Ref
+    from nonoka.state.plan import Step as Step
+    from nonoka.state.session_state import CompletionContract as CompletionContract
+    from nonoka.state.session_state import SessionState as SessionState
+    from nonoka.state.session_state import SessionStatus as SessionStatus
+    from nonoka.state.session_state import StepFailure as StepFailure
+    from nonoka.state.session_state import StepResult as StepResult
+    from nonoka.state.session_state import StepStatus as StepStatus
+    from nonoka.state.session_state import TraceEvent as TraceEvent
 
 
 def __getattr__(name: str) -> object:

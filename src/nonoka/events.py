@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nonoka.llm.base import Usage
-from nonoka.messages import ToolCall
+from nonoka.state.messages import ToolCall
 
 __all__ = ["EventSink", "ModelCalled", "RunEvent", "RunWarning", "TextDelta", "ToolCallFinished",
            "ToolCallRequested"]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from nonoka.messages import dangling_tool_calls
-from nonoka.state import SessionStatus
+from nonoka.state.entries import dangling_tool_calls
+from nonoka.state.session_state import SessionStatus
 from nonoka.testing import call, text
 from nonoka.testing.server import Delay, Step
 from tests.support.bridge import (

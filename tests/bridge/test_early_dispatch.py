@@ -24,7 +24,8 @@ from nonoka.bridge.early import NextTurn, body_digest
 from nonoka.llm.base import ToolSpec
 from nonoka.llm.openai import OpenAIChatModel
 from nonoka.llm.wire import entry_wire_message
-from nonoka.messages import MemoryEntry, ToolCall
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import ToolCall
 from nonoka.store.base import entry_json
 from nonoka.testing import call, calls, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer

@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nonoka.bridge.reconcile import EditReason, Lineage, classify, content_digest
-from nonoka.messages import MemoryEntry, Message, ToolCall
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import Message, ToolCall
 
 
 def u(text: str) -> Message:

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nonoka.bridge.reconcile import classify, compare
-from nonoka.messages import MemoryEntry, Message, ToolCall
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import Message, ToolCall
 
 TEXTS = st.sampled_from(["hi", "hi ", " hi", "h i", "two", "out", "", "a\nb", "a b", "数据"])
 IDS = st.sampled_from(["c1", "c2", "c3"])

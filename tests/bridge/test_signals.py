@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nonoka.state import SessionStatus
+from nonoka.state.session_state import SessionStatus
 from nonoka.testing import text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer
 from tests.conftest import ScriptItem

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nonoka.cli.tools import builtin_tools
-from nonoka.tools import RunContext, Tool
+from nonoka.runtime.tools import RunContext, Tool
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nonoka.errors import SessionConflictError
-from nonoka.messages import MemoryEntry
+from nonoka.state.entries import MemoryEntry
 from tests.conformance.engines import open_store
 
 

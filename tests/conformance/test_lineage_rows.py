@@ -3,10 +3,10 @@ until the parent rewrites or deletes them."""
 
 from __future__ import annotations
 
-from nonoka.messages import MemoryEntry
-from nonoka.runner import Runner
-from nonoka.session import Session
-from nonoka.state import SessionStatus
+from nonoka.runtime.runner import Runner
+from nonoka.runtime.session import Session
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionStatus
 from tests.conformance.engines import EngineHarness
 
 

@@ -1,6 +1,7 @@
 """nonoka's engines (memory, SQLite, PostgreSQL) run the whole conformance suite.
 
-The suites are ``nonoka.testing.conformance``'s, as a third-party store would run them;
+The suites are ``nonoka.testing.conformance``'s, as a third-party store would run them
+(``ops_suite.py``'s session operations are nonoka's own: their backends are internal);
 the fixtures they ask for (``engine``, ``records``) come from ``conftest.py``, over every
 engine in ``engines.py``.
 """
@@ -13,9 +14,9 @@ from nonoka.testing.conformance import (
     CheckpointStoreSuite,
     RecordStoreSuite,
     SessionLeasesSuite,
-    SessionOpsSuite,
     StoredRowsSuite,
 )
+from tests.conformance.ops_suite import SessionOpsSuite
 
 
 class TestCheckpointStore(CheckpointStoreSuite):

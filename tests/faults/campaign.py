@@ -46,9 +46,9 @@ from typing import Any
 
 from nonoka.faults import FAULT_ENV, POINTS, TRACE_ENV
 from nonoka.llm.base import ModelResponse
-from nonoka.messages import dangling_tool_calls
 from nonoka.provider import BridgeError, NonokaProvider
-from nonoka.state import SessionState
+from nonoka.state.entries import dangling_tool_calls
+from nonoka.state.session_state import SessionState
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.testing import calls, text
 from nonoka.testing.server import ScriptedOpenAIServer, Step

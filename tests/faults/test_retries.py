@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from nonoka.faults import FAULT_ENV
-from nonoka.state import SessionStatus
+from nonoka.state.session_state import SessionStatus
 from nonoka.testing import call, text
 from nonoka.testing.server import HttpError, ScriptedOpenAIServer
 from tests.support.bridge import (

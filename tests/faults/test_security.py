@@ -15,9 +15,9 @@ import pytest
 
 from nonoka import Agent, Plan, Runner, Step
 from nonoka.errors import ConfigurationError
-from nonoka.messages import ToolResult
 from nonoka.protocol.frames import conversation_key
 from nonoka.provider import NonokaProvider
+from nonoka.state.messages import ToolResult
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.testing import ScriptedModel, call, text
 from nonoka.testing.server import Delay, HttpError, ScriptedOpenAIServer

@@ -22,8 +22,8 @@ from typing import Any
 from nonoka import Agent, Plan, Runner, Step, Tool
 from nonoka.events import RunEvent, RunWarning
 from nonoka.llm.base import ModelResponse
-from nonoka.messages import Message
-from nonoka.paradigms.env import RunResult
+from nonoka.runtime.paradigms.env import RunResult
+from nonoka.state.messages import Message
 from nonoka.store.project import open_project_stores
 from nonoka.testing import FunctionModel, calls, text
 from nonoka.turn.journal import Journal

@@ -19,8 +19,8 @@ import pytest
 
 from nonoka.cli.tools import builtin_tools
 from nonoka.errors import ToolError
+from nonoka.runtime.tools import RunContext, Tool
 from nonoka.testing import call, text
-from nonoka.tools import RunContext, Tool
 from tests.cli.conftest import Project
 from tests.conftest import ScriptItem
 
@@ -116,7 +116,7 @@ def test_reading_a_window_of_a_huge_file_keeps_memory_small(root: Path) -> None:
         "import asyncio, json, sys\n"
         "from pathlib import Path\n"
         "from nonoka.cli.tools import builtin_tools\n"
-        "from nonoka.tools import RunContext\n"
+        "from nonoka.runtime.tools import RunContext\n"
         "tool = {t.name: t for t in builtin_tools(Path(sys.argv[1]))}['read_file']\n"
         "ctx = RunContext(deps=None, session_id='s')\n"
         "out = asyncio.run(tool.run(json.dumps({'path': 'huge.log', 'offset': 5, "

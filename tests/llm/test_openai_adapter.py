@@ -14,7 +14,7 @@ import pytest
 from nonoka.errors import ConfigurationError, ModelError
 from nonoka.llm.base import ChatModel, ModelResponse, ToolSpec, Usage
 from nonoka.llm.openai import OpenAIChatModel
-from nonoka.messages import Message, ToolCall
+from nonoka.state.messages import Message, ToolCall
 from nonoka.testing import call, calls, text
 from nonoka.testing.server import (
     Delay,
@@ -417,9 +417,8 @@ def test_a_sessions_conversation_is_posted_byte_for_byte_as_its_messages_would_b
     """The adapter encodes a session's entries straight to the wire (in one call, then
     only the entries a longer conversation adds); the bytes are those of the same
     ``Message`` list."""
-    from nonoka.entries import EntryMessages
     from nonoka.llm import openai
-    from nonoka.messages import MemoryEntry
+    from nonoka.state.entries import EntryMessages, MemoryEntry
 
     model = OpenAIChatModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key="k")
     call_ = ToolCall(id="c1", name="bash", arguments='{"cmd": "ls \\"ö\\""}')

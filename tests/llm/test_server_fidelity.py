@@ -17,7 +17,7 @@ import pytest
 
 from nonoka.llm.base import ModelResponse
 from nonoka.llm.openai import OpenAIChatModel
-from nonoka.messages import Message, ToolCall
+from nonoka.state.messages import Message, ToolCall
 from nonoka.testing import calls, text
 from nonoka.testing.server import (
     Delay,
@@ -246,4 +246,4 @@ def test_importing_the_adapter_stays_light() -> None:
     assert heavy.isdisjoint(modules["loaded"])
     foreign = [m for m in modules["added"]
                if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "nonoka"]
-    assert foreign == []  # nothing beyond what nonoka.messages already needs (pydantic)
+    assert foreign == []  # nothing beyond what nonoka.state.messages already needs (pydantic)

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nonoka import Agent, Runner, tool
 from nonoka.errors import SessionBusyError
-from nonoka.messages import Message
-from nonoka.state import SessionStatus
+from nonoka.state.messages import Message
+from nonoka.state.session_state import SessionStatus
 from nonoka.store.base import SessionLeases
 from nonoka.store.leases import hold_lease, new_lease_owner
 from nonoka.store.project import open_project_stores

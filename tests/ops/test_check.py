@@ -12,8 +12,8 @@ import pytest
 
 from nonoka.ops.maintenance import check
 from nonoka.store.project import ProjectStores, open_project_stores
-from nonoka.testing.conformance.ops import add_session, branch
 from tests import pg
+from tests.conformance.ops_suite import add_session, branch
 
 Raw = Callable[[str, tuple[object, ...]], None]
 

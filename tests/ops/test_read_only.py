@@ -27,7 +27,7 @@ from nonoka.ops.model import SearchQuery
 from nonoka.ops.search import search
 from nonoka.store.project import open_project_stores
 from nonoka.store.sqlite.database import connect_read_only, open_read_only, writable
-from nonoka.testing.conformance.ops import add_session
+from tests.conformance.ops_suite import add_session
 from tests.support.processes import run_nonoka
 
 

@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from nonoka.messages import Message, ToolCall
 from nonoka.protocol import frames
 from nonoka.protocol.frames import (
     CAPABILITIES,
@@ -47,6 +46,7 @@ from nonoka.protocol.models import (
     encode_request,
 )
 from nonoka.protocol.values import ERROR_CODES, RETRYABLE_ERROR_CODES, WARNING_CODES, WarningCode
+from nonoka.state.messages import Message, ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
 

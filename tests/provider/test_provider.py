@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from nonoka.errors import ConfigurationError
-from nonoka.messages import Message, ToolCall
 from nonoka.protocol.models import Event, Finish, SessionInit, TextDelta
 from nonoka.provider import (
     BridgeError,
@@ -32,6 +31,7 @@ from nonoka.provider import (
     id_file_path,
     write_session_id,
 )
+from nonoka.state.messages import Message, ToolCall
 
 PEER = Path(__file__).with_name("recording_peer.py")
 USER: list[MessageLike] = [{"role": "user", "content": "What is in README.md?"}]

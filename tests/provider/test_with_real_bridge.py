@@ -14,9 +14,9 @@ import pytest
 
 from nonoka.cli.render import describe_event
 from nonoka.cli.sessions_cmd import show_session
-from nonoka.messages import Message
 from nonoka.protocol.models import RequestLimits
 from nonoka.provider import MessageLike, NonokaProvider, id_file_path
+from nonoka.state.messages import Message
 from nonoka.testing import call, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer, Step
 from tests.support.processes import model_env

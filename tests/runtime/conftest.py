@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nonoka.runner import Runner
+from nonoka.runtime.runner import Runner
 from nonoka.store.base import CheckpointStore
 
 

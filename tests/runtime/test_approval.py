@@ -7,7 +7,7 @@ import pytest
 from nonoka import Agent, Runner, ToolApproval, tool
 from nonoka.errors import ToolResultMismatchError
 from nonoka.extensions.approval import NAMESPACE, pending_approvals
-from nonoka.state import SessionStatus
+from nonoka.state.session_state import SessionStatus
 from nonoka.store.base import CheckpointStore
 from nonoka.testing import ScriptedModel, call, text
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from nonoka.messages import dangling_tool_calls
-from nonoka.state import SessionState, SessionStatus
+from nonoka.state.entries import dangling_tool_calls
+from nonoka.state.session_state import SessionState, SessionStatus
 from tests.support.stores import load_stored
 
 ROOT = Path(__file__).resolve().parents[2]

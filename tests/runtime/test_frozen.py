@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
-from nonoka.frozen import construct, replace
-from nonoka.messages import MemoryEntry
-from nonoka.runtime import RuntimeUsage, SessionRuntimeState
-from nonoka.session import Session
-from nonoka.state import SessionState, TraceEvent
+from nonoka.runtime.session import Session
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.frozen import construct, replace
+from nonoka.state.ledger import RuntimeUsage, SessionRuntimeState
+from nonoka.state.session_state import SessionState, TraceEvent
 
 
 def _same(a: BaseModel, b: BaseModel) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from nonoka import Agent, Plan, Ref, Runner, Step, tool
 from nonoka.errors import ConfigurationError
-from nonoka.state import SessionStatus, StepStatus
+from nonoka.state.session_state import SessionStatus, StepStatus
 from nonoka.store.base import CheckpointStore
 from nonoka.testing import ScriptedModel
 

@@ -12,14 +12,15 @@ from nonoka import Agent, Runner, RunResult, tool
 from nonoka.errors import ConfigurationError, ToolResultMismatchError
 from nonoka.events import RunEvent, RunWarning, TextDelta, ToolCallFinished, ToolCallRequested
 from nonoka.llm.base import ModelResponse, Usage
-from nonoka.memory import MemoryBackend
-from nonoka.messages import MemoryEntry, Message, ToolCall, ToolResult, dangling_tool_calls
-from nonoka.runtime import RuntimeLimits
-from nonoka.session import Session
-from nonoka.state import CompletionContract, SessionStatus
+from nonoka.runtime.session import Session
+from nonoka.runtime.tools import RunContext, host_tool
+from nonoka.runtime.window import MemoryBackend
+from nonoka.state.entries import MemoryEntry, dangling_tool_calls
+from nonoka.state.ledger import RuntimeLimits
+from nonoka.state.messages import Message, ToolCall, ToolResult
+from nonoka.state.session_state import CompletionContract, SessionStatus
 from nonoka.store.base import CheckpointStore
 from nonoka.testing import ScriptedModel, call, calls, text
-from nonoka.tools import RunContext, host_tool
 
 
 @tool(idempotent=True)

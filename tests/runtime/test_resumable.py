@@ -1,6 +1,6 @@
 """Passes that resume where the last call stopped give what a pass from the start gives.
 
-``nonoka.resumable`` lets the per-turn passes over a conversation (tool-call pairing,
+``nonoka.state.prefix_memo`` lets the per-turn passes over a conversation (tool-call pairing,
 token count, the host-history comparison, the wire text) read only what a longer
 conversation adds. Generated sequences of conversations — growing, cut back, changed in
 the middle, shared by identity or only equal — are fed to each pass in turn, and every
@@ -14,18 +14,18 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nonoka import memory as memory_module
-from nonoka import messages as messages_module
 from nonoka.bridge import reconcile
-from nonoka.entries import EntrySnapshot
 from nonoka.llm import openai
-from nonoka.memory import WorkingMemory
-from nonoka.messages import MemoryEntry, Message, ToolCall, dangling_tool_calls
-from nonoka.resumable import SHORT, Resumable
+from nonoka.runtime import window as memory_module
+from nonoka.runtime.window import WorkingMemory
+from nonoka.state import entries as messages_module
+from nonoka.state.entries import EntrySnapshot, MemoryEntry, dangling_tool_calls
+from nonoka.state.messages import Message, ToolCall
+from nonoka.state.prefix_memo import SHORT, PrefixMemo
 
 
 def test_resume_only_from_a_kept_prefix() -> None:
-    memo: Resumable[str] = Resumable()
+    memo: PrefixMemo[str] = PrefixMemo()
     long = list(range(SHORT + 5))
     assert memo.resume(long) is None
     memo.keep("state", long)
@@ -125,7 +125,7 @@ def test_the_early_requests_text_is_shared_only_for_the_conversation_it_was_sent
     """The bridge's early request encoded the stored conversation already; the turn that
     loads that very conversation (same session, length, generation) takes its text."""
     from nonoka.bridge.early import Dispatched
-    from nonoka.session import Session
+    from nonoka.runtime.session import Session
 
     session = Session("s1")
     for i in range(SHORT):

@@ -9,9 +9,10 @@ import pytest
 
 from nonoka import RunContext, tool
 from nonoka.errors import CorruptSessionError, ToolError, UnsupportedVersionError
-from nonoka.memory import WorkingMemory
-from nonoka.messages import MemoryEntry, ToolCall
-from nonoka.state import SCHEMA_VERSION, SessionState, migrate_state_dict
+from nonoka.runtime.window import WorkingMemory
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import ToolCall
+from nonoka.state.session_state import SCHEMA_VERSION, SessionState, migrate_state_dict
 
 
 @tool(idempotent=True)

@@ -7,11 +7,11 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from nonoka.digests import Chain, entry_chains
-from nonoka.messages import MemoryEntry
-from nonoka.session import Session
+from nonoka.runtime.session import Session
+from nonoka.state.entries import MemoryEntry
 from nonoka.store.base import decode_entries, entry_json
 from nonoka.store.sqlite import SQLiteCheckpointStore, entry_cache
+from nonoka.store.sqlite.digests import Chain, entry_chains
 
 
 def exchanges(session: Session, count: int) -> None:

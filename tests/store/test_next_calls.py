@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from nonoka.errors import UnsupportedVersionError
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState, SessionStatus
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionState, SessionStatus
 from nonoka.store.base import entry_json
 from nonoka.store.memory import MemoryCheckpointStore
 from nonoka.store.next_calls import ClosableNextCallStore, NextCallStore

@@ -15,8 +15,8 @@ from nonoka.errors import (
     StoreError,
     UnsupportedVersionError,
 )
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState, StepStatus
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionState, StepStatus
 from nonoka.store.postgres import PostgresCheckpointStore
 from nonoka.store.postgres.migrations import MIGRATIONS
 from nonoka.store.postgres.records import PostgresRecordStore
@@ -150,8 +150,8 @@ async def test_concurrent_writers_keep_event_and_step_order(schema: str) -> None
 
 OPENER = """
 import asyncio, sys, time
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionState
 from nonoka.store.postgres import PostgresCheckpointStore
 url, sid, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
 async def main():

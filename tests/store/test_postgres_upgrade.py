@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState, StepResult, StepStatus
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionState, StepResult, StepStatus
 from nonoka.store.base import entry_json, snapshot_json
 from nonoka.store.leases import new_lease_owner
 from nonoka.store.postgres import PostgresCheckpointStore, PostgresRecordStore

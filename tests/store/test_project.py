@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nonoka.errors import ConfigurationError, StoreError
-from nonoka.state import SessionState
+from nonoka.state.session_state import SessionState
 from nonoka.store.memory import MemoryCheckpointStore
 from nonoka.store.memory.records import MemoryRecordStore
 from nonoka.store.project import (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from nonoka.messages import MemoryEntry
-from nonoka.session import Session
-from nonoka.state import TraceEvent
+from nonoka.runtime.session import Session
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import TraceEvent
 from nonoka.store.base import SNAPSHOT_EXCLUDE, decode_state, snapshot_json
 
 
@@ -31,7 +31,7 @@ def test_a_trace_event_is_known_by_all_its_fields() -> None:
 
 
 def _expected(state: object) -> object:
-    from nonoka.state import SessionState
+    from nonoka.state.session_state import SessionState
 
     assert isinstance(state, SessionState)
     return json.loads(state.model_dump_json(exclude=SNAPSHOT_EXCLUDE))
@@ -41,7 +41,7 @@ def test_the_trace_text_follows_a_sliding_full_window_and_any_other_change() -> 
     """The kept trace text is reused only for the same events: a window that slides by
     a few events, by more than are looked for, or a trace replaced by other events (or
     by equal copies, as a loaded session has) all give the state's own JSON."""
-    from nonoka.state import TRACE_LIMIT
+    from nonoka.state.session_state import TRACE_LIMIT
 
     session = Session("slide")
     for n in range(TRACE_LIMIT + 150):
@@ -66,7 +66,7 @@ def test_the_trace_text_follows_a_sliding_full_window_and_any_other_change() -> 
 def test_the_plan_text_is_the_current_plans() -> None:
     """A plan's JSON is kept with the plan object: a new plan (a new object, even one
     equal to an old one) is written as it is, and no plan is ``null``."""
-    from nonoka.plan import Plan, Step
+    from nonoka.state.plan import Plan, Step
 
     session = Session("plan")
     for n in range(3):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from nonoka.errors import StoreError, UnsupportedVersionError
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionState
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite.migrations import MIGRATIONS, apply_migrations
 from tests.support.stores import raw_sqlite
@@ -191,7 +191,7 @@ async def test_transaction_is_shared_and_rolls_back(tmp_path: Path) -> None:
 
 OPENER = """
 import sys, time, asyncio
-from nonoka.state import SessionState
+from nonoka.state.session_state import SessionState
 from nonoka.store.sqlite import SQLiteCheckpointStore
 path, name, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
 while time.time() < start_at:
@@ -246,7 +246,7 @@ async def test_snapshot_rows_are_padded_to_a_size_step_and_load_back(tmp_path: P
 
 def _stored_chain(path: Path, session_id: str) -> tuple[str, str]:
     """The stored digest chain of the session's last entry, and the one its rows give."""
-    from nonoka.digests import Chain
+    from nonoka.store.sqlite.digests import Chain
 
     with raw_sqlite(path) as db:
         rows = db.execute("SELECT entry_json, key_chain FROM session_entries "

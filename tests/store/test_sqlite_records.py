@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nonoka.errors import StoreError
-from nonoka.state import SessionState
+from nonoka.state.session_state import SessionState
 from nonoka.store.base import snapshot_json
 from nonoka.store.records import SessionRecord
 from nonoka.store.sqlite import SQLiteCheckpointStore

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nonoka.statedir import GITIGNORE_TEXT
 from nonoka.store.project import open_project_stores
+from nonoka.store.statedir import GITIGNORE_TEXT
 
 
 def _git(project: Path, *args: str) -> str:

@@ -7,7 +7,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from nonoka.state import SessionState
+from nonoka.state.session_state import SessionState
 from nonoka.store.sqlite import SQLiteCheckpointStore
 
 

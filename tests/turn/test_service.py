@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from nonoka.agent import Agent
 from nonoka.events import RunWarning, TextDelta
-from nonoka.messages import Message
-from nonoka.session import Session
-from nonoka.state import SessionStatus
+from nonoka.runtime.agent import Agent
+from nonoka.runtime.session import Session
+from nonoka.state.messages import Message
+from nonoka.state.session_state import SessionStatus
 from nonoka.store.lease_terms import new_lease_owner
 from nonoka.testing import FunctionModel, ScriptedModel, text
 from nonoka.turn.outcome import TurnOutcome

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nonoka.messages import MemoryEntry
-from nonoka.plan import Plan, Step
-from nonoka.state import SessionState, SessionStatus, StepResult, StepStatus
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.plan import Plan, Step
+from nonoka.state.session_state import SessionState, SessionStatus, StepResult, StepStatus
 from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.store.records import SessionRecord
 from nonoka.ui.data import NotAvailableError, SessionQuery, UiData

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from playwright.sync_api import BrowserContext, expect
 
-from nonoka.state import SessionStatus
+from nonoka.state.session_state import SessionStatus
 from nonoka.store.project import open_project_stores
 from nonoka.testing import call, text
 from nonoka.testing.server import ScriptedOpenAIServer, Step

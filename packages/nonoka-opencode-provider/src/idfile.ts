@@ -16,7 +16,7 @@ export const STATE_DIR_NAME = ".nonoka";
 export const ID_FILE_NAME = "provider-session.id";
 /** A session id is at most 128 characters; a file far larger is not one (don't slurp it). */
 const MAX_FILE_BYTES = 4096;
-/** `nonoka.session.SESSION_ID_PATTERN`. */
+/** `nonoka.state.ids.SESSION_ID_PATTERN`. */
 const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
 export type Logger = (message: string) => void;

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nonoka.bridge.reconcile import Lineage, Reconciliation, classify, content_digest
-from nonoka.messages import Message
-from nonoka.session import Session
+from nonoka.runtime.session import Session
+from nonoka.state.messages import Message
 from nonoka.store.records import SessionIndex, SessionRecord
 
 SUMMARIES_KEY = "compaction_summaries"

@@ -57,14 +57,14 @@ if TYPE_CHECKING:
 
     from nonoka.llm.base import ChatModel
     from nonoka.llm.inflight import Inflight, Outcome
-    from nonoka.messages import MemoryEntry
-    from nonoka.resumable import Resumable
-    from nonoka.session import Session
+    from nonoka.runtime.session import Session
+    from nonoka.runtime.tools import Tool
+    from nonoka.state.entries import MemoryEntry
+    from nonoka.state.prefix_memo import PrefixMemo
     from nonoka.store.base import SessionLeases
     from nonoka.store.next_call_row import StoredNextCall
     from nonoka.store.next_calls import ClosableNextCallStore
     from nonoka.store.project import ProjectStores
-    from nonoka.tools import Tool
 
 ENV_VAR = "NONOKA_EARLY_DISPATCH"
 TEMPLATE_VERSION = 3
@@ -121,8 +121,8 @@ class NextTurn:
         return messages
 
     def new_tokens(self) -> int:
-        """The token estimate of what the runtime appends (``nonoka.tokens``)."""
-        from nonoka.tokens import entry_tokens
+        """The token estimate of what the runtime appends (``nonoka.state.tokens``)."""
+        from nonoka.state.tokens import entry_tokens
 
         texts = [content for _, content in self.results]
         return sum(entry_tokens(t) for t in [*texts, *([self.prompt] if self.prompt else [])])
@@ -232,7 +232,7 @@ _PLAIN_ROLES = frozenset(_PLAIN_OPENING)
 
 
 def _well_formed(message: object) -> bool:
-    """Whether the runtime's validation (``nonoka.messages.Message``) accepts ``message``."""
+    """Whether the runtime's validation (``nonoka.state.messages.Message``) accepts ``message``."""
     if not isinstance(message, dict) or message.get("role") not in _ROLES:
         return False
     call_id, calls = message.get("tool_call_id"), message.get("tool_calls")
@@ -539,8 +539,8 @@ async def remember_next_call(stores: ProjectStores, session: Session, model: Cha
     stored.
     """
     from nonoka.llm.base import AdoptsInflight
-    from nonoka.messages import dangling_tool_calls
-    from nonoka.state import SessionStatus
+    from nonoka.state.entries import dangling_tool_calls
+    from nonoka.state.session_state import SessionStatus
     from nonoka.store.next_calls import NextCallStore
 
     store = stores.checkpoints
@@ -611,7 +611,7 @@ def _conversation(entries: Sequence[MemoryEntry], early: Dispatched | None, head
     those messages are encoded already and known plain or not, so only the entries after
     them are encoded and checked here. Without it (a long-lived bridge's later turns),
     the digest and the check go on from where the last template's stopped, when the
-    conversation extends that one (``nonoka.resumable``)."""
+    conversation extends that one (``nonoka.state.prefix_memo``)."""
     if early is None:
         return _resumed_conversation(entries, head, tail)
     from nonoka.llm.wire import entry_wire_message
@@ -637,10 +637,10 @@ def _resumed_conversation(entries: Sequence[MemoryEntry], head: str, tail: str
     """``_conversation`` for a turn that sent no early request: the body's text is the
     adapter's (``wire_text``, itself resumed), its digest and plainness resumed here."""
     from nonoka.llm.openai import wire_text
-    from nonoka.resumable import Resumable
+    from nonoka.state.prefix_memo import PrefixMemo
 
     if not _TEMPLATE:
-        _TEMPLATE.append(Resumable())
+        _TEMPLATE.append(PrefixMemo())
     memo = _TEMPLATE[0]
     messages = wire_text(entries)
     resumed = memo.resume(entries)
@@ -655,6 +655,6 @@ def _resumed_conversation(entries: Sequence[MemoryEntry], head: str, tail: str
     return {"plain": plain, "digest": _with_tail(hashed, tail)}
 
 
-_TEMPLATE: list[Resumable[tuple[str, Any, bool, int]]] = []
+_TEMPLATE: list[PrefixMemo[tuple[str, Any, bool, int]]] = []
 """The head, the digest so far, plainness and text length of the conversation the last
 template was taken of (made on first use: the early path does not load ``typing``)."""

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nonoka import faults
-from nonoka.agent import Agent
 from nonoka.bridge.choose import (
     Match,
     Verdict,
@@ -53,7 +52,6 @@ from nonoka.events import (
 )
 from nonoka.events import TextDelta as RunTextDelta
 from nonoka.llm.base import ChatModel
-from nonoka.paradigms.env import RunResult
 from nonoka.protocol.frames import Purpose, is_continuation
 from nonoka.protocol.models import (
     BaseEvent,
@@ -76,10 +74,13 @@ from nonoka.protocol.values import (
     RecoveryReason,
     WarningCode,
 )
-from nonoka.runtime import RuntimeLimits
-from nonoka.session import Session, validate_session_id
-from nonoka.state import SessionStatus
-from nonoka.tools import host_tool
+from nonoka.runtime.agent import Agent
+from nonoka.runtime.paradigms.env import RunResult
+from nonoka.runtime.session import Session
+from nonoka.runtime.tools import host_tool
+from nonoka.state.ids import validate_session_id
+from nonoka.state.ledger import RuntimeLimits
+from nonoka.state.session_state import SessionStatus
 from nonoka.turn.journal import TurnUsage, title_from
 from nonoka.turn.outcome import TurnOutcome
 from nonoka.turn.project import configured

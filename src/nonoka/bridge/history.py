@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from nonoka.bridge.reconcile import Lineage, Reconciliation
-from nonoka.messages import MemoryEntry, Message, ToolResult
 from nonoka.protocol.turns import joined_prompt, split_after_reply
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import Message, ToolResult
 from nonoka.turn.service import TurnInput
 
 

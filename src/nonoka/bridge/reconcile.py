@@ -27,8 +27,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from nonoka.messages import MemoryEntry, Message
-from nonoka.resumable import Resumable
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import Message
+from nonoka.state.prefix_memo import PrefixMemo
 
 
 class Lineage(StrEnum):
@@ -116,7 +117,7 @@ def _hosted(messages: Sequence[Message]) -> list[Message]:
     return hosted
 
 
-_HOSTED: Resumable[list[Message]] = Resumable()
+_HOSTED: PrefixMemo[list[Message]] = PrefixMemo()
 
 
 def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message]) -> int | None:
@@ -124,7 +125,7 @@ def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message]) -> int | Non
     as stored, text for text (what nearly every request does); ``None`` when anything
     else may be going on, for the full comparison to settle (``classify`` gives the same
     answer either way). Goes on from where the last call stopped when both sides extend
-    what it compared (``nonoka.resumable``)."""
+    what it compared (``nonoka.state.prefix_memo``)."""
     count = len(hosted)
     resumed = _REPEATS.resume(stored, hosted)
     start, j = (0, 0) if resumed is None else (resumed[0][0], resumed[1])
@@ -152,7 +153,7 @@ def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message]) -> int | Non
     return j
 
 
-_REPEATS: Resumable[int] = Resumable()
+_REPEATS: PrefixMemo[int] = PrefixMemo()
 """How many host messages the stored conversation ``_repeated`` last read repeated."""
 
 

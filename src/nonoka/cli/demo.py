@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from nonoka.llm.base import ModelResponse, Usage
-from nonoka.messages import Message, ToolCall
+from nonoka.state.messages import Message, ToolCall
 
 MODEL = "openai:nonoka-demo-scripted"
 WEATHER_TOOL = {
@@ -266,7 +266,7 @@ def _read_pid(pid_file: Path) -> int | None:
 
 
 async def _user_messages(project: Path, session_id: str) -> list[str]:
-    from nonoka.runner import Runner
+    from nonoka.runtime.runner import Runner
     from nonoka.store.project import open_project_stores
 
     async with open_project_stores(project) as stores:

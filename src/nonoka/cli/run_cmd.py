@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nonoka.agent import Agent
 from nonoka.cli.common import CliError, find_session
 from nonoka.cli.tools import builtin_tools
 from nonoka.errors import ConfigurationError, NonokaError, failure_of
 from nonoka.events import EventSink, emit
 from nonoka.llm.base import ChatModel
-from nonoka.messages import Message, dangling_tool_calls
 from nonoka.protocol.frames import Purpose, conversation_key
-from nonoka.state import SessionStatus
+from nonoka.runtime.agent import Agent
+from nonoka.state.entries import dangling_tool_calls
+from nonoka.state.messages import Message
+from nonoka.state.session_state import SessionStatus
 from nonoka.turn.journal import TurnUsage, title_from
 from nonoka.turn.lineage import fork_session
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_LIMIT

@@ -30,7 +30,7 @@ from typing import TypeVar
 from nonoka.cli.confined import OutsideError, open_beneath
 from nonoka.errors import ToolError
 from nonoka.redact import is_env_file, mask_env_line, redact_text
-from nonoka.tools import Tool, make_tool
+from nonoka.runtime.tools import Tool, make_tool
 
 MAX_LINES = 400
 MAX_LINE_CHARS = 2000

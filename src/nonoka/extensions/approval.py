@@ -13,8 +13,8 @@ from typing import Any
 
 from nonoka.errors import ToolResultMismatchError
 from nonoka.extensions.base import ExtensionContext, LoopExtension, ToolDecision
-from nonoka.messages import ToolCall
-from nonoka.tools import Tool
+from nonoka.runtime.tools import Tool
+from nonoka.state.messages import ToolCall
 
 NAMESPACE = "approval"
 

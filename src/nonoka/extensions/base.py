@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from nonoka.llm.base import ModelResponse
-from nonoka.messages import ToolCall
-from nonoka.tools import Tool
+from nonoka.runtime.tools import Tool
+from nonoka.state.messages import ToolCall
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from nonoka.messages import Message, ToolCall
+from nonoka.state.messages import Message, ToolCall
 
 if TYPE_CHECKING:
     from nonoka.llm.inflight import Inflight

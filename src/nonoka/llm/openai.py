@@ -23,7 +23,6 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nonoka.entries import EntryMessages
 from nonoka.errors import ModelError
 from nonoka.llm.base import ModelResponse, TextSink, ToolSpec, Usage
 from nonoka.llm.wire import (
@@ -35,8 +34,9 @@ from nonoka.llm.wire import (
     request_headers,
     wire_message,
 )
-from nonoka.messages import MemoryEntry, Message, ToolCall
-from nonoka.resumable import Resumable
+from nonoka.state.entries import EntryMessages, MemoryEntry
+from nonoka.state.messages import Message, ToolCall
+from nonoka.state.prefix_memo import PrefixMemo
 
 if TYPE_CHECKING:
     import http.client
@@ -211,7 +211,7 @@ def wire_text(entries: Sequence[MemoryEntry]) -> str:
 
     Encoded in one ``json.dumps`` call; when ``entries`` extend the ones the last call
     encoded (a long-lived bridge resends its conversation every turn, one exchange
-    longer), only the entries after those are encoded (``nonoka.resumable``)."""
+    longer), only the entries after those are encoded (``nonoka.state.prefix_memo``)."""
     resumed = _WIRE.resume(entries)
     start, known = (0, "") if resumed is None else (resumed[0][0], resumed[1])
     rest = json.dumps([_entry_wire(e) for e in entries[start:]])[1:-1]
@@ -220,7 +220,7 @@ def wire_text(entries: Sequence[MemoryEntry]) -> str:
     return joined
 
 
-_WIRE: Resumable[str] = Resumable()
+_WIRE: PrefixMemo[str] = PrefixMemo()
 
 
 def share_wire_text(entries: Sequence[MemoryEntry], text: str) -> None:

@@ -120,7 +120,7 @@ async def _resolve(all_ids: Any, wanted: list[str] | None) -> list[str]:
 async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
                           out: TextIO) -> int:
     """The conversations for a person: tool calls and results folded, usage at the end."""
-    from nonoka.messages import MemoryEntry
+    from nonoka.state.entries import MemoryEntry
 
     backend = backend_for(stores)
     ids = await _resolve(backend.session_ids, session_ids)

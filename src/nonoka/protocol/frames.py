@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from typing import Any, Final
 
-    from nonoka.messages import Message
     from nonoka.protocol.values import ErrorCode
+    from nonoka.state.messages import Message
 
 # -- versions and limits ---------------------------------------------------------------
 

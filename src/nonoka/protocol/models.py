@@ -28,7 +28,6 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from nonoka.messages import Message
 from nonoka.protocol.frames import (
     CAPABILITIES,
     DEFAULT_MAX_FRAME_BYTES,
@@ -43,6 +42,7 @@ from nonoka.protocol.frames import (
     resent,
 )
 from nonoka.protocol.values import ErrorCode, ExecutedBy, FinishReason, RecoveryReason
+from nonoka.state.messages import Message
 
 __all__ = [
     "BaseEvent",

@@ -26,7 +26,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from nonoka.errors import ConfigurationError
-from nonoka.messages import Message
 from nonoka.protocol.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     ProtocolError,
@@ -64,6 +63,7 @@ from nonoka.provider.process import (
     merged_env,
 )
 from nonoka.provider.result import ProviderResult
+from nonoka.state.messages import Message
 
 __all__ = ["DEFAULT_CANCEL_GRACE", "DEFAULT_TIMEOUT", "EventCallback", "MessageLike",
            "NonokaProvider", "ProviderStream", "ToolLike", "default_command"]

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from nonoka.errors import ConfigurationError
-from nonoka.session import SESSION_ID_PATTERN
+from nonoka.state.ids import SESSION_ID_PATTERN
 
 __all__ = [
     "ID_FILE_NAME",
@@ -43,7 +43,8 @@ def id_file_path(cwd: str | os.PathLike[str]) -> Path:
 
 
 def is_plausible_session_id(value: object) -> bool:
-    """Whether ``value`` has the shape of a session id (``nonoka.session.SESSION_ID_PATTERN``)."""
+    """Whether ``value`` has the shape of a session id
+    (``nonoka.state.ids.SESSION_ID_PATTERN``)."""
     return isinstance(value, str) and SESSION_ID_PATTERN.fullmatch(value) is not None
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nonoka.messages import Message, ToolCall
 from nonoka.protocol.models import (
     ChatRequest,
     ErrorEvent,
@@ -21,6 +20,7 @@ from nonoka.protocol.models import (
     WarningEvent,
 )
 from nonoka.protocol.values import ExecutedBy, FinishReason
+from nonoka.state.messages import Message, ToolCall
 
 __all__ = ["ProviderResult"]
 

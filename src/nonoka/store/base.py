@@ -20,10 +20,10 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from nonoka.errors import CorruptSessionError, SessionConflictError, StoreError
-from nonoka.frozen import replace
-from nonoka.messages import MemoryEntry
-from nonoka.plan import Plan
-from nonoka.state import (
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.frozen import replace
+from nonoka.state.plan import Plan
+from nonoka.state.session_state import (
     SessionState,
     StepFailure,
     StepResult,

@@ -124,7 +124,7 @@ def open_project_stores(cwd: Path, database_url: str | None = None, *,
             return _open_sqlite(database_target(cwd)[1], ours_only=True, read_only=True)
         _make_private_dir(project)
         stores = _open_sqlite(database_target(cwd)[1], ours_only=True)
-        from nonoka.statedir import ignore_everything
+        from nonoka.store.statedir import ignore_everything
 
         # Once the database is known to be ours: a refused folder is left as it was.
         ignore_everything(project / DEFAULT_DATABASE.parent)
@@ -192,7 +192,7 @@ def _make_private_dir(project: Path) -> None:
     """Create ``<project>/.nonoka`` owner-only; the project directory itself must exist."""
     if not project.is_dir():
         raise ConfigurationError(f"project directory {project} does not exist")
-    from nonoka.statedir import ensure_state_dir
+    from nonoka.store.statedir import ensure_state_dir
 
     # An existing folder keeps its mode (it may hold files with their own). The .gitignore
     # that keeps it out of git and of a host's git-based snapshots comes once it is open.

@@ -20,7 +20,7 @@ from nonoka.redact import redact
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nonoka.state import SessionState
+    from nonoka.state.session_state import SessionState
 
 
 class SessionRecord(BaseModel):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nonoka.llm.base import ModelResponse, TextSink, ToolSpec, Usage
-from nonoka.messages import Message, ToolCall
-from nonoka.tokens import estimate_tokens
+from nonoka.state.messages import Message, ToolCall
+from nonoka.state.tokens import estimate_tokens
 
 __all__ = [
     "FunctionModel",

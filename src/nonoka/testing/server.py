@@ -42,7 +42,7 @@ from types import TracebackType
 from typing import Any, TypeAlias
 
 from nonoka.llm.base import ModelResponse, Usage
-from nonoka.messages import ToolCall
+from nonoka.state.messages import ToolCall
 from nonoka.testing import text
 
 __all__ = [

@@ -26,7 +26,7 @@ from nonoka import faults
 from nonoka.errors import NonokaError
 from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
 from nonoka.redact import redact, redact_text
-from nonoka.session import Session
+from nonoka.runtime.session import Session
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import CreatesIndexed, SessionRecord
 

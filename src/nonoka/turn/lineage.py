@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nonoka.runner import Runner
+from nonoka.runtime.runner import Runner
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 

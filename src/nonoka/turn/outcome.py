@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nonoka.state import SessionStatus
+from nonoka.state.session_state import SessionStatus
 from nonoka.turn.journal import TurnUsage
 
 if TYPE_CHECKING:
     from nonoka.errors import Failure
-    from nonoka.paradigms.env import RunResult
+    from nonoka.runtime.paradigms.env import RunResult
 
 FINISH_STOP = "stop"
 FINISH_TOOL_CALLS = "tool_calls"

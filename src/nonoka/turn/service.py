@@ -20,15 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from nonoka.agent import Agent
 from nonoka.errors import Failure, ModelError, StoreError, failure_of
 from nonoka.events import RunEvent, RunWarning
-from nonoka.messages import MemoryEntry, Message, ToolResult, dangling_tool_calls
-from nonoka.paradigms.env import RunResult
 from nonoka.protocol.values import WarningCode
-from nonoka.runner import Runner
-from nonoka.runtime import RuntimeLimits
-from nonoka.session import Session
+from nonoka.runtime.agent import Agent
+from nonoka.runtime.paradigms.env import RunResult
+from nonoka.runtime.runner import Runner
+from nonoka.runtime.session import Session
+from nonoka.state.entries import MemoryEntry, dangling_tool_calls
+from nonoka.state.ledger import RuntimeLimits
+from nonoka.state.messages import Message, ToolResult
 from nonoka.store.project import ProjectStores
 from nonoka.turn.journal import LOGGED_TEXT, Journal
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_ERROR, TurnOutcome, finish_reason_of

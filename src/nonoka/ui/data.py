@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from nonoka.errors import ConfigurationError
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionState
 from nonoka.store.base import decode_entries, decode_session
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
@@ -462,7 +462,7 @@ class UiData:
     async def cancel_session(self, session_id: str) -> bool:
         """Cancel the session as ``Runner.cancel_session`` does (the running process
         stops at its next save); the index row and the timeline record it."""
-        from nonoka.runner import Runner
+        from nonoka.runtime.runner import Runner
 
         cancelled = await Runner(self.stores.checkpoints).cancel_session(session_id)
         if cancelled:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from nonoka.state import SessionState
+from nonoka.state.session_state import SessionState
 
 NODE_W, NODE_H = 176, 56
 GAP_X, GAP_Y, PAD = 20, 44, 16

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionState
 from nonoka.store.base import (
     EntryPlan,
     Lease,

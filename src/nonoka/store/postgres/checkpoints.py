@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from nonoka.errors import CorruptSessionError
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.session_state import SessionState
 from nonoka.store.base import (
     EntryPlan,
     Lease,

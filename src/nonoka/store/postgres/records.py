@@ -27,7 +27,7 @@ from nonoka.store.records import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nonoka.state import SessionState
+    from nonoka.state.session_state import SessionState
 
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT

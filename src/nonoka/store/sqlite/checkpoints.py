@@ -27,11 +27,9 @@ from contextlib import suppress
 from pathlib import Path
 from typing import NamedTuple
 
-from nonoka.digests import Chain
-from nonoka.entries import EntrySnapshot
 from nonoka.errors import CorruptSessionError, StoreError
-from nonoka.messages import MemoryEntry
-from nonoka.state import SessionState
+from nonoka.state.entries import EntrySnapshot, MemoryEntry
+from nonoka.state.session_state import SessionState
 from nonoka.store.base import (
     EntryPlan,
     Lease,
@@ -51,6 +49,7 @@ from nonoka.store.base import (
 from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import entry_cache, leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
+from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.entry_cache import Decoded
 from nonoka.store.sqlite.migrations import NEXT_DOC
 

@@ -5,7 +5,8 @@ A turn reads its session several times (choosing it, again once its lease is hel
 runner's load, the index row at the end), and a long-lived bridge reads it every turn;
 decoding every entry each time made a turn cost more as the conversation grew. The
 cache keeps, per database file and session, the entries decoded last time and the
-chain of the last of them (``nonoka.digests``: it covers every stored row's exact text).
+chain of the last of them (``nonoka.store.sqlite.digests``: it covers every stored
+row's exact text).
 Stored rows are only appended, or rewritten whole; a read reuses the cached entries
 only when the row at the same position still carries the same chain and the session's
 row is the same one (its creation time), and decodes the rest. At most a few sessions
@@ -19,7 +20,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from nonoka.messages import MemoryEntry
+    from nonoka.state.entries import MemoryEntry
 
 KEEP = 4
 """Sessions kept per process: a bridge serves one at a time."""

@@ -159,9 +159,11 @@ def m005_session_lineage(db: sqlite3.Connection) -> None:
 
 @migration
 def m006_entry_digest_chain(db: sqlite3.Connection) -> None:
-    """The digest chain up to each entry (``nonoka.digests``), by which a process knows
+    """The digest chain up to each entry (``nonoka.store.sqlite.digests``), by which a process knows
     the entries it decoded are still the stored ones; existing rows get theirs."""
-    from nonoka.digests import Chain  # not at import: the early path only checks versions
+    from nonoka.store.sqlite.digests import (
+        Chain,  # not at import: the early path only checks versions
+    )
 
     db.execute("ALTER TABLE session_entries ADD COLUMN key_chain TEXT")
     sessions = [r[0] for r in db.execute("SELECT DISTINCT session_id FROM session_entries")]

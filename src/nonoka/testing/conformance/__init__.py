@@ -41,9 +41,6 @@ runs the same tests by subclassing the suites in its own pytest files. It needs
   refused without being changed.
 - ``RecordStoreSuite`` (fixture ``records``, a ``RecordsHarness``): the session index
   and the event log.
-- ``SessionOpsSuite`` (fixture ``ops_engine``, an ``OpsHarness``: a project's stores and
-  a way to open an empty database of the same engine): search, export and import,
-  delete, prune and copy (``nonoka.ops``).
 
 A fixture with parameters runs every test once per parameter (nonoka's own
 ``tests/conformance/conftest.py`` parametrises over its engines). ``states`` has the
@@ -57,7 +54,6 @@ pytest.register_assert_rewrite(
     "nonoka.testing.conformance.branches",
     "nonoka.testing.conformance.checkpoints",
     "nonoka.testing.conformance.leases",
-    "nonoka.testing.conformance.ops",
     "nonoka.testing.conformance.records",
     "nonoka.testing.conformance.rows",
 )
@@ -72,20 +68,17 @@ from nonoka.testing.conformance.harness import (  # noqa: E402
     StoreHarness,
 )
 from nonoka.testing.conformance.leases import SessionLeasesSuite  # noqa: E402
-from nonoka.testing.conformance.ops import OpsHarness, SessionOpsSuite  # noqa: E402
 from nonoka.testing.conformance.records import RecordStoreSuite  # noqa: E402
 from nonoka.testing.conformance.rows import StoredRowsSuite  # noqa: E402
 
 __all__ = [
     "BranchingSuite",
     "CheckpointStoreSuite",
-    "OpsHarness",
     "RecordStore",
     "RecordStoreSuite",
     "RecordsHarness",
     "RowsHarness",
     "SessionLeasesSuite",
-    "SessionOpsSuite",
     "StoreHarness",
     "StoredRows",
     "StoredRowsSuite",

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from nonoka import MemoryEntry, Runner, RuntimeUsage, Session, SessionState, SessionStatus, ToolCall
 from nonoka.errors import ConfigurationError, SessionConflictError
-from nonoka.messages import MemoryEntry, ToolCall
-from nonoka.runner import Runner
-from nonoka.runtime import RuntimeUsage
-from nonoka.session import Session
-from nonoka.state import SessionState, SessionStatus
 from nonoka.store.base import BranchingStore, CheckpointStore
 from nonoka.testing.conformance.harness import StoreHarness
 

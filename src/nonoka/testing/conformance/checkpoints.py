@@ -12,10 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nonoka import MemoryEntry, Plan, Ref, SessionState, Step, StepFailure, StepResult, StepStatus
 from nonoka.errors import SessionConflictError
-from nonoka.messages import MemoryEntry
-from nonoka.plan import Plan, Ref, Step
-from nonoka.state import SessionState, StepFailure, StepResult, StepStatus
 from nonoka.store.base import CheckpointStore
 from nonoka.testing.conformance import states
 from nonoka.testing.conformance.harness import StoreHarness

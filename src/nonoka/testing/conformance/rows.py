@@ -13,24 +13,26 @@ from typing import Any
 
 import pytest
 
-from nonoka.errors import (
-    CorruptSessionError,
-    SessionConflictError,
-    StoreError,
-    UnsupportedVersionError,
-)
-from nonoka.messages import MemoryEntry
-from nonoka.state import (
-    SCHEMA_VERSION,
+from nonoka import (
+    MemoryEntry,
     SessionState,
     SessionStatus,
     StepFailure,
     StepResult,
     StepStatus,
 )
+from nonoka.errors import (
+    CorruptSessionError,
+    SessionConflictError,
+    StoreError,
+    UnsupportedVersionError,
+)
 from nonoka.store.base import CheckpointStore, snapshot_json
 from nonoka.testing.conformance import states
 from nonoka.testing.conformance.harness import RowsHarness
+
+SCHEMA_VERSION: int = SessionState.model_fields["schema_version"].default
+"""The snapshot layout this nonoka writes."""
 
 
 async def _save_turns(store: CheckpointStore, state: SessionState, turns: range) -> SessionState:

@@ -5,16 +5,21 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from nonoka.messages import MemoryEntry, ToolCall
-from nonoka.plan import Plan, Step
-from nonoka.runtime import RuntimeLimits, RuntimeUsage, SessionRuntimeState, Termination
-from nonoka.state import (
+from nonoka import (
     CompletionContract,
+    MemoryEntry,
+    Plan,
+    RuntimeLimits,
+    RuntimeUsage,
+    SessionRuntimeState,
     SessionState,
     SessionStatus,
+    Step,
     StepFailure,
     StepResult,
     StepStatus,
+    Termination,
+    ToolCall,
     TraceEvent,
 )
 

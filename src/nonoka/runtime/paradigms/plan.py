@@ -18,13 +18,13 @@ from typing import Any
 from nonoka import faults
 from nonoka.errors import ToolError
 from nonoka.events import ModelCalled, RunWarning
-from nonoka.messages import Message
-from nonoka.paradigms.env import LoopEnv, RunResult, result_of
-from nonoka.plan import Plan, Step
-from nonoka.runtime import Termination
-from nonoka.session import Session
-from nonoka.state import SessionStatus, StepFailure, StepResult, StepStatus
-from nonoka.tools import RunContext
+from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
+from nonoka.runtime.session import Session
+from nonoka.runtime.tools import RunContext
+from nonoka.state.ledger import Termination
+from nonoka.state.messages import Message
+from nonoka.state.plan import Plan, Step
+from nonoka.state.session_state import SessionStatus, StepFailure, StepResult, StepStatus
 
 
 class _StepFailed(Exception):

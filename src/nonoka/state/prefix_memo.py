@@ -3,7 +3,7 @@
 A host resends its whole history every turn, and a long-lived bridge reloads the same
 conversation every turn, one exchange longer. Every pass over it (the token count, the
 tool-call pairing, the comparison with the host's copy, the wire text of the model
-request) then cost a turn more the longer the conversation was. ``Resumable`` keeps the
+request) then cost a turn more the longer the conversation was. ``PrefixMemo`` keeps the
 sequences one pass last went over and the pass's state at their end: when the next
 call's sequences start with them, the pass resumes there and reads only what is new.
 
@@ -27,7 +27,7 @@ SHORT = 64
 """Sequences shorter than this are read whole, and not kept."""
 
 
-class Resumable(Generic[State]):
+class PrefixMemo(Generic[State]):
     """The state one pass reached at the end of the sequences it last went over.
 
     One tuple, replaced whole, so a reader on another thread sees one call's sequences

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from nonoka.entries import EntryMessages, EntrySnapshot
-from nonoka.messages import MemoryEntry, Message
-from nonoka.resumable import Resumable
+from nonoka.state.entries import EntryMessages, EntrySnapshot, MemoryEntry
+from nonoka.state.messages import Message
+from nonoka.state.prefix_memo import PrefixMemo
 
 if TYPE_CHECKING:
     from nonoka.store.base import CheckpointStore
@@ -104,7 +104,7 @@ class WorkingMemory:
 
 def _token_count(entries: list[MemoryEntry]) -> int:
     """The entries' tokens, counted on from the last count when they extend the entries
-    it was taken of (a session loaded again, one exchange longer: ``nonoka.resumable``)."""
+    it was taken of (a session loaded again, one exchange longer: ``nonoka.state.prefix_memo``)."""
     resumed = _COUNTED.resume(entries)
     start, total = (0, 0) if resumed is None else (resumed[0][0], resumed[1])
     total += sum(map(_TOKENS, entries[start:]))
@@ -112,7 +112,7 @@ def _token_count(entries: list[MemoryEntry]) -> int:
     return total
 
 
-_COUNTED: Resumable[int] = Resumable()
+_COUNTED: PrefixMemo[int] = PrefixMemo()
 
 
 def _open_call_unit(unit: list[MemoryEntry], entry: MemoryEntry) -> bool:

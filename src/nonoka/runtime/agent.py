@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nonoka.errors import ToolError
-from nonoka.runtime import RuntimeLimits
-from nonoka.state import CompletionContract
-from nonoka.tools import Tool, make_tool
+from nonoka.runtime.tools import Tool, make_tool
+from nonoka.state.ledger import RuntimeLimits
+from nonoka.state.session_state import CompletionContract
 
 if TYPE_CHECKING:
     from nonoka.extensions.base import LoopExtension

@@ -6,14 +6,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nonoka.agent import Agent
 from nonoka.events import EventSink, RunEvent, emit
 from nonoka.extensions.base import ExtensionContext, LoopExtension
 from nonoka.llm.base import ChatModel
-from nonoka.messages import ToolCall
-from nonoka.runtime import RuntimeUsage, Termination
-from nonoka.session import Session
-from nonoka.state import SessionStatus
+from nonoka.runtime.agent import Agent
+from nonoka.runtime.session import Session
+from nonoka.state.ledger import RuntimeUsage, Termination
+from nonoka.state.messages import ToolCall
+from nonoka.state.session_state import SessionStatus
 from nonoka.store.base import CheckpointStore
 
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, overload
+from typing import Any, overload
 
-if TYPE_CHECKING:
-    from nonoka.messages import MemoryEntry, Message
+from pydantic import BaseModel, ConfigDict, Field
+
+from nonoka.state.messages import Message, Role, ToolCall
+from nonoka.state.prefix_memo import PrefixMemo
+from nonoka.state.tokens import entry_tokens
 
 
 class EntrySnapshot(Sequence["MemoryEntry"]):
@@ -118,3 +121,92 @@ class EntryMessages(Sequence["Message"]):
 
     def __repr__(self) -> str:
         return f"EntryMessages({self._messages()!r})"
+
+
+class MemoryEntry(BaseModel):
+    """One stored conversation entry; immutable once written."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tokens: int = 0
+
+    @classmethod
+    def make(cls, role: Role, content: str, **metadata: Any) -> MemoryEntry:
+        """Build an entry with its token estimate filled in."""
+        meta = {k: v for k, v in metadata.items() if v is not None}
+        extra = sum(len(c.get("arguments", "")) for c in meta.get("tool_calls", []))
+        return cls(role=role, content=content, metadata=meta,
+                   tokens=entry_tokens(content, extra))
+
+    @classmethod
+    def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = ()) -> MemoryEntry:
+        calls = [c.model_dump() for c in tool_calls] or None
+        return cls.make("assistant", content, tool_calls=calls)
+
+    @classmethod
+    def tool_result(
+        cls, call: ToolCall, content: str, *, is_error: bool = False, **metadata: Any
+    ) -> MemoryEntry:
+        return cls.make("tool", content, tool_call_id=call.id, tool_name=call.name,
+                        is_error=is_error or None, **metadata)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [ToolCall.model_validate(c) for c in self.metadata.get("tool_calls") or []]
+
+    @property
+    def tool_call_id(self) -> str | None:
+        value = self.metadata.get("tool_call_id")
+        return str(value) if value is not None else None
+
+    def to_message(self) -> Message:
+        return Message(
+            role=self.role,
+            content=self.content,
+            tool_calls=self.tool_calls or None,
+            tool_call_id=self.tool_call_id,
+        )
+
+    @classmethod
+    def from_message(cls, message: Message) -> MemoryEntry:
+        if message.role == "assistant":
+            return cls.assistant(message.content, message.tool_calls or [])
+        return cls.make(message.role, message.content, tool_call_id=message.tool_call_id)
+
+
+def dangling_tool_calls(entries: Sequence[MemoryEntry]) -> tuple[int | None, list[ToolCall]]:
+    """Find the last assistant entry with tool calls and the calls nothing answers yet.
+
+    Returns the entry's index (``None`` when there is none) and its unanswered calls in
+    the order the model made them. A conversation that extends the one the last call
+    looked at is read only from where that one ended (``nonoka.state.prefix_memo``).
+    """
+    items = list(entries)  # one copy in C, then plain list indexing
+    resumed = _PAIRING.resume(items)
+    start, index, answered = 0, None, set[Any]()
+    if resumed is not None:
+        (start,), (index, answered) = resumed
+    for at in range(len(items) - 1, start - 1, -1):
+        if _calls_tools(items[at]):
+            index, answered, start = at, set(), at + 1
+            break
+    if index is not None:
+        answered = answered | {e.tool_call_id for e in items[start:]
+                               if e.role == "tool"}
+    _PAIRING.keep((index, answered), items)
+    if index is None:
+        return None, []
+    return index, [c for c in items[index].tool_calls if c.id not in answered]
+
+
+def _calls_tools(entry: MemoryEntry) -> bool:
+    meta = entry.metadata
+    return bool(meta) and entry.role == "assistant" and bool(meta.get("tool_calls"))
+
+
+_PAIRING: PrefixMemo[tuple[int | None, set[Any]]] = PrefixMemo()
+"""The last assistant entry with tool calls, and the ids answered after it, in the
+conversation ``dangling_tool_calls`` last read."""

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from nonoka import faults
-from nonoka.agent import Agent
 from nonoka.errors import (
     ConfigurationError,
     ModelError,
@@ -24,14 +23,17 @@ from nonoka.errors import (
 )
 from nonoka.events import EventSink
 from nonoka.extensions.approval import apply_decision
-from nonoka.messages import MemoryEntry, Message, ToolResult, dangling_tool_calls
-from nonoka.paradigms.env import LoopEnv, RunResult, result_of
-from nonoka.paradigms.plan import PlanExecutor
-from nonoka.paradigms.react import ReActAgent
-from nonoka.plan import Plan
-from nonoka.runtime import RuntimeLimits, Termination
-from nonoka.session import INTENTS_NAMESPACE, Session, validate_session_id
-from nonoka.state import SessionState, SessionStatus
+from nonoka.runtime.agent import Agent
+from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
+from nonoka.runtime.paradigms.plan import PlanExecutor
+from nonoka.runtime.paradigms.react import ReActAgent
+from nonoka.runtime.session import INTENTS_NAMESPACE, Session
+from nonoka.state.entries import MemoryEntry, dangling_tool_calls
+from nonoka.state.ids import validate_session_id
+from nonoka.state.ledger import RuntimeLimits, Termination
+from nonoka.state.messages import Message, ToolResult
+from nonoka.state.plan import Plan
+from nonoka.state.session_state import SessionState, SessionStatus
 from nonoka.store.base import BranchingStore, CheckpointStore
 
 FINISHED = (SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.CANCELLED)

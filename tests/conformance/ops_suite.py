@@ -15,7 +15,6 @@ from typing import Protocol
 
 import pytest
 
-from nonoka.messages import MemoryEntry, ToolCall
 from nonoka.ops.copy import copy_database
 from nonoka.ops.export import export_jsonl
 from nonoka.ops.importer import import_jsonl
@@ -23,7 +22,9 @@ from nonoka.ops.maintenance import check
 from nonoka.ops.model import SearchHit, SearchQuery
 from nonoka.ops.prune import delete_sessions, prune
 from nonoka.ops.search import search
-from nonoka.state import SessionState, SessionStatus, StepResult, StepStatus
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import ToolCall
+from nonoka.state.session_state import SessionState, SessionStatus, StepResult, StepStatus
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 from nonoka.testing.conformance import states

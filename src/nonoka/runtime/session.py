@@ -9,25 +9,25 @@ Internal: import its public names from ``nonoka``; this module's layout may chan
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from nonoka.errors import ConfigurationError
-from nonoka.frozen import construct, replace
 from nonoka.llm.base import Usage
-from nonoka.memory import WorkingMemory
-from nonoka.messages import MemoryEntry, ToolCall
-from nonoka.plan import Plan
-from nonoka.runtime import (
+from nonoka.runtime.window import WorkingMemory
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.frozen import construct, replace
+from nonoka.state.ids import validate_session_id
+from nonoka.state.ledger import (
     RuntimeLimits,
     RuntimeUsage,
     SessionRuntimeState,
     Termination,
     exceeded_limit,
 )
-from nonoka.state import (
+from nonoka.state.messages import ToolCall
+from nonoka.state.plan import Plan
+from nonoka.state.session_state import (
     SCHEMA_VERSION,
     TRACE_LIMIT,
     CompletionContract,
@@ -39,18 +39,7 @@ from nonoka.state import (
     TraceEvent,
 )
 
-SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 INTENTS_NAMESPACE = "nonoka.tool_intents"
-
-
-def validate_session_id(session_id: str) -> str:
-    """Accept only ids that are safe in a file name, a URL and a log line."""
-    if not isinstance(session_id, str) or not SESSION_ID_PATTERN.fullmatch(session_id):
-        raise ConfigurationError(
-            f"invalid session id {session_id!r}: use 1-128 characters of letters, digits, "
-            "'.', '_', ':' or '-', starting with a letter or digit"
-        )
-    return session_id
 
 
 class Session:

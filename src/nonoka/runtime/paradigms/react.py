@@ -24,13 +24,14 @@ from nonoka.errors import ToolError
 from nonoka.events import ModelCalled, RunWarning, TextDelta, ToolCallFinished, ToolCallRequested
 from nonoka.extensions.base import ToolDecision
 from nonoka.llm.base import ModelResponse
-from nonoka.memory import summary_request
-from nonoka.messages import MemoryEntry, ToolCall, dangling_tool_calls
-from nonoka.paradigms.env import LoopEnv, RunResult, result_of
-from nonoka.runtime import Termination
-from nonoka.session import Session
-from nonoka.state import SessionStatus
-from nonoka.tools import RunContext, Tool
+from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
+from nonoka.runtime.session import Session
+from nonoka.runtime.tools import RunContext, Tool
+from nonoka.runtime.window import summary_request
+from nonoka.state.entries import MemoryEntry, dangling_tool_calls
+from nonoka.state.ledger import Termination
+from nonoka.state.messages import ToolCall
+from nonoka.state.session_state import SessionStatus
 
 CONTRACT_NAMESPACE = "nonoka.contract"
 

@@ -24,9 +24,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from nonoka.errors import CorruptSessionError, UnsupportedVersionError
-from nonoka.messages import MemoryEntry
-from nonoka.plan import Plan
-from nonoka.runtime import SessionRuntimeState
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.ledger import SessionRuntimeState
+from nonoka.state.plan import Plan
 
 SCHEMA_VERSION = 2
 TRACE_LIMIT = 200
