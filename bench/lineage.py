@@ -37,7 +37,8 @@ from nonoka.protocol.turns import joined_prompt, split_after_reply
 from nonoka.runtime.runner import Runner
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import Message
-from nonoka.store.sqlite import SQLiteCheckpointStore, entry_cache
+from nonoka.store.reuse import StoreReuse
+from nonoka.store.sqlite import SQLiteCheckpointStore
 
 GOALS = {
     "fork 10,000 / fork 10 entries": 1.5,
@@ -140,7 +141,7 @@ async def run(reps: int) -> dict[str, float]:
         await grown.save_session(session)
         await store.save_session(make_state("plain", list(session.memory.entries)))
         async def cold(session_id: str) -> None:
-            entry_cache.clear()  # a cold read, as every new bridge process makes it
+            store.reuse = StoreReuse()  # a cold read, as every new bridge process makes it
             await store.load_session(session_id)
 
         load_branch, load_plain = await _paired_ms(

@@ -417,10 +417,11 @@ def test_a_sessions_conversation_is_posted_byte_for_byte_as_its_messages_would_b
     """The adapter encodes a session's entries straight to the wire (in one call, then
     only the entries a longer conversation adds); the bytes are those of the same
     ``Message`` list."""
-    from nonoka.llm import openai
     from nonoka.state.entries import EntryMessages, MemoryEntry
+    from nonoka.state.prefix_memo import ConversationPasses
 
-    model = OpenAIChatModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key="k")
+    model = OpenAIChatModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key="k",
+                            passes=ConversationPasses())
     call_ = ToolCall(id="c1", name="bash", arguments='{"cmd": "ls \\"ö\\""}')
     entries = [MemoryEntry.make("system", "rules"), MemoryEntry.make("user", "héllo\n\u2028"),
                MemoryEntry.assistant("", [call_]), MemoryEntry.tool_result(call_, "out"),
@@ -428,7 +429,6 @@ def test_a_sessions_conversation_is_posted_byte_for_byte_as_its_messages_would_b
                MemoryEntry.assistant("done 数据")]
     tools = [ToolSpec(name="bash", description="run", parameters={"type": "object"})]
     expected = model.request_body([e.to_message() for e in entries], tools)
-    openai._WIRE.forget()
     for end in (3, 3, 4, 6, 6, 2, 6):  # from scratch, resumed, resumed, again, shorter...
         want = model.request_body([e.to_message() for e in entries[:end]], tools)
         assert model.request_body(EntryMessages(entries[:end]), tools) == want

@@ -51,11 +51,13 @@ def _line(messages: list[Any], extra: dict[str, Any], space: str, first: bool) -
                           _SPACE, st.booleans()), min_size=1, max_size=6))
 def test_each_line_decodes_as_json_loads_does(steps: list[Any]) -> None:
     history: list[Any] = []
+    lines = frames.RequestLines()
     for added, dropped, extra, space, first in steps:
         history = history[:max(0, len(history) - dropped)] if dropped > 4 else history
         history = [*history, *added]
         text = _line(history, extra, space, first)
-        assert frames._decode(text) == json.loads(text)
+        assert frames._decode(text, lines) == json.loads(text)
+        assert frames._decode(text, None) == json.loads(text)
 
 
 def _chat(messages: list[dict[str, str]], request_id: str) -> bytes:
@@ -67,13 +69,18 @@ def test_a_resent_history_is_not_decoded_again() -> None:
     """The messages a line shares with the one before are the earlier line's objects;
     only the new ones are decoded (what keeps a long-lived bridge's turn flat)."""
     history = [{"role": "user", "content": f"question {i}"} for i in range(100)]
-    check_request_frame(_chat(history[:1], "a"))  # a process's first line
-    first = check_request_frame(_chat(history[:50], "b"))["messages"]
-    second = check_request_frame(_chat(history[:52], "c"))["messages"]
+    lines = frames.RequestLines()
+    check_request_frame(_chat(history[:1], "a"), lines=lines)  # a process's first line
+    first = check_request_frame(_chat(history[:50], "b"), lines=lines)["messages"]
+    second = check_request_frame(_chat(history[:52], "c"), lines=lines)["messages"]
     assert second == history[:52]
     assert all(a is b for a, b in zip(first, second, strict=False))
-    third = check_request_frame(_chat([{"role": "user", "content": "other"}], "d"))["messages"]
+    third = check_request_frame(_chat([{"role": "user", "content": "other"}], "d"),
+                                lines=lines)["messages"]
     assert third == [{"role": "user", "content": "other"}]
+    unkept = check_request_frame(_chat(history[:52], "e"))["messages"]  # no RequestLines
+    assert unkept == history[:52] and not any(
+        a is b for a, b in zip(first, unkept, strict=False))
 
 
 @pytest.mark.parametrize("tail", [
@@ -84,12 +91,12 @@ def test_a_bad_line_after_a_good_one_is_refused_as_before(tail: str) -> None:
     not the shortcut's."""
     history = [{"role": "user", "content": f"q{i}"} for i in range(10)]
     good = '{"type": "chat", "protocol": {"version": "1"}, "messages": ' + json.dumps(history)
-    check_request_frame((good + "}").encode())
-    check_request_frame((good + "}").encode())
+    lines = frames.RequestLines()
+    check_request_frame((good + "}").encode(), lines=lines)
+    check_request_frame((good + "}").encode(), lines=lines)
     bad = good[:-1] + tail
     with pytest.raises(ProtocolError) as caught:
-        check_request_frame(bad.encode())
-    frames._Resent.text = ("", [])
+        check_request_frame(bad.encode(), lines=lines)
     with pytest.raises(ProtocolError) as fresh:
         check_request_frame(bad.encode())
     assert (caught.value.code, caught.value.details, caught.value.message) == (
@@ -99,10 +106,12 @@ def test_a_bad_line_after_a_good_one_is_refused_as_before(tail: str) -> None:
 def test_a_spaced_array_is_reused_too() -> None:
     """Whitespace before the closing bracket does not stop the next line's reuse."""
     history: list[Any] = [{"role": "user", "content": f"q{i}"} for i in range(20)]
-    frames._decode(_line(history[:1], {}, " ", True))
-    first = frames._decode(_line(history[:10], {"type": "chat"}, " \n", True))["messages"]
-    second = frames._decode(_line(history[:15], {"type": "chat"}, " \n", True))["messages"]
-    third = frames._decode(_line(history, {"type": "chat"}, " \n", True))["messages"]
+    lines = frames.RequestLines()
+    frames._decode(_line(history[:1], {}, " ", True), lines)
+    first = frames._decode(_line(history[:10], {"type": "chat"}, " \n", True), lines)["messages"]
+    second = frames._decode(_line(history[:15], {"type": "chat"}, " \n", True),
+                            lines)["messages"]
+    third = frames._decode(_line(history, {"type": "chat"}, " \n", True), lines)["messages"]
     assert second == history[:15] and third == history
     assert all(a is b for a, b in zip(first, second[:10], strict=True))
     assert all(a is b for a, b in zip(second, third[:15], strict=True))

@@ -16,12 +16,10 @@ from hypothesis import strategies as st
 
 from nonoka.bridge import reconcile
 from nonoka.llm import openai
-from nonoka.runtime import window as memory_module
 from nonoka.runtime.window import WorkingMemory
-from nonoka.state import entries as messages_module
 from nonoka.state.entries import EntrySnapshot, MemoryEntry, dangling_tool_calls
 from nonoka.state.messages import Message, ToolCall
-from nonoka.state.prefix_memo import SHORT, PrefixMemo
+from nonoka.state.prefix_memo import SHORT, ConversationPasses, PrefixMemo
 
 
 def test_resume_only_from_a_kept_prefix() -> None:
@@ -72,6 +70,7 @@ _STEP = st.tuples(st.sampled_from(["grow", "cut", "change", "copy", "same"]),
 @given(st.lists(_ENTRY, min_size=SHORT, max_size=SHORT + 20), st.lists(_STEP, max_size=8))
 def test_pairing_and_token_count_resume_exactly(base: list[MemoryEntry],
                                                 steps: list[Any]) -> None:
+    passes = ConversationPasses()  # as one process keeps them, turn after turn
     entries = list(base)
     for kind, added, at in steps:
         if kind == "grow":
@@ -83,13 +82,17 @@ def test_pairing_and_token_count_resume_exactly(base: list[MemoryEntry],
             entries[at % len(entries)] = MemoryEntry.make("user", f"changed {at}")
         elif kind == "copy":  # equal entries that are other objects
             entries = [e.model_copy() for e in entries]
-        assert dangling_tool_calls(entries) == _reference_pairing(entries)
-        assert dangling_tool_calls(EntrySnapshot(entries)) == _reference_pairing(entries)
-        assert WorkingMemory(entries).total_tokens == sum(e.tokens for e in entries)
-        assert openai.wire_text(EntrySnapshot(entries)) == ", ".join(
-            openai.encoded_messages([e.to_message() for e in entries]))
-    messages_module._PAIRING.forget()
-    memory_module._COUNTED.forget()
+        reference = _reference_pairing(entries)
+        assert dangling_tool_calls(entries, passes.pairing) == reference
+        assert dangling_tool_calls(EntrySnapshot(entries), passes.pairing) == reference
+        assert dangling_tool_calls(entries) == reference
+        assert WorkingMemory(entries, passes=passes).dangling_tool_calls() == reference
+        tokens = sum(e.tokens for e in entries)
+        assert WorkingMemory(entries, passes=passes).total_tokens == tokens
+        assert WorkingMemory(entries).total_tokens == tokens
+        wire = ", ".join(openai.encoded_messages([e.to_message() for e in entries]))
+        assert openai.wire_text(EntrySnapshot(entries), passes.wire) == wire
+        assert openai.wire_text(EntrySnapshot(entries)) == wire
 
 
 def _as_message(entry: MemoryEntry) -> Message:
@@ -101,6 +104,7 @@ def _as_message(entry: MemoryEntry) -> Message:
 def test_classification_resumes_exactly(base: list[MemoryEntry], steps: list[Any]) -> None:
     """A host resending a growing (or edited) history: ``classify`` with its resumed
     shortcut answers as the full comparison does, turn after turn."""
+    memo = reconcile.HostComparison()
     stored = list(base)
     host = [_as_message(e) for e in stored]
     for kind, added, at in steps:
@@ -114,10 +118,9 @@ def test_classification_resumes_exactly(base: list[MemoryEntry], steps: list[Any
             host[at % len(host)] = Message(role="user", content=f"changed {at}")
         elif kind == "copy":
             host = [m.model_copy() for m in host]
-        got = reconcile.classify(EntrySnapshot(stored), host)
+        got = reconcile.classify(EntrySnapshot(stored), host, memo=memo)
         assert got == reconcile.compare(EntrySnapshot(stored), host)
-    reconcile._REPEATS.forget()
-    reconcile._HOSTED.forget()
+        assert reconcile.classify(EntrySnapshot(stored), host) == got
 
 
 def test_the_early_requests_text_is_shared_only_for_the_conversation_it_was_sent_for(
@@ -142,12 +145,11 @@ def test_the_early_requests_text_is_shared_only_for_the_conversation_it_was_sent
 
     fresh = openai.wire_text(session.memory.entries)
     for other in ({"session_id": "s2"}, {"stored": SHORT - 1}, {"generation": 1}):
-        openai._WIRE.forget()
-        dispatched(**other).share_text(session)
-        assert openai.wire_text(session.memory.entries) == fresh
-    openai._WIRE.forget()
-    dispatched().share_text(session)
+        wire: PrefixMemo[str] = PrefixMemo()
+        dispatched(**other).share_text(session, wire)
+        assert openai.wire_text(session.memory.entries, wire) == fresh
+    wire = PrefixMemo()
+    dispatched().share_text(session, wire)
     session.memory.append(MemoryEntry.make("user", "new"))
-    assert openai.wire_text(session.memory.entries) == (
+    assert openai.wire_text(session.memory.entries, wire) == (
         sent + ', {"role": "user", "content": "new"}')
-    openai._WIRE.forget()

@@ -10,7 +10,7 @@ from pathlib import Path
 from nonoka.runtime.session import Session
 from nonoka.state.entries import MemoryEntry
 from nonoka.store.base import decode_entries, entry_json
-from nonoka.store.sqlite import SQLiteCheckpointStore, entry_cache
+from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite.digests import Chain, entry_chains
 
 
@@ -47,7 +47,7 @@ async def test_later_reads_reuse_the_decoded_entries_and_stay_exact(tmp_path: Pa
         session.revision = await theirs.save_session(session.to_state())
         first = await ours.load_session("cached")
         assert first is not None and first.memory_entries == session.memory.entries
-        decoded = entry_cache.get(str(path), "cached")
+        decoded = ours.reuse.entries.get(str(path), "cached")
         assert decoded is not None and len(decoded.entries) == 8
 
         # Another writer appends: the next read decodes only the new rows.
@@ -55,7 +55,7 @@ async def test_later_reads_reuse_the_decoded_entries_and_stay_exact(tmp_path: Pa
         session.revision = await theirs.save_session(session.to_state())
         second = await ours.load_session("cached")
         assert second is not None and second.memory_entries == session.memory.entries
-        again = entry_cache.get(str(path), "cached")
+        again = ours.reuse.entries.get(str(path), "cached")
         assert again is not None and again.entries is decoded.entries  # extended in place
         assert len(first.memory_entries) == 8, "an earlier snapshot changed"
 
@@ -146,7 +146,7 @@ async def test_rows_written_in_the_older_chain_form_continue_the_chain(tmp_path:
         db.execute("UPDATE session_entries SET key_chain = seq || ':0:' || "
                    "printf('%032d', seq) || ':' || key_chain")
         db.close()
-        entry_cache.clear()
+        store.reuse.entries.clear()
         loaded = await store.load_session("older-form")
         assert loaded is not None and list(loaded.memory_entries) == list(session.memory.entries)
         session.memory.append(MemoryEntry.make("user", "q 3"))
@@ -157,3 +157,36 @@ async def test_rows_written_in_the_older_chain_form_continue_the_chain(tmp_path:
         assert again.memory_entries[0] is loaded.memory_entries[0]  # reused, not decoded
     finally:
         await store.close()
+
+
+async def test_a_store_made_without_shared_reuse_decodes_from_the_rows(tmp_path: Path) -> None:
+    """What one store kept is its own: another store over the same file (a fresh
+    process, or a benchmark's "fresh connection") decodes every row, and a store given
+    the same ``StoreReuse`` reuses what the first decoded."""
+    from nonoka.store.reuse import StoreReuse
+
+    path = tmp_path / "s.db"
+    shared = StoreReuse()
+    first = SQLiteCheckpointStore(path, reuse=shared)
+    try:
+        session = Session("owned")
+        exchanges(session, 40)
+        session.revision = await first.save_session(session.to_state())
+        loaded = await first.load_session("owned")
+        assert loaded is not None
+        kept = shared.entries.get(str(path), "owned")
+        assert kept is not None
+    finally:
+        await first.close()
+    fresh, again = SQLiteCheckpointStore(path), SQLiteCheckpointStore(path, reuse=shared)
+    try:
+        from_rows = await fresh.load_session("owned")
+        reused = await again.load_session("owned")
+        assert from_rows is not None and reused is not None
+        assert list(from_rows.memory_entries) == list(reused.memory_entries)
+        assert from_rows.memory_entries[0] is not kept.entries[0]  # decoded anew
+        assert reused.memory_entries[0] is kept.entries[0]  # the shared decode
+        assert fresh.reuse.entries.get(str(path), "owned") is not None
+    finally:
+        await fresh.close()
+        await again.close()

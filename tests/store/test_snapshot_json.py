@@ -8,20 +8,22 @@ from nonoka.runtime.session import Session
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.session_state import TraceEvent
 from nonoka.store.base import SNAPSHOT_EXCLUDE, decode_state, snapshot_json
+from nonoka.store.reuse import DecodedSnapshots, SnapshotTexts
 
 
 def test_the_snapshot_is_the_state_as_pydantic_writes_it_as_the_trace_slides() -> None:
+    texts = SnapshotTexts()  # what one store keeps between its saves
     session = Session("snap")
     session.memory.append(MemoryEntry.make("user", "hi \u2028 \"quoted\" 数据"))
     for n in range(120):  # past the kept window: old events leave, new ones come
         session.trace.append(TraceEvent(kind="step", detail=f"event {n} \n ö", at=n + 0.5))
         state = session.to_state()
-        text = snapshot_json(state)
+        text = snapshot_json(state, texts)
         assert json.loads(text) == json.loads(state.model_dump_json(exclude=SNAPSHOT_EXCLUDE))
         decoded = decode_state("snap", text, [], state.revision, state.memory_entries)
         assert decoded.trace == state.trace
     empty = Session("empty").to_state()
-    assert json.loads(snapshot_json(empty))["trace"] == []
+    assert json.loads(snapshot_json(empty, texts))["trace"] == []
 
 
 def test_a_trace_event_is_known_by_all_its_fields() -> None:
@@ -43,24 +45,25 @@ def test_the_trace_text_follows_a_sliding_full_window_and_any_other_change() -> 
     by equal copies, as a loaded session has) all give the state's own JSON."""
     from nonoka.state.session_state import TRACE_LIMIT
 
+    texts = SnapshotTexts()  # what one store keeps between its saves
     session = Session("slide")
     for n in range(TRACE_LIMIT + 150):
         session.add_trace("step", f"event {n}")
         if n % 3 == 0 or n > TRACE_LIMIT + 100:
             state = session.to_state()
-            assert json.loads(snapshot_json(state)) == _expected(state)
+            assert json.loads(snapshot_json(state, texts)) == _expected(state)
     for n in range(100):  # more new events at once than the end is searched for
         session.add_trace("burst", f"burst {n}")
     state = session.to_state()
-    assert json.loads(snapshot_json(state)) == _expected(state)
+    assert json.loads(snapshot_json(state, texts)) == _expected(state)
     session.trace[5] = TraceEvent(kind="edited", detail="in the middle")
     state = session.to_state()
-    assert json.loads(snapshot_json(state)) == _expected(state)
+    assert json.loads(snapshot_json(state, texts)) == _expected(state)
     session.trace = [e.model_copy() for e in session.trace]
     state = session.to_state()
-    assert json.loads(snapshot_json(state)) == _expected(state)
+    assert json.loads(snapshot_json(state, texts)) == _expected(state)
     session.trace = []
-    assert json.loads(snapshot_json(session.to_state()))["trace"] == []
+    assert json.loads(snapshot_json(session.to_state(), texts))["trace"] == []
 
 
 def test_the_plan_text_is_the_current_plans() -> None:
@@ -68,37 +71,42 @@ def test_the_plan_text_is_the_current_plans() -> None:
     equal to an old one) is written as it is, and no plan is ``null``."""
     from nonoka.state.plan import Plan, Step
 
+    texts = SnapshotTexts()  # what one store keeps between its saves
     session = Session("plan")
     for n in range(3):
         session.current_plan = Plan(steps=[Step(id=f"s{i}", tool="run", args={"n": n})
                                            for i in range(n + 1)])
         for _ in range(2):
             state = session.to_state()
-            assert json.loads(snapshot_json(state)) == _expected(state)
+            assert json.loads(snapshot_json(state, texts)) == _expected(state)
     session.current_plan = None
-    assert json.loads(snapshot_json(session.to_state()))["current_plan"] is None
+    assert json.loads(snapshot_json(session.to_state(), texts))["current_plan"] is None
 
 
 def test_a_snapshot_row_read_again_gives_the_same_state_with_the_entries_given() -> None:
     """A session read several times a turn decodes its snapshot row once; a changed row
     or revision is decoded afresh, and a state holding values a reader could change in
-    place (extension state) is never handed out twice."""
+    place (extension state) is never handed out twice. Without the store's
+    ``DecodedSnapshots`` every read decodes the row."""
+    kept = DecodedSnapshots()
     session = Session("again")
     session.trace.append(TraceEvent(kind="step", detail="one", at=1.0))
     text = snapshot_json(session.to_state())
     first = [MemoryEntry.make("user", "a")]
     second = [*first, MemoryEntry.make("assistant", "b")]
-    one = decode_state("again", text, [], 3, first)
-    two = decode_state("again", text, [], 3, second)
+    one = decode_state("again", text, [], 3, first, kept)
+    two = decode_state("again", text, [], 3, second, kept)
     assert list(one.memory_entries) == first and list(two.memory_entries) == second
     assert two.trace is one.trace  # the row was not decoded again
-    assert decode_state("again", text, [], 4, second).trace is not one.trace
+    assert decode_state("again", text, [], 3, second).trace is not one.trace  # nothing kept
+    assert decode_state("again", text, [], 4, second, kept).trace is not one.trace
     session.trace.append(TraceEvent(kind="step", detail="two", at=2.0))
-    changed = decode_state("again", snapshot_json(session.to_state()), [], 3, second)
+    changed = decode_state("again", snapshot_json(session.to_state()), [], 3, second, kept)
     assert [e.detail for e in changed.trace] == ["one", "two"]
 
     session.extension_state["ext"] = {"items": [1]}
     text = snapshot_json(session.to_state())
-    mine = decode_state("again", text, [], 5, first)
+    mine = decode_state("again", text, [], 5, first, kept)
     mine.extension_state["ext"]["items"].append(2)
-    assert decode_state("again", text, [], 5, first).extension_state == {"ext": {"items": [1]}}
+    again = decode_state("again", text, [], 5, first, kept)
+    assert again.extension_state == {"ext": {"items": [1]}}

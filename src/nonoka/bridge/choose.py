@@ -18,7 +18,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nonoka.bridge.reconcile import Lineage, Reconciliation, classify, content_digest
+from nonoka.bridge.reconcile import (
+    HostComparison,
+    Lineage,
+    Reconciliation,
+    classify,
+    content_digest,
+)
 from nonoka.runtime.session import Session
 from nonoka.state.messages import Message
 from nonoka.store.records import SessionIndex, SessionRecord
@@ -76,11 +82,11 @@ def summaries_of(record: SessionRecord | None) -> list[str]:
 
 
 def judge(candidates: Sequence[tuple[Session, Sequence[str]]],
-          messages: Sequence[Message]) -> Verdict:
+          messages: Sequence[Message], memo: HostComparison | None = None) -> Verdict:
     """Classify ``messages`` against each candidate (a session and its summary digests)."""
     branch: Match | None = None
     for session, summaries in candidates:
-        match = Match(session, classify(session.memory.entries, messages, summaries))
+        match = Match(session, classify(session.memory.entries, messages, summaries, memo))
         if match.continues:
             return Verdict(found=match)
         if match.branchable and (branch is None or match.rec.shared > branch.rec.shared):

@@ -47,6 +47,7 @@ try:  # see ``body_digest``
 except ImportError:  # pragma: no cover - an interpreter without the module
     from hashlib import blake2b as _blake2b
 
+from nonoka.bridge.entry_rules import nonokas_own, same_history, well_formed
 from nonoka.protocol.frames import Purpose, RequestType
 from nonoka.protocol.turns import joined_prompt, split_after_reply
 
@@ -55,16 +56,12 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-    from nonoka.llm.base import ChatModel
     from nonoka.llm.inflight import Inflight, Outcome
     from nonoka.runtime.session import Session
-    from nonoka.runtime.tools import Tool
-    from nonoka.state.entries import MemoryEntry
     from nonoka.state.prefix_memo import PrefixMemo
-    from nonoka.store.base import SessionLeases
     from nonoka.store.next_call_row import StoredNextCall
     from nonoka.store.next_calls import ClosableNextCallStore
-    from nonoka.store.project import ProjectStores
+    from nonoka.turn.service import TurnService
 
 ENV_VAR = "NONOKA_EARLY_DISPATCH"
 TEMPLATE_VERSION = 3
@@ -147,7 +144,7 @@ class NextTurn:
             return None
         before, tail = split_after_reply(messages)
         scanned = _scan(before)
-        if scanned is None or not all(_well_formed(m) for m in tail):
+        if scanned is None or not all(well_formed(m) for m in tail):
             return None
         results = [(m["tool_call_id"], m.get("content", "")) for m in tail
                    if m["role"] == "tool"]
@@ -158,7 +155,6 @@ class NextTurn:
 
 
 _OPTIONAL_TEXT = ("request_id", "conversation_key", "cwd", "model")
-_ROLES = ("system", "user", "assistant", "tool")
 _PLAIN_KEYS = frozenset(("role", "content"))
 _PLAIN_OPENING = {role: f'{{"role": "{role}", "content": '
                   for role in ("system", "user", "assistant")}
@@ -193,7 +189,7 @@ def _scan(messages: Sequence[object]) -> tuple[list[str], list[str] | None] | No
                     users.append(content)
                 encoded.append(opening + quoted(content) + "}")
                 continue
-        if not _well_formed(m):
+        if not well_formed(m):
             return None
         assert isinstance(m, dict)
         role, content, calls, call_id = (m["role"], m.get("content", ""), m.get("tool_calls"),
@@ -230,19 +226,6 @@ _STR = frozenset((str,))
 _USER = "user"
 _PLAIN_ROLES = frozenset(_PLAIN_OPENING)
 
-
-def _well_formed(message: object) -> bool:
-    """Whether the runtime's validation (``nonoka.state.messages.Message``) accepts ``message``."""
-    if not isinstance(message, dict) or message.get("role") not in _ROLES:
-        return False
-    call_id, calls = message.get("tool_call_id"), message.get("tool_calls")
-    if not isinstance(message.get("content", ""), str) or not isinstance(call_id, str | None):
-        return False
-    if message["role"] == "tool" and not call_id:
-        return False
-    return calls is None or (isinstance(calls, list) and all(
-        isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("name"), str)
-        and isinstance(c.get("arguments", ""), str) for c in calls))
 
 
 def request_conditions(request: Mapping[str, Any]) -> dict[str, str]:
@@ -306,24 +289,23 @@ class Dispatched:
         if isinstance(model, AdoptsInflight):
             model.adopt(self.inflight)
 
-    async def release_lease(self, leases: SessionLeases) -> None:
+    async def release_lease(self, turn: TurnService) -> None:
         """Give back dispatch's lease; a no-op once given back (or after the turn, which
         held it with the same owner, released it)."""
         if not self.released:
             self.released = True
-            await leases.release_lease(self.session_id, self.owner)
+            await turn.release_lease(self.session_id, self.owner)
 
-    def share_text(self, session: Session) -> None:
-        """Give the model adapter the wire text dispatch sent for ``session``'s stored
-        conversation (loaded under the lease), so the runtime's request does not encode
-        it again: the template's digest matched it to that very conversation (same
-        revision and generation), the same proof dispatch sent it on."""
+    def share_text(self, session: Session, wire: PrefixMemo[str]) -> None:
+        """Give the model adapter (through its ``wire`` memo, ``ConversationPasses``) the
+        wire text dispatch sent for ``session``'s stored conversation (loaded under the
+        lease), so the runtime's request does not encode it again: the template's digest
+        matched it to that very conversation (same revision and generation), the same
+        proof dispatch sent it on."""
         memory = session.memory
         if (session.session_id == self.session_id and self.stored_text
                 and len(memory) == self.stored and memory.generation == self.generation):
-            from nonoka.llm.openai import share_wire_text
-
-            share_wire_text(memory.entries, self.messages[:self.stored_text])
+            wire.keep(self.messages[:self.stored_text], memory.entries)
 
     def settle(self) -> Outcome | None:
         """Close the request if nobody claimed it; what became of it (once)."""
@@ -389,9 +371,9 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         stored = None if history is None else (", ".join(history), len(history))
         hashed = None  # over the head and the stored text: the next template goes on from it
         if stored is not None and template["plain"]:
-            hashed = _blake2b(head.encode(), digest_size=32)
+            hashed = new_digest(head)
             hashed.update(stored[0].encode())
-            if _with_tail(hashed, tail) != template["digest"]:
+            if with_tail(hashed, tail) != template["digest"]:
                 hashed = None
         if hashed is None or stored is None:
             stored = _from_rows(store, found, turn, request, template)
@@ -469,23 +451,11 @@ def _from_rows(store: ClosableNextCallStore, found: StoredNextCall, turn: NextTu
 
 def _same_history(entries: list[dict[str, Any]], messages: Sequence[Mapping[str, Any]],
                   turn: NextTurn) -> bool:
-    """Whether the host's history is the stored conversation (system prompts and
-    nonoka's own notes and summaries aside): the same roles, whitespace-normalised text
-    and tool-call ids, and the same user messages. Two conversations that began alike,
-    or one the host edited (a pruned tool output), differ."""
-    stored = [(e["role"], e["content"], e.get("metadata") or {}) for e in entries]
-    stored = [s for s in stored if not (s[2].get("summary") or s[2].get("contract_repair"))]
-    users = [content for role, content, _ in stored if role == "user"]
-    if users != turn.earlier_users:
-        return False
-    mine = [[role, " ".join(content.split()),
-             str(meta["tool_call_id"]) if meta.get("tool_call_id") is not None else "",
-             [c["id"] for c in meta.get("tool_calls") or []]]
-            for role, content, meta in stored if role != "system"]
-    theirs = [[m["role"], " ".join((m.get("content") or "").split()),
-               m.get("tool_call_id") or "", [c["id"] for c in m.get("tool_calls") or []]]
-              for m in messages if m["role"] != "system"]
-    return mine == theirs
+    """Whether the host's history is the stored conversation (``entry_rules``), with the
+    same user messages, text for text."""
+    users = [e["content"] for e in entries
+             if e["role"] == "user" and not nonokas_own(e.get("metadata") or {})]
+    return users == turn.earlier_users and same_history(entries, messages)
 
 
 def _expects(template: dict[str, Any], found: StoredNextCall, turn: NextTurn) -> bool:
@@ -510,11 +480,16 @@ _STATUS = {"prompt": "completed", "tool_results": "paused"}
 """The stored status of a session that expects each kind of turn."""
 
 
-def _with_tail(hashed: Any, tail: str) -> str:
+def with_tail(hashed: Any, tail: str) -> str:
     """The digest of what ``hashed`` holds followed by ``tail`` (``hashed`` unchanged)."""
     final = hashed.copy()
     final.update(tail.encode())
     return str(final.hexdigest())
+
+
+def new_digest(text: str) -> Any:
+    """A BLAKE2b-256 state over ``text``, to be continued (``body_digest``'s kind)."""
+    return _blake2b(text.encode(), digest_size=32)
 
 
 def body_digest(text: str) -> str:
@@ -522,139 +497,3 @@ def body_digest(text: str) -> str:
     first (~2 ms before the model request leaves); ``_blake2``, which ``hashlib`` itself
     takes ``blake2b`` from, is built into every CPython."""
     return _blake2b(text.encode(), digest_size=32).hexdigest()
-
-
-
-# -- after a turn: what the next one will send ---------------------------------------------
-
-
-async def remember_next_call(stores: ProjectStores, session: Session, model: ChatModel,
-                             tools: Sequence[Tool], request: Mapping[str, Any],
-                             early: Dispatched | None = None) -> bool:
-    """Store the template of ``session``'s next turn, when one can be known.
-
-    ``session`` is the session as stored after the turn, ``tools`` and ``request`` what
-    ran it, ``early`` what dispatch sent for it. A finished turn expects a prompt; a turn
-    paused for host tool calls expects their results. Returns whether a template was
-    stored.
-    """
-    from nonoka.llm.base import AdoptsInflight
-    from nonoka.state.entries import dangling_tool_calls
-    from nonoka.state.session_state import SessionStatus
-    from nonoka.store.next_calls import NextCallStore
-
-    store = stores.checkpoints
-    entries = session.memory.entries
-    limits = session.limits
-    if (not enabled(os.environ) or not isinstance(store, NextCallStore)
-            or not isinstance(model, AdoptsInflight)
-            or request.get("purpose") not in (None, Purpose.CHAT) or not entries
-            or entries[-1].role != "assistant" or session.exceeded() is not None
-            or limits.wall_timeout_seconds is not None
-            or session.runtime.deadline_at is not None):
-        return False
-    # When the turn only appended to what its early request sent, the calls that stored
-    # conversation left open were exactly the ones this turn answered (``_expects``), so
-    # only what came after it can leave calls open.
-    reused = _reused(entries, session, early)
-    pending = dangling_tool_calls(entries[early.stored:] if reused and early else entries)[1]
-    by_name = {t.name: t for t in tools}
-    if session.status == SessionStatus.COMPLETED and not pending:
-        kind = "prompt"
-    elif session.status == SessionStatus.PAUSED and pending and all(
-            c.name in by_name and by_name[c.name].executed_by == "host" for c in pending):
-        kind = "tool_results"
-    else:
-        return False
-    frame = model.frame([t.spec for t in tools])
-    budget = limits.max_context_tokens
-    template = {
-        "v": TEMPLATE_VERSION,
-        "kind": kind,
-        "pending": [c.id for c in pending],
-        "model": model.name,
-        **request_conditions(request),
-        "headroom": None if budget is None else budget - session.memory.total_tokens,
-        "head": frame.head,
-        "tail": frame.tail,
-        "generation": session.memory.generation,
-        # As ``_dispatch`` rebuilds it from stored rows: no message models are built.
-        **_conversation(entries, early if reused else None, frame.head, frame.tail),
-    }
-    return store.save_next_call(session.session_id, session.revision, json.dumps(template))
-
-
-def _plain(entry: MemoryEntry) -> bool:
-    """Whether the host's copy of ``entry`` is its wire message and nothing more: not a
-    summary or a repair note the host never saw, and no field the wire shape leaves out."""
-    meta = entry.metadata
-    return not meta or not (meta.get("summary") or meta.get("contract_repair")
-                            or (entry.role != "tool" and meta.get("tool_call_id") is not None)
-                            or (entry.role != "assistant" and meta.get("tool_calls")))
-
-
-def _reused(entries: Sequence[MemoryEntry], session: Session,
-            early: Dispatched | None) -> bool:
-    """Whether this turn's model request was the early one and the memory was only
-    appended to since (its generation is the same): then the conversation starts with
-    the messages that request sent."""
-    return (early is not None and early.outcome == "used" and len(entries) >= early.count
-            and early.generation == session.memory.generation)
-
-
-def _conversation(entries: Sequence[MemoryEntry], early: Dispatched | None, head: str,
-                  tail: str) -> dict[str, Any]:
-    """The template's ``digest`` of the next body (between ``head`` and ``tail``, the
-    wire messages of ``entries``) and whether they are ``plain``.
-
-    ``early``, when the conversation starts with what its request sent (``_reused``):
-    those messages are encoded already and known plain or not, so only the entries after
-    them are encoded and checked here. Without it (a long-lived bridge's later turns),
-    the digest and the check go on from where the last template's stopped, when the
-    conversation extends that one (``nonoka.state.prefix_memo``)."""
-    if early is None:
-        return _resumed_conversation(entries, head, tail)
-    from nonoka.llm.wire import entry_wire_message
-
-    start, known = early.count, early.messages
-    plain = early.plain and all(_plain(e) for e in entries[early.stored:early.count])
-    rest = entries[start:]
-    encoded = json.dumps([entry_wire_message({"role": e.role, "content": e.content,
-                                              "metadata": e.metadata}) for e in rest])[1:-1]
-    plain = plain and all(_plain(e) for e in rest)
-    if early.hashed is not None and early.hashed[0] == head:  # hashed as far as this
-        hashed = early.hashed[1].copy()
-        hashed.update(known[early.stored_text:].encode())
-        if encoded:
-            hashed.update((", " + encoded if known else encoded).encode())
-        return {"plain": plain, "digest": _with_tail(hashed, tail)}
-    messages = ", ".join(part for part in (known, encoded) if part)
-    return {"plain": plain, "digest": body_digest(head + messages + tail)}
-
-
-def _resumed_conversation(entries: Sequence[MemoryEntry], head: str, tail: str
-                          ) -> dict[str, Any]:
-    """``_conversation`` for a turn that sent no early request: the body's text is the
-    adapter's (``wire_text``, itself resumed), its digest and plainness resumed here."""
-    from nonoka.llm.openai import wire_text
-    from nonoka.state.prefix_memo import PrefixMemo
-
-    if not _TEMPLATE:
-        _TEMPLATE.append(PrefixMemo())
-    memo = _TEMPLATE[0]
-    messages = wire_text(entries)
-    resumed = memo.resume(entries)
-    if resumed is not None and resumed[1][0] == head:
-        (start,), (_, hashed, plain, length) = resumed
-        hashed = hashed.copy()
-    else:
-        start, hashed, plain, length = 0, _blake2b(head.encode(), digest_size=32), True, 0
-    hashed.update(messages[length:].encode())
-    plain = plain and all(_plain(e) for e in entries[start:])
-    memo.keep((head, hashed, plain, len(messages)), entries)
-    return {"plain": plain, "digest": _with_tail(hashed, tail)}
-
-
-_TEMPLATE: list[PrefixMemo[tuple[str, Any, bool, int]]] = []
-"""The head, the digest so far, plainness and text length of the conversation the last
-template was taken of (made on first use: the early path does not load ``typing``)."""

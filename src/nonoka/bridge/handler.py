@@ -43,6 +43,7 @@ from nonoka.bridge.choose import (
 from nonoka.bridge.early import Dispatched
 from nonoka.bridge.history import split_for_new_session, turn_input
 from nonoka.bridge.reconcile import Reconciliation, classify
+from nonoka.bridge.reuse import BridgeReuse
 from nonoka.errors import ConfigurationError, Failure, WorkspaceError, failure_of
 from nonoka.events import (
     ModelCalled,
@@ -94,8 +95,10 @@ class BridgeHandler:
 
     def __init__(self, request: ChatRequest, send: Send,
                  raw: dict[str, object] | None = None,
-                 early: Dispatched | None = None) -> None:
+                 early: Dispatched | None = None, reuse: BridgeReuse | None = None) -> None:
         self.request = request
+        self._reuse = reuse if reuse is not None else BridgeReuse()
+        """What the process keeps between requests (a new one: nothing kept)."""
         self._send = send
         self._raw = raw
         """The request as it arrived (decoded JSON); its early dispatch is judged on it."""
@@ -128,12 +131,13 @@ class BridgeHandler:
         """Run the request; always ends with exactly one ``finish`` event."""
         try:
             cwd = self._cwd()
-            model = configured(cwd, self.request.model)
+            reuse = self._reuse
+            model = configured(cwd, self.request.model, passes=reuse.passes)
             if self._early is not None:
                 self._early.offer(model)
-            turn = self._turn = TurnService.open(cwd, title=_title(self.request), metadata={
-                "conversation_key": self.key,
-                "purpose": self.request.purpose, "cwd": str(cwd)})
+            turn = self._turn = TurnService.open(
+                cwd, title=_title(self.request), metadata=self._metadata(cwd),
+                reuse=reuse.store, passes=reuse.passes)
         except Exception as exc:  # the process must answer, whatever went wrong
             await self._fail(failure_of(exc))
             return
@@ -153,6 +157,15 @@ class BridgeHandler:
             await turn.close()
 
     # -- set-up ---------------------------------------------------------------------------
+
+    def _metadata(self, cwd: Path) -> dict[str, object]:
+        """What a new session's index row records of the request."""
+        request = self.request
+        metadata: dict[str, object] = {"conversation_key": self.key,
+                                       "purpose": request.purpose, "cwd": str(cwd)}
+        if request.purpose == Purpose.COMPACTION and request.session_id:
+            metadata["compaction_of"] = request.session_id  # never the chat's own session
+        return metadata
 
     def _cwd(self) -> Path:
         cwd = Path(self.request.cwd or os.getcwd())
@@ -189,13 +202,14 @@ class BridgeHandler:
         """What the host's history brings to the session, as stored under the lease."""
         self._session = session
         if self._early is not None:
-            self._early.share_text(session)
+            self._early.share_text(session, self._reuse.passes.wire)
         messages = self.request.messages
         judged = self._judged
         if judged is not None and judged[:2] == (session.session_id, session.revision):
             rec = judged[2]
         else:
-            rec = classify(session.memory.entries, messages, self._summaries)
+            rec = classify(session.memory.entries, messages, self._summaries,
+                           self._reuse.comparison)
         return turn_input(rec, session.memory.entries, messages)
 
     async def _decide(self) -> Opening:
@@ -229,8 +243,6 @@ class BridgeHandler:
             return _Choice(await self._title_session())
         if request.purpose == Purpose.COMPACTION:
             # Its own session, never the chat's: the provider must not adopt its id.
-            if request.session_id:
-                self.turn.journal.metadata["compaction_of"] = request.session_id
             return _Choice()
         continuation = is_continuation(request.messages)
         if not continuation:
@@ -256,21 +268,22 @@ class BridgeHandler:
         """Judge the named session and the conversation key's sessions; failing those,
         the sessions whose recorded compaction summary the history carries (a history
         that starts from a summary no longer has the conversation's key)."""
-        index, messages = self.turn.stores.index, self.request.messages
+        index, messages = self.turn.index, self.request.messages
         keyed = [r.session_id for r in await index.find_by_conversation_key(self.key)
                  ] if self.key else []
-        verdict = judge(await self._candidates(named, keyed), messages)
+        memo = self._reuse.comparison
+        verdict = judge(await self._candidates(named, keyed), messages, memo)
         if verdict.found is not None:
             return verdict
         later = judge(await self._candidates(None, await compacted_sessions(index, messages)),
-                      messages)
+                      messages, memo)
         return later if later.found is not None or verdict.branch is None else verdict
 
     async def _candidates(self, named: Session | None,
                           ids: list[str]) -> list[tuple[Session, list[str]]]:
         """The sessions this history may belong to (``named`` first), each considered once
         per request, with the compaction summaries recorded for it."""
-        index = self.turn.stores.index
+        index = self.turn.index
         out: list[tuple[Session, list[str]]] = []
         seen = self._considered
         for session_id in ids if named is None else [named.session_id, *ids]:
@@ -278,7 +291,7 @@ class BridgeHandler:
                 continue
             seen.add(session_id)
             session = named if named is not None and session_id == named.session_id else (
-                await self.turn.runner.load_session(session_id))
+                await self.turn.load(session_id))
             if session is None:
                 continue
             summaries = summaries_of(await index.get_session(session_id))
@@ -294,11 +307,9 @@ class BridgeHandler:
 
     async def _branch(self, match: Match) -> _Choice:
         """A branch of ``match``'s session at the point where the histories part."""
-        from nonoka.turn.lineage import fork_session
-
         parent, point = match.session.session_id, match.rec.point
         why = "turns_the_host_never_saw" if not match.rec.new else "history_diverged"
-        branch = await fork_session(self.turn.stores, parent, point, reason=why)
+        branch = await self.turn.fork(parent, point, reason=why)
         self._summaries = self._summaries_by_id.get(parent, [])
         code = WarningCode.SESSION_BRANCHED
         warning = RunWarning(code, WARNING_CODES[code], {
@@ -316,7 +327,7 @@ class BridgeHandler:
                 "requested_session_id": request.session_id})])
         if not continuation:
             return _Choice()
-        recent = await self.turn.stores.index.list_sessions(limit=5)
+        recent = await self.turn.index.list_sessions(limit=5)
         code = WarningCode.SESSION_ID_MISSING_STARTING_FRESH
         return _Choice(warnings=[RunWarning(code, WARNING_CODES[code], {"recent_sessions": [
             {"session_id": r.session_id, "title": r.title, "last_active": r.last_active}
@@ -327,22 +338,22 @@ class BridgeHandler:
         retrying a failed first turn gets the same session back, not one per retry)."""
         if not self.key:
             return None
-        for record in await self.turn.stores.index.find_by_conversation_key(self.key):
-            session = await self.turn.runner.load_session(record.session_id)
+        for record in await self.turn.index.find_by_conversation_key(self.key):
+            session = await self.turn.load(record.session_id)
             if session is not None and unanswered_first_turn(session, self.request.messages):
                 return session
         return None
 
     async def _title_session(self) -> Session | None:
         if self.request.session_id:
-            record = await self.turn.stores.index.get_session(self.request.session_id)
+            record = await self.turn.index.get_session(self.request.session_id)
             if record is not None and record.purpose == Purpose.TITLE:
                 return await self._load(record.session_id)
         return None
 
     async def _load(self, session_id: str) -> Session | None:
         try:
-            return await self.turn.runner.load_session(session_id)
+            return await self.turn.load(session_id)
         except ConfigurationError as exc:
             raise ConfigurationError(f"session_id: {exc}") from exc
 
@@ -355,8 +366,8 @@ class BridgeHandler:
                 result.output, str) or not result.output.strip():
             return
         try:
-            if await remember_summary(self.turn.stores.index, chat_id, result.output):
-                await self.turn.stores.events.append_event(chat_id, "compaction", {
+            if await remember_summary(self.turn.index, chat_id, result.output):
+                await self.turn.note(chat_id, "compaction", {
                     "session_id": outcome.session_id})
         except Exception as exc:  # the host still gets its summary
             print(f"nonoka: recording the compaction: {exc}", file=sys.stderr)
@@ -366,16 +377,18 @@ class BridgeHandler:
 
         The host has its answer by now; a failure here is only reported.
         """
-        from nonoka.bridge import early
+        from nonoka.bridge.next_call import remember_next_call
 
         try:
             if self._early is not None:
-                await self._early.release_lease(self.turn.stores.leases)
+                await self._early.release_lease(self.turn)
             session = self._answered
             if session is not None and self._raw is not None and self._agent is not None:
-                await early.remember_next_call(self.turn.stores, session, model,
-                                               list(self._agent.tool_map.values()), self._raw,
-                                               self._early)
+                reuse = self._reuse
+                await remember_next_call(self.turn.next_calls, session, model,
+                                         list(self._agent.tool_map.values()), self._raw,
+                                         self._early, memo=reuse.template,
+                                         wire=reuse.passes.wire)
         except Exception as exc:
             print(f"nonoka: after answering: {exc}", file=sys.stderr)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nonoka.bridge.entry_rules import nonokas_own
 from nonoka.bridge.reconcile import Lineage, Reconciliation
 from nonoka.protocol.turns import joined_prompt, split_after_reply
 from nonoka.state.entries import MemoryEntry
@@ -21,8 +22,7 @@ from nonoka.turn.service import TurnInput
 
 def host_users(entries: Sequence[MemoryEntry]) -> list[MemoryEntry]:
     """User entries that came from the host (not nonoka's repair notes or summaries)."""
-    return [e for e in entries if e.role == "user" and not e.metadata.get("contract_repair")
-            and not e.metadata.get("summary")]
+    return [e for e in entries if e.role == "user" and not nonokas_own(e.metadata)]
 
 
 def split_for_new_session(messages: Sequence[Message]) -> tuple[list[Message], str | None]:

@@ -17,7 +17,8 @@ with the stored conversation message by message and classified:
 
 Messages are compared by a key that ignores what hosts re-encode (whitespace, tool-call
 argument formatting) and skips what only one side has (system prompts, nonoka's own
-summaries and repair notes). Nothing here touches storage; the bridge acts on the result.
+summaries and repair notes). Nothing here touches storage; the bridge acts on the result,
+and keeps a ``HostComparison`` between requests so a long history is compared once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from nonoka.bridge.entry_rules import comparison_key, is_summary, nonokas_own, normalised
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import Message
 from nonoka.state.prefix_memo import PrefixMemo
@@ -77,18 +79,8 @@ class Reconciliation:
 Key = tuple[str, ...]
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-def message_key(role: str, content: str, call_ids: Sequence[str] = (),
-                tool_call_id: str | None = None) -> Key:
-    """What must agree for two messages to be "the same message" of a conversation."""
-    if role == "assistant":
-        return ("assistant", _norm(content), *call_ids)
-    if role == "tool":
-        return ("tool", tool_call_id or "", _norm(content))
-    return (role, _norm(content))
+_norm = normalised
+message_key = comparison_key
 
 
 def _same(entry: MemoryEntry, message: Message) -> bool:
@@ -107,35 +99,49 @@ def _same(entry: MemoryEntry, message: Message) -> bool:
     return True
 
 
-def _hosted(messages: Sequence[Message]) -> list[Message]:
+class HostComparison:
+    """Where the last comparison of a host's history with a stored conversation
+    stopped: a long-lived bridge compares the same two, one exchange longer, every turn.
+    The bridge's entry point keeps one; ``classify`` without it compares from the start,
+    with the same answer."""
+
+    __slots__ = ("hosted", "repeats")
+
+    def __init__(self) -> None:
+        self.hosted: PrefixMemo[list[Message]] = PrefixMemo()
+        """The host's messages without its system prompts (``_hosted``)."""
+        self.repeats: PrefixMemo[int] = PrefixMemo()
+        """How many host messages the stored conversation last read repeated."""
+
+
+def _hosted(messages: Sequence[Message], memo: HostComparison | None) -> list[Message]:
     """The host's messages without its system prompts; a history that extends the one
     the last call filtered is filtered only from where that one ended."""
-    resumed = _HOSTED.resume(messages)
+    resumed = memo.hosted.resume(messages) if memo is not None else None
     start, kept = (0, []) if resumed is None else (resumed[0][0], resumed[1])
     hosted = [*kept, *(m for m in messages[start:] if m.role != "system")]
-    _HOSTED.keep(hosted, messages)
+    if memo is not None:
+        memo.hosted.keep(hosted, messages)
     return hosted
 
 
-_HOSTED: PrefixMemo[list[Message]] = PrefixMemo()
-
-
-def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message]) -> int | None:
+def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message],
+              memo: HostComparison | None) -> int | None:
     """How many host messages repeat the stored conversation, when they repeat all of it
     as stored, text for text (what nearly every request does); ``None`` when anything
     else may be going on, for the full comparison to settle (``classify`` gives the same
     answer either way). Goes on from where the last call stopped when both sides extend
     what it compared (``nonoka.state.prefix_memo``)."""
     count = len(hosted)
-    resumed = _REPEATS.resume(stored, hosted)
+    resumed = memo.repeats.resume(stored, hosted) if memo is not None else None
     start, j = (0, 0) if resumed is None else (resumed[0][0], resumed[1])
     for entry in stored[start:]:
         role = entry.role
         if role == "system":
             continue
         meta = entry.metadata
-        if meta and (meta.get("summary") or meta.get("contract_repair")):
-            if meta.get("summary"):
+        if nonokas_own(meta):
+            if is_summary(meta):
                 return None
             continue
         if j == count:
@@ -149,12 +155,9 @@ def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message]) -> int | Non
         j += 1
     if not (j or count):
         return None
-    _REPEATS.keep(j, stored, hosted[:j])
+    if memo is not None:
+        memo.repeats.keep(j, stored, hosted[:j])
     return j
-
-
-_REPEATS: PrefixMemo[int] = PrefixMemo()
-"""How many host messages the stored conversation ``_repeated`` last read repeated."""
 
 
 def _shape(key: Key, role: str) -> Key:
@@ -169,8 +172,7 @@ def content_digest(text: str) -> str:
 
 def _internal(entry: MemoryEntry) -> bool:
     """Entries only nonoka has: system prompts, its own summaries and repair notes."""
-    meta = entry.metadata
-    return entry.role == "system" or bool(meta.get("summary") or meta.get("contract_repair"))
+    return entry.role == "system" or nonokas_own(entry.metadata)
 
 
 def _entry_key(entry: MemoryEntry) -> Key:
@@ -184,14 +186,15 @@ def _message_key(message: Message) -> Key:
 
 
 def classify(stored: Sequence[MemoryEntry], messages: Sequence[Message],
-             summaries: Collection[str] = ()) -> Reconciliation:
+             summaries: Collection[str] = (), memo: HostComparison | None = None
+             ) -> Reconciliation:
     """Classify ``messages`` (a host's history) against ``stored`` (a session's entries).
 
     ``summaries`` are digests (``content_digest``) of compaction summaries the host asked
     for in this conversation; an assistant message carrying one marks a compacted prefix.
     """
-    hosted = _hosted(messages)
-    same = _repeated(stored, hosted)
+    hosted = _hosted(messages, memo)
+    same = _repeated(stored, hosted, memo)
     if same is not None:
         return Reconciliation(Lineage.CONTINUATION, len(stored), new=hosted[same:],
                               shared=same)
@@ -208,8 +211,8 @@ def compare(stored: Sequence[MemoryEntry], messages: Sequence[Message],
     summarised = False
     for index, entry in enumerate(stored):
         meta = entry.metadata
-        if meta and (meta.get("summary") or meta.get("contract_repair")):
-            summarised = summarised or bool(meta.get("summary"))
+        if nonokas_own(meta):
+            summarised = summarised or is_summary(meta)
         elif entry.role != "system":
             positions.append(index)
     offset = 0
@@ -253,7 +256,7 @@ def _compacted_offset(stored: Sequence[MemoryEntry], positions: list[int], skeys
                       rkeys: list[Key]) -> int | None:
     """Where the stored conversation starts in the host's, after nonoka compacted its own
     copy (its oldest entries replaced by a summary the host never saw)."""
-    if not skeys or not any(e.metadata.get("summary") for e in stored):
+    if not skeys or not any(is_summary(e.metadata) for e in stored):
         return None
     first = skeys[0]
     for start in range(len(rkeys)):

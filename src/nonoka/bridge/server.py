@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
     from nonoka.bridge.early import Dispatched
+    from nonoka.bridge.reuse import BridgeReuse
 
 _CHUNK = 1 << 20
 
@@ -91,13 +92,14 @@ def _max_messages() -> int:
     return int(os.environ.get("NONOKA_MAX_MESSAGES", DEFAULT_MAX_MESSAGES))
 
 
-def _check(item: bytes | frames.ProtocolError, out: Output) -> Checked | None:
+def _check(item: bytes | frames.ProtocolError, out: Output,
+           lines: frames.RequestLines) -> Checked | None:
     """The line and its object, or ``None`` after answering an unusable line."""
     if isinstance(item, frames.ProtocolError):
         out.write(frames.rejection_lines(item))
         return None
     try:
-        obj = frames.check_request_frame(item)
+        obj = frames.check_request_frame(item, lines=lines)
         _check_count(obj, _max_messages())
         return item, obj
     except frames.ProtocolError as error:
@@ -127,7 +129,8 @@ def _acknowledge(obj: dict[str, object], out: Output) -> None:
                               request_id=rid if isinstance(rid, str) else None))
 
 
-def _first_request(reader: LineReader, out: Output, signals: StopSignals) -> Checked | None:
+def _first_request(reader: LineReader, out: Output, signals: StopSignals,
+                   lines: frames.RequestLines) -> Checked | None:
     """Read until a usable chat request (acknowledged), end of input or a signal."""
     while True:
         if signals.received:
@@ -141,7 +144,7 @@ def _first_request(reader: LineReader, out: Output, signals: StopSignals) -> Che
             signals.interrupt_reads = False
         if line is None:
             return None
-        checked = _check(line, out)
+        checked = _check(line, out, lines)
         if checked is None or checked[1].get("type") == RequestType.CANCEL:
             continue  # a cancel with nothing running has nothing to cancel
         _acknowledge(checked[1], out)
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     max_frame = int(os.environ.get("NONOKA_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES))
     reader = LineReader(sys.stdin.buffer, max_frame)
     out = Output(sys.stdout.buffer)
-    first = _first_request(reader, out, signals)
+    lines = frames.RequestLines()  # the first of what this process keeps between requests
+    first = _first_request(reader, out, signals, lines)
     if first is None:
         return 0
     from nonoka.bridge import early
@@ -164,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     dispatched = early.dispatch(first[1])  # before the runtime loads: see nonoka.bridge.early
     import asyncio
 
-    server = _Server(reader, out, signals, dispatched)
+    from nonoka.bridge.reuse import BridgeReuse
+
+    server = _Server(reader, out, signals, BridgeReuse(lines), dispatched)
     code = asyncio.run(server.run(first))
     # Everything is saved, closed and written. Leave without the interpreter's shutdown:
     # tearing down the runtime's modules and objects took 50-250 ms after the host had
@@ -219,10 +225,12 @@ class _Server:
     """Serves acknowledged requests one after another while watching stdin for ``cancel``."""
 
     def __init__(self, reader: LineReader, out: Output, signals: StopSignals,
-                 early: Dispatched | None = None) -> None:
+                 reuse: BridgeReuse, early: Dispatched | None = None) -> None:
         import asyncio
 
         self.reader, self.out = reader, out
+        self.reuse = reuse
+        """What this process keeps between the requests it serves."""
         self.signals = signals
         self.early = early
         """What the early dispatch sent for the first request; handed to its turn."""
@@ -301,7 +309,7 @@ class _Server:
         _, raw = checked
         early, self.early = self.early, None
         try:
-            request = validate_request(raw)  # checked already: not parsed again
+            request = validate_request(raw, self.reuse.lines)  # checked: not parsed again
         except frames.ProtocolError as error:
             self.out.write(frames.rejection_lines(error))
             return
@@ -311,7 +319,7 @@ class _Server:
         def send(event: BaseEvent) -> None:
             self.out.write(encode_event(event))
 
-        handler = BridgeHandler(request, send, raw, early)
+        handler = BridgeHandler(request, send, raw, early, self.reuse)
 
         async def run() -> None:
             self.started = True
@@ -365,7 +373,7 @@ class _Server:
         if item is None:
             self.eof = True
             return
-        checked = _check(item, self.out)
+        checked = _check(item, self.out, self.reuse.lines)
         if checked is None:
             return
         if checked[1].get("type") == RequestType.CANCEL:

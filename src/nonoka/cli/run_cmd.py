@@ -22,11 +22,9 @@ from nonoka.events import EventSink, emit
 from nonoka.llm.base import ChatModel
 from nonoka.protocol.frames import Purpose, conversation_key
 from nonoka.runtime.agent import Agent
-from nonoka.state.entries import dangling_tool_calls
 from nonoka.state.messages import Message
 from nonoka.state.session_state import SessionStatus
 from nonoka.turn.journal import TurnUsage, title_from
-from nonoka.turn.lineage import fork_session
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_LIMIT
 from nonoka.turn.project import configured
 from nonoka.turn.service import Opening, SessionOpened, TurnEvent, TurnInput, TurnService
@@ -100,16 +98,16 @@ async def _pick(turn: TurnService, ref: str | None, latest: bool) -> str | None:
     """The id of the session to continue, or ``None`` for a new one."""
     if ref is not None:
         try:
-            return (await find_session(turn.stores.index, ref)).session_id
+            return (await find_session(turn.index, ref)).session_id
         except CliError:
             try:  # a session the index never saw (library use)
-                if await turn.runner.load_session(ref.strip()) is not None:
+                if await turn.load(ref.strip()) is not None:
                     return ref.strip()
             except ConfigurationError:
                 pass
             raise
     if latest:
-        recent = await turn.stores.index.list_sessions(limit=1)
+        recent = await turn.index.list_sessions(limit=1)
         if not recent:
             raise CliError("there is no session to continue in this project yet; start one "
                            "with: nonoka run \"your message\"")
@@ -122,15 +120,15 @@ async def _branch_or_check(turn: TurnService, session_id: str, at: int | None) -
     is waiting on tool calls (a turn here would answer them in its stead)."""
     if at is not None:
         try:
-            return await fork_session(turn.stores, session_id, at, reason="nonoka run --at")
+            return await turn.fork(session_id, at, reason="nonoka run --at")
         except ConfigurationError as exc:
             raise CliError(str(exc)) from None
     try:
-        session = await turn.runner.load_session(session_id)
+        session = await turn.load(session_id)
     except NonokaError:
         return session_id  # the turn reports it, as for any session it cannot load
     if session is not None and session.status == SessionStatus.PAUSED:
-        index, dangling = dangling_tool_calls(session.memory.entries)
+        index, dangling = session.memory.dangling_tool_calls()
         if dangling:
             names = ", ".join(sorted({c.name for c in dangling}))
             short = session_id[:8]

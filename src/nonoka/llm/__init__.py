@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from nonoka.llm.base import AdoptsInflight, ChatModel, ModelResponse, TextSink, ToolSpec, Usage
+    from nonoka.state.prefix_memo import ConversationPasses
 
 __all__ = ["AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec", "Usage",
            "resolve_model"]
@@ -33,8 +34,13 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-def resolve_model(spec: str | ChatModel) -> ChatModel:
+def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = None
+                  ) -> ChatModel:
     """Turn ``"openai:gpt-4o-mini"`` (or any ``provider:model``) into a model instance.
+
+    ``passes``: where the process's passes over a growing conversation stopped last
+    (``nonoka.state.prefix_memo``), for a process that runs one conversation turn after
+    turn; the model then encodes only what each turn added.
 
     Every prefix in ``nonoka.llm.wire.PROVIDERS`` speaks the OpenAI-compatible wire
     format; ``OPENAI_BASE_URL`` overrides the endpoint, and each provider sends only its own
@@ -49,4 +55,4 @@ def resolve_model(spec: str | ChatModel) -> ChatModel:
 
     target = resolve_target(spec, os.environ)
     return OpenAIChatModel(model=target.model, label=spec, base_url=target.base_url,
-                           api_key=target.api_key)
+                           api_key=target.api_key, passes=passes)

@@ -36,7 +36,7 @@ from nonoka.llm.wire import (
 )
 from nonoka.state.entries import EntryMessages, MemoryEntry
 from nonoka.state.messages import Message, ToolCall
-from nonoka.state.prefix_memo import PrefixMemo
+from nonoka.state.prefix_memo import ConversationPasses, PrefixMemo
 
 if TYPE_CHECKING:
     import http.client
@@ -78,8 +78,12 @@ class OpenAIChatModel:
         input_price_per_mtok: float | None = None,
         output_price_per_mtok: float | None = None,
         extra_headers: Mapping[str, str] | None = None,
+        passes: ConversationPasses | None = None,
     ) -> None:
+        """``passes``: where the encoding of a growing conversation stopped last, when
+        the process keeps it between turns (``ConversationPasses.wire``)."""
         self.model = model
+        self._wire_memo = None if passes is None else passes.wire
         self._endpoint = Endpoint.parse(
             base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
@@ -116,7 +120,7 @@ class OpenAIChatModel:
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> bytes:
         """The exact bytes :meth:`complete` posts for ``messages`` and ``tools``."""
-        return self.frame(tools).body(encoded_messages(messages)).encode()
+        return self.frame(tools).body(encoded_messages(messages, self._wire_memo)).encode()
 
     async def complete(
         self,
@@ -196,37 +200,29 @@ class OpenAIChatModel:
                           retryable=failure.retryable)
 
 
-def encoded_messages(messages: Sequence[Message]) -> list[str]:
+def encoded_messages(messages: Sequence[Message], memo: PrefixMemo[str] | None = None
+                     ) -> list[str]:
     """The messages' JSON on the wire, as ``BodyFrame.body`` joins it (``", "`` between
     messages; one string may hold several). A session's conversation (``EntryMessages``)
     is encoded from its entries without building ``Message`` models (``wire_text``)."""
     if not isinstance(messages, EntryMessages):
         return [json.dumps(_wire_message(m)) for m in messages]
-    joined = wire_text(messages.entries)
+    joined = wire_text(messages.entries, memo)
     return [joined] if joined else []
 
 
-def wire_text(entries: Sequence[MemoryEntry]) -> str:
-    """The wire messages of ``entries`` joined as a body holds them.
-
-    Encoded in one ``json.dumps`` call; when ``entries`` extend the ones the last call
+def wire_text(entries: Sequence[MemoryEntry], memo: PrefixMemo[str] | None = None) -> str:
+    """The wire messages of ``entries`` joined as a body holds them, in one
+    ``json.dumps`` call. With ``memo``, when ``entries`` extend the ones the last call
     encoded (a long-lived bridge resends its conversation every turn, one exchange
-    longer), only the entries after those are encoded (``nonoka.state.prefix_memo``)."""
-    resumed = _WIRE.resume(entries)
+    longer), only the entries after those are encoded."""
+    resumed = memo.resume(entries) if memo is not None else None
     start, known = (0, "") if resumed is None else (resumed[0][0], resumed[1])
     rest = json.dumps([_entry_wire(e) for e in entries[start:]])[1:-1]
     joined = f"{known}, {rest}" if known and rest else known or rest
-    _WIRE.keep(joined, entries)
+    if memo is not None:
+        memo.keep(joined, entries)
     return joined
-
-
-_WIRE: PrefixMemo[str] = PrefixMemo()
-
-
-def share_wire_text(entries: Sequence[MemoryEntry], text: str) -> None:
-    """Take ``text`` as the wire text of ``entries`` (what ``wire_text`` would give):
-    the bridge's early request already encoded a conversation the turn then loads."""
-    _WIRE.keep(text, entries)
 
 
 def _entry_wire(entry: MemoryEntry) -> dict[str, Any]:

@@ -146,7 +146,7 @@ def _codes() -> type[ErrorCode]:
 
 
 def parse_frame(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                ) -> dict[str, Any]:
+                lines: RequestLines | None = None) -> dict[str, Any]:
     """Check size, UTF-8 and JSON of one line and return its object.
 
     A trailing ``\\n`` (or ``\\r\\n``) is allowed, so is a missing one (the last line
@@ -175,7 +175,7 @@ def parse_frame(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         ) from None
     if text.startswith("\ufeff"):  # a byte-order mark from some Windows pipelines
         text = text[1:]
-    obj = _loads(text)
+    obj = _loads(text, lines)
     if not isinstance(obj, dict):
         raise ProtocolError(
             _codes().NOT_AN_OBJECT,
@@ -191,14 +191,16 @@ def check_request_frame(
     *,
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     capabilities: Iterable[str] = CAPABILITIES,
+    lines: RequestLines | None = None,
 ) -> dict[str, Any]:
     """Everything about a request that can be checked without pydantic.
 
     Runs the frame checks, then ``type``, then (for ``chat``) ``protocol.version`` and
     ``protocol.required_capabilities`` — before field validation, so a provider that
-    speaks another version hears that rather than a list of field errors.
+    speaks another version hears that rather than a list of field errors. ``lines``: the
+    process's ``RequestLines``, when it reads a host's requests one after another.
     """
-    obj = parse_frame(line, max_frame_bytes=max_frame_bytes)
+    obj = parse_frame(line, max_frame_bytes=max_frame_bytes, lines=lines)
     request_id = obj.get("request_id")
     rid = request_id if isinstance(request_id, str) else None
     kind = obj.get("type")
@@ -346,14 +348,14 @@ def _reject_constant(name: str) -> Any:
     raise _NonFiniteError(name)
 
 
-def _loads(text: str) -> Any:
+def _loads(text: str, lines: RequestLines | None = None) -> Any:
     """``json.loads`` with every failure turned into an ``invalid_json`` ProtocolError."""
     if not text or text.isspace():
         raise ProtocolError(_codes().INVALID_JSON,
                             "the line is empty; send one JSON object per line",
                             {"reason": "empty"})
     try:
-        obj = _decode(text)
+        obj = _decode(text, lines)
     except json.JSONDecodeError as exc:
         # A line cut short ends inside a string or before the value closes.
         truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
@@ -380,7 +382,8 @@ def _loads(text: str) -> Any:
                             f"the line's JSON cannot be read ({exc}); fix the value",
                             {"reason": "unreadable_value"}) from None
     messages = obj.get("messages") if type(obj) is dict else None
-    resent = _resent_count(messages) if type(messages) is list else 0
+    resent = (lines.resent_count(messages) if lines is not None and type(messages) is list
+              else 0)
     if _too_deep({**obj, "messages": messages[resent:]} if messages and resent else obj):
         raise ProtocolError(_codes().INVALID_JSON,
                             f"the line's JSON is nested more than {MAX_NESTING} levels deep; "
@@ -389,32 +392,35 @@ def _loads(text: str) -> Any:
     if "\\u" in text and ("\\ud" in text or "\\uD" in text):
         obj = _scrub_tree(obj)
         messages = obj.get("messages") if type(obj) is dict else None
-        _Resent.text = ("", [])  # its text no longer gives its values
-    if type(messages) is list:
-        _Resent.checked = (messages, _Resent.checked[0], resent)
+        if lines is not None:
+            lines.text = ("", [])  # its text no longer gives its values
+    if lines is not None and type(messages) is list:
+        lines.checked = (messages, lines.checked[0], resent)
     return obj
 
 
-def _decode(text: str) -> Any:
-    """``json.loads(text)``; a request line that resends the messages of the line
-    before is decoded without decoding them again.
+def _decode(text: str, lines: RequestLines | None) -> Any:
+    """``json.loads(text)``; with ``lines``, a request line that resends the messages of
+    the line before is decoded without decoding them again.
 
-    The first line a process reads is decoded by ``json.loads`` alone. From the second
-    on, the line's top level is walked here, each value decoded by ``json``'s own
-    scanner, so the span of the ``messages`` array in the text is known. When a line's
-    array starts with the text of the last one's (one comparison of bytes), those
-    messages are the same values: the last line's are taken as they are, and only the
-    messages after them are decoded. A long-lived bridge is thus not paying, every
+    Without ``lines``, and for the first line of ``lines``, ``json.loads`` alone decodes
+    it. From the second on, the line's top level is walked here, each value decoded by
+    ``json``'s own scanner, so the span of the ``messages`` array in the text is known.
+    When a line's array starts with the text of the last one's (one comparison of
+    bytes), those messages are the same values: the last line's are taken as they are,
+    and only the messages after them are decoded. A long-lived bridge is thus not paying, every
     turn, for decoding the whole history again into objects scattered over a heap that
     many turns have used (``bench/turn_cost.py``). Anything unusual in a line is left to
     ``json.loads``, whose answer and errors are the reference.
     """
-    if _Resent.scan is None:
+    if lines is None:
+        return json.loads(text, parse_constant=_reject_constant)
+    if lines.scan is None:
         decoder: Any = json.JSONDecoder(parse_constant=_reject_constant)
-        _Resent.scan = decoder.scan_once
+        lines.scan = decoder.scan_once
         return json.loads(text, parse_constant=_reject_constant)
     try:
-        return _top_level(text, _Resent.scan)
+        return _top_level(text, lines)
     except (_Unusual, StopIteration, IndexError, ValueError, RecursionError):
         return json.loads(text, parse_constant=_reject_constant)
 
@@ -423,8 +429,9 @@ class _Unusual(Exception):
     """A line ``_top_level`` leaves to ``json.loads``."""
 
 
-def _top_level(text: str, scan: Any) -> dict[str, Any]:
+def _top_level(text: str, lines: RequestLines) -> dict[str, Any]:
     """The object a line holds, its values decoded one by one (``_decode``)."""
+    scan = lines.scan
     ws = _WHITESPACE
     idx = ws(text, 0).end()
     if text[idx] != "{":
@@ -443,7 +450,7 @@ def _top_level(text: str, scan: Any) -> dict[str, Any]:
                 raise _Unusual
             idx = ws(text, idx + 1).end()
             if key == "messages" and text[idx] == "[":
-                obj[key], idx = _messages(text, idx, scan)
+                obj[key], idx = _messages(text, idx, lines)
             else:
                 obj[key], idx = scan(text, idx)
             idx = ws(text, idx).end()
@@ -458,10 +465,11 @@ def _top_level(text: str, scan: Any) -> dict[str, Any]:
     return obj
 
 
-def _messages(text: str, start: int, scan: Any) -> tuple[list[Any], int]:
+def _messages(text: str, start: int, lines: RequestLines) -> tuple[list[Any], int]:
     """The array at ``start`` and the index after it, reusing the last line's messages
     when this array's text starts with theirs (``_decode``)."""
-    before, kept = _Resent.text
+    scan = lines.scan
+    before, kept = lines.text
     if before and text.startswith(before, start):
         items, idx = list(kept), start + len(before)
     else:
@@ -471,7 +479,7 @@ def _messages(text: str, start: int, scan: Any) -> tuple[list[Any], int]:
         idx = end - 1  # the closing bracket
         while text[idx - 1] in " \t\n\r":
             idx -= 1
-        _Resent.text = (text[start:idx], list(items))  # a copy: the caller's may change
+        lines.text = (text[start:idx], list(items))  # a copy: the caller's may change
         return items, end
     ws = _WHITESPACE
     last = idx  # the end of the last message, before any whitespace
@@ -484,7 +492,7 @@ def _messages(text: str, start: int, scan: Any) -> tuple[list[Any], int]:
         item, idx = scan(text, ws(text, idx + 1).end())
         items.append(item)
         last = idx
-    _Resent.text = (text[start:last], list(items))
+    lines.text = (text[start:last], list(items))
     return items, idx + 1
 
 
@@ -492,37 +500,45 @@ _WHITESPACE: Any = re.compile(r"[ \t\n\r]*").match
 """JSON's whitespace (``re`` is loaded by ``json`` already)."""
 
 
-class _Resent:
-    """The messages of the request line checked last, the line's before it, and how
-    many of its first messages repeat those (all of them, or 0).
+class RequestLines:
+    """What a process keeps of the request line it checked last, to read the next one.
 
     A host resends its whole history every turn, so in a long-lived bridge nearly every
     message of a line is one the line before held, already checked: they are found in
-    one list comparison in C, their nesting is not walked again, and validation
-    (``nonoka.protocol.models``) takes the count rather than comparing once more. One
-    tuple, replaced whole: the bridge checks the next line on another thread.
+    one list comparison in C, their text is not decoded again (``_decode``), their
+    nesting is not walked again, and validation (``nonoka.protocol.models``) takes the
+    count rather than comparing once more. The bridge's entry point creates one and
+    passes it to every check of its input; a line checked without one is read whole.
+    Each field is one tuple, replaced whole: the bridge checks the next line on another
+    thread.
     """
 
-    checked: tuple[list[Any], list[Any], int] = ([], [], 0)
-    text: tuple[str, list[Any]] = ("", [])
-    """The text of the last line's messages array up to its last message, and those
-    messages as decoded (``_decode``)."""
-    scan: Any = None
-    """``json``'s scanner, once this process has read its first line."""
+    __slots__ = ("checked", "scan", "text", "validated")
 
+    def __init__(self) -> None:
+        self.checked: tuple[list[Any], list[Any], int] = ([], [], 0)
+        """The last line's messages, the line's before it, and how many of its first
+        messages repeat those (all of them, or 0)."""
+        self.text: tuple[str, list[Any]] = ("", [])
+        """The text of the last line's messages array up to its last message, and those
+        messages as decoded (``_decode``)."""
+        self.scan: Any = None
+        """``json``'s scanner, once the first line has been read."""
+        self.validated: tuple[list[Any], list[Any]] = ([], [])
+        """The last chat request's messages as they arrived, and as validated
+        (``nonoka.protocol.models``)."""
 
-def _resent_count(messages: list[Any]) -> int:
-    """How many of ``messages`` repeat the messages of the line checked last."""
-    before = _Resent.checked[0]
-    count = len(before)
-    return count if count and len(messages) >= count and messages[:count] == before else 0
+    def resent_count(self, messages: list[Any]) -> int:
+        """How many of ``messages`` repeat the messages of the line checked last."""
+        before = self.checked[0]
+        count = len(before)
+        return count if count and len(messages) >= count and messages[:count] == before else 0
 
-
-def resent(messages: object) -> tuple[list[Any], int] | None:
-    """For the messages list of the line checked last: the list checked before it and
-    how many of its first messages repeat that one; ``None`` for any other list."""
-    now, before, count = _Resent.checked
-    return (before, count) if messages is now else None
+    def resent(self, messages: object) -> tuple[list[Any], int] | None:
+        """For the messages list of the line checked last: the list checked before it
+        and how many of its first messages repeat that one; ``None`` for any other."""
+        now, before, count = self.checked
+        return (before, count) if messages is now else None
 
 
 def _too_deep(root: Any) -> bool:

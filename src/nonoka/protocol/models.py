@@ -35,11 +35,11 @@ from nonoka.protocol.frames import (
     EventType,
     ProtocolError,
     Purpose,
+    RequestLines,
     RequestType,
     check_event_frame,
     check_request_frame,
     dump_line,
-    resent,
 )
 from nonoka.protocol.values import ErrorCode, ExecutedBy, FinishReason, RecoveryReason
 from nonoka.state.messages import Message
@@ -396,48 +396,44 @@ def decode_request(
     return validate_request(check_request_frame(line, max_frame_bytes=max_frame_bytes))
 
 
-def validate_request(obj: dict[str, Any]) -> ChatRequest | CancelRequest:
+def validate_request(obj: dict[str, Any], lines: RequestLines | None = None
+                     ) -> ChatRequest | CancelRequest:
     """Validate a request object ``check_request_frame`` returned (the line is not parsed
-    a second time); anything unusable raises ``ProtocolError``."""
+    a second time); anything unusable raises ``ProtocolError``. With ``lines`` (the
+    ``RequestLines`` the frame was checked with), messages the last request held are
+    taken as validated then."""
     model = _REQUEST_MODELS[obj["type"]]
     try:
         if model is ChatRequest:
-            return _validate_chat(obj)
+            return _validate_chat(obj, lines) if lines is not None else (
+                ChatRequest.model_validate(obj, strict=True))
         return model.model_validate(obj, strict=True)
     except ValidationError as exc:
         raise _field_errors(ErrorCode.INVALID_REQUEST, f"{obj['type']} request", exc,
                             obj.get("request_id")) from None
 
 
-class _Validated:
-    """The last chat request's messages, as they arrived and as validated.
-
-    A host resends its whole history every turn, so a long-lived bridge would validate
-    the same messages again and again, ≈ 1 µs each. Messages equal to the ones before
-    (one list comparison in C) are taken as validated; only the rest are validated.
-    One tuple, replaced whole, so a thread never reads one request's half with another's."""
-
-    last: tuple[list[Any], list[Message]] = ([], [])
-
-
-def _validate_chat(obj: dict[str, Any]) -> ChatRequest:
+def _validate_chat(obj: dict[str, Any], lines: RequestLines) -> ChatRequest:
+    """A host resends its whole history every turn, so a long-lived bridge would
+    validate the same messages again and again, ≈ 1 µs each. Messages equal to the ones
+    before (one list comparison in C) are taken as validated; only the rest are."""
     raw = obj.get("messages")
-    seen, validated = _Validated.last
+    seen, validated = lines.validated
     count = len(seen)
-    checked = resent(raw)  # the frame checks compared the line with the one before
+    checked = lines.resent(raw)  # the frame checks compared the line with the one before
     same = checked[1] == count if checked is not None and checked[0] is seen else (
         isinstance(raw, list) and raw[:count] == seen)
     if not (isinstance(raw, list) and count and len(raw) > count and same):
         request = ChatRequest.model_validate(obj, strict=True)
         if isinstance(raw, list):
-            _Validated.last = (raw, request.messages)
+            lines.validated = (raw, request.messages)
         return request
     try:
         rest = ChatRequest.model_validate({**obj, "messages": raw[count:]}, strict=True)
     except ValidationError:  # validated whole, so errors name the right message index
         return ChatRequest.model_validate(obj, strict=True)
     messages = [*validated, *rest.messages]
-    _Validated.last = (raw, messages)
+    lines.validated = (raw, messages)
     return rest.model_copy(update={"messages": messages})
 
 

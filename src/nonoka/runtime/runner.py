@@ -33,6 +33,7 @@ from nonoka.state.ids import validate_session_id
 from nonoka.state.ledger import RuntimeLimits, Termination
 from nonoka.state.messages import Message, ToolResult
 from nonoka.state.plan import Plan
+from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.state.session_state import SessionState, SessionStatus
 from nonoka.store.base import BranchingStore, CheckpointStore
 
@@ -47,12 +48,16 @@ class _CancelledElsewhere(Exception):
 class Runner:
     """Runs agents against sessions kept in a checkpoint store."""
 
-    def __init__(self, store: CheckpointStore | None = None) -> None:
+    def __init__(self, store: CheckpointStore | None = None, *,
+                 passes: ConversationPasses | None = None) -> None:
+        """``passes``: where the passes over a conversation stopped last, when the
+        process keeps them between runs (``ConversationPasses``: a long-lived bridge)."""
         if store is None:
             from nonoka.store.memory import MemoryCheckpointStore
 
             store = MemoryCheckpointStore()
         self.store = store
+        self.passes = passes
 
     # -- running --------------------------------------------------------------------------
 
@@ -61,7 +66,7 @@ class Runner:
         agent: Agent,
         prompt: str,
         deps: Any = None,
-        session_id: str | None = None,
+        session_id: str | Session | None = None,
         *,
         limits: RuntimeLimits | None = None,
         history: Sequence[Message] = (),
@@ -69,8 +74,10 @@ class Runner:
     ) -> RunResult:
         """Send ``prompt`` in a new session, or continue ``session_id`` (memory restored).
 
-        An id that does not exist yet names the new session. ``history`` seeds a new
-        session with earlier messages; ``limits`` raise or lower the stored limits.
+        An id that does not exist yet names the new session. A ``Session`` this process
+        loaded (under its lease) is continued as it is, without reading it again.
+        ``history`` seeds a new session with earlier messages; ``limits`` raise or lower
+        the stored limits.
         """
         agent.get_model()  # a configuration error surfaces before anything is stored
         session = await self.open_session(agent, session_id, limits=limits, history=history)
@@ -95,7 +102,7 @@ class Runner:
     async def resume(
         self,
         agent: Agent,
-        session_id: str,
+        session_id: str | Session,
         deps: Any = None,
         *,
         limits: RuntimeLimits | None = None,
@@ -107,9 +114,11 @@ class Runner:
         An unknown id gives a failed result that says so; a finished session returns at once
         — unless ``reopen`` is set, which retries a failed or cancelled turn (a host that
         resends the request of a turn that failed wants it tried again, not reported again).
+        A loaded ``Session`` is carried on as it is.
         """
-        session = await self.load_session(session_id)
+        session = await self._loaded(session_id)
         if session is None:
+            assert isinstance(session_id, str)
             return RunResult(success=False, session_id=session_id, status=SessionStatus.FAILED,
                              error=f"session {session_id!r} was not found in the checkpoint store")
         has_plan = session.current_plan is not None and bool(session.current_plan.steps)
@@ -125,7 +134,7 @@ class Runner:
     async def submit_tool_results(
         self,
         agent: Agent,
-        session_id: str,
+        session_id: str | Session,
         results: Sequence[ToolResult],
         deps: Any = None,
         *,
@@ -137,12 +146,12 @@ class Runner:
 
         ``prompt`` is a user message that arrived together with the results. Raises
         ``ToolResultMismatchError`` (storing nothing) when a result answers no pending
-        call or answers one twice.
+        call or answers one twice. A loaded ``Session`` is used as it is.
         """
-        session = await self.load_session(session_id)
+        session = await self._loaded(session_id)
         if session is None:
             raise ToolResultMismatchError(f"session {session_id!r} does not exist")
-        _, dangling = dangling_tool_calls(session.memory.entries)
+        _, dangling = session.memory.dangling_tool_calls()
         pending = {c.id: c for c in dangling}
         seen: set[str] = set()
         for result in results:
@@ -198,7 +207,8 @@ class Runner:
 
         return await self._update(session_id, cancel)
 
-    async def replace_memory(self, session_id: str, entries: Sequence[MemoryEntry]) -> bool:
+    async def replace_memory(self, session_id: str | Session,
+                             entries: Sequence[MemoryEntry]) -> bool:
         """Make ``entries`` the session's working memory (what the model sees from now on).
 
         For a host that edited the conversation it resends (pruned tool outputs, a summary
@@ -212,7 +222,8 @@ class Runner:
 
         return await self._update(session_id, replace)
 
-    async def append_history(self, session_id: str, messages: Sequence[Message]) -> bool:
+    async def append_history(self, session_id: str | Session,
+                             messages: Sequence[Message]) -> bool:
         """Add messages to the session's conversation as they are, one entry each.
 
         For what a host sends besides a turn's prompt: earlier user messages no answer
@@ -271,27 +282,33 @@ class Runner:
         """Checkpoint a session (e.g. a new one before announcing its id)."""
         await self._save(session)
 
+    async def _loaded(self, session: str | Session) -> Session | None:
+        return session if isinstance(session, Session) else await self.load_session(session)
+
     async def load_session(self, session_id: str) -> Session | None:
         state = await self.store.load_session(validate_session_id(session_id))
-        return Session.from_state(state) if state is not None else None
+        return Session.from_state(state, self.passes) if state is not None else None
 
     async def open_session(
         self,
         agent: Agent,
-        session_id: str | None = None,
+        session_id: str | Session | None = None,
         *,
         limits: RuntimeLimits | None = None,
         history: Sequence[Message] = (),
     ) -> Session:
-        """Load ``session_id`` or build a new session (not stored until its first save)."""
+        """Load ``session_id`` (a loaded ``Session`` is taken as it is) or build a new
+        session (not stored until its first save)."""
         if session_id is not None:
-            existing = await self.load_session(session_id)
+            existing = await self._loaded(session_id)
             if existing is not None:
                 existing.apply_limits(limits)
                 return existing
+        assert not isinstance(session_id, Session)
         session = Session(session_id or str(uuid.uuid4()),
                           limits=agent.limits.merged(limits),
-                          completion_contract=agent.completion_contract)
+                          completion_contract=agent.completion_contract,
+                          passes=self.passes)
         if agent.system_prompt:
             session.memory.append(MemoryEntry.make("system", agent.system_prompt))
         for message in history:
@@ -343,8 +360,19 @@ class Runner:
         with contextlib.suppress(SessionConflictError, _CancelledElsewhere):
             await self._save(session)
 
-    async def _update(self, session_id: str, change: Callable[[Session], bool]) -> bool:
-        """Load, change and save a session, retrying when another writer got there first."""
+    async def _update(self, session_id: str | Session,
+                      change: Callable[[Session], bool]) -> bool:
+        """Load, change and save a session, retrying when another writer got there first.
+
+        A loaded ``Session`` (held under this process's lease) is changed and saved as
+        it is: nobody else writes it, so a conflict is an error, not a reason to retry."""
+        if isinstance(session_id, Session):
+            if not change(session_id):
+                return False
+            faults.point("checkpoint.save.before")
+            session_id.revision = await self.store.save_session(session_id.to_state())
+            faults.point("checkpoint.save.after")
+            return True
         for _ in range(_CONFLICT_RETRIES):
             session = await self.load_session(session_id)
             if session is None or not change(session):
@@ -417,7 +445,7 @@ def _branch(parent: SessionState, child_id: str, parent_id: str, point: int,
 
 def _close_open_calls(session: Session, content: str) -> None:
     """Give every open tool call a result, so the stored history stays valid for any API."""
-    _, dangling = dangling_tool_calls(session.memory.entries)
+    _, dangling = session.memory.dangling_tool_calls()
     for call in dangling:
         session.memory.append(MemoryEntry.tool_result(call, content, is_error=True))
         session.clear_intent(call.id)

@@ -27,6 +27,7 @@ from nonoka.state.ledger import (
 )
 from nonoka.state.messages import ToolCall
 from nonoka.state.plan import Plan
+from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.state.session_state import (
     SCHEMA_VERSION,
     TRACE_LIMIT,
@@ -51,11 +52,12 @@ class Session:
         *,
         limits: RuntimeLimits | None = None,
         completion_contract: CompletionContract | None = None,
+        passes: ConversationPasses | None = None,
     ) -> None:
         self.session_id = validate_session_id(session_id)
         self.status = SessionStatus.CREATED
         self.revision = 0
-        self.memory = WorkingMemory()
+        self.memory = WorkingMemory(passes=passes)
         self.current_plan: Plan | None = None
         self.step_statuses: dict[str, StepStatus] = {}
         self.completed_steps: dict[str, StepResult] = {}
@@ -81,12 +83,15 @@ class Session:
     # -- snapshot conversion ------------------------------------------------------------
 
     @classmethod
-    def from_state(cls, state: SessionState) -> Session:
-        """Rebuild a live session; the runtime ledger is restored, never recreated."""
+    def from_state(cls, state: SessionState, passes: ConversationPasses | None = None
+                   ) -> Session:
+        """Rebuild a live session; the runtime ledger is restored, never recreated.
+        ``passes``: where the process's passes over the conversation stopped last."""
         session = cls(state.session_id)
         session.status = state.status
         session.revision = state.revision
-        session.memory = WorkingMemory(state.memory_entries, generation=state.memory_generation)
+        session.memory = WorkingMemory(state.memory_entries, generation=state.memory_generation,
+                                       passes=passes)
         session.current_plan = state.current_plan
         session.step_statuses = dict(state.step_statuses)
         session.completed_steps = dict(state.completed_steps)

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from nonoka.state.entries import EntryMessages, EntrySnapshot, MemoryEntry
-from nonoka.state.messages import Message
-from nonoka.state.prefix_memo import PrefixMemo
+from nonoka.state.entries import EntryMessages, EntrySnapshot, MemoryEntry, dangling_tool_calls
+from nonoka.state.messages import Message, ToolCall
+from nonoka.state.prefix_memo import ConversationPasses
 
 if TYPE_CHECKING:
     from nonoka.store.base import CheckpointStore
@@ -31,9 +31,13 @@ SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
 class WorkingMemory:
     """An ordered list of entries with a running token count."""
 
-    def __init__(self, entries: Iterable[MemoryEntry] = (), *, generation: int = 0) -> None:
+    def __init__(self, entries: Iterable[MemoryEntry] = (), *, generation: int = 0,
+                 passes: ConversationPasses | None = None) -> None:
+        """``passes``: where earlier passes over this conversation stopped, when the
+        process keeps them between turns (``ConversationPasses``)."""
         self._entries: list[MemoryEntry] = list(entries)
-        self._tokens: int = _token_count(self._entries)
+        self.passes = passes
+        self._tokens: int = _token_count(self._entries, passes)
         self.generation = generation
 
     @property
@@ -44,6 +48,12 @@ class WorkingMemory:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def dangling_tool_calls(self) -> tuple[int | None, list[ToolCall]]:
+        """``entries.dangling_tool_calls`` of this conversation, resumed where the last
+        pass stopped when the process keeps its passes."""
+        return dangling_tool_calls(self._entries,
+                                   None if self.passes is None else self.passes.pairing)
 
     @property
     def total_tokens(self) -> int:
@@ -102,17 +112,16 @@ class WorkingMemory:
         return True
 
 
-def _token_count(entries: list[MemoryEntry]) -> int:
-    """The entries' tokens, counted on from the last count when they extend the entries
-    it was taken of (a session loaded again, one exchange longer: ``nonoka.state.prefix_memo``)."""
-    resumed = _COUNTED.resume(entries)
+def _token_count(entries: list[MemoryEntry], passes: ConversationPasses | None) -> int:
+    """The entries' tokens; with ``passes``, counted on from the last count when they
+    extend the entries it was taken of (a session loaded again, one exchange longer)."""
+    if passes is None:
+        return sum(map(_TOKENS, entries))
+    resumed = passes.tokens.resume(entries)
     start, total = (0, 0) if resumed is None else (resumed[0][0], resumed[1])
     total += sum(map(_TOKENS, entries[start:]))
-    _COUNTED.keep(total, entries)
+    passes.tokens.keep(total, entries)
     return total
-
-
-_COUNTED: PrefixMemo[int] = PrefixMemo()
 
 
 def _open_call_unit(unit: list[MemoryEntry], entry: MemoryEntry) -> bool:

@@ -177,7 +177,9 @@ class MemoryEntry(BaseModel):
         return cls.make(message.role, message.content, tool_call_id=message.tool_call_id)
 
 
-def dangling_tool_calls(entries: Sequence[MemoryEntry]) -> tuple[int | None, list[ToolCall]]:
+def dangling_tool_calls(entries: Sequence[MemoryEntry],
+                        memo: PrefixMemo[tuple[int | None, set[Any]]] | None = None,
+                        ) -> tuple[int | None, list[ToolCall]]:
     """Find the last assistant entry with tool calls and the calls nothing answers yet.
 
     Returns the entry's index (``None`` when there is none) and its unanswered calls in
@@ -185,7 +187,7 @@ def dangling_tool_calls(entries: Sequence[MemoryEntry]) -> tuple[int | None, lis
     looked at is read only from where that one ended (``nonoka.state.prefix_memo``).
     """
     items = list(entries)  # one copy in C, then plain list indexing
-    resumed = _PAIRING.resume(items)
+    resumed = memo.resume(items) if memo is not None else None
     start, index, answered = 0, None, set[Any]()
     if resumed is not None:
         (start,), (index, answered) = resumed
@@ -196,7 +198,8 @@ def dangling_tool_calls(entries: Sequence[MemoryEntry]) -> tuple[int | None, lis
     if index is not None:
         answered = answered | {e.tool_call_id for e in items[start:]
                                if e.role == "tool"}
-    _PAIRING.keep((index, answered), items)
+    if memo is not None:
+        memo.keep((index, answered), items)
     if index is None:
         return None, []
     return index, [c for c in items[index].tool_calls if c.id not in answered]
@@ -207,6 +210,4 @@ def _calls_tools(entry: MemoryEntry) -> bool:
     return bool(meta) and entry.role == "assistant" and bool(meta.get("tool_calls"))
 
 
-_PAIRING: PrefixMemo[tuple[int | None, set[Any]]] = PrefixMemo()
-"""The last assistant entry with tool calls, and the ids answered after it, in the
-conversation ``dangling_tool_calls`` last read."""
+

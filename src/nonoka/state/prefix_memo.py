@@ -63,3 +63,22 @@ class PrefixMemo(Generic[State]):
 
     def forget(self) -> None:
         self._last = None
+
+
+class ConversationPasses:
+    """Where the passes a turn makes over its conversation stopped last: the tool-call
+    pairing (``entries.dangling_tool_calls``), the token count (the window's), and the
+    wire text of the model request (the OpenAI-compatible adapter's).
+
+    A process that serves one growing conversation turn after turn (a long-lived
+    bridge) creates one at its entry point and hands it to the runner and the model it
+    builds for each turn; each pass then reads only what the turn added. Without one,
+    every pass reads the whole conversation, with the same result.
+    """
+
+    __slots__ = ("pairing", "tokens", "wire")
+
+    def __init__(self) -> None:
+        self.pairing: PrefixMemo[tuple[int | None, set[Any]]] = PrefixMemo()
+        self.tokens: PrefixMemo[int] = PrefixMemo()
+        self.wire: PrefixMemo[str] = PrefixMemo()

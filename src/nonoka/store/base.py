@@ -22,17 +22,16 @@ from pydantic import ValidationError
 from nonoka.errors import CorruptSessionError, SessionConflictError, StoreError
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.frozen import replace
-from nonoka.state.plan import Plan
 from nonoka.state.session_state import (
     SessionState,
     StepFailure,
     StepResult,
     StepStatus,
     StepUpdate,
-    TraceEvent,
     merge_step_updates,
     migrate_state_dict,
 )
+from nonoka.store.reuse import DecodedSnapshots, SnapshotTexts
 
 
 @runtime_checkable
@@ -145,92 +144,23 @@ def stored_lease(session_id: str, owner: object, expires_at: object, now: float)
     return Lease(session_id, owner, float(expires_at) - now)
 
 
-def snapshot_json(state: SessionState) -> str:
+def snapshot_json(state: SessionState, texts: SnapshotTexts | None = None) -> str:
     """The snapshot row: the whole state except the entries (stored as rows of their own).
 
     The trace (the last events of the run, most of a snapshot's text) changes by a few
-    events a save: its JSON is kept per session and only the new events are written
-    (``_trace_text``), not the whole trace every save. The plan changes rarely: its JSON
-    is kept with it (``_plan_json``)."""
+    events a save and the plan rarely: with ``texts`` (the store's ``SnapshotTexts``)
+    their JSON is kept and only new events are encoded; without, all of it is."""
     head = state.model_dump_json(exclude=_WRITTEN_APART)
-    return (f'{head[:-1]},"current_plan":{_plan_json(state.current_plan)},'
-            f'"trace":[{_trace_text(state.session_id, state.trace)}]}}')
+    if texts is None:
+        plan = "null" if state.current_plan is None else state.current_plan.model_dump_json()
+        trace = ",".join(event.model_dump_json() for event in state.trace)
+    else:
+        plan = texts.plan_json(state.current_plan)
+        trace = texts.trace_text(state.session_id, state.trace)
+    return f'{head[:-1]},"current_plan":{plan},"trace":[{trace}]}}'
 
 
 _WRITTEN_APART = {*SNAPSHOT_EXCLUDE, "trace", "current_plan"}
-_PLAN_TEXTS: dict[int, tuple[Plan, str]] = {}
-"""Each plan's JSON by the plan's identity (the plan is kept, so its id is not reused)."""
-
-
-def _plan_json(plan: Plan | None) -> str:
-    """The plan's JSON, made once per plan: a plan is frozen, and a session keeps the
-    same object between saves (a new plan is a new object), so its text is reused."""
-    if plan is None:
-        return "null"
-    known = _PLAN_TEXTS.get(id(plan))
-    if known is not None and known[0] is plan:
-        return known[1]
-    if len(_PLAN_TEXTS) >= _RUNS_KEPT:
-        _PLAN_TEXTS.clear()
-    text = plan.model_dump_json()
-    _PLAN_TEXTS[id(plan)] = (plan, text)
-    return text
-_TRACE_TEXTS: dict[tuple[str, str, float], str] = {}
-"""Each trace event's JSON by its fields (a loaded session's events are new objects with
-the same values, so they are found by value)."""
-_TRACE_KEPT = 4096
-_TRACE_RUNS: dict[str, tuple[list[TraceEvent], list[str], str]] = {}
-"""Per session: the trace last written, each event's JSON, and the joined text."""
-_RUNS_KEPT = 256
-_NEW_EVENTS_SCANNED = 64
-"""How far back from the end the last written event is looked for (events added since)."""
-
-
-def _trace_text(session_id: str, trace: list[TraceEvent]) -> str:
-    """The trace's events as JSON, comma-joined; reuses the text of the events that were
-    in this session's trace last time (the trace only grows at its end and drops from
-    its start), found by identity, so an unchanged trace costs one list comparison."""
-    run = _TRACE_RUNS.get(session_id)
-    if run is not None:
-        events, texts, joined = run
-        if trace == events:
-            return joined
-        kept = _kept_texts(events, texts, trace)
-    else:
-        kept = []
-    texts = kept + [_trace_json(event) for event in trace[len(kept):]]
-    joined = ",".join(texts)
-    if len(_TRACE_RUNS) >= _RUNS_KEPT:
-        _TRACE_RUNS.clear()
-    _TRACE_RUNS[session_id] = (list(trace), texts, joined)
-    return joined
-
-
-def _kept_texts(events: list[TraceEvent], texts: list[str],
-                trace: list[TraceEvent]) -> list[str]:
-    """The texts of ``trace``'s first events when they are the end of ``events`` (the
-    same objects, in order); ``[]`` when they are not."""
-    if not events:
-        return []
-    last = events[-1]
-    stop = max(-1, len(trace) - 1 - _NEW_EVENTS_SCANNED)
-    for at in range(len(trace) - 1, stop, -1):
-        if trace[at] is last:
-            dropped = len(events) - (at + 1)
-            if dropped >= 0 and trace[:at + 1] == events[dropped:]:
-                return texts[dropped:]
-            return []
-    return []
-
-
-def _trace_json(event: TraceEvent) -> str:
-    key = (event.kind, event.detail, event.at)
-    text = _TRACE_TEXTS.get(key)
-    if text is None:
-        if len(_TRACE_TEXTS) >= _TRACE_KEPT:
-            _TRACE_TEXTS.clear()
-        text = _TRACE_TEXTS[key] = event.model_dump_json()
-    return text
 
 
 def entry_json(entry: MemoryEntry) -> str:
@@ -239,18 +169,20 @@ def entry_json(entry: MemoryEntry) -> str:
 
 def decode_state(
     session_id: str, snapshot: str | bytes, entries: list[str], revision: int,
-    decoded: Sequence[MemoryEntry] | None = None,
+    decoded: Sequence[MemoryEntry] | None = None, kept: DecodedSnapshots | None = None,
 ) -> SessionState:
     """Decode and migrate stored rows into a ``SessionState``.
 
-    ``decoded``: the entries, already decoded (``entries`` is then ignored). Raises
+    ``decoded``: the entries, already decoded (``entries`` is then ignored); with
+    ``kept`` (the store's ``DecodedSnapshots``), a snapshot row decoded before is not
+    decoded again. Raises
     ``CorruptSessionError`` (naming the session and what is wrong) for rows that cannot
     be decoded, and ``UnsupportedVersionError`` for a newer schema.
     """
-    if decoded is not None:
-        known = _DECODED_SNAPSHOTS.get(session_id)
-        if known is not None and known[0] == revision and known[1] == snapshot:
-            return replace(known[2], memory_entries=decoded)
+    if decoded is not None and kept is not None:
+        known = kept.get(session_id, revision, snapshot)
+        if known is not None:
+            return replace(known, memory_entries=decoded)
     try:
         raw: Any = json.loads(snapshot)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -275,7 +207,8 @@ def decode_state(
         raw["revision"] = revision
         state = SessionState.model_validate(raw)
         if decoded is not None:
-            _remember_snapshot(session_id, revision, snapshot, state)
+            if kept is not None:
+                kept.remember(session_id, revision, snapshot, state)
             return replace(state, memory_entries=decoded)
         return state
     except (ValueError, ValidationError) as exc:
@@ -283,25 +216,6 @@ def decode_state(
             f"session {session_id}: the stored state does not decode ({exc}); "
             "the row was left as it is"
         ) from exc
-
-
-_DECODED_SNAPSHOTS: dict[str, tuple[int, str | bytes, SessionState]] = {}
-"""The snapshot row each session was last decoded from, and its decoded state (without
-entries): a turn reads its session several times (choosing it, under the lease, the
-runner's load, the index row), and a long-lived bridge every turn, most often the same
-row. Validating the snapshot's ~200 trace events each time cost ~0.5 ms a read."""
-
-
-def _remember_snapshot(session_id: str, revision: int, snapshot: str | bytes,
-                       state: SessionState) -> None:
-    """Keep ``state`` for the next read of the same row. Only a state whose every value
-    is frozen: extension state and step results may hold lists and dicts a caller could
-    change in place, and the next reader must not see that."""
-    if state.extension_state or state.completed_steps or state.failed_steps:
-        return
-    if len(_DECODED_SNAPSHOTS) >= 8 and session_id not in _DECODED_SNAPSHOTS:
-        _DECODED_SNAPSHOTS.clear()
-    _DECODED_SNAPSHOTS[session_id] = (revision, snapshot, state)
 
 
 def decode_entries(session_id: str, entries: list[str], first: int = 0) -> list[MemoryEntry]:
@@ -334,13 +248,14 @@ def decode_session(
     revision: int,
     step_rows: Iterable[tuple[str, str, str | bytes, float]],
     decoded: Sequence[MemoryEntry] | None = None,
+    kept: DecodedSnapshots | None = None,
 ) -> SessionState:
     """``decode_state`` plus the step updates, merged in time order.
 
     ``step_rows`` are ``(step_id, update_type, payload_json, updated_at)``; a row that
     does not decode is a ``CorruptSessionError`` naming the session and the step.
     """
-    state = decode_state(session_id, snapshot, entries, revision, decoded)
+    state = decode_state(session_id, snapshot, entries, revision, decoded, kept)
     updates: list[StepUpdate] = []
     for step_id, update_type, payload, updated_at in step_rows:
         try:
@@ -390,6 +305,19 @@ def conflict_error(state: SessionState, stored: int | None) -> SessionConflictEr
         f"session {sid} {what}: stored revision {stored}, this copy builds on revision "
         f"{state.revision}. Load it again and reapply the change; nothing was written."
     )
+
+
+@runtime_checkable
+class RevisionReader(Protocol):
+    """Optional capability: a session's stored revision, read without loading it.
+
+    A front end that chose a session by loading it checks, once it holds the session's
+    lease, that nobody saved it in between; the turn then goes on with the session it
+    loaded instead of reading it again (every engine nonoka ships has it)."""
+
+    async def stored_revision(self, session_id: str) -> int | None:
+        """The revision of the stored snapshot; ``None`` when the session is unknown."""
+        ...
 
 
 @runtime_checkable

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from nonoka.store.leases import HeldLease
     from nonoka.store.next_calls import ClosableNextCallStore
     from nonoka.store.records import EventLog, SessionIndex
+    from nonoka.store.reuse import StoreReuse
 
 ENV_VAR = "NONOKA_DATABASE_URL"
 DEFAULT_DATABASE = Path(".nonoka") / "sessions.db"
@@ -108,7 +109,8 @@ def database_url_from_env() -> str | None:
 
 
 def open_project_stores(cwd: Path, database_url: str | None = None, *,
-                        read_only: bool = False) -> ProjectStores:
+                        read_only: bool = False, reuse: StoreReuse | None = None
+                        ) -> ProjectStores:
     """Open the stores for the project at ``cwd``.
 
     No URL means ``<cwd>/.nonoka/sessions.db`` (``.nonoka/`` is created ``0700`` if
@@ -116,14 +118,16 @@ def open_project_stores(cwd: Path, database_url: str | None = None, *,
     process's working directory. A URL that names no known engine is a
     ``ConfigurationError`` listing the accepted forms. ``read_only`` opens an existing
     SQLite file for reading only and creates nothing (``store/sqlite/database.py``);
-    the other engines open as usual.
+    the other engines open as usual. ``reuse``: what the checkpoint store keeps between
+    calls, when the caller shares it between the stores it opens (``nonoka.store.reuse``).
     """
     if database_url is None:
         project = Path(os.path.abspath(cwd))
         if read_only:
-            return _open_sqlite(database_target(cwd)[1], ours_only=True, read_only=True)
+            return _open_sqlite(database_target(cwd)[1], ours_only=True, read_only=True,
+                                reuse=reuse)
         _make_private_dir(project)
-        stores = _open_sqlite(database_target(cwd)[1], ours_only=True)
+        stores = _open_sqlite(database_target(cwd)[1], ours_only=True, reuse=reuse)
         from nonoka.store.statedir import ignore_everything
 
         # Once the database is known to be ours: a refused folder is left as it was.
@@ -131,8 +135,8 @@ def open_project_stores(cwd: Path, database_url: str | None = None, *,
         return stores
     engine, target = database_target(cwd, database_url)
     if engine == "sqlite" and read_only:
-        return _open_sqlite(target, read_only=True)
-    return _OPENERS[engine](target)
+        return _open_sqlite(target, read_only=True, reuse=reuse)
+    return _OPENERS[engine](target, reuse)
 
 
 def database_target(cwd: Path, database_url: str | None = None) -> tuple[str, str]:
@@ -202,27 +206,28 @@ def _make_private_dir(project: Path) -> None:
 # -- engines: one opener each, importing its engine only when called -----------------------
 
 
-def _open_sqlite(path: str, *, ours_only: bool = False,
+def _open_sqlite(path: str, reuse: StoreReuse | None = None, *, ours_only: bool = False,
                  read_only: bool = False) -> ProjectStores:
     """``ours_only`` for the project's own ``.nonoka/sessions.db``: no other program's
     database is taken over there."""
     from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
     from nonoka.store.sqlite.records import SQLiteRecordStore
 
-    checkpoints = SQLiteCheckpointStore(path, ours_only=ours_only, read_only=read_only)
+    checkpoints = SQLiteCheckpointStore(path, ours_only=ours_only, read_only=read_only,
+                                        reuse=reuse)
     records = SQLiteRecordStore.from_checkpoints(checkpoints)
     return ProjectStores(checkpoints, records, records, f"sqlite://{path}")
 
 
-def _open_memory(url: str) -> ProjectStores:
+def _open_memory(url: str, reuse: StoreReuse | None = None) -> ProjectStores:
     from nonoka.store.memory.checkpoints import MemoryCheckpointStore
     from nonoka.store.memory.records import MemoryRecordStore
 
     records = MemoryRecordStore()
-    return ProjectStores(MemoryCheckpointStore(), records, records, url)
+    return ProjectStores(MemoryCheckpointStore(reuse=reuse), records, records, url)
 
 
-def _open_postgresql(url: str) -> ProjectStores:
+def _open_postgresql(url: str, reuse: StoreReuse | None = None) -> ProjectStores:
     """Both stores share one pool, opened (and the schema migrated) on first use.
 
     Opening lazily keeps this call synchronous and free of I/O; a server that is down
@@ -232,12 +237,12 @@ def _open_postgresql(url: str) -> ProjectStores:
     from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
     from nonoka.store.postgres.records import PostgresRecordStore
 
-    checkpoints = PostgresCheckpointStore(url)
+    checkpoints = PostgresCheckpointStore(url, reuse=reuse)
     records = PostgresRecordStore(checkpoints.database)
     return ProjectStores(checkpoints, records, records, checkpoints.database.where)
 
 
-_OPENERS: dict[str, Callable[[str], ProjectStores]] = {
+_OPENERS: dict[str, Callable[[str, StoreReuse | None], ProjectStores]] = {
     "sqlite": _open_sqlite,
     "memory": _open_memory,
     "postgresql": _open_postgresql,

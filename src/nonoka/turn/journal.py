@@ -27,6 +27,7 @@ from nonoka.errors import NonokaError
 from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
 from nonoka.redact import redact, redact_text
 from nonoka.runtime.session import Session
+from nonoka.store.base import RevisionReader
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import CreatesIndexed, SessionRecord
 
@@ -66,6 +67,9 @@ class Journal:
         self.usage = TurnUsage()
         self.entries: int | None = None
         """Conversation entries stored for the session, as of the last ``refresh``."""
+        self.latest: Session | None = None
+        """The session as the turn's run last saved it, if the run returned one: the
+        index row is brought up to date from it without reading the session again."""
         self._pending: list[tuple[str, dict[str, Any]]] = []
 
     def start(self, session_id: str) -> None:
@@ -186,15 +190,25 @@ class Journal:
         if self.session_id is None:
             return
         try:
-            state = await self.stores.checkpoints.load_session(self.session_id)
-            if state is not None:
-                session = Session.from_state(state)
+            session = await self._stored_session(self.session_id)
+            if session is not None:
                 self.entries = len(session.memory.entries)
                 await self.index(session)
         except NonokaError as exc:  # the run's outcome matters more than the index row
             print(f"nonoka: the session index was not updated: {exc}", file=sys.stderr)
         except Exception:
             traceback.print_exc(file=sys.stderr)
+
+
+    async def _stored_session(self, session_id: str) -> Session | None:
+        """The session as stored: the run's own copy when nobody saved it since."""
+        store, latest = self.stores.checkpoints, self.latest
+        if (latest is not None and latest.session_id == session_id
+                and isinstance(store, RevisionReader)
+                and await store.stored_revision(session_id) == latest.revision):
+            return latest
+        state = await store.load_session(session_id)
+        return None if state is None else Session.from_state(state)
 
 
 def title_from(text: str) -> str:

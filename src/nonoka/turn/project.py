@@ -14,16 +14,20 @@ from nonoka.store.project import ProjectStores, database_url_from_env, open_proj
 
 if TYPE_CHECKING:
     from nonoka.llm.base import ChatModel
+    from nonoka.state.prefix_memo import ConversationPasses
+    from nonoka.store.reuse import StoreReuse
 
 
-def open_stores(project: Path) -> ProjectStores:
+def open_stores(project: Path, reuse: StoreReuse | None = None) -> ProjectStores:
     """The project's stores (``NONOKA_DATABASE_URL`` honoured).
 
     Raises ``WorkspaceError`` when ``.nonoka/`` cannot be created, ``StoreError`` (or a
     subclass) when the database cannot be opened, ``ConfigurationError`` for a bad URL.
+    ``reuse``: what the checkpoint store keeps between calls, when the process shares it
+    between the stores it opens (``nonoka.store.reuse``).
     """
     try:
-        return open_project_stores(project, database_url_from_env())
+        return open_project_stores(project, database_url_from_env(), reuse=reuse)
     except OSError as exc:
         raise WorkspaceError(
             f"cannot create {project / '.nonoka'}: {exc.strerror or exc}; make the workspace "
@@ -31,7 +35,8 @@ def open_stores(project: Path) -> ProjectStores:
         ) from None
 
 
-def configured(project: Path, explicit: str | None = None) -> ChatModel:
+def configured(project: Path, explicit: str | None = None, *,
+               passes: ConversationPasses | None = None) -> ChatModel:
     """The model to run: ``explicit``, else ``NONOKA_MODEL``, else ``.nonoka/config.toml``.
 
     Raises ``ModelNotConfiguredError`` when there is none or it cannot be used.
@@ -40,7 +45,7 @@ def configured(project: Path, explicit: str | None = None) -> ChatModel:
     from nonoka.llm import resolve_model
 
     try:
-        return resolve_model(configured_model(project, explicit))
+        return resolve_model(configured_model(project, explicit), passes=passes)
     except ModelNotConfiguredError:
         raise
     except ConfigurationError as exc:

@@ -27,10 +27,15 @@ from nonoka.runtime.agent import Agent
 from nonoka.runtime.paradigms.env import RunResult
 from nonoka.runtime.runner import Runner
 from nonoka.runtime.session import Session
-from nonoka.state.entries import MemoryEntry, dangling_tool_calls
+from nonoka.state.entries import MemoryEntry
 from nonoka.state.ledger import RuntimeLimits
 from nonoka.state.messages import Message, ToolResult
+from nonoka.state.prefix_memo import ConversationPasses
+from nonoka.store.base import RevisionReader
+from nonoka.store.next_calls import NextCallStore
 from nonoka.store.project import ProjectStores
+from nonoka.store.records import SessionIndex
+from nonoka.store.reuse import StoreReuse
 from nonoka.turn.journal import LOGGED_TEXT, Journal
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_ERROR, TurnOutcome, finish_reason_of
 from nonoka.turn.project import open_stores
@@ -106,17 +111,70 @@ class TurnService:
     """Does turns against one project's stores, recording them in one journal."""
 
     def __init__(self, stores: ProjectStores, *, title: str = "",
-                 metadata: Mapping[str, Any] | None = None) -> None:
+                 metadata: Mapping[str, Any] | None = None,
+                 passes: ConversationPasses | None = None) -> None:
+        """``passes``: where the passes over a conversation stopped last, when the
+        process keeps them between turns (``nonoka.state.prefix_memo``)."""
         self.stores = stores
-        self.runner = Runner(stores.checkpoints)
+        self.runner = Runner(stores.checkpoints, passes=passes)
         self.journal = Journal(stores, title=title, metadata=metadata)
         """The index row and the timeline; ``title`` and ``metadata`` go into a new row."""
 
     @classmethod
     def open(cls, project: Path, *, title: str = "",
-             metadata: Mapping[str, Any] | None = None) -> TurnService:
-        """Open the project's stores (``turn.project.open_stores`` says what may fail)."""
-        return cls(open_stores(project), title=title, metadata=metadata)
+             metadata: Mapping[str, Any] | None = None, reuse: StoreReuse | None = None,
+             passes: ConversationPasses | None = None) -> TurnService:
+        """Open the project's stores (``turn.project.open_stores`` says what may fail).
+        ``reuse`` and ``passes``: what the process keeps between turns, if it does."""
+        return cls(open_stores(project, reuse), title=title, metadata=metadata,
+                   passes=passes)
+
+    # -- the seam: what a front end reads of the project to choose a session -------------
+
+    async def load(self, session_id: str) -> Session | None:
+        """A session as stored (``None`` when unknown), for a front end to judge; the
+        turn that then runs in it does not read it again unless it changed meanwhile."""
+        return await self.runner.load_session(session_id)
+
+    @property
+    def index(self) -> SessionIndex:
+        """The project's session index: what a front end searches to choose a session,
+        and where it records what it learns of one (a compaction's summary)."""
+        return self.stores.index
+
+    @property
+    def next_calls(self) -> NextCallStore | None:
+        """Where the project keeps next-call templates, if its engine does."""
+        store = self.stores.checkpoints
+        return store if isinstance(store, NextCallStore) else None
+
+    async def fork(self, parent_id: str, at: int | None, *, reason: str) -> str:
+        """A branch of ``parent_id`` at entry ``at``; its id (``nonoka.turn.lineage``)."""
+        from nonoka.turn.lineage import fork_session
+
+        return await fork_session(self.stores, parent_id, at, reason=reason)
+
+    async def note(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
+        """Add an entry to another session's timeline than the turn's own."""
+        await self.stores.events.append_event(session_id, kind, data)
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Give back a lease this process took before the turn (early dispatch's)."""
+        await self.stores.leases.release_lease(session_id, owner)
+
+    async def current(self, session_id: str, loaded: Session | str | None) -> Session:
+        """``session_id`` as stored now, under the turn's lease: ``loaded`` itself when
+        the front end loaded it and nobody saved it since (its stored revision is the
+        same, and no plan's steps write apart from the snapshot), else read once."""
+        store = self.stores.checkpoints
+        if (isinstance(loaded, Session) and loaded.current_plan is None
+                and isinstance(store, RevisionReader)
+                and await store.stored_revision(session_id) == loaded.revision):
+            return loaded
+        found = await self.runner.load_session(session_id)
+        if found is None:
+            raise StoreError(f"session {session_id!r} is no longer stored")
+        return found
 
     async def run(self, agent: Agent, opening: Opening | Chooser, *,
                   limits: RuntimeLimits | None = None,
@@ -186,6 +244,7 @@ class _Turn:
                   lease_owner: Callable[[str], str | None] | None) -> RunResult:
         service, journal = self.service, self.service.journal
         runner, target = service.runner, chosen.session
+        created: Session | None = None
         if target is None:
             created = await runner.open_session(self.agent, limits=limits, history=chosen.seed)
             model = self.agent.get_model().name
@@ -209,33 +268,28 @@ class _Turn:
             await self.deliver(warning)
         owner = lease_owner(sid) if lease_owner is not None else None
         async with service.stores.hold(sid, owner):
-            loaded = target if isinstance(target, Session) else None
-            plan = chosen.plan
-            if not isinstance(plan, TurnInput):
-                # Read the session again now that it is ours: another process may have
-                # just finished a turn of it between the choice and the lease.
-                loaded = await runner.load_session(sid) or loaded
-                if loaded is None:
-                    raise StoreError(f"session {sid!r} is no longer stored")
-                plan = plan(loaded)
+            loaded = created or await service.current(sid, target)
+            plan = chosen.plan if isinstance(chosen.plan, TurnInput) else chosen.plan(loaded)
             await self._check_revision(loaded, chosen.revision_seen)
             # A new session got its limits when it was created.
-            return await self._feed(plan, loaded, None if self.new else limits)
+            result = await self._feed(plan, loaded, None if self.new else limits)
+            journal.latest = result.session
+            return result
 
-    async def _feed(self, given: TurnInput, session: Session | None,
+    async def _feed(self, given: TurnInput, session: Session,
                     limits: RuntimeLimits | None) -> RunResult:
-        runner, agent, sid = self.service.runner, self.agent, self.session_id
-        assert sid is not None
+        """Run the turn on ``session``, the one read of it under the lease."""
+        runner, agent = self.service.runner, self.agent
         if given.replace is not None:
-            await runner.replace_memory(sid, given.replace)
+            await runner.replace_memory(session, given.replace)
             await self.service.journal.log("history_edited", dict(given.edit or {}))
         if given.seed:
-            await runner.append_history(sid, given.seed)
+            await runner.append_history(session, given.seed)
         if given.kind == "prompt" and given.prompt is not None:
-            return await runner.run_react(agent, given.prompt, session_id=sid, limits=limits,
-                                          on_event=self.deliver)
+            return await runner.run_react(agent, given.prompt, session_id=session,
+                                          limits=limits, on_event=self.deliver)
         if given.kind == "tool_results":
-            pending = dangling_tool_calls(session.memory.entries)[1] if session else []
+            pending = session.memory.dangling_tool_calls()[1]
             names = {c.id: c.name for c in pending}
             for result in given.results:
                 await self.service.journal.log("tool_result", {
@@ -243,15 +297,15 @@ class _Turn:
                     "tool_name": names.get(result.tool_call_id, "?"),
                     "content": result.content[:LOGGED_TEXT], "is_error": result.is_error,
                     "executed_by": "host"})
-            return await runner.submit_tool_results(agent, sid, list(given.results),
+            return await runner.submit_tool_results(agent, session, list(given.results),
                                                     prompt=given.prompt, limits=limits,
                                                     on_event=self.deliver)
-        return await runner.resume(agent, sid, limits=limits, on_event=self.deliver,
+        return await runner.resume(agent, session, limits=limits, on_event=self.deliver,
                                    reopen=given.reopen)
 
-    async def _check_revision(self, session: Session | None, seen: int | None) -> None:
+    async def _check_revision(self, session: Session, seen: int | None) -> None:
         """Warn when the store holds fewer entries than the front end saw it hold before."""
-        if session is None or seen is None or len(session.memory.entries) >= seen:
+        if seen is None or len(session.memory.entries) >= seen:
             return
         stored = len(session.memory.entries)
         await self.deliver(RunWarning(

@@ -28,7 +28,7 @@ from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
 from nonoka.runtime.session import Session
 from nonoka.runtime.tools import RunContext, Tool
 from nonoka.runtime.window import summary_request
-from nonoka.state.entries import MemoryEntry, dangling_tool_calls
+from nonoka.state.entries import MemoryEntry
 from nonoka.state.ledger import Termination
 from nonoka.state.messages import ToolCall
 from nonoka.state.session_state import SessionStatus
@@ -119,7 +119,7 @@ class ReActAgent:
 
     async def _settle(self, session: Session, *, abandon_waiting: bool = False) -> RunResult | None:
         """Give every open call of the last assistant entry a result, or pause for it."""
-        _, dangling = dangling_tool_calls(session.memory.entries)
+        _, dangling = session.memory.dangling_tool_calls()
         host_wait: list[ToolCall] = []
         approval_wait: list[ToolCall] = []
         limit_hit: Termination | None = None

@@ -29,17 +29,21 @@ from nonoka.store.base import (
     snapshot_json,
 )
 from nonoka.store.memory.database import CheckpointRow, MemoryDatabase, StepRow
+from nonoka.store.reuse import StoreReuse
 
 
 class MemoryCheckpointStore(StepUpdateWriter):
     """A ``CheckpointStore`` and ``SessionLeases`` over a ``MemoryDatabase`` (fresh by
     default)."""
 
-    def __init__(self, database: MemoryDatabase | None = None) -> None:
+    def __init__(self, database: MemoryDatabase | None = None, *,
+                 reuse: StoreReuse | None = None) -> None:
         self.database = database if database is not None else MemoryDatabase()
+        self.reuse = reuse if reuse is not None else StoreReuse()
+        """What this store keeps between saves (``nonoka.store.reuse``)."""
 
     async def save_session(self, state: SessionState) -> int:
-        snapshot = snapshot_json(state)
+        snapshot = snapshot_json(state, self.reuse.texts)
         db = self.database
         with db.lock:
             row = db.checkpoints.get(state.session_id)
@@ -71,8 +75,14 @@ class MemoryCheckpointStore(StepUpdateWriter):
                 raise conflict_error(state, db.checkpoints[state.session_id].revision)
             now = time.time()
             db.checkpoints[state.session_id] = CheckpointRow(
-                snapshot_json(state), 1, state.memory_generation, parent.entries[:at], now, now)
+                snapshot_json(state, self.reuse.texts), 1, state.memory_generation,
+                parent.entries[:at], now, now)
             return 1
+
+    async def stored_revision(self, session_id: str) -> int | None:
+        with self.database.lock:
+            row = self.database.checkpoints.get(session_id)
+            return None if row is None else row.revision
 
     async def load_snapshot(self, session_id: str) -> tuple[SessionState, int] | None:
         with self.database.lock:

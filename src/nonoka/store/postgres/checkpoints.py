@@ -38,6 +38,7 @@ from nonoka.store.base import (
 )
 from nonoka.store.postgres.database import PostgresDatabase
 from nonoka.store.postgres.migrations import STEP_LOCK
+from nonoka.store.reuse import SnapshotTexts, StoreReuse
 
 _LOCK_ROW = ("SELECT revision, entry_count, memory_generation FROM checkpoints "
              "WHERE session_id = %s FOR UPDATE")
@@ -111,8 +112,11 @@ class PostgresCheckpointStore(StepUpdateWriter):
     """
 
     def __init__(self, database: str | PostgresDatabase, *, schema: str | None = None,
-                 min_size: int = 1, max_size: int = 4) -> None:
+                 min_size: int = 1, max_size: int = 4, reuse: StoreReuse | None = None
+                 ) -> None:
         self._owned = not isinstance(database, PostgresDatabase)
+        self.reuse = reuse if reuse is not None else StoreReuse()
+        """What this store keeps between saves (``nonoka.store.reuse``)."""
         self.database = (database if isinstance(database, PostgresDatabase) else
                          PostgresDatabase(database, schema=schema, min_size=min_size,
                                           max_size=max_size))
@@ -121,7 +125,7 @@ class PostgresCheckpointStore(StepUpdateWriter):
 
     async def save_session(self, state: SessionState) -> int:
         async def write(conn: Any) -> int:
-            return await write_session(conn, state)
+            return await write_session(conn, state, self.reuse.texts)
 
         return await self.database.run(write, transaction=True)
 
@@ -154,12 +158,20 @@ class PostgresCheckpointStore(StepUpdateWriter):
             check_parent(parent_id, None if parent is None else (int(parent[1]), parent[2]),
                          at, parent_generation)
             created = await conn.execute(
-                _CREATE, (sid, snapshot_json(state), at, state.memory_generation, now, now))
+                _CREATE, (sid, snapshot_json(state, self.reuse.texts), at,
+                          state.memory_generation, now, now))
             if await created.fetchone() is None:
                 raise conflict_error(state, 1)
             await conn.execute("UPDATE checkpoints SET base_session_id = %s, base_count = %s "
                                "WHERE session_id = %s", (parent_id, at, sid))
         return 1
+
+    async def stored_revision(self, session_id: str) -> int | None:
+        async with self.database.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT revision FROM checkpoints WHERE session_id = %s", (session_id,)
+            )).fetchone()
+        return None if row is None else int(row[0])
 
     async def load_snapshot(self, session_id: str) -> tuple[SessionState, int] | None:
         async with self.database.connection() as conn:
@@ -271,9 +283,10 @@ async def _detach_branches(conn: Any, session_id: str) -> None:
         await conn.execute(_DETACH, (child,))
 
 
-async def write_session(conn: Any, state: SessionState) -> int:
+async def write_session(conn: Any, state: SessionState, texts: SnapshotTexts | None = None
+                        ) -> int:
     """The statements of a save, inside the caller's transaction; the new revision."""
-    snapshot = snapshot_json(state)
+    snapshot = snapshot_json(state, texts)
     sid = state.session_id
     entries = state.memory_entries
     now = time.time()

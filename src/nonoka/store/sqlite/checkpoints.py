@@ -47,10 +47,10 @@ from nonoka.store.base import (
     stored_lease,
 )
 from nonoka.store.next_call_row import StoredNextCall
-from nonoka.store.sqlite import entry_cache, leases, lineage, next_calls
+from nonoka.store.reuse import Decoded, StoreReuse
+from nonoka.store.sqlite import leases, lineage, next_calls
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.entry_cache import Decoded
 from nonoka.store.sqlite.migrations import NEXT_DOC
 
 _UPSERT_CHECKPOINT = """
@@ -182,12 +182,15 @@ class SQLiteCheckpointStore(StepUpdateWriter):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, ours_only: bool = False,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, reuse: StoreReuse | None = None) -> None:
         """``ours_only``: refuse a SQLite file that holds other tables and not nonoka's
         (the project's own database; an explicit path may share its file).
         ``read_only``: open an existing file for reading only (``open_read_only``); every
-        write is then a ``StoreError``."""
+        write is then a ``StoreError``. ``reuse``: what to keep between calls
+        (``nonoka.store.reuse``), when a process shares it between the stores it opens;
+        a new one otherwise."""
         self._path = Path(path)
+        self.reuse = reuse if reuse is not None else StoreReuse()
         self.read_only = read_only
         self._db: sqlite3.Connection | None = (
             open_read_only(self._path, ours_only=ours_only) if read_only
@@ -228,7 +231,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
 
     def write_session(self, db: sqlite3.Connection, state: SessionState) -> int:
         """The statements of ``save_session``, inside the caller's write transaction."""
-        snapshot = padded(snapshot_json(state))
+        snapshot = padded(snapshot_json(state, self.reuse.texts))
         revision = self._append(db, state, snapshot)
         return revision if revision is not None else self._write(db, state, snapshot)
 
@@ -336,11 +339,17 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                           (sid,)).fetchone() is not None:
                 raise conflict_error(state, 1)
             now = time.time()
-            db.execute(_UPSERT_CHECKPOINT, (sid, snapshot_json(state), 1, at,
+            db.execute(_UPSERT_CHECKPOINT, (sid, snapshot_json(state, self.reuse.texts), 1, at,
                                             state.memory_generation, now, now))
             db.execute("UPDATE checkpoints SET base_session_id = ?, base_count = ? "
                        "WHERE session_id = ?", (parent_id, at, sid))
         return 1
+
+    async def stored_revision(self, session_id: str) -> int | None:
+        with self.transaction(write=False) as db:
+            row = db.execute("SELECT revision FROM checkpoints WHERE session_id = ?",
+                             (session_id,)).fetchone()
+        return None if row is None else int(row[0])
 
     async def load_snapshot(self, session_id: str) -> tuple[SessionState, int] | None:
         with self.transaction(write=False) as db:
@@ -349,7 +358,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             if row is None:
                 return None
             steps = db.execute(_STEPS, (session_id,)).fetchall()
-        return decode_session(session_id, row[0], [], row[1], steps), int(row[2])
+        return (decode_session(session_id, row[0], [], row[1], steps, kept=self.reuse.snapshots),
+                int(row[2]))
 
     async def load_entries(self, session_id: str, start: int, stop: int) -> list[MemoryEntry]:
         with self.transaction(write=False) as db:
@@ -358,7 +368,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
 
     async def load_session(self, session_id: str) -> SessionState | None:
         path = str(self._path)
-        known = entry_cache.get(path, session_id)
+        cache = self.reuse.entries
+        known = cache.get(path, session_id)
         with self.transaction(write=False) as db:
             row = db.execute(
                 "SELECT state_json, revision, entry_count, created_at FROM checkpoints "
@@ -384,14 +395,14 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             state = decode_session(session_id, snapshot, texts, revision, steps)
             if count and rows[-1][1] is not None:
                 entries = list(state.memory_entries)
-                entry_cache.put(path, session_id, Decoded(created_at, entries, rows[-1][1]))
+                cache.put(path, session_id, Decoded(created_at, entries, rows[-1][1]))
                 state = state.model_copy(update={"memory_entries": EntrySnapshot(entries)})
             return state
-        combined = entry_cache.extend(reused, start, decode_entries(session_id, texts, start))
+        combined = cache.extend(reused, start, decode_entries(session_id, texts, start))
         if rows:
-            entry_cache.put(path, session_id, Decoded(created_at, combined, rows[-1][1]))
+            cache.put(path, session_id, Decoded(created_at, combined, rows[-1][1]))
         return decode_session(session_id, snapshot, [], revision, steps,
-                              EntrySnapshot(combined))
+                              EntrySnapshot(combined), self.reuse.snapshots)
 
     async def _write_step(self, session_id: str, step_id: str, kind: str, payload: str) -> None:
         self._save_step(session_id, step_id, kind, payload)

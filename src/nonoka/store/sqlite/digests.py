@@ -3,7 +3,7 @@
 Stores keep, with every entry row, a digest of that row's exact text folded into the
 previous row's digest (column ``key_chain``). The digest on a row stands for every row
 up to it: a process that decoded a session's entries knows they are still the stored
-ones from one row's digest (``nonoka.store.sqlite.entry_cache``), and decodes only the
+ones from one row's digest (``nonoka.store.reuse.DecodedEntries``), and decodes only the
 rows stored since, so a turn's repeated reads and a long-lived bridge's turns do not
 decode the whole conversation again.
 
