@@ -4,9 +4,12 @@ Measures, in one run and side by side, for the same stored session:
 
 * ``nonoka sessions show ID --json``: spawn to exit (the terminal's way to look at it);
 * the session page in headless Chromium (Debian's, driven by Playwright): navigation
-  start to the ``load`` event, i.e. the first screen with its styles and script, split
-  into the server's share (the page's ``Server-Timing``: reading and rendering) and the
-  browser's (request, transfer, parsing, layout, the rest).
+  start until the conversation is drawn and the page is loaded, i.e. the first screen
+  with its styles and script, split into the server's share (the page's
+  ``Server-Timing``: reading and rendering) and the browser's (the requests, transfer,
+  parsing, layout, the rest). A navigation carries no token, so it is answered with the
+  small page whose script fetches the session page with the token and draws it: both
+  requests are in the time.
 
 The page draws the latest entries and pages the rest on demand, so the cost of its first
 screen does not grow with the conversation. Goal: the page's first screen within 3x of
@@ -101,19 +104,24 @@ def time_page(project: Path, sid: str, runs: int) -> list[dict[str, float]]:
     try:
         with chromium() as browser:
             page = browser.new_page()
-            page.goto(server.url)  # enter with the token once (the cookie is set)
+            page.goto(server.url)  # enter with the token once (the page keeps it)
             page.goto(server.base + f"s/{sid}")  # warm: the static files are cached
             for _ in range(runs):
                 fresh = browser.new_page()
                 started = time.perf_counter()
                 fresh.goto(server.base + f"s/{sid}", wait_until="load")
+                fresh.wait_for_selector("#conversation .entry", state="attached")
+                fresh.wait_for_function("document.readyState === 'complete'")
                 wall = time.perf_counter() - started
                 timing: Any = fresh.evaluate(
                     "() => { const n = performance.getEntriesByType('navigation')[0];"
-                    " const s = n.serverTiming.find(t => t.name === 'render');"
-                    " return {load: n.loadEventEnd - n.startTime,"
+                    " const page = performance.getEntriesByType('resource').find("
+                    "   r => r.initiatorType === 'fetch' && r.name.endsWith('/s/" + sid + "'));"
+                    " const s = page && page.serverTiming.find(t => t.name === 'render');"
+                    " return {load: performance.now() - n.startTime,"
                     " render: s ? s.duration : 0,"
                     " shown: document.querySelectorAll('#conversation .entry').length}; }")
+                assert timing["render"] > 0, "the session page's Server-Timing was not seen"
                 assert timing["shown"] > 0, "the page shows no entries"
                 render = float(timing["render"]) / 1000
                 results.append({"total": wall, "server": render, "browser": wall - render,
@@ -142,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
           f"latest {int(pages[0]['shown'])} entries")
     print(f"{'measure':<52} {'ms':>8}")
     print(f"{'nonoka sessions show ID --json (spawn to exit)':<52} {show * 1000:8.1f}")
-    print(f"{'session page, navigation to load (first screen)':<52} {page * 1000:8.1f}")
+    print(f"{'session page, navigation to drawn (first screen)':<52} {page * 1000:8.1f}")
     print(f"{'  server: read and render (Server-Timing)':<52} {server * 1000:8.1f}")
-    print(f"{'  browser: request, transfer, parse, style, script':<52} {browser * 1000:8.1f}")
+    print(f"{'  browser: requests, transfer, parse, style, script':<52} {browser * 1000:8.1f}")
     verdict = "PASS" if ratio <= GOAL else "FAIL"
     print(f"{verdict}  first screen <= {GOAL:g}x sessions show --json: {ratio:.2f}")
     return 0 if ratio <= GOAL else 1

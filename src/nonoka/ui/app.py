@@ -170,9 +170,10 @@ PARTS = ("header", "summary", "timeline_panel", "plan_panel", "usage_panel", "si
 """The sections of ``_session.html`` a live page swaps in."""
 
 
-def create_app(data: UiData, settings: Settings, *, token: str, port: int,
-               hosts: frozenset[str] | None) -> ASGIApp:
-    """The application, already wrapped in the token guard."""
+def create_app(data: UiData, settings: Settings, *, token: str,
+               hosts: frozenset[str] | None, code: str | None = None) -> ASGIApp:
+    """The application, already wrapped in the token guard (``code``: the one-time code
+    a browser opened by ``--open`` exchanges for the token)."""
     endpoints = Pages(data, settings)
     routes = [
         Route("/", endpoints.sessions),
@@ -184,7 +185,7 @@ def create_app(data: UiData, settings: Settings, *, token: str, port: int,
         Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return TokenGuard(Starlette(routes=routes), token, port, hosts)
+    return TokenGuard(Starlette(routes=routes), token, hosts, code=code)
 
 
 async def favicon(_request: Request) -> Response:
