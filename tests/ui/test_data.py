@@ -108,8 +108,8 @@ async def test_a_cursor_the_database_cannot_compare_is_ignored(
     key or a number for the title) reads the first page rather than failing."""
     sid = await add(data.stores, "only", last_active=time.time())
     cursor = base64.urlsafe_b64encode(f'[{key}, "x"]'.encode()).decode().rstrip("=")
-    for bound in ({"after": cursor}, {"before": cursor}):
-        page = await data.list_sessions(SessionQuery(sort=sort, **bound))
+    for query in (SessionQuery(sort=sort, after=cursor), SessionQuery(sort=sort, before=cursor)):
+        page = await data.list_sessions(query)
         assert [r.session_id for r in page.rows] == [sid]
 
 
