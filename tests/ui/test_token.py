@@ -85,6 +85,12 @@ def test_a_link_to_another_local_port_carries_no_token(browser: BrowserContext,
             assert page.evaluate(f"localStorage.getItem('{KEY}')") == ui.token
             page.goto(ui.base)
             expect(page.locator(f"tr[data-session='{sid}']")).to_have_count(1)
+            # A path that reads as a host (//127.0.0.1:port/) is asked of the ui, which
+            # has no such page, and never of the program on that port.
+            before = len(heard.requests)
+            page.goto(f"{ui.base}/127.0.0.1:{heard.port}/docs")
+            expect(page.locator("#boot-message")).to_have_text("Not Found")
+            assert len(heard.requests) == before
             other.close()
             page.close()
         finally:

@@ -32,7 +32,7 @@
   if (address.searchParams.has("token") || address.searchParams.has("code")) {
     address.searchParams.delete("token");
     address.searchParams.delete("code");
-    history.replaceState(history.state, "", address.pathname + address.search + address.hash);
+    history.replaceState(history.state, "", address.href);
   }
   if (token) remember(token);
   else token = remembered();
@@ -49,7 +49,8 @@
     if (!token) return;
     message.textContent = "Opening…";
     try {
-      const response = await fetch(address.pathname + address.search, {
+      // The origin spelled out: a path such as //other.host/ must not name another host.
+      const response = await fetch(address.origin + address.pathname + address.search, {
         headers: Object.assign({ Accept: "text/html" }, auth), cache: "no-store", credentials: "omit" });
       if (response.status === 403) {  // a token from an earlier run of nonoka ui
         forget();
@@ -62,10 +63,7 @@
         message.textContent = body;
         return;
       }
-      if (response.redirected) {
-        const to = new URL(response.url);
-        history.replaceState(history.state, "", to.pathname + to.search + location.hash);
-      }
+      if (response.redirected) history.replaceState(history.state, "", response.url + location.hash);
       document.open();
       document.write(body);
       document.close();
