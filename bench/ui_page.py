@@ -4,9 +4,12 @@ Measures, in one run and side by side, for the same stored session:
 
 * ``nonoka sessions show ID --json``: spawn to exit (the terminal's way to look at it);
 * the session page in headless Chromium (Debian's, driven by Playwright): navigation
-  start to the ``load`` event, i.e. the first screen with its styles and script, split
-  into the server's share (the page's ``Server-Timing``: reading and rendering) and the
-  browser's (request, transfer, parsing, layout, the rest).
+  start until the conversation is drawn and the page is complete, measured in the
+  browser, i.e. the first screen with its styles and script, split into the server's
+  share (the page's ``Server-Timing``: reading and rendering) and the browser's (the
+  requests, transfer, parsing, layout, the rest). A navigation carries no token, so it
+  is answered with the small page whose script fetches the session page with the token
+  and draws it: both requests are in the time.
 
 The page draws the latest entries and pages the rest on demand, so the cost of its first
 screen does not grow with the conversation. Goal: the page's first screen within 3x of
@@ -94,31 +97,43 @@ def time_show(project: Path, sid: str, runs: int) -> list[float]:
     return timings
 
 
+DRAWN = """path => new Promise(resolve => {
+  const check = setInterval(() => {
+    const shown = document.querySelectorAll('#conversation .entry').length;
+    if (!shown || document.readyState !== 'complete') return;
+    clearInterval(check);
+    const page = performance.getEntriesByType('resource').find(
+      r => r.initiatorType === 'fetch' && new URL(r.name).pathname === path);
+    const timing = page && page.serverTiming.find(t => t.name === 'render');
+    resolve({drawn: performance.now(), render: timing ? timing.duration : 0, shown});
+  }, 1);
+})"""
+"""In the page, from navigation start: when the conversation is drawn and the page is
+complete, with the session page's own ``Server-Timing``."""
+
+
 def time_page(project: Path, sid: str, runs: int) -> list[dict[str, float]]:
-    """Per run: ``total`` (navigation to load), ``server`` and ``browser`` seconds."""
+    """Per run, in seconds: ``total`` (navigation start to the page drawn, measured in
+    the browser), its ``server`` and ``browser`` shares, and the ``wall`` time the
+    driving process saw."""
     server = UiServer(project)
     results = []
     try:
         with chromium() as browser:
             page = browser.new_page()
-            page.goto(server.url)  # enter with the token once (the cookie is set)
+            page.goto(server.url)  # enter with the token once (the page keeps it)
             page.goto(server.base + f"s/{sid}")  # warm: the static files are cached
             for _ in range(runs):
                 fresh = browser.new_page()
                 started = time.perf_counter()
-                fresh.goto(server.base + f"s/{sid}", wait_until="load")
+                fresh.goto(server.base + f"s/{sid}", wait_until="commit")
+                timing: Any = fresh.evaluate(DRAWN, f"/s/{sid}")
                 wall = time.perf_counter() - started
-                timing: Any = fresh.evaluate(
-                    "() => { const n = performance.getEntriesByType('navigation')[0];"
-                    " const s = n.serverTiming.find(t => t.name === 'render');"
-                    " return {load: n.loadEventEnd - n.startTime,"
-                    " render: s ? s.duration : 0,"
-                    " shown: document.querySelectorAll('#conversation .entry').length}; }")
+                assert timing["render"] > 0, "the session page's Server-Timing was not seen"
                 assert timing["shown"] > 0, "the page shows no entries"
-                render = float(timing["render"]) / 1000
-                results.append({"total": wall, "server": render, "browser": wall - render,
-                                "load": float(timing["load"]) / 1000,
-                                "shown": float(timing["shown"])})
+                total, render = float(timing["drawn"]) / 1000, float(timing["render"]) / 1000
+                results.append({"total": total, "server": render, "browser": total - render,
+                                "wall": wall, "shown": float(timing["shown"])})
                 fresh.close()
     finally:
         server.stop()
@@ -142,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
           f"latest {int(pages[0]['shown'])} entries")
     print(f"{'measure':<52} {'ms':>8}")
     print(f"{'nonoka sessions show ID --json (spawn to exit)':<52} {show * 1000:8.1f}")
-    print(f"{'session page, navigation to load (first screen)':<52} {page * 1000:8.1f}")
+    print(f"{'session page, navigation to drawn (first screen)':<52} {page * 1000:8.1f}")
     print(f"{'  server: read and render (Server-Timing)':<52} {server * 1000:8.1f}")
-    print(f"{'  browser: request, transfer, parse, style, script':<52} {browser * 1000:8.1f}")
+    print(f"{'  browser: requests, transfer, parse, style, script':<52} {browser * 1000:8.1f}")
     verdict = "PASS" if ratio <= GOAL else "FAIL"
     print(f"{verdict}  first screen <= {GOAL:g}x sessions show --json: {ratio:.2f}")
     return 0 if ratio <= GOAL else 1

@@ -7,6 +7,7 @@ browser download is never used. Each browser gets a fresh profile directory.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -58,6 +60,21 @@ class UiServer:
         errors = self.stop()
         raise AssertionError(f"nonoka ui printed no address: {self.output}{errors}")
 
+    def request(self, path: str, *, method: str = "GET", token: bool = False,
+                headers: dict[str, str] | None = None, timeout: float = 10
+                ) -> tuple[int, dict[str, str], bytes]:
+        """One plain HTTP request (no browser); ``token`` sends it as a bearer token."""
+        sent = {**({"Authorization": f"Bearer {self.token}"} if token else {}),
+                **(headers or {})}
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            connection.request(method, path, headers=sent)
+            response = connection.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, \
+                response.read()
+        finally:
+            connection.close()
+
     def stop(self) -> str:
         """Stop it as Ctrl+C would; returns what it wrote on stderr."""
         if self.process.returncode is None:
@@ -88,6 +105,32 @@ def chromium(width: int = 1440, height: int = 900) -> Iterator[BrowserContext]:
                 context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def stored_session(project: Path, *contents: str) -> str:
+    """A completed session of ``contents`` (user and assistant in turn), written straight
+    to ``project``'s store with its index row; its id."""
+    from nonoka.state.entries import MemoryEntry
+    from nonoka.state.session_state import SessionState, SessionStatus
+    from nonoka.store.project import open_project_stores
+    from nonoka.store.records import SessionRecord
+
+    sid = str(uuid.uuid4())
+    entries = [MemoryEntry.make("user" if i % 2 == 0 else "assistant", content)
+               for i, content in enumerate(contents)]
+
+    async def write() -> None:
+        async with open_project_stores(project) as stores:
+            await stores.checkpoints.save_session(SessionState(
+                session_id=sid, status=SessionStatus.COMPLETED, memory_entries=entries))
+            now = time.time()
+            await stores.index.upsert_session(SessionRecord(
+                session_id=sid, title=contents[0][:60], model="openai:test-model",
+                status="completed", created_at=now, last_active=now,
+                message_count=len(entries), metadata={"purpose": "chat"}))
+
+    run_async(write())
+    return sid
 
 
 def run_async(coroutine: Coroutine[Any, Any, T]) -> T:

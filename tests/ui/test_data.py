@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import sqlite3
@@ -96,6 +97,20 @@ async def test_listing_filters_searches_sorts_and_pages(data: UiData) -> None:
         SessionQuery(text=ids[4][:8]))).rows] == [ids[4]]
     assert (await data.list_sessions(SessionQuery(text="chat_%"))).rows == []
     assert (await data.list_sessions(SessionQuery(after="not a cursor"))).total == 8
+
+
+@pytest.mark.parametrize(("sort", "key"), [
+    ("last_active", "1" + "0" * 30), ("tokens", "-1" + "0" * 30), ("cost", "1e999"),
+    ("turns", "NaN"), ("created", '"a title"'), ("title", "12")])
+async def test_a_cursor_the_database_cannot_compare_is_ignored(
+        data: UiData, sort: str, key: str) -> None:
+    """A hand-made cursor (numbers past 64 bits, ``1e999``, ``NaN``, text for a numeric
+    key or a number for the title) reads the first page rather than failing."""
+    sid = await add(data.stores, "only", last_active=time.time())
+    cursor = base64.urlsafe_b64encode(f'[{key}, "x"]'.encode()).decode().rstrip("=")
+    for query in (SessionQuery(sort=sort, after=cursor), SessionQuery(sort=sort, before=cursor)):
+        page = await data.list_sessions(query)
+        assert [r.session_id for r in page.rows] == [sid]
 
 
 async def test_one_session_snapshot_entries_events_and_revision(data: UiData) -> None:

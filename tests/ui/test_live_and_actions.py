@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import os
 import subprocess
 import sys
@@ -17,18 +16,6 @@ from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.support.bridge import Bridge, assistant, chat, one, user
 from tests.ui.fill import WRITE
 from tests.ui.harness import UiServer, run_async
-
-
-def request(ui: UiServer, path: str, *, method: str = "GET", headers: dict[str, str] | None
-            = None) -> tuple[int, dict[str, str], bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", ui.port, timeout=10)
-    try:
-        connection.request(method, path, headers=headers or {})
-        response = connection.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, \
-            response.read()
-    finally:
-        connection.close()
 
 
 def stored_status(project: Path, session_id: str) -> SessionStatus | None:
@@ -90,26 +77,23 @@ def test_every_request_needs_the_token(project: Path, server: ScriptedOpenAIServ
     sid = one(Bridge(project, server).run(chat([user("hi")])), "session_init")["session_id"]
     ui = UiServer(project)
     try:
-        for path in ("/", f"/s/{sid}", f"/s/{sid}/revision", "/static/ui.js",
+        for path in ("/", f"/s/{sid}", f"/s/{sid}/revision", f"/s/{sid}/entries",
                      "/?token=wrong-token"):
-            status, headers, body = request(ui, path)
-            assert status == 403, path
-            assert b"hello" not in body and b"hi" not in body.replace(b"this", b"")
-            assert "content-security-policy" in headers
-        status, headers, _ = request(ui, f"/s/{sid}?token={ui.token}&tab=1")
-        assert status == 303 and headers["location"] == f"/s/{sid}?tab=1"
-        cookie = headers["set-cookie"].split(";")[0]
-        assert "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
-        status, headers, body = request(ui, f"/s/{sid}", headers={"Cookie": cookie})
+            for headers in ({}, {"Accept": "text/html"}, {"Authorization": "Bearer wrong"}):
+                status, answer, body = ui.request(path, headers=headers)
+                assert status == 403, (path, headers)
+                assert b"hello" not in body and b"hi" not in body.replace(b"this", b"")
+                assert "content-security-policy" in answer
+        status, headers, body = ui.request(f"/s/{sid}", token=True)
         assert status == 200 and b"hello" in body
         assert "script-src 'self'" in headers["content-security-policy"]
-        assert headers["cache-control"] == "no-store"
+        assert headers["cache-control"] == "no-store" and "set-cookie" not in headers
         # A page that rebinds its own host name to 127.0.0.1 is refused too.
-        status, _, _ = request(ui, "/", headers={"Cookie": cookie, "Host": "evil.example"})
+        status, _, _ = ui.request("/", token=True, headers={"Host": "evil.example"})
         assert status == 403
         # Reading only: actions are refused without --allow-actions.
-        status, _, body = request(ui, f"/s/{sid}/cancel", method="POST",
-                                  headers={"Cookie": cookie, "X-Nonoka-Action": "1"})
+        status, _, body = ui.request(f"/s/{sid}/cancel", method="POST", token=True,
+                                     headers={"X-Nonoka-Action": "1"})
         assert status == 403 and b"--allow-actions" in body
     finally:
         ui.stop()
@@ -130,8 +114,7 @@ def test_actions_cancel_a_paused_session_and_say_what_is_not_available(
         page.on("dialog", lambda dialog: dialog.accept())
         page.goto(ui.url)
         page.goto(ui.base + f"s/{sid}")
-        status, _, _ = request(ui, f"/s/{sid}/cancel", method="POST", headers={
-            "Cookie": f"nonoka_ui_{ui.port}={ui.token}"})
+        status, _, _ = ui.request(f"/s/{sid}/cancel", method="POST", token=True)
         assert status == 403, "a request without the page's header is refused"
         with page.expect_download() as download:
             page.click("[data-action=export]")

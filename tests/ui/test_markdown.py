@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from nonoka.ui.markdown import render
+from nonoka.ui.markdown import MARKUP_CHARS, QUOTE_DEPTH, render
 
 HOSTILE = [
     ("<script>alert(1)</script>", "&lt;script&gt;alert(1)&lt;/script&gt;"),
@@ -45,3 +47,37 @@ def test_an_unclosed_fence_runs_to_the_end_and_nul_bytes_are_dropped() -> None:
     html = str(render("before\n```\n<b>never closed\n\x00"))
     assert html.startswith("<p>before</p>")
     assert "&lt;b&gt;never closed" in html and "\x00" not in html
+
+
+def test_quotes_nested_past_the_depth_stay_text() -> None:
+    html = str(render(">" * 1200 + " deep"))  # was a RecursionError: the page answered 500
+    assert html.count("<blockquote>") == QUOTE_DEPTH
+    assert "&gt;" * 100 in html and "deep</p>" in html
+    assert str(render("> a\n>\n> > b")) == (
+        "<blockquote><p>a</p><blockquote><p>b</p></blockquote></blockquote>")
+
+
+PATHOLOGICAL = [
+    "**a " * 12_000,  # each `**` opened a scan to the end of the line: 9 s at 48 KB
+    "[" * 48_000,  # each `[` did the same, looking for `]`
+    "**a [b](https://c) *d* `e` " * 1_700,
+    ">" * 48_000,
+]
+
+
+@pytest.mark.parametrize("source", PATHOLOGICAL, ids=["bold", "brackets", "mixed", "quotes"])
+def test_hostile_text_under_the_markup_bound_renders_in_bounded_time(source: str) -> None:
+    assert len(source) <= MARKUP_CHARS
+    started = time.perf_counter()
+    html = str(render(source))
+    assert time.perf_counter() - started < 1.0
+    assert "<script" not in html and html.startswith(("<p>", "<blockquote>"))
+
+
+def test_text_over_the_bound_is_escaped_text_without_markup() -> None:
+    source = "**a " * 30_000 + "\n<script>alert(1)</script>"  # 120 KB: blocked 32 s
+    started = time.perf_counter()
+    html = str(render(source))
+    assert time.perf_counter() - started < 1.0
+    assert "<strong>" not in html and "**a **a" in html
+    assert html.endswith("<br>&lt;script&gt;alert(1)&lt;/script&gt;</p>")

@@ -3,27 +3,38 @@
 Pages are rendered on the server (Jinja2, autoescaped); the page script only pages the
 conversation, switches tabs, polls the session's revision and swaps in fresh fragments
 rendered by the same templates, so there is one renderer and one place that escapes.
+Rendering runs on a worker thread (``Deferred``), so a page of long messages never holds
+the event loop that answers everyone else.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from nonoka.errors import NonokaError
 from nonoka.ui import format as fmt
-from nonoka.ui import pages
+from nonoka.ui import pages, queries
 from nonoka.ui.data import NotAvailableError, SessionRecord, UiData
 from nonoka.ui.markdown import render as markdown
+from nonoka.ui.queries import BadQuery
 from nonoka.ui.security import ASGIApp, TokenGuard
 
 HERE = Path(__file__).parent
@@ -50,6 +61,19 @@ def templates() -> Environment:
     return env
 
 
+class Deferred(Response):
+    """A response made on a worker thread when it is sent: rendering is the slow part of
+    an answer, and the event loop must stay free for the other requests meanwhile."""
+
+    def __init__(self, make: Callable[[], Response]) -> None:
+        super().__init__()
+        self.make = make
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        response = await run_in_threadpool(self.make)
+        await response(scope, receive, send)
+
+
 class Pages:
     """The endpoints; each reads through ``data`` and renders with ``env``."""
 
@@ -60,15 +84,20 @@ class Pages:
         self.env.globals.update(settings=settings, live_interval=LIVE_INTERVAL_MS)
 
     def page(self, name: str, status: int = 200, *, started: float | None = None,
-             **context: Any) -> HTMLResponse:
-        """Render ``name``; with ``started`` (a ``perf_counter`` reading) the answer says
-        how long the server took, in a ``Server-Timing`` header the browser exposes."""
-        html = self.env.get_template(name).render(**context)
-        headers = {}
-        if started is not None:
-            elapsed = (time.perf_counter() - started) * 1000
-            headers["server-timing"] = f"render;dur={elapsed:.2f}"
-        return HTMLResponse(html, status_code=status, headers=headers)
+             **context: Any) -> Response:
+        """Render ``name`` (on a worker thread); with ``started`` (a ``perf_counter``
+        reading) the answer says how long the server took, in a ``Server-Timing`` header
+        the browser exposes."""
+
+        def make() -> Response:
+            html = self.env.get_template(name).render(**context)
+            headers = {}
+            if started is not None:
+                elapsed = (time.perf_counter() - started) * 1000
+                headers["server-timing"] = f"render;dur={elapsed:.2f}"
+            return HTMLResponse(html, status_code=status, headers=headers)
+
+        return Deferred(make)
 
     def macro(self, template: str, name: str, *args: Any) -> str:
         return str(getattr(self.env.get_template(template).module, name)(*args))
@@ -82,8 +111,11 @@ class Pages:
     async def sessions(self, request: Request) -> Response:
         started = time.perf_counter()
         params = dict(request.query_params)
-        return self.page("sessions.html", view=await pages.list_view(self.data, params),
-                         params=params, started=started)
+        try:
+            view = await pages.list_view(self.data, params)
+        except BadQuery as exc:
+            return PlainTextResponse(f"{exc}\n", 400)
+        return self.page("sessions.html", view=view, params=params, started=started)
 
     async def session(self, request: Request) -> Response:
         started = time.perf_counter()
@@ -102,14 +134,22 @@ class Pages:
         if isinstance(record, Response):
             return record
         query = request.query_params
-        before, after = _int(query.get("before")), _int(query.get("after"))
+        try:  # ``after=-1``: everything, for a page that shows no entry yet
+            before, after = queries.whole(query, "before"), queries.whole(query, "after",
+                                                                           low=-1)
+        except BadQuery as exc:
+            return _answer(400, str(exc))
         chunk = await self.data.entries(
             record.session_id, before=before, after=after,
             limit=pages.FIRST_ENTRIES if after is None else pages.LIVE_ENTRIES)
-        html = self.macro("_conversation.html", "entry_list", chunk.rows,
-                          self.settings.allow_actions)
-        return JSONResponse({"html": html, "first": chunk.first_seq, "last": chunk.last_seq,
-                             "total": chunk.total})
+
+        def make() -> Response:
+            html = self.macro("_conversation.html", "entry_list", chunk.rows,
+                              self.settings.allow_actions)
+            return JSONResponse({"html": html, "first": chunk.first_seq,
+                                 "last": chunk.last_seq, "total": chunk.total})
+
+        return Deferred(make)
 
     async def revision(self, request: Request) -> Response:
         record = await self.lookup(request)
@@ -124,9 +164,13 @@ class Pages:
             return record
         view = await pages.session_view(self.data, record,
                                         actions=self.settings.allow_actions)
-        module = self.env.get_template("_session.html").module
-        fresh = {name: str(getattr(module, name)(view)) for name in PARTS}
-        return JSONResponse({"revision": view.revision, **fresh})
+
+        def make() -> Response:
+            module = self.env.get_template("_session.html").module
+            fresh = {name: str(getattr(module, name)(view)) for name in PARTS}
+            return JSONResponse({"revision": view.revision, **fresh})
+
+        return Deferred(make)
 
     async def act(self, request: Request) -> Response:
         """Cancel, fork or export: only with ``--allow-actions``, only from the page."""
@@ -154,7 +198,8 @@ class Pages:
         if action == "fork":
             fields = await _json(request)
             entry = fields.get("entry")
-            if not isinstance(entry, int) or isinstance(entry, bool) or entry < 0:
+            if (not isinstance(entry, int) or isinstance(entry, bool)
+                    or not 0 <= entry <= queries.LARGEST):
                 return _answer(400, "fork needs the entry to fork at")
             new = await self.data.fork_session(sid, entry)
             return _answer(200, "forked", location=f"/s/{new}")
@@ -170,9 +215,10 @@ PARTS = ("header", "summary", "timeline_panel", "plan_panel", "usage_panel", "si
 """The sections of ``_session.html`` a live page swaps in."""
 
 
-def create_app(data: UiData, settings: Settings, *, token: str, port: int,
-               hosts: frozenset[str] | None) -> ASGIApp:
-    """The application, already wrapped in the token guard."""
+def create_app(data: UiData, settings: Settings, *, token: str,
+               hosts: frozenset[str] | None, code: str | None = None) -> ASGIApp:
+    """The application, already wrapped in the token guard (``code``: the one-time code
+    a browser opened by ``--open`` exchanges for the token)."""
     endpoints = Pages(data, settings)
     routes = [
         Route("/", endpoints.sessions),
@@ -184,7 +230,7 @@ def create_app(data: UiData, settings: Settings, *, token: str, port: int,
         Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return TokenGuard(Starlette(routes=routes), token, port, hosts)
+    return TokenGuard(Starlette(routes=routes), token, hosts, code=code)
 
 
 async def favicon(_request: Request) -> Response:
@@ -202,10 +248,3 @@ async def _json(request: Request) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text not in (None, "") else None
-    except ValueError:
-        return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -251,7 +252,7 @@ class UiData:
 
             await prepare(self.stores)
         where, params = self._filters(query)
-        cursor = _decode_cursor(query.before or query.after)
+        cursor = _decode_cursor(query.before or query.after, textual=key == SORTS["title"])
         backwards = query.before is not None and cursor is not None
         # Going back reads the other way and flips the rows afterwards.
         descending = query.descending != backwards
@@ -518,8 +519,10 @@ def _encode_cursor(record: SessionRecord, sort: str) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str | None) -> list[object] | None:
-    """``[sort value, session id]``, or ``None`` for a missing or malformed cursor."""
+def _decode_cursor(cursor: str | None, *, textual: bool) -> list[object] | None:
+    """``[sort value, session id]``, or ``None`` for a missing or malformed cursor, or one
+    whose sort value the database could not compare with the sort key (``textual``: the
+    key is text)."""
     if not cursor:
         return None
     try:
@@ -528,6 +531,16 @@ def _decode_cursor(cursor: str | None) -> list[object] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     if (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)
-            and isinstance(value[0], int | float | str) and not isinstance(value[0], bool)):
+            and _sortable(value[0], textual)):
         return value
     return None
+
+
+def _sortable(value: object, textual: bool) -> bool:
+    """Text for a text key; for a numeric key a number inside 64 bits (JSON also spells
+    ``1e999``, ``NaN`` and integers of any length)."""
+    if textual or isinstance(value, str | bool):
+        return textual and isinstance(value, str)
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    return isinstance(value, float) and math.isfinite(value)

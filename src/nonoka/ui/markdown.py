@@ -4,6 +4,11 @@ Everything is HTML-escaped first; only then are the few constructs people expect
 into tags this module writes itself (code blocks and spans, emphasis, headings, lists,
 quotes, ``http(s)``/``mailto`` links). No tag, attribute or URL scheme from the input
 survives, so a ``<script>`` or an ``<img onerror>`` in a model's answer shows as text.
+
+The text is hostile too, so the work is bounded: quotes nest at most ``QUOTE_DEPTH``
+levels (deeper ``>`` lines stay text), every pattern scans a character a bounded number
+of times (no construct spans another's opening mark), and a text over ``MARKUP_CHARS``
+is shown as escaped text without markup. A page never fails or stalls on a message.
 """
 
 from __future__ import annotations
@@ -12,11 +17,16 @@ import re
 
 from markupsafe import Markup, escape
 
+QUOTE_DEPTH = 8
+"""Quotes nested deeper than this show their ``>`` marks as text."""
+MARKUP_CHARS = 50_000
+"""Longer texts are shown escaped, line by line, without markup."""
+
 _FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)(?:^\1[ \t]*$|\Z)", re.S | re.M)
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_BOLD = re.compile(r"\*\*(?=\S)((?:(?!\*\*).)+?)(?<=\S)\*\*")
 _ITALIC = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])")
-_LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?://|mailto:)[^\s()<>\"']+)\)")
+_LINK = re.compile(r"\[([^\[\]\n]+)\]\(((?:https?://|mailto:)[^\s()<>\"']+)\)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _BULLET = re.compile(r"^\s*[-*+]\s+(.*)$")
 _NUMBERED = re.compile(r"^\s*\d+[.)]\s+(.*)$")
@@ -25,6 +35,8 @@ _NUMBERED = re.compile(r"^\s*\d+[.)]\s+(.*)$")
 def render(text: str) -> Markup:
     """``text`` as safe HTML."""
     text = text.replace("\x00", "")  # the inline pass uses NUL as a placeholder
+    if len(text) > MARKUP_CHARS:
+        return Markup(_plain(text))
     out: list[str] = []
     position = 0
     for match in _FENCE.finditer(text):
@@ -36,7 +48,7 @@ def render(text: str) -> Markup:
     return Markup("".join(out))
 
 
-def _blocks(text: str) -> str:
+def _blocks(text: str, depth: int = 0) -> str:
     html: list[str] = []
     for block in re.split(r"\n[ \t]*\n", text.strip("\n")):
         lines = block.split("\n")
@@ -50,12 +62,16 @@ def _blocks(text: str) -> str:
             html.append(_list("ul", [_BULLET.match(line) for line in lines]))
         elif all(_NUMBERED.match(line) for line in lines):
             html.append(_list("ol", [_NUMBERED.match(line) for line in lines]))
-        elif all(line.startswith(">") for line in lines):
+        elif depth < QUOTE_DEPTH and all(line.startswith(">") for line in lines):
             inner = "\n".join(line[1:].lstrip() for line in lines)
-            html.append(f"<blockquote>{_blocks(inner)}</blockquote>")
+            html.append(f"<blockquote>{_blocks(inner, depth + 1)}</blockquote>")
         else:
             html.append("<p>" + "<br>".join(_inline(line) for line in lines) + "</p>")
     return "".join(html)
+
+
+def _plain(text: str) -> str:
+    return "<p>" + "<br>".join(str(escape(line)) for line in text.split("\n")) + "</p>"
 
 
 def _list(tag: str, matches: list[re.Match[str] | None]) -> str:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime
 
-from nonoka.ui import charts, graph, timeline
+from nonoka.ui import charts, graph, queries, timeline
 from nonoka.ui import format as fmt
 from nonoka.ui.data import (
     SORTS,
@@ -46,24 +45,25 @@ class ListView:
 
 
 def query_from(params: dict[str, str]) -> tuple[SessionQuery, dict[str, str]]:
-    """A ``SessionQuery`` from the page's query string; anything malformed is ignored."""
+    """A ``SessionQuery`` from the page's query string. Unknown words (a sort, a status)
+    fall back to the defaults; a number or date out of range raises ``BadQuery``."""
     sort = params.get("sort", "last_active")
     sort = sort if sort in SORTS else "last_active"
     order = params.get("order", "asc" if sort == "title" else "desc")
     status = params.get("status", "")
-    size = _int(params.get("n"), 50)
+    size = queries.one_of(params, "n", PAGE_SIZES, 50)
+    since, until = queries.day(params, "from"), queries.day(params, "to")
     form = {"q": params.get("q", "")[:200], "status": status if status in STATUSES else "",
-            "from": _day_text(params.get("from")), "to": _day_text(params.get("to")),
+            "from": params["from"] if since is not None else "",
+            "to": params["to"] if until is not None else "",
             "sort": sort, "order": "asc" if order == "asc" else "desc",
-            "all": "1" if params.get("all") else "",
-            "n": str(size if size in PAGE_SIZES else 50)}
-    until = _day(form["to"])
+            "all": "1" if params.get("all") else "", "n": str(size)}
     query = SessionQuery(
-        text=form["q"], status=form["status"], since=_day(form["from"]),
+        text=form["q"], status=form["status"], since=since,
         until=until + 86400 if until is not None else None, sort=sort,
         descending=form["order"] == "desc", after=params.get("after") or None,
         before=params.get("before") or None, everything=bool(form["all"]),
-        limit=int(form["n"]))
+        limit=size)
     return query, form
 
 
@@ -72,27 +72,6 @@ async def list_view(data: UiData, params: dict[str, str]) -> ListView:
     started = time.perf_counter()
     page = await data.list_sessions(query)
     return ListView(query, page, form, elapsed_ms=(time.perf_counter() - started) * 1000)
-
-
-def _int(text: str | None, default: int) -> int:
-    try:
-        return int(text) if text else default
-    except ValueError:
-        return default
-
-
-def _day_text(text: str | None) -> str:
-    return text if text and _day(text) is not None else ""
-
-
-def _day(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        day = date.fromisoformat(text)
-    except ValueError:
-        return None
-    return datetime(day.year, day.month, day.day).timestamp()
 
 
 # -- the session page --------------------------------------------------------------------------

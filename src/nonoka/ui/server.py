@@ -1,7 +1,9 @@
 """Serve the ui: open the project's stores, bind, print the address with its token, run.
 
 The socket is bound here rather than by uvicorn so that ``--port 0`` (any free port)
-still prints the real address, and the token cookie can be named after the port.
+still prints the real address and the ``Host`` check knows the port. ``--open`` starts
+the browser with a one-time code in the address, never the token: a command line is
+visible to every user of the machine.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def address(host: str, port: int, token: str) -> str:
+def address(host: str, port: int, token: str, *, name: str = "token") -> str:
+    """The page's address with ``token`` (or, with ``name="code"``, a one-time code)."""
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{shown}:{port}/?token={token}"
+    return f"http://{shown}:{port}/?{name}={token}"
 
 
 async def serve(project: Path, database_url: str | None, *, host: str, port: int,
@@ -66,14 +69,16 @@ async def serve(project: Path, database_url: str | None, *, host: str, port: int
                                                                host))
         settings = Settings(project=str(project), database=stores.url,
                             allow_actions=allow_actions)
-        app = create_app(data, settings, token=token, port=port, hosts=hosts)
+        code = secrets.token_urlsafe(16) if open_browser else None
+        app = create_app(data, settings, token=token, hosts=hosts, code=code)
         url = address(host, port, token)
         mode = "actions allowed" if allow_actions else "read-only"
         say(f"nonoka ui: {settings.project} ({mode})\n  {url}\n"
             "  the address carries an access token: share it only with people who may read "
             "these sessions. Ctrl+C stops.")
-        if open_browser:
-            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+        if code is not None:
+            opened = address(host, port, code, name="code")
+            threading.Thread(target=webbrowser.open, args=(opened,), daemon=True).start()
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2, server_header=False)
         await uvicorn.Server(config).serve(sockets=[sock])

@@ -1,10 +1,83 @@
 // nonoka ui: the page script. Everything it inserts is HTML the server rendered (and
 // escaped); it never builds markup from session data itself.
+//
+// The access token travels in an Authorization header, never in a cookie (browsers send
+// cookies to every port of a host). It is kept in localStorage, which only pages of this
+// origin (scheme, host and port) can read. A page loaded without the token is the small
+// page the server answers a navigation with; this script fetches the real one with the
+// header and shows it in its place.
 "use strict";
 
 (function () {
   const $ = (sel, root) => (root || document).querySelector(sel);
   const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
+  const KEY = "nonoka-ui-token";
+  const booting = document.documentElement.hasAttribute("data-boot");
+
+  function remember(value) {
+    try { localStorage.setItem(KEY, value); } catch (error) { /* storage off: this page only */ }
+  }
+  function remembered() {
+    try { return localStorage.getItem(KEY) || ""; } catch (error) { return ""; }
+  }
+  function forget() {
+    try { localStorage.removeItem(KEY); } catch (error) { /* nothing kept */ }
+  }
+
+  // The token arrives in the printed address (on a page the server accepted it for) or
+  // handed over for a one-time code; either way it leaves the address bar at once.
+  const address = new URL(location.href);
+  const handed = $("meta[name=nonoka-token]");
+  let token = booting ? (handed ? handed.content : "") : (address.searchParams.get("token") || "");
+  if (address.searchParams.has("token") || address.searchParams.has("code")) {
+    address.searchParams.delete("token");
+    address.searchParams.delete("code");
+    history.replaceState(history.state, "", address.href);
+  }
+  if (token) remember(token);
+  else token = remembered();
+  const auth = { Authorization: "Bearer " + token };
+
+  if (booting) {
+    boot();
+    return;
+  }
+
+  async function boot() {
+    const message = $("#boot-message");
+    const refused = message.textContent;
+    if (!token) return;
+    message.textContent = "Opening…";
+    try {
+      // The origin spelled out: a path such as //other.host/ must not name another host.
+      const response = await fetch(address.origin + address.pathname + address.search, {
+        headers: Object.assign({ Accept: "text/html" }, auth), cache: "no-store", credentials: "omit" });
+      if (response.status === 403) {  // a token from an earlier run of nonoka ui
+        forget();
+        message.textContent = refused;
+        return;
+      }
+      const type = response.headers.get("content-type") || "";
+      const body = await response.text();
+      if (!type.startsWith("text/html")) {  // an error in words: shown as text, never as markup
+        message.textContent = body;
+        return;
+      }
+      if (response.redirected) history.replaceState(history.state, "", response.url + location.hash);
+      document.open();
+      document.write(body);
+      document.close();
+    } catch (error) {
+      message.textContent = "nonoka: the ui server did not answer (" + error.message +
+        "); is `nonoka ui` still running?";
+    }
+  }
+
+  // A page shown by the script above scrolls to its #anchor as a loaded one would.
+  try {
+    const anchor = location.hash.length > 1 && document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if (anchor) anchor.scrollIntoView();
+  } catch (error) { /* a malformed #anchor: stay at the top */ }
 
   function toast(message, isError) {
     const box = $("#toast");
@@ -17,7 +90,7 @@
   }
 
   async function getJSON(url) {
-    const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+    const response = await fetch(url, { headers: auth, credentials: "omit", cache: "no-store" });
     if (!response.ok) throw new Error(response.status + " " + response.statusText);
     return response.json();
   }
@@ -157,8 +230,8 @@
   // Actions (only rendered with --allow-actions): sent with a header no other site can set.
   async function act(action, fields) {
     const response = await fetch(base + "/" + action, {
-      method: "POST", credentials: "same-origin", body: JSON.stringify(fields),
-      headers: { "X-Nonoka-Action": "1", "Accept": "application/json", "Content-Type": "application/json" },
+      method: "POST", credentials: "omit", body: JSON.stringify(fields),
+      headers: Object.assign({ "X-Nonoka-Action": "1", "Accept": "application/json", "Content-Type": "application/json" }, auth),
     });
     const type = response.headers.get("content-type") || "";
     if (type.includes("application/json")) {
