@@ -29,6 +29,9 @@ _PASSWORDS = r"password|passwd|passphrase|pass_phrase"
 _KEYWORDS = (r"api[_-]?key|access[_-]?key|account[_-]?key|private[_-]?key|secret|token|"
              r"credentials?|" + _PASSWORDS)
 """Names of settings that hold a secret (``Authorization`` has a pattern of its own)."""
+_SEPARATOR = r"(?:\\*\")?\s*[:=]\s*(?:\\*[\"'])?"
+"""Between a setting's name and its value: ``=``, ``: "``, and the escaped quotes of JSON
+inside JSON (``\\": \\"``, as tool-call arguments are logged)."""
 _KEY_BLOCK = r"-----(BEGIN|END) ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----"
 """The armour lines of PEM, OpenSSH (``OPENSSH PRIVATE KEY``) and PGP (``PGP PRIVATE KEY
 BLOCK``) private keys."""
@@ -56,8 +59,8 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
                     r"(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/=]+(?=[ \t]*(?:\r?\n|\Z)))+"),
          r"\1 " + MASK),
         # Authorization headers, whatever the scheme (Basic, Bearer, Token, Digest...).
-        (re.compile(r"(?i)\b(authorization\"?\s*[:=]\s*[\"']?)"
-                    r"(?:(?:basic|bearer|token|digest|apikey)\s+)?[^\s\"',}]+"),
+        (re.compile(r"(?i)\b(authorization" + _SEPARATOR + r")"
+                    r"(?:(?:basic|bearer|token|digest|apikey)\s+)?[^\s\"',}\\]+"),
          r"\1" + MASK),
         (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
         (re.compile(r"(?i)\b(basic)\s+(?=[A-Za-z0-9+/]*[0-9+/])[A-Za-z0-9+/]{12,}={0,2}"),
@@ -95,11 +98,13 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
         # password: correct horse battery staple -- a phrase, to the end of its line or
         # its closing quote; all digits too.
         (re.compile(r"(?i)(?<![a-z0-9])([a-z0-9_.-]*(?:" + _PASSWORDS + r"))"
-                    r"(\"?[ \t]*[:=][ \t]*)(?:(\")[^\"\n]+\"|(')[^'\n]+'|[^\s\"'][^\n]*)"),
+                    r"((?:\\*\")?[ \t]*[:=][ \t]*)"
+                    r"(?:(\\*\")[^\n]+?\3|(\\*')[^\n]+?\4|[^\s\"'\\][^\n]*)"),
          r"\1\2\3\4" + MASK + r"\3\4"),
         # NAME_API_KEY=value, "token": "...", aws_secret_access_key = ..., DB_PASSWORD: ...
         (re.compile(r"(?i)(?<![a-z0-9])([a-z0-9_.-]*(?:" + _KEYWORDS + r")"
-                    r"(?:[_.-][a-z0-9_.-]*)?)(\"?\s*[:=]\s*[\"']?)(?!\d+\b)[^\s\"',}]{4,}"),
+                    r"(?:[_.-][a-z0-9_.-]*)?)(" + _SEPARATOR + r")(?!\d+\b)"
+                    r"(?:[^\s\"',}\\]|\\(?![\"\\])){4,}"),
          r"\1\2" + MASK),
     )
 

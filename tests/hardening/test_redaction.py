@@ -4,6 +4,8 @@ time, each with the shape of the real thing)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from nonoka.redact import MASK, is_env_file, mask_env_line, redact, redact_text
@@ -19,6 +21,16 @@ def test_every_credential_shape_is_masked(credential: Credential) -> None:
     assert credential.secret not in masked, (credential.kind, masked)
     assert MASK in masked
     assert redact({"nested": [credential.text]}) == {"nested": [masked]}
+
+
+@pytest.mark.parametrize("credential", CREDENTIALS, ids=[c.id for c in CREDENTIALS])
+def test_a_credential_in_tool_call_arguments_is_masked(credential: Credential) -> None:
+    """Arguments are JSON, and a tool call's JSON holds them as a string: the quotes
+    around a value are escaped once, or twice."""
+    arguments = json.dumps({"text": credential.text})
+    for logged in (arguments, json.dumps([{"name": "t", "arguments": arguments}])):
+        masked = redact_text(logged)
+        assert credential.secret not in masked and MASK in masked, masked
 
 
 @pytest.mark.parametrize("credential", CREDENTIALS, ids=[c.id for c in CREDENTIALS])

@@ -153,6 +153,7 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
     from dataclasses import replace
 
     from nonoka.cli.render import ago, clip, print_json, short_id
+    from nonoka.cli.safe_text import highlighted, printable
     from nonoka.ops.model import SearchQuery
     from nonoka.ops.search import search
 
@@ -168,16 +169,14 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
         print_json([h.as_json() for h in hits])
         return
     if not hits:
-        click.echo(f"no matches for {text!r}")
+        click.echo(f"no matches for {printable(repr(text), one_line=True)}")
     for hit in hits:
         where = "title" if hit.position is None else f"#{hit.position} {hit.role}"
         when = ago(hit.last_active) if hit.last_active else ""
-        click.echo(f"{short_id(hit.session_id)}  {where}  {clip(hit.title or '(untitled)', 40)}"
-                   f"  {hit.status}  {when}".rstrip())
-        snippet = hit.snippet
-        if sys.stdout.isatty():
-            snippet = snippet.replace("[", "\x1b[1;33m").replace("]", "\x1b[0m")
-        click.echo(f"    {snippet}")
+        click.echo(printable(f"{short_id(hit.session_id)}  {where}  ", one_line=True)
+                   + clip(hit.title or "(untitled)", 40)
+                   + printable(f"  {hit.status}  {when}".rstrip(), one_line=True))
+        click.echo(f"    {highlighted(hit.snippet, hit.marks, sys.stdout.isatty())}")
         if hit.shared_with:
             click.echo(f"    also in {len(hit.shared_with)} branch"
                        f"{'es' if len(hit.shared_with) > 1 else ''} sharing this entry: "
