@@ -467,8 +467,10 @@ def apply_retention(project: Path) -> None:
     from nonoka.cli.common import can_write
     from nonoka.ops.retention import due
 
-    if not due(project) or not (project / ".nonoka").is_dir() or not can_write(project):
-        return
+    state = project / ".nonoka"
+    if (not due(project) or os.path.islink(state) or not state.is_dir()
+            or not can_write(project)):
+        return  # a linked .nonoka is refused by the command itself, in one line
     from nonoka.errors import NonokaError, failure_of
     from nonoka.ops.retention import maybe_apply
 
