@@ -29,6 +29,9 @@ _PASSWORDS = r"password|passwd|passphrase|pass_phrase"
 _KEYWORDS = (r"api[_-]?key|access[_-]?key|account[_-]?key|private[_-]?key|secret|token|"
              r"credentials?|" + _PASSWORDS)
 """Names of settings that hold a secret (``Authorization`` has a pattern of its own)."""
+_NAME = r"[a-z0-9_.-]{0,40}"
+"""The rest of a setting's name around its keyword (``DB_`` in ``DB_PASSWORD``), bounded
+so that a long run of name characters costs linear time, not quadratic."""
 _SEPARATOR = r"(?:\\*\")?\s*[:=]\s*(?:\\*[\"'])?"
 """Between a setting's name and its value: ``=``, ``: "``, and the escaped quotes of JSON
 inside JSON (``\\": \\"``, as tool-call arguments are logged)."""
@@ -70,7 +73,7 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
                     r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks)/)"
                     r"[A-Za-z0-9/_-]+"), r"\1" + MASK),
         # Passwords in URLs: scheme://user:password@host.
-        (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@\"']*:)[^\s@/\"']+@"),
+        (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^\s:/@\"']*:)[^\s@/\"']+@"),
          r"\1" + MASK + "@"),
         # Azure: connection strings' keys and shared access signatures (sig=...).
         (re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)=)"
@@ -97,13 +100,13 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
          r"\1" + MASK),
         # password: correct horse battery staple -- a phrase, to the end of its line or
         # its closing quote; all digits too.
-        (re.compile(r"(?i)(?<![a-z0-9])([a-z0-9_.-]*(?:" + _PASSWORDS + r"))"
+        (re.compile(r"(?i)(?<![a-z0-9])(" + _NAME + r"(?:" + _PASSWORDS + r"))"
                     r"((?:\\*\")?[ \t]*[:=][ \t]*)"
-                    r"(?:(\\*\")[^\n]+?\3|(\\*')[^\n]+?\4|[^\s\"'\\][^\n]*)"),
+                    r"(?:(\\*\")[^\n]{1,400}?\3|(\\*')[^\n]{1,400}?\4|[^\s\"'\\][^\n]*)"),
          r"\1\2\3\4" + MASK + r"\3\4"),
         # NAME_API_KEY=value, "token": "...", aws_secret_access_key = ..., DB_PASSWORD: ...
-        (re.compile(r"(?i)(?<![a-z0-9])([a-z0-9_.-]*(?:" + _KEYWORDS + r")"
-                    r"(?:[_.-][a-z0-9_.-]*)?)(" + _SEPARATOR + r")(?!\d+\b)"
+        (re.compile(r"(?i)(?<![a-z0-9])(" + _NAME + r"(?:" + _KEYWORDS + r")"
+                    r"(?:[_.-]" + _NAME + r")?)(" + _SEPARATOR + r")(?!\d+\b)"
                     r"(?:[^\s\"',}\\]|\\(?![\"\\])){4,}"),
          r"\1\2" + MASK),
     )

@@ -5,6 +5,7 @@ time, each with the shape of the real thing)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -43,6 +44,16 @@ def test_a_credential_among_other_lines_keeps_the_lines_around_it(
     if not credential.kind.startswith("cut "):  # a cut key block is masked to the end
         assert kept[-1] == "last line"
     assert credential.secret not in "\n".join(kept)
+
+
+@pytest.mark.parametrize("run", ["ab_", "a-", "token_", "password_", "x.y"])
+def test_long_runs_of_name_characters_take_linear_time(run: str) -> None:
+    """A tool result of 60 KB like ``ab_ab_ab_...`` took minutes (every start of a name
+    was scanned to the end of the run); the names around a keyword are bounded now."""
+    text = run * (60_000 // len(run))
+    started = time.perf_counter()
+    assert redact_text(text) == text
+    assert time.perf_counter() - started < 5.0
 
 
 @pytest.mark.parametrize("ordinary", ORDINARY)
