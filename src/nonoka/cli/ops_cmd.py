@@ -190,7 +190,9 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
 @click.argument("refs", nargs=-1, metavar="ID...")
 @click.option("--all", "everything", is_flag=True, help="Export every session.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "markdown"]), default="jsonl",
-              show_default=True, help="jsonl: lossless, for import; markdown: for reading.")
+              show_default=True, help="jsonl: lossless, for import (the stored text, as "
+              "private as the database); markdown: for reading and sharing (credentials "
+              "masked).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file (default: standard output).")
 def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
@@ -198,9 +200,10 @@ def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
     """Export sessions (ids or unambiguous prefixes, or --all).
 
     JSONL keeps everything (snapshot, entries, step updates, events, index row, lineage)
-    and is what `nonoka sessions import` and `nonoka db copy` read. Output is streamed,
-    so a session of any length exports in constant memory. Written to a file, it appears
-    only when complete.
+    as stored, credentials in a message included, and is what `nonoka sessions import`
+    and `nonoka db copy` read. Markdown masks credentials and escapes control
+    characters. Output is streamed, so a session of any length exports in constant
+    memory. Written to a file, it appears only when complete.
     """
     from nonoka.ops.export import export_jsonl, export_markdown
 
