@@ -33,14 +33,42 @@ def configured_model(cwd: Path, explicit: str | None = None) -> str:
     if from_env:
         return from_env
     path = cwd / CONFIG_FILE
-    if path.is_file():
+    raw = _read_config(path)
+    if raw is not None:
         import tomllib
 
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigurationError(f"cannot read {path}: {exc}; fix or remove it") from exc
         model = data.get("model")
         if isinstance(model, str) and model.strip():
             return model.strip()
     raise ModelNotConfiguredError(f"no model is configured; {MODEL_HELP}")
+
+
+def _read_config(path: Path) -> bytes | None:
+    """The file's bytes, ``None`` when it is missing or not a regular file; a link is
+    refused, never followed (a repository may commit one pointing at any file)."""
+    import errno
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigurationError(f"{path} is a symbolic link, and nonoka never follows "
+                                     "one in .nonoka/; remove it") from None
+        raise ConfigurationError(f"cannot read {path}: {exc.strerror}; fix or remove it"
+                                 ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, 1 << 20)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {path}: {exc.strerror}; fix or remove it"
+                                 ) from None
+    finally:
+        os.close(fd)

@@ -1,8 +1,14 @@
-"""Masking credentials: the one function every stored and printed field goes through.
+"""Masking credentials: the one place every stored, printed and shown text goes through.
 
-The event log, the session index (titles, metadata) and everything the human commands
-print pass through ``redact``, so a key pasted into a first message, echoed by an
-endpoint or read from a file by a tool is masked the same way everywhere. Standard
+The event log, the session index (titles, metadata), everything the human commands
+print, the Markdown export, the web viewer and the files ``nonoka run``'s tools read pass
+through here, so a key pasted into a message, echoed by an endpoint or read from a file
+is masked the same way everywhere. Texts are redacted whole, never a line at a time: a
+private key block spans many lines, and its body must go with its ``BEGIN`` line.
+
+``FileRedaction`` is the same redaction for a file read in windows of lines: it also
+judges the file by its name and its content (settings files, key files) and knows, from
+the lines before a window, whether the window starts inside a key block. Standard
 library only; the patterns are compiled on first use, so importing this costs nothing.
 """
 
@@ -10,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -17,32 +24,64 @@ MASK = "[redacted]"
 _MIN_SECRET = 8
 """Shorter environment values are not masked: they would blank out ordinary words."""
 _SECRET_ENV_NAMES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS", "PAT")
-_KEYWORDS = (r"api[_-]?key|access[_-]?key|private[_-]?key|secret|token|password|passwd|"
-             r"credentials?")
+_PASSWORDS = r"password|passwd|passphrase|pass_phrase"
+"""Settings whose value is a phrase: everything up to the end of the line is masked."""
+_KEYWORDS = (r"api[_-]?key|access[_-]?key|account[_-]?key|private[_-]?key|secret|token|"
+             r"credentials?|" + _PASSWORDS)
 """Names of settings that hold a secret (``Authorization`` has a pattern of its own)."""
+_NAME = r"[a-z0-9_.-]{0,40}"
+"""The rest of a setting's name around its keyword (``DB_`` in ``DB_PASSWORD``), bounded
+so that a long run of name characters costs linear time, not quadratic."""
+_SEPARATOR = r"(?:\\*\")?\s*[:=]\s*(?:\\*[\"'])?"
+"""Between a setting's name and its value: ``=``, ``: "``, and the escaped quotes of JSON
+inside JSON (``\\": \\"``, as tool-call arguments are logged)."""
+_KEY_BLOCK = r"-----(BEGIN|END) ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----"
+"""The armour lines of PEM, OpenSSH (``OPENSSH PRIVATE KEY``) and PGP (``PGP PRIVATE KEY
+BLOCK``) private keys."""
+
+
+def _with_lines(replacement: str) -> Callable[[re.Match[str]], str]:
+    """``replacement``, then a masked line for each further line the replaced text
+    spanned, so that the lines after a masked block stay where they were."""
+    def substitute(match: re.Match[str]) -> str:
+        text = match.expand(replacement)
+        return text + ("\n" + MASK) * (match.group().count("\n") - text.count("\n"))
+    return substitute
 
 
 @cache
 def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     """``(pattern, replacement)`` pairs, most specific first."""
     return (
-        # PEM private keys: the whole block, or what is left of it when cut short.
-        (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY-----"
-                    r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|.*)", re.S),
-         r"-----BEGIN \1PRIVATE KEY-----" + MASK),
+        # Private key blocks: the whole block, or everything after BEGIN when it is cut.
+        (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----"
+                    r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|.*)", re.S),
+         r"-----BEGIN \1PRIVATE KEY\2-----" + MASK),
+        # PuTTY private keys: the lines after "Private-Lines: N".
+        (re.compile(r"(Private-Lines:[ \t]*\d+)"
+                    r"(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/=]+(?=[ \t]*(?:\r?\n|\Z)))+"),
+         r"\1 " + MASK),
         # Authorization headers, whatever the scheme (Basic, Bearer, Token, Digest...).
-        (re.compile(r"(?i)\b(authorization\"?\s*[:=]\s*[\"']?)"
-                    r"(?:(?:basic|bearer|token|digest|apikey)\s+)?[^\s\"',}]+"),
+        (re.compile(r"(?i)\b(authorization" + _SEPARATOR + r")"
+                    r"(?:(?:basic|bearer|token|digest|apikey)\s+)?[^\s\"',}\\]+"),
          r"\1" + MASK),
         (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
         (re.compile(r"(?i)\b(basic)\s+(?=[A-Za-z0-9+/]*[0-9+/])[A-Za-z0-9+/]{12,}={0,2}"),
          r"\1 " + MASK),
+        # Webhook URLs whose path is the secret.
+        (re.compile(r"(?i)\b(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)"
+                    r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks)/)"
+                    r"[A-Za-z0-9/_-]+"), r"\1" + MASK),
         # Passwords in URLs: scheme://user:password@host.
-        (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@\"']*:)[^\s@/\"']+@"),
+        (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^\s:/@\"']*:)[^\s@/\"']+@"),
          r"\1" + MASK + "@"),
+        # Azure: connection strings' keys and shared access signatures (sig=...).
+        (re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)=)"
+                    r"[^;\s\"']+"), r"\1" + MASK),
+        (re.compile(r"(?i)([?&;]sig=)[^&\s\"'<>]+"), r"\1" + MASK),
         # JSON Web Tokens.
         (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
-        # Well-known token formats: model providers, payments, forges, clouds, chat.
+        # Well-known token formats: model providers, payments, forges, clouds, chat, mail.
         (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}"
                     r"|\bwhsec_[A-Za-z0-9]{16,}"
                     r"|\bsk-[A-Za-z0-9_-]{8,}"
@@ -50,13 +89,32 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
                     r"|\bglpat-[A-Za-z0-9_-]{20,}|\bATBB[A-Za-z0-9]{24,}"
                     r"|\bnpm_[A-Za-z0-9]{30,}|\bpypi-[A-Za-z0-9_-]{40,}|\bhf_[A-Za-z0-9]{30,}"
                     r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|\bAIza[0-9A-Za-z_-]{35}"
-                    r"|\bya29\.[0-9A-Za-z_-]{20,}"
-                    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bxapp-[A-Za-z0-9-]{10,}"), MASK),
+                    r"|\bya29\.[0-9A-Za-z_-]{20,}|\bGOCSPX-[A-Za-z0-9_-]{20,}"
+                    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bxapp-[A-Za-z0-9-]{10,}"
+                    r"|\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"
+                    r"|(?<![0-9])[0-9]{8,10}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"
+                    r"|\bAGE-SECRET-KEY-1[0-9A-Z]{50,}"), MASK),
+        # .netrc: machine host login name password secret (on one line or several).
+        (re.compile(r"(?i)(\bmachine[ \t]+\S+"
+                    r"(?:\s+(?:login|account|port|protocol)[ \t]+\S+)*\s+password[ \t]+)\S+"),
+         r"\1" + MASK),
+        # password: correct horse battery staple -- a phrase, to the end of its line or
+        # its closing quote; all digits too.
+        (re.compile(r"(?i)(?<![a-z0-9])(" + _NAME + r"(?:" + _PASSWORDS + r"))"
+                    r"((?:\\*\")?[ \t]*[:=][ \t]*)"
+                    r"(?:(\\*\")[^\n]{1,400}?\3|(\\*')[^\n]{1,400}?\4|[^\s\"'\\][^\n]*)"),
+         r"\1\2\3\4" + MASK + r"\3\4"),
         # NAME_API_KEY=value, "token": "...", aws_secret_access_key = ..., DB_PASSWORD: ...
-        (re.compile(r"(?i)(?<![a-z0-9])([a-z0-9_.-]*(?:" + _KEYWORDS + r")"
-                    r"(?:[_.-][a-z0-9_.-]*)?)(\"?\s*[:=]\s*[\"']?)(?!\d+\b)[^\s\"',}]{4,}"),
+        (re.compile(r"(?i)(?<![a-z0-9])(" + _NAME + r"(?:" + _KEYWORDS + r")"
+                    r"(?:[_.-]" + _NAME + r")?)(" + _SEPARATOR + r")(?!\d+\b)"
+                    r"(?:[^\s\"',}\\]|\\(?![\"\\])){4,}"),
          r"\1\2" + MASK),
     )
+
+
+@cache
+def _armour() -> re.Pattern[str]:
+    return re.compile(_KEY_BLOCK)
 
 
 @cache
@@ -81,13 +139,19 @@ def _secret_env_values() -> tuple[str, ...]:
     return _env_secrets
 
 
-def redact_text(text: str) -> str:
-    """``text`` with every credential it recognises replaced by ``[redacted]``."""
+def redact_text(text: str, *, keep_lines: bool = False) -> str:
+    """``text`` with every credential it recognises replaced by ``[redacted]``.
+
+    The text is judged whole: a key block's body goes with its armour, a phrase with its
+    ``password:``. ``keep_lines``: a masked span that covered several lines leaves one
+    mask per line, so line ``n`` of the result is what is left of line ``n`` of ``text``.
+    """
     for secret in _secret_env_values():
         if secret in text:
-            text = text.replace(secret, MASK)
+            text = text.replace(secret, MASK + ("\n" + MASK) * secret.count("\n")
+                                if keep_lines else MASK)
     for pattern, replacement in _patterns():
-        text = pattern.sub(replacement, text)
+        text = pattern.sub(_with_lines(replacement) if keep_lines else replacement, text)
     return text
 
 
@@ -105,15 +169,25 @@ def redact(value: Any) -> Any:
     return value
 
 
+# -- files ---------------------------------------------------------------------------------
+
 _ENV_LINE = re.compile(r"^(\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*\s*[=:]\s*)(.*)$")
+_ENV_ASSIGNMENT = re.compile(r"(?:export\s+)?[A-Z_][A-Z0-9_]*=")
+"""A line of a shell environment file, whatever the file is called: ``NAME=value``."""
+_ENV_NAME = re.compile(r"\.env(?:rc)?(?:[._-].*)?|.+[._-]env|.+\.env[._-].*|\.flaskenv")
+_KEY_FILE = re.compile(r"id_(?:rsa|dsa|ecdsa|ed25519)(?:_sk)?|.+\.(?:ppk|key|p8|pk8)")
+_PUTTY = "PuTTY-User-Key-File-"
+_TAIL = 64
+"""Characters of a long line's previous piece looked at again with the next piece, so
+that an armour line cut between two pieces is still seen."""
+
+PLAIN, SETTINGS, KEY, PGPASS, NETRC = "plain", "settings", "key", "pgpass", "netrc"
 
 
 def is_env_file(name: str) -> bool:
-    """``.env``, ``.env.local``, ``prod.env``, ``.envrc``: files that hold ``NAME=value``
-    settings, usually secrets."""
-    lowered = name.lower()
-    return (lowered in (".env", ".envrc") or lowered.startswith(".env.")
-            or lowered.endswith(".env"))
+    """``.env``, ``.env.local``, ``.env_prod``, ``.env-local``, ``prod.env``, ``.envrc``:
+    files that hold ``NAME=value`` settings, usually secrets."""
+    return _ENV_NAME.fullmatch(name.lower()) is not None
 
 
 def mask_env_line(line: str) -> str:
@@ -122,3 +196,107 @@ def mask_env_line(line: str) -> str:
     if match is None or not match.group(2).strip() or line.lstrip().startswith("#"):
         return line
     return match.group(1) + MASK
+
+
+def _mask_pgpass_line(line: str) -> str:
+    """``host:port:database:user:password``: the password masked."""
+    fields = re.match(r"((?:(?:[^:\\]|\\.)*:){4})(.+)", line)
+    return line if fields is None or line.lstrip().startswith("#") else fields.group(1) + MASK
+
+
+def _mask_netrc_line(line: str) -> str:
+    return re.sub(r"(?i)\b(password|passwd)(\s+)\S+", r"\1\2" + MASK, line)
+
+
+_LINE_RULES: dict[str, Callable[[str], str]] = {
+    SETTINGS: mask_env_line, PGPASS: _mask_pgpass_line, NETRC: _mask_netrc_line}
+
+
+def kind_of_name(name: str) -> str:
+    """What a file's name says it holds: ``settings`` (``.env``...), ``key`` (``id_rsa``,
+    ``*.key``, ``*.ppk``), ``pgpass``, ``netrc`` or ``plain``."""
+    lowered = name.lower()
+    if is_env_file(lowered):
+        return SETTINGS
+    if _KEY_FILE.fullmatch(lowered):
+        return KEY
+    if lowered == ".pgpass":
+        return PGPASS
+    if lowered in (".netrc", "_netrc"):
+        return NETRC
+    return PLAIN
+
+
+class FileRedaction:
+    """The redaction of one file shown a window of lines at a time.
+
+    Feed every line in order to ``see`` (a long line may come in pieces): that is how a
+    window is known to start inside a key block whose ``BEGIN`` came before it, and how
+    a file is recognised by its content (only ``NAME=value`` lines: a settings file
+    whatever its name; a PuTTY key). ``lines`` then masks any run of consecutive lines.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._named = kind_of_name(name)
+        self._inside = False
+        self._tail = ""
+        self._first = True
+        self._putty = False
+        self._assignments = 0
+        self._other = 0
+
+    def see(self, text: str, *, continued: bool = False) -> bool:
+        """Note the next line (or, ``continued``, the next piece of the current one);
+        whether the line starts inside a private key block."""
+        started = self._inside
+        probe = self._tail + text if continued else text
+        if not continued:
+            self._judge(text)
+        if "-----" in probe:
+            for marker in _armour().finditer(probe):
+                self._inside = marker.group(1) == "BEGIN"
+        self._tail = probe[-_TAIL:]
+        return started
+
+    def _judge(self, line: str) -> None:
+        """Count the line towards what the file is (only lines that can still matter)."""
+        if self._first:
+            self._first = False
+            self._putty = line.startswith(_PUTTY)
+        if self._other:
+            return  # not a settings file: one other line is enough
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            return
+        if _ENV_ASSIGNMENT.match(stripped):
+            self._assignments += 1
+        else:
+            self._other += 1
+
+    @property
+    def kind(self) -> str:
+        """What the file holds, by its name, else by the lines seen so far."""
+        if self._named != PLAIN:
+            return self._named
+        if self._putty:
+            return KEY
+        return SETTINGS if self._assignments and not self._other else PLAIN
+
+    def lines(self, lines: Sequence[str], *, inside: bool = False) -> list[str]:
+        """``lines`` (consecutive, without line breaks) as they may be shown, one for
+        one; ``inside``: the first of them starts inside a key block (``see`` said so)."""
+        kind = self.kind
+        if kind == KEY:
+            return [MASK if line.strip() else line for line in lines]
+        out = list(lines)
+        if inside:  # the block's BEGIN came before these lines: mask up to its END
+            for i, line in enumerate(out):
+                end = next((m for m in _armour().finditer(line) if m.group(1) == "END"), None)
+                if end is not None:
+                    out[i] = MASK + line[end.end():]
+                    break
+                out[i] = MASK
+        rule = _LINE_RULES.get(kind)
+        if rule is not None:
+            out = [rule(line) for line in out]
+        return redact_text("\n".join(out), keep_lines=True).split("\n")

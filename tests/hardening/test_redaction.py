@@ -1,12 +1,11 @@
-"""One redaction for every stored and printed field, against a table of credential shapes.
-
-The tokens are fake and assembled from parts at run time, so no scanner mistakes this
-file for a leak; each has the shape of the real thing.
-"""
+"""One redaction for every stored and printed field, against the shared table of
+credential shapes (``tests/support/credentials.py``: fake, assembled from parts at run
+time, each with the shape of the real thing)."""
 
 from __future__ import annotations
 
-import base64
+import json
+import time
 
 import pytest
 
@@ -14,71 +13,57 @@ from nonoka.redact import MASK, is_env_file, mask_env_line, redact, redact_text
 from nonoka.testing import text
 from tests.cli.conftest import Project
 from tests.conftest import ScriptItem
+from tests.support.credentials import CREDENTIALS, ORDINARY, Credential, sample
 
 
-def _j(*parts: str) -> str:
-    return "".join(parts)
-
-
-_ALNUM = "Q7x9Lm2Np4Rs6Tv8Wy0Za1Bc3De5Fg7Hj9Kk2Mn4Pq6"
-_JWT = ".".join((_j("eyJ", "hbGciOiJIUzI1NiJ9"), _j("eyJ", "zdWIiOiIxMjM0NTY3ODkwIn0"),
-                 "dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"))
-_PEM_BODY = "MIIEowIBAAKCAQEA" + _ALNUM + "\n" + _ALNUM
-_BASIC = base64.b64encode(b"admin:" + _ALNUM[:12].encode()).decode()
-
-CREDENTIALS: list[tuple[str, str, str]] = [
-    # (kind, text as it would appear, the secret part that must disappear)
-    ("openai key", _j("key sk", "-proj-", _ALNUM[:24]), _ALNUM[:24]),
-    ("anthropic key", _j("sk", "-ant-api03-", _ALNUM[:30]), _ALNUM[:30]),
-    ("aws access key id", _j("AKIA", "IOSFODNN7EXAMPLE"), "IOSFODNN7EXAMPLE"),
-    ("aws secret key", _j("aws_secret_access_key = ", "wJalrXUtnFEMI/K7MDENG/", _ALNUM[:18]),
-     "wJalrXUtnFEMI/K7MDENG/"),
-    ("google api key", _j("AIza", "Sy", _ALNUM[:33]), _ALNUM[:33]),
-    ("stripe secret", _j("sk", "_live_", _ALNUM[:24]), _ALNUM[:24]),
-    ("stripe restricted", _j("rk", "_test_", _ALNUM[:24]), _ALNUM[:24]),
-    ("stripe webhook", _j("whsec", "_", _ALNUM[:32]), _ALNUM[:32]),
-    ("github token", _j("gh", "p_", _ALNUM[:36]), _ALNUM[:36]),
-    ("github fine-grained", _j("github", "_pat_", _ALNUM[:22], "_", _ALNUM[:20]), _ALNUM[:22]),
-    ("gitlab token", _j("gl", "pat-", _ALNUM[:20]), _ALNUM[:20]),
-    ("npm token", _j("np", "m_", _ALNUM[:36]), _ALNUM[:36]),
-    ("hugging face", _j("h", "f_", _ALNUM[:34]), _ALNUM[:34]),
-    ("slack token", _j("xo", "xb-", "1234567890-", _ALNUM[:24]), _ALNUM[:24]),
-    ("jwt", f"session={_JWT}; path=/", _JWT.split(".")[2]),
-    ("pem private key", _j("-----BEGIN RSA PRIVATE ", "KEY-----\n", _PEM_BODY,
-                           "\n-----END RSA PRIVATE ", "KEY-----"), _ALNUM),
-    ("cut pem private key", _j("-----BEGIN PRIVATE ", "KEY-----\n", _PEM_BODY[:40]),
-     _PEM_BODY[16:40]),
-    ("postgres url", _j("postgresql://app:", "Sup3r-S3cret", "@db.example.com:5432/prod"),
-     "Sup3r-S3cret"),
-    ("redis url", _j("redis://:", "hunter2hunter2", "@cache:6379/0"), "hunter2hunter2"),
-    ("basic auth header", _j("Authorization: Basic ", _BASIC), _BASIC),
-    ("bearer header", _j("Authorization: Bearer ", _ALNUM[:20]), _ALNUM[:20]),
-    ("basic auth alone", _j("curl -H 'x' --header Basic ", _BASIC), _BASIC),
-    ("password setting", _j("DB_PASSWORD=", "correct-horse-9"), "correct-horse-9"),
-    ("json secret", _j('{"client_secret": "', _ALNUM[:16], '"}'), _ALNUM[:16]),
-]
-
-
-@pytest.mark.parametrize(("kind", "text", "secret"), CREDENTIALS,
-                         ids=[kind for kind, _, _ in CREDENTIALS])
-def test_every_credential_shape_is_masked(kind: str, text: str, secret: str) -> None:
-    masked = redact_text(text)
-    assert secret not in masked, (kind, masked)
+@pytest.mark.parametrize("credential", CREDENTIALS, ids=[c.id for c in CREDENTIALS])
+def test_every_credential_shape_is_masked(credential: Credential) -> None:
+    masked = redact_text(credential.text)
+    assert credential.secret not in masked, (credential.kind, masked)
     assert MASK in masked
-    assert redact({"nested": [text]}) == {"nested": [masked]}
+    assert redact({"nested": [credential.text]}) == {"nested": [masked]}
 
 
-@pytest.mark.parametrize("ordinary", [
-    "basic understanding of the codebase", "we spent 1200 input_tokens: 1234 here",
-    "tokens: 12 in / 5 out", "https://example.com/path?q=1", "max_tokens=4096",
-    "the password policy is documented", "see docs/secret-management.md",
-])
+@pytest.mark.parametrize("credential", CREDENTIALS, ids=[c.id for c in CREDENTIALS])
+def test_a_credential_in_tool_call_arguments_is_masked(credential: Credential) -> None:
+    """Arguments are JSON, and a tool call's JSON holds them as a string: the quotes
+    around a value are escaped once, or twice."""
+    arguments = json.dumps({"text": credential.text})
+    for logged in (arguments, json.dumps([{"name": "t", "arguments": arguments}])):
+        masked = redact_text(logged)
+        assert credential.secret not in masked and MASK in masked, masked
+
+
+@pytest.mark.parametrize("credential", CREDENTIALS, ids=[c.id for c in CREDENTIALS])
+def test_a_credential_among_other_lines_keeps_the_lines_around_it(
+        credential: Credential) -> None:
+    text = f"first line\n{credential.text}\nlast line"
+    kept = redact_text(text, keep_lines=True).split("\n")
+    assert len(kept) == text.count("\n") + 1
+    assert kept[0] == "first line"
+    if not credential.kind.startswith("cut "):  # a cut key block is masked to the end
+        assert kept[-1] == "last line"
+    assert credential.secret not in "\n".join(kept)
+
+
+@pytest.mark.parametrize("run", ["ab_", "a-", "token_", "password_", "x.y"])
+def test_long_runs_of_name_characters_take_linear_time(run: str) -> None:
+    """A tool result of 60 KB like ``ab_ab_ab_...`` took minutes (every start of a name
+    was scanned to the end of the run); the names around a keyword are bounded now."""
+    text = run * (60_000 // len(run))
+    started = time.perf_counter()
+    assert redact_text(text) == text
+    assert time.perf_counter() - started < 5.0
+
+
+@pytest.mark.parametrize("ordinary", ORDINARY)
 def test_ordinary_text_is_left_alone(ordinary: str) -> None:
     assert redact_text(ordinary) == ordinary
 
 
 def test_env_files_are_recognised_and_their_values_masked() -> None:
-    assert all(is_env_file(n) for n in (".env", ".env.local", "prod.env", ".envrc"))
+    assert all(is_env_file(n) for n in (".env", ".env.local", "prod.env", ".envrc",
+                                        ".env_prod", ".env-local", ".ENV.staging"))
     assert not any(is_env_file(n) for n in ("environment.py", "env.md", "venv"))
     assert mask_env_line("export DATABASE_HOST=db.internal") == "export DATABASE_HOST=" + MASK
     assert mask_env_line("# a comment = kept") == "# a comment = kept"
@@ -87,7 +72,7 @@ def test_env_files_are_recognised_and_their_values_masked() -> None:
 
 def test_a_token_in_the_first_message_never_reaches_the_index_or_the_listing(
         project: Project, scripted: list[ScriptItem]) -> None:
-    token = _j("gh", "p_", _ALNUM[:36])
+    token = sample("github token").text
     scripted.append(text("noted"))
     done = project.nonoka("run", f"use {token} to push")
     assert done.returncode == 0, done.stderr

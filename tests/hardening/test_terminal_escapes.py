@@ -1,15 +1,19 @@
 """Control sequences from the model, tools, files and titles never reach a terminal raw.
 
 The commands run as real subprocesses on a real pseudo-terminal (``os.openpty``), where
-rich renders tables and colours, and again with output piped.
+rich renders tables and colours, and again with output piped: ``run``, ``sessions
+list``/``show``/``search`` and both export formats (Markdown is read in terminals and
+pagers too; JSONL stays lossless, its escapes decode to the very same text).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
 import time
+from pathlib import Path
 
 from nonoka.testing import call, text
 from tests.cli.conftest import Project
@@ -21,7 +25,9 @@ CLIPBOARD = f"{ESC}]52;c;SGVsbG8={BEL}"
 CLEAR = f"{ESC}[2J"
 C1_CLEAR = "\x9b2J"
 TITLE = f"{ESC}]0;owned{BEL}"
-HOSTILE = (CLIPBOARD, CLEAR, C1_CLEAR, TITLE, f"{ESC}]0;owned", "]52;c;SGVsbG8=" + BEL)
+RESET = f"{ESC}c"
+HOSTILE = (CLIPBOARD, CLEAR, C1_CLEAR, TITLE, RESET, f"{ESC}]0;owned",
+           "]52;c;SGVsbG8=" + BEL)
 
 
 def on_terminal(project: Project, *args: str, timeout: float = 60) -> tuple[int, str]:
@@ -101,3 +107,47 @@ def test_piped_output_escapes_every_control_not_only_csi(project: Project,
     done = project.nonoka("run", "-c", "more")
     assert done.returncode == 0 and "again \\x1b]52" in done.stdout, done.stdout
     assert_clean(done.stdout + done.stderr)
+
+
+def _stored_controls(project: Project, scripted: list[ScriptItem]) -> str:
+    """A session whose prompt, tool result and answer hold raw control sequences; its id."""
+    (project.path / "evil.txt").write_text(f"axolotl {RESET} and {CLIPBOARD}\n")
+    scripted.extend([call("read_file", {"path": "evil.txt"}),
+                     text(f"The axolotl {CLIPBOARD} is {RESET}{CLEAR}{C1_CLEAR}{TITLE} here.")])
+    done = project.nonoka("run", f"find the axolotl {RESET}{TITLE}")
+    assert done.returncode == 0, done.stderr
+    [record] = project.records()
+    return record.session_id
+
+
+def test_sessions_search_escapes_stored_controls(project: Project,
+                                                 scripted: list[ScriptItem]) -> None:
+    _stored_controls(project, scripted)
+    status, found = on_terminal(project, "sessions", "search", "axolotl")
+    assert status == 0 and "\\x1bc" in found and "\\x1b]52;c;SGVsbG8=\\x07" in found, found
+    assert "\x1b[1;33maxolotl\x1b[0m" in found  # the matches are still highlighted
+    assert_clean(found)
+    for args in (("sessions", "search", "axolotl"), ("sessions", "search", "axolotl", "--json")):
+        done = project.nonoka(*args)
+        assert done.returncode == 0 and "axolotl" in done.stdout, done.stderr
+        assert_clean(done.stdout)
+
+
+def test_the_exports_escape_stored_controls(project: Project, scripted: list[ScriptItem],
+                                            tmp_path: Path) -> None:
+    sid = _stored_controls(project, scripted)
+    status, markdown = on_terminal(project, "sessions", "export", sid, "--format", "markdown")
+    assert status == 0 and "## Assistant" in markdown and "\\x1b]52" in markdown, markdown
+    assert_clean(markdown)
+    out = tmp_path / "conversation.md"
+    assert project.nonoka("sessions", "export", sid, "--format", "markdown",
+                          "-o", str(out)).returncode == 0
+    assert_clean(out.read_text(encoding="utf-8"))
+    status, lines = on_terminal(project, "sessions", "export", sid)
+    assert status == 0 and '"type":"end"' in lines, lines
+    assert_clean(lines)
+    piped = project.nonoka("sessions", "export", sid).stdout
+    assert_clean(piped)
+    entries = [json.loads(line)["entry"] for line in piped.splitlines()
+               if json.loads(line).get("type") == "entry"]
+    assert any(C1_CLEAR in json.loads(entry)["content"] for entry in entries)  # lossless

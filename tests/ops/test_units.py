@@ -6,9 +6,10 @@ import sqlite3
 
 import pytest
 
+from nonoka.cli.safe_text import highlighted
 from nonoka.ops.model import SessionSummary
 from nonoka.ops.prune import parse_age, select_for_prune
-from nonoka.ops.text import entry_text, fts5_query, snippet, words
+from nonoka.ops.text import entry_text, fts5_query, marked_snippet, snippet, words
 
 
 def test_words_are_letters_and_digits_only() -> None:
@@ -33,6 +34,15 @@ def test_snippet_brackets_matches_around_the_first_one() -> None:
     cut = snippet(text, ["axolotl"])
     assert cut.startswith("...") and cut.endswith("...")
     assert "[Axolotl]" in cut and "[axolotl]" in cut and len(cut) < 200
+
+
+def test_only_the_matches_are_highlighted_not_the_brackets_of_the_text() -> None:
+    cut, marks = marked_snippet("key [redacted] for the Axolotl [x] \x1bc", ["axolotl"])
+    assert cut == "key [redacted] for the [Axolotl] [x] \x1bc"
+    assert [cut[start:end] for start, end in marks] == ["Axolotl"]
+    assert highlighted(cut, marks, colour=True) == (
+        "key [redacted] for the \x1b[1;33mAxolotl\x1b[0m [x] \\x1bc")
+    assert highlighted(cut, marks, colour=False) == "key [redacted] for the [Axolotl] [x] \\x1bc"
 
 
 def test_entry_text_covers_tool_calls_and_damaged_rows() -> None:

@@ -79,9 +79,18 @@ def has_database(project: Path) -> bool:
     """Whether there is anything to read: reading commands must not create a database.
 
     Anything at the database's path counts (a symlink, a FIFO), so that opening it can
-    refuse it with a reason instead of reporting an empty project.
+    refuse it with a reason instead of reporting an empty project; a ``.nonoka`` that is
+    not nonoka's own directory (a link, a file) is a ``CliError`` saying so.
     """
-    return database_url_from_env() is not None or os.path.lexists(project / DEFAULT_DATABASE)
+    if database_url_from_env() is not None:
+        return True
+    from nonoka.store.statedir import check_state_dir
+
+    try:
+        check_state_dir(project / DEFAULT_DATABASE.parent)
+    except NonokaError as exc:
+        raise CliError(failure_of(exc).message) from None
+    return os.path.lexists(project / DEFAULT_DATABASE)
 
 
 async def find_session(index: SessionIndex, ref: str) -> SessionRecord:

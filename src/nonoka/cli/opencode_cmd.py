@@ -84,6 +84,9 @@ def init_project(project: Path, *, python: str | None = None, model: str | None 
 
 
 def _install_provider(report: InitReport) -> None:
+    from nonoka.errors import WorkspaceError
+    from nonoka.store.statedir import ensure_state_dir
+
     source = shipped_provider_dir()
     files = sorted(p for p in source.glob("*") if p.is_file()) if source.is_dir() else []
     if not any(p.name == "package.json" for p in files):
@@ -96,8 +99,10 @@ def _install_provider(report: InitReport) -> None:
         report.actions.append(f"provider in {shown} is up to date")
         return
     state_dir = target.parent
-    if not state_dir.exists():
-        state_dir.mkdir(mode=0o700)  # the bridge keeps the session database here too
+    try:  # the bridge keeps the session database here too: nonoka's own, never a link
+        ensure_state_dir(state_dir, ignore=False)
+    except WorkspaceError as exc:
+        raise InitError(str(exc)) from None
     # Assemble next to the target, then swap, so OpenCode never loads half a provider.
     staging = Path(tempfile.mkdtemp(prefix=".opencode-provider.", dir=state_dir))
     try:

@@ -153,6 +153,7 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
     from dataclasses import replace
 
     from nonoka.cli.render import ago, clip, print_json, short_id
+    from nonoka.cli.safe_text import highlighted, printable
     from nonoka.ops.model import SearchQuery
     from nonoka.ops.search import search
 
@@ -168,16 +169,14 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
         print_json([h.as_json() for h in hits])
         return
     if not hits:
-        click.echo(f"no matches for {text!r}")
+        click.echo(f"no matches for {printable(repr(text), one_line=True)}")
     for hit in hits:
         where = "title" if hit.position is None else f"#{hit.position} {hit.role}"
         when = ago(hit.last_active) if hit.last_active else ""
-        click.echo(f"{short_id(hit.session_id)}  {where}  {clip(hit.title or '(untitled)', 40)}"
-                   f"  {hit.status}  {when}".rstrip())
-        snippet = hit.snippet
-        if sys.stdout.isatty():
-            snippet = snippet.replace("[", "\x1b[1;33m").replace("]", "\x1b[0m")
-        click.echo(f"    {snippet}")
+        click.echo(printable(f"{short_id(hit.session_id)}  {where}  ", one_line=True)
+                   + clip(hit.title or "(untitled)", 40)
+                   + printable(f"  {hit.status}  {when}".rstrip(), one_line=True))
+        click.echo(f"    {highlighted(hit.snippet, hit.marks, sys.stdout.isatty())}")
         if hit.shared_with:
             click.echo(f"    also in {len(hit.shared_with)} branch"
                        f"{'es' if len(hit.shared_with) > 1 else ''} sharing this entry: "
@@ -191,7 +190,9 @@ def search_command(text: str, status: tuple[str, ...], since: str | None, model:
 @click.argument("refs", nargs=-1, metavar="ID...")
 @click.option("--all", "everything", is_flag=True, help="Export every session.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "markdown"]), default="jsonl",
-              show_default=True, help="jsonl: lossless, for import; markdown: for reading.")
+              show_default=True, help="jsonl: lossless, for import (the stored text, as "
+              "private as the database); markdown: for reading and sharing (credentials "
+              "masked).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file (default: standard output).")
 def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
@@ -199,9 +200,10 @@ def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
     """Export sessions (ids or unambiguous prefixes, or --all).
 
     JSONL keeps everything (snapshot, entries, step updates, events, index row, lineage)
-    and is what `nonoka sessions import` and `nonoka db copy` read. Output is streamed,
-    so a session of any length exports in constant memory. Written to a file, it appears
-    only when complete.
+    as stored, credentials in a message included, and is what `nonoka sessions import`
+    and `nonoka db copy` read. Markdown masks credentials and escapes control
+    characters. Output is streamed, so a session of any length exports in constant
+    memory. Written to a file, it appears only when complete.
     """
     from nonoka.ops.export import export_jsonl, export_markdown
 
@@ -468,8 +470,10 @@ def apply_retention(project: Path) -> None:
     from nonoka.cli.common import can_write
     from nonoka.ops.retention import due
 
-    if not due(project) or not (project / ".nonoka").is_dir() or not can_write(project):
-        return
+    state = project / ".nonoka"
+    if (not due(project) or os.path.islink(state) or not state.is_dir()
+            or not can_write(project)):
+        return  # a linked .nonoka is refused by the command itself, in one line
     from nonoka.errors import NonokaError, failure_of
     from nonoka.ops.retention import maybe_apply
 

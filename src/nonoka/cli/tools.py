@@ -10,8 +10,12 @@ idempotent (crash repair may re-run them), and:
   each call has a time limit (``NONOKA_TOOL_TIMEOUT``, default ``TOOL_TIMEOUT``) and runs
   on a daemon thread, so Ctrl-C and the limit end the turn at once;
 - the project's own ``.nonoka/`` (the database, the provider's id file, the config) is
-  refused; ``.env``-style files can be read, but every value is masked, and every result
-  goes through the one credential redaction (``nonoka.redact``).
+  refused; what a file holds goes through the one credential redaction
+  (``nonoka.redact.FileRedaction``), judged by its name and its content: every value of
+  a settings file (``.env``-style, or only ``NAME=value`` lines) is masked, a key file
+  (``id_rsa``, ``*.key``) is masked whole, and a private key block is masked from its
+  ``BEGIN`` to its ``END`` even when a window starts or ends inside it. ``search_text``
+  matches what ``read_file`` would show, so a masked value cannot be found by guessing.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import TypeVar
 
 from nonoka.cli.confined import OutsideError, open_beneath
 from nonoka.errors import ToolError
-from nonoka.redact import is_env_file, mask_env_line, redact_text
+from nonoka.redact import FileRedaction
 from nonoka.runtime.tools import Tool, make_tool
 
 MAX_LINES = 400
@@ -41,6 +45,9 @@ MAX_FILE_BYTES = 2_000_000
 MAX_SCAN_BYTES = 16 * 1024 * 1024
 """``read_file`` reads no further into a file than this, whatever its window."""
 MAX_FILES_SEARCHED = 5000
+CONTEXT_LINES = 8
+"""Lines around a ``read_file`` window that are redacted with it: a credential written
+over several lines (a ``.netrc`` entry) is recognised at the window's edge."""
 TOOL_TIMEOUT = 30.0
 """Seconds a tool call may take (``NONOKA_TOOL_TIMEOUT`` overrides)."""
 PRIVATE_DIR = ".nonoka"
@@ -172,11 +179,8 @@ def _regular(fd: int, path: str) -> os.stat_result:
     return info
 
 
-def _clean(shown: str, line: str) -> str:
-    """A line of a file as a tool returns it: ``.env`` values and credentials masked."""
-    if is_env_file(shown.rsplit("/", 1)[-1]):
-        line = mask_env_line(line)
-    return redact_text(line)
+def _name(shown: str) -> str:
+    return shown.rsplit("/", 1)[-1]
 
 
 # -- read_file -----------------------------------------------------------------------------
@@ -194,10 +198,16 @@ def _read_file(root: str, path: str, offset: int, limit: int) -> str:
             raise ToolError(f"{path!r} is a binary file")
         handle.seek(0)
         start, count = max(offset, 0), min(max(limit, 1), MAX_LINES)
-        window, total, complete = _window(handle, start, count)
+        redaction = FileRedaction(_name(shown))
+        first = max(0, start - CONTEXT_LINES)
+        around, inside, total, complete = _window(handle, first,
+                                                  start - first + count + CONTEXT_LINES,
+                                                  redaction)
     if total == 0:
         return "[empty file]"
-    body = "\n".join(_clean(shown, line) for line in window)
+    masked = redaction.lines(around, inside=inside)[start - first:][:count]
+    window = [line[:MAX_LINE_CHARS] for line in masked]
+    body = "\n".join(window)
     if start + len(window) < total or not complete:
         of = f"{total}" if complete else f"at least {total} (read stopped at "\
                                          f"{MAX_SCAN_BYTES // (1024 * 1024)} MiB)"
@@ -206,17 +216,25 @@ def _read_file(root: str, path: str, offset: int, limit: int) -> str:
     return body
 
 
-def _window(handle: BufferedReader[FileIO], start: int, count: int) -> tuple[list[str], int, bool]:
-    """The lines ``start .. start + count`` (each clipped), how many lines were seen and
-    whether the whole file was: memory stays bounded by the window, not the file."""
+def _window(handle: BufferedReader[FileIO], start: int, count: int,
+            redaction: FileRedaction) -> tuple[list[str], bool, int, bool]:
+    """The lines ``start .. start + count`` (each clipped to a few thousand characters),
+    whether the first of them starts inside a key block, how many lines were seen and
+    whether the whole file was. Every line is shown to ``redaction`` on the way; memory
+    stays bounded by the window, not the file."""
     piece_size = MAX_LINE_CHARS * 4
     window: list[str] = []
+    inside = False
     number, scanned, current, open_line = 0, 0, b"", False
     while scanned < MAX_SCAN_BYTES:
         piece = handle.readline(piece_size)
         if not piece:
             break
         scanned += len(piece)
+        starts_inside = redaction.see(piece.decode("utf-8", errors="replace"),
+                                      continued=open_line)
+        if number == start and not open_line:
+            inside = starts_inside
         in_window = start <= number < start + count
         if in_window and len(current) < piece_size:
             current += piece
@@ -230,11 +248,11 @@ def _window(handle: BufferedReader[FileIO], start: int, count: int) -> tuple[lis
         if start <= number < start + count:
             window.append(_decoded(current))
         number += 1
-    return window, number, complete
+    return window, inside, number, complete
 
 
 def _decoded(line: bytes) -> str:
-    return line.decode("utf-8", errors="replace").rstrip("\r\n")[:MAX_LINE_CHARS]
+    return line.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
 # -- list_dir ------------------------------------------------------------------------------
@@ -274,8 +292,8 @@ def _search_text(root: str, text: str, path: str, max_results: int, deadline: fl
     matches: list[str] = []
     try:
         for name, file_fd in _files(fd, shown, deadline):
-            for number, line in _matching_lines(file_fd, needle):
-                matches.append(f"{name}:{number}: {_clean(name, line.strip())[:300]}")
+            for number, line in _matching_lines(file_fd, name, needle):
+                matches.append(f"{name}:{number}: {line.strip()[:300]}")
                 if len(matches) >= limit:
                     return "\n".join(matches) + f"\n[stopped at {limit} matches]"
     except _Deadline:
@@ -318,7 +336,9 @@ def _files(fd: int, shown: str, deadline: float) -> Iterator[tuple[str, int]]:
         os.close(fd)
 
 
-def _matching_lines(fd: int, needle: str) -> list[tuple[int, str]]:
+def _matching_lines(fd: int, name: str, needle: str) -> list[tuple[int, str]]:
+    """``(number, line as read_file shows it)`` of the lines holding ``needle`` once
+    masked: a masked value is neither shown nor found."""
     try:
         if os.fstat(fd).st_size > MAX_FILE_BYTES:
             return []
@@ -328,5 +348,11 @@ def _matching_lines(fd: int, needle: str) -> list[tuple[int, str]]:
     if b"\0" in data[:8192]:
         return []
     text = data.decode("utf-8", errors="replace")
-    return [(n, line) for n, line in enumerate(text.splitlines(), 1)
+    if needle not in text.casefold():
+        return []
+    lines = [line.rstrip("\r") for line in text.split("\n")]
+    redaction = FileRedaction(_name(name))
+    for line in lines:
+        redaction.see(line)
+    return [(n, line) for n, line in enumerate(redaction.lines(lines), 1)
             if needle in line.casefold()]

@@ -1,5 +1,11 @@
 """``nonoka sessions export``: sessions as JSONL (lossless) or Markdown (for a person).
 
+JSONL is the backup: it keeps the stored text byte for byte (credentials a message held
+included; the event log was redacted when written), so an import restores exactly what
+was stored, and it is as private as the database. Markdown is for reading and sharing:
+every stored text in it is redacted whole (``nonoka.redact``) and its control characters
+are escaped (``nonoka.ops.printable``), in a file as on a terminal.
+
 Both stream: entries are read in batches and written as they come, so the memory an
 export needs does not grow with the session.
 """
@@ -15,6 +21,8 @@ from typing import Any, TextIO
 from nonoka.ops import jsonl
 from nonoka.ops.backends import backend_for
 from nonoka.ops.model import SessionReader
+from nonoka.ops.printable import printable
+from nonoka.redact import redact_text
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 
@@ -119,7 +127,8 @@ async def _resolve(all_ids: Any, wanted: list[str] | None) -> list[str]:
 
 async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
                           out: TextIO) -> int:
-    """The conversations for a person: tool calls and results folded, usage at the end."""
+    """The conversations for a person: tool calls and results folded, usage at the end;
+    in every stored text credentials are masked and control characters escaped."""
     from nonoka.state.entries import MemoryEntry
 
     backend = backend_for(stores)
@@ -135,9 +144,10 @@ async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
             if n:
                 out.write("\n---\n\n")
             out.write(f"# {_title(record, sid)}\n\n")
-            out.write(f"- session: `{sid}`\n")
+            out.write(f"- session: `{_shown(sid)}`\n")
             if record is not None:
-                out.write(f"- model: {record.model or '-'}\n- status: {record.status}\n"
+                out.write(f"- model: {_shown(record.model or '-')}\n"
+                          f"- status: {_shown(record.status)}\n"
                           f"- created: {_when(record.created_at)}\n"
                           f"- last active: {_when(record.last_active)}\n")
             out.write("\n")
@@ -152,8 +162,14 @@ async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
     return len(ids)
 
 
+def _shown(text: str) -> str:
+    """A stored text as the Markdown shows it: credentials masked, controls escaped."""
+    return printable(redact_text(text))
+
+
 def _title(record: SessionRecord | None, sid: str) -> str:
-    return (record.title if record and record.title else f"Session {sid[:8]}").replace("\n", " ")
+    title = record.title if record and record.title else f"Session {sid[:8]}"
+    return printable(redact_text(title).replace("\n", " "), one_line=True)
 
 
 def _when(at: float) -> str:
@@ -170,14 +186,14 @@ def _fence(text: str) -> str:
 def _entry_markdown(entry: Any) -> str:
     role = entry.role
     if role == "tool":
-        name = entry.metadata.get("tool_name", "tool")
+        name = _shown(str(entry.metadata.get("tool_name", "tool")))
         label = "error" if entry.metadata.get("is_error") else "result"
-        return (f"<details><summary>{label} of {name}</summary>\n\n{_fence(entry.content)}"
-                "\n\n</details>\n\n")
+        return (f"<details><summary>{label} of {name}</summary>\n\n"
+                f"{_fence(_shown(entry.content))}\n\n</details>\n\n")
     parts = [f"## {role.capitalize()}\n\n"]
     if entry.content:
-        parts.append(entry.content.rstrip() + "\n\n")
+        parts.append(_shown(entry.content).rstrip() + "\n\n")
     for call in entry.tool_calls:
-        parts.append(f"<details><summary>tool call: {call.name}</summary>\n\n"
-                     f"{_fence(call.arguments)}\n\n</details>\n\n")
+        parts.append(f"<details><summary>tool call: {_shown(call.name)}</summary>\n\n"
+                     f"{_fence(_shown(call.arguments))}\n\n</details>\n\n")
     return "".join(parts)

@@ -14,12 +14,15 @@
 
 Stored JSON travels as strings, byte for byte, so an export imported anywhere stores the
 very same text. The closing lines make truncation visible: a file without ``end`` is
-incomplete, and ``digest`` catches a changed line.
+incomplete, and ``digest`` catches a changed line. No control character is written raw
+(JSON escapes C0 itself; DEL and C1, which a terminal acts on, are written ``\u009b``),
+so an export printed on a terminal is safe, and still decodes to the very same text.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -29,9 +32,18 @@ MAX_LINE = 64 * 1024 * 1024
 """The longest line an import reads (a 64 MB entry); longer is refused, not read."""
 
 
+_RAW = re.compile("[\x7f-\x9f]")
+"""DEL and the C1 controls, which ``json`` leaves raw (only inside strings, where an
+escape is the same character)."""
+
+
+def _escaped(text: str) -> str:
+    return _RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
-                      sort_keys=True)
+    return _escaped(json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                               allow_nan=False, sort_keys=True))
 
 
 string = encode_basestring
@@ -42,5 +54,5 @@ function, without the encoder's layers)."""
 def entry_lines(rows: list[tuple[int, str]]) -> str:
     """The lines of a batch of entries, written by hand: the hot path of a long export
     (``dumps`` would sort the keys to this same order)."""
-    return "".join([f'{{"entry":{string(text)},"seq":{seq},"type":"entry"}}\n'
-                    for seq, text in rows])
+    return _escaped("".join([f'{{"entry":{string(text)},"seq":{seq},"type":"entry"}}\n'
+                             for seq, text in rows]))

@@ -96,12 +96,14 @@ class SearchHit:
     """The entry's position in the conversation; ``None`` when the title matched."""
     role: str
     snippet: str
-    """Around the first match, matches wrapped in ``[`` and ``]``."""
+    """Around the first match, matches wrapped in ``[`` and ``]``; credentials masked."""
     title: str
     status: str
     last_active: float | None
     shared_with: tuple[str, ...] = ()
     """Branches whose conversations hold this same stored entry (``ops/sharing.py``)."""
+    marks: tuple[tuple[int, int], ...] = ()
+    """Where the matches are in ``snippet`` (inside their brackets), for highlighting."""
 
     def as_json(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "position": self.position, "role": self.role,

@@ -12,6 +12,9 @@ never by the per-turn bridge. Its first step is one ``stat`` of a stamp file
 (``.nonoka/retention.stamp``); only when that is older than a day does it read the
 configuration and prune, then touch the stamp, so the normal path pays microseconds
 (without a ``[retention]`` table nothing is written, the check is one more ``stat``).
+The stamp and the configuration are opened without following links
+(``store/statedir.py``): a committed link cannot make nonoka create or read a file
+elsewhere.
 """
 
 from __future__ import annotations
@@ -37,16 +40,18 @@ class Retention:
 def read_retention(project: Path) -> Retention | None:
     """The project's ``[retention]`` table, or ``None`` when it has none."""
     from nonoka.config import CONFIG_FILE
+    from nonoka.store.statedir import read_private
 
     path = project / CONFIG_FILE
-    if not path.is_file():
-        return None
     import tomllib
 
     from nonoka.ops.prune import TERMINAL, parse_age
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = read_private(path.parent, path.name)
+        if raw is None:
+            return None
+        data = tomllib.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigurationError(f"cannot read {path}: {exc}; fix or remove it") from exc
     table = data.get("retention")
@@ -70,17 +75,26 @@ def read_retention(project: Path) -> Retention | None:
 def due(project: Path, now: float | None = None) -> bool:
     """Whether a day has passed since retention last ran here (one ``stat``)."""
     try:
-        last = os.stat(project / STAMP).st_mtime
+        last = os.stat(project / STAMP, follow_symlinks=False).st_mtime
     except OSError:
         return True
     return (time.time() if now is None else now) - last >= PERIOD
 
 
 def touch(project: Path) -> None:
+    """Mark today's run: the stamp is created or touched in place, never through a link
+    (``WorkspaceError``); without a ``.nonoka/`` nothing is written."""
+    from nonoka.store.statedir import open_private
+
     stamp = project / STAMP
-    if stamp.parent.is_dir():
-        stamp.touch()
-        os.utime(stamp)
+    try:
+        fd = open_private(stamp.parent, stamp.name, os.O_WRONLY | os.O_CREAT)
+    except FileNotFoundError:
+        return
+    try:
+        os.utime(fd)
+    finally:
+        os.close(fd)
 
 
 async def maybe_apply(project: Path, now: float | None = None) -> list[str] | None:

@@ -8,13 +8,18 @@ entries: SQLite answers from its FTS5 index, newest written entry first; Postgre
 from a GIN index, most recently active session first, then latest position; the memory
 engine like PostgreSQL, without an index. An entry a branch shares with the session it
 was forked from is one hit, naming the branches that hold it (``ops/sharing.py``).
+
+Snippets and titles are redacted (``nonoka.redact``) before they are cut, so a
+credential is masked whole even where the window would have cut it: search finds what
+is stored, and shows only what may be shown.
 """
 
 from __future__ import annotations
 
 from nonoka.ops.backends import backend_for
 from nonoka.ops.model import SearchHit, SearchQuery
-from nonoka.ops.text import entry_text, snippet, words
+from nonoka.ops.text import entry_text, marked_snippet, words
+from nonoka.redact import redact_text
 from nonoka.store.project import ProjectStores
 
 
@@ -31,9 +36,10 @@ async def search(stores: ProjectStores, query: SearchQuery) -> list[SearchHit]:
             role, text = "title", hit.text
         else:
             role, text = entry_text(hit.text)
+        cut, marks = marked_snippet(redact_text(text), query_words)
         hits.append(SearchHit(hit.session_id, None if hit.seq < 0 else hit.seq, role,
-                              snippet(text, query_words), hit.title, hit.status,
-                              hit.last_active, hit.shared_with))
+                              cut, redact_text(hit.title), hit.status, hit.last_active,
+                              hit.shared_with, marks))
     return hits
 
 

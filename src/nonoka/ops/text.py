@@ -50,6 +50,13 @@ def document_words(text: str) -> set[str]:
 
 def snippet(text: str, query_words: list[str], width: int = SNIPPET_WIDTH) -> str:
     """A window of ``text`` around the first matching word, matches in ``[...]``."""
+    return marked_snippet(text, query_words, width)[0]
+
+
+def marked_snippet(text: str, query_words: list[str], width: int = SNIPPET_WIDTH
+                   ) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """``snippet`` and where each match is in it (``[start, end)``, inside its brackets):
+    a bracket of the text itself (a ``[redacted]``) is not taken for a match."""
     flat = " ".join(text.split())
     wanted = set(query_words)
     spans = [(m.start(), m.end()) for m in _WORD.finditer(flat)
@@ -57,12 +64,15 @@ def snippet(text: str, query_words: list[str], width: int = SNIPPET_WIDTH) -> st
     first = spans[0][0] if spans else 0
     start = max(0, first - width // 3)
     end = min(len(flat), start + width)
-    out: list[str] = ["..." if start else ""]
+    out = "..." if start else ""
+    marks: list[tuple[int, int]] = []
     at = start
     for s, e in spans:
         if s < start or e > end:
             continue
-        out += [flat[at:s], "[", flat[s:e], "]"]
+        out += flat[at:s] + "["
+        marks.append((len(out), len(out) + e - s))
+        out += flat[s:e] + "]"
         at = e
-    out += [flat[at:end], "..." if end < len(flat) else ""]
-    return "".join(out)
+    out += flat[at:end] + ("..." if end < len(flat) else "")
+    return out, tuple(marks)

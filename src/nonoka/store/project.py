@@ -114,7 +114,8 @@ def open_project_stores(cwd: Path, database_url: str | None = None, *,
     """Open the stores for the project at ``cwd``.
 
     No URL means ``<cwd>/.nonoka/sessions.db`` (``.nonoka/`` is created ``0700`` if
-    missing; the file ``0600``). Relative paths are relative to ``cwd``, not to the
+    missing; the file ``0600``; a ``.nonoka`` that is a link, a file or another user's is
+    a ``WorkspaceError``: ``store/statedir.py``). Relative paths are relative to ``cwd``, not to the
     process's working directory. A URL that names no known engine is a
     ``ConfigurationError`` listing the accepted forms. ``read_only`` opens an existing
     SQLite file for reading only and creates nothing (``store/sqlite/database.py``);
@@ -124,6 +125,9 @@ def open_project_stores(cwd: Path, database_url: str | None = None, *,
     if database_url is None:
         project = Path(os.path.abspath(cwd))
         if read_only:
+            from nonoka.store.statedir import check_state_dir
+
+            check_state_dir(project / DEFAULT_DATABASE.parent)  # a link is refused
             return _open_sqlite(database_target(cwd)[1], ours_only=True, read_only=True,
                                 reuse=reuse)
         _make_private_dir(project)

@@ -212,6 +212,7 @@ class Journal:
 
 
 def title_from(text: str) -> str:
-    """A one-line title from the first user message (80 characters at most)."""
-    line = " ".join(text.split())
+    """A one-line title from the first user message (80 characters at most), redacted
+    before it is cut: a credential the cut would halve is still recognised whole."""
+    line = " ".join(redact_text(text).split())
     return line if len(line) <= 80 else line[:77] + "..."

@@ -11,6 +11,10 @@ Reads go through the stores' own connections (``SQLiteCheckpointStore.transactio
 PostgreSQL store's ``database``), each in one read transaction, and page everything
 that grows: sessions by keyset (no ``OFFSET``), conversation entries and events by
 ``seq``. A 10,000-entry session is never decoded whole to draw its first screen.
+
+What the pages show is redacted here, on the way out (``nonoka.redact``): the
+conversation, the timeline, titles. The database keeps what was stored; the export
+action writes it unchanged (JSON lines are the lossless backup).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from nonoka.errors import ConfigurationError
+from nonoka.redact import redact, redact_text
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.session_state import SessionState
 from nonoka.store.base import decode_entries, decode_session
@@ -276,7 +281,7 @@ class UiData:
         has_prev = more if backwards else cursor is not None
         has_next = True if backwards else more
         return SessionPage(
-            rows=records, total=int(total[0][0]),
+            rows=[_shown_record(r) for r in records], total=int(total[0][0]),
             next_cursor=_encode_cursor(last, query.sort) if has_next and last else None,
             prev_cursor=_encode_cursor(first, query.sort) if has_prev and first else None)
 
@@ -336,9 +341,9 @@ class UiData:
             return None
         found = await self.stores.index.get_session(ref)
         if found is not None:
-            return found
+            return _shown_record(found)
         candidates = await self.stores.index.find_sessions_by_prefix(ref, limit=2)
-        return candidates[0] if len(candidates) == 1 else None
+        return _shown_record(candidates[0]) if len(candidates) == 1 else None
 
     def _record(self, row: Sequence[Any]) -> SessionRecord:
         values = dict(zip(_COLUMNS, row, strict=True))
@@ -376,7 +381,8 @@ class UiData:
             select, ("SELECT entry_count FROM checkpoints WHERE session_id = ?", [session_id]))
         rows = sorted(rows)
         decoded = decode_entries(session_id, [r[1] for r in rows])
-        return EntryPage([EntryRow(int(r[0]), e) for r, e in zip(rows, decoded, strict=True)],
+        return EntryPage([EntryRow(int(r[0]), _shown_entry(e))
+                          for r, e in zip(rows, decoded, strict=True)],
                          int(count[0][0]) if count else 0)
 
     async def events(self, session_id: str, *, after: int = 0,
@@ -393,7 +399,7 @@ class UiData:
                          "ORDER BY seq DESC LIMIT ?", [session_id, limit])
         (rows,) = await self._query(statement)
         return [EventRecord(session_id=session_id, seq=int(seq), at=float(at), kind=kind,
-                            data=json.loads(text))
+                            data=redact(json.loads(text)))
                 for seq, at, kind, text in sorted(rows)]
 
     async def usage(self, session_id: str) -> UsageSummary:
@@ -428,7 +434,7 @@ class UiData:
             if parent is None:
                 break
             seen.add(parent_id)
-            root = parent
+            root = _shown_record(parent)
         node = LineageNode(root, fork_point_of(root))
         await self._grow(node, LINEAGE_DEPTH, {root.session_id})
         return node
@@ -441,7 +447,7 @@ class UiData:
             (f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions WHERE {meta} = ? "
              "ORDER BY created_at, session_id LIMIT ?",
              [node.record.session_id, LINEAGE_BREADTH + 1]))
-        children = [self._record(r) for r in rows]
+        children = [_shown_record(self._record(r)) for r in rows]
         node.more = len(children) > LINEAGE_BREADTH
         for child in children[:LINEAGE_BREADTH]:
             if child.session_id in seen:
@@ -497,6 +503,19 @@ class UiData:
         except KeyError as exc:
             raise NotAvailableError(f"session {session_id} is not stored") from exc
         return out.getvalue().encode()
+
+
+def _shown_record(record: SessionRecord) -> SessionRecord:
+    """An index row as the pages show it: its title redacted (again: it was when written,
+    perhaps before a shape was known)."""
+    return record.model_copy(update={"title": redact_text(record.title)})
+
+
+def _shown_entry(entry: MemoryEntry) -> MemoryEntry:
+    """A conversation entry as the pages show it: its text and tool-call arguments
+    redacted whole."""
+    return entry.model_copy(update={"content": redact_text(entry.content),
+                                    "metadata": redact(entry.metadata)})
 
 
 def _where(clauses: Sequence[str]) -> str:

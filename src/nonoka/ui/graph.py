@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from nonoka.redact import redact_text
 from nonoka.state.session_state import SessionState
 
 NODE_W, NODE_H = 176, 56
@@ -73,7 +74,8 @@ def build(state: SessionState) -> PlanGraph | None:
                 action=f"tool · {step.tool}" if step.tool else "prompt",
                 attempts=failure.attempts if failure else 0,
                 result=_show(result.output) if result else "",
-                error=f"{failure.error_type}: {failure.message}" if failure else "")
+                error=redact_text(f"{failure.error_type}: {failure.message}") if failure
+                else "")
     edges = []
     for step in plan.steps:
         for source in sorted(step.references()):
@@ -93,6 +95,8 @@ def _curve(source: Node, target: Node) -> str:
 
 
 def _show(value: object) -> str:
+    """A step's result as the page shows it: redacted whole, then cut."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
                                                           default=str)
+    text = redact_text(text)
     return text if len(text) <= 2000 else text[:2000] + "…"

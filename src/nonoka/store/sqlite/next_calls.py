@@ -81,9 +81,10 @@ class SQLiteNextCalls:
     def open_existing(cls, path: str) -> SQLiteNextCalls | None:
         """The store for the file at ``path``, or ``None`` when it does not exist, was not
         set up by the SQLite engine (WAL) or lacks migrations. A file a newer nonoka
-        migrated raises ``UnsupportedVersionError``. A symlink is left to the engine,
-        which refuses it."""
-        if os.path.islink(path) or not os.path.isfile(path):
+        migrated raises ``UnsupportedVersionError``. A symlink (the file, or the folder
+        holding it) is left to the engine, which refuses it."""
+        if (os.path.islink(path) or os.path.islink(os.path.dirname(path))
+                or not os.path.isfile(path)):
             return None
         uri = f"file:{quote(os.path.abspath(path))}?mode=rw"  # never creates the file
         # Any thread may close it: the early path leaves the close (which may checkpoint
