@@ -91,7 +91,9 @@ def test_a_stale_provider_copy_is_replaced(tmp_path: Path) -> None:
     assert not (installed / "leftover.js").exists()
     shipped = shipped_provider_dir() / "index.js"
     assert (installed / "index.js").read_bytes() == shipped.read_bytes()
-    assert [p.name for p in (tmp_path / ".nonoka").iterdir() if p.name.startswith(".")] == []
+    # No staging folder is left behind; the folder's own .gitignore stays.
+    assert [p.name for p in (tmp_path / ".nonoka").iterdir()
+            if p.name.startswith(".")] == [".gitignore"]
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -148,3 +150,15 @@ def test_shipped_provider_loads_in_node(tmp_path: Path) -> None:
         pytest.skip("Node.js is not installed")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [["createNonoka"], "v3", "v3"]
+
+
+def test_init_keeps_the_state_folder_out_of_git_at_once(tmp_path: Path) -> None:
+    """Right after ``init`` (before any turn), git ignores everything in ``.nonoka/``."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    init_project(tmp_path, python="/venv/bin/python")
+    ignored = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", "-q", ".nonoka/x"],
+                             check=False)
+    assert ignored.returncode == 0
+    status = subprocess.run(["git", "-C", str(tmp_path), "status", "--porcelain"],
+                            capture_output=True, text=True, check=True).stdout
+    assert ".nonoka" not in status

@@ -100,7 +100,7 @@ def _install_provider(report: InitReport) -> None:
         return
     state_dir = target.parent
     try:  # the bridge keeps the session database here too: nonoka's own, never a link
-        ensure_state_dir(state_dir, ignore=False)
+        ensure_state_dir(state_dir)  # with its .gitignore: nothing of it belongs in git
     except WorkspaceError as exc:
         raise InitError(str(exc)) from None
     # Assemble next to the target, then swap, so OpenCode never loads half a provider.
