@@ -39,7 +39,7 @@ def cli() -> None:
       nonoka run "hello"          one turn with your configured model
       nonoka run -c "and then?"   continue the latest session
       nonoka sessions list        what ran here, newest first
-      nonoka help                 topics: models, database, exit codes...
+      nonoka help                 reference topics: models, database, exit codes
     """
 
 
@@ -147,14 +147,13 @@ def demo(directory: Path | None) -> None:
     raise SystemExit(0 if ok else 1)
 
 
-@cli.command("help", short_help="Read about a topic: models, database, exit codes...")
+@cli.command("help", short_help="Read a reference topic: models, database, exit codes.")
 @click.argument("topic", required=False, metavar="[TOPIC]")
 @click.pass_context
 def help_command(ctx: click.Context, topic: str | None) -> None:
     """Print a topic of nonoka's reference (the list, without TOPIC).
 
-    The same text ships with every installation, so it is there without the
-    repository's docs/.
+    The text ships with every installation: no clone of the repository is needed.
     """
     from nonoka.cli.topics import topic_list, topic_text
 

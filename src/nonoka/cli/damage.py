@@ -5,34 +5,40 @@ seem to work on a file ``nonoka db check`` calls malformed — and a write there
 the damage or fail half way. Before a command writes, the file gets SQLite's
 ``quick_check`` (it reads every page: milliseconds for a few megabytes); a damaged one is
 refused with what to do. Reading commands do not check: they show what they still can.
+The file is opened as the store opens it for reading, so a symlink, a truncated file or
+one from another nonoka is left for the command's own opening to name.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from contextlib import closing
 
 from nonoka.cli.common import CliError, Place
-from nonoka.cli.voice import DAMAGED_CODE, damaged_advice, is_damage
-
-BUSY_TIMEOUT = 5.0
-"""Seconds to wait for a writer that holds the file (the check only reads)."""
+from nonoka.cli.voice import DAMAGED_CODE, damage_words, damaged_advice, is_damage
 
 
 def damage_of(path: str) -> str | None:
-    """What SQLite finds wrong with the file at ``path`` (``None``: sound, or absent)."""
-    if not os.path.isfile(path):
+    """SQLite's words for what is wrong with the database file at ``path``; ``None`` when
+    it is sound, absent, or refused for another reason (a symlink, a truncated file, one
+    that needs a migration: the command's own opening of it says so)."""
+    from nonoka.errors import StoreError
+    from nonoka.store.sqlite.database import open_read_only
+
+    if not os.path.lexists(path):
         return None
     try:
-        with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT)) as db:
-            rows = db.execute("PRAGMA quick_check(3)").fetchall()
+        db = open_read_only(path)  # the store's own checks first, then a read-only look
+    except StoreError as exc:
+        return damage_words(str(exc)) if is_damage(str(exc)) else None
+    try:
+        rows = db.execute("PRAGMA quick_check(3)").fetchall()
     except sqlite3.DatabaseError as exc:
-        if is_damage(str(exc)):
-            return str(exc)
-        return None  # locked, unreadable: the command that opens it says so
-    problems = [str(row[0]) for row in rows if row and row[0] != "ok"]
-    return "; ".join(" ".join(p.split()) for p in problems) or None
+        return damage_words(str(exc)) if is_damage(str(exc)) else None
+    finally:
+        db.close()
+    problems = [" ".join(str(row[0]).split()) for row in rows if row and row[0] != "ok"]
+    return "; ".join(problems) or None
 
 
 def refuse_if_damaged(place: Place) -> None:

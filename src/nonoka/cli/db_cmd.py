@@ -46,9 +46,11 @@ def copy_command(to_url: str, from_url: str | None, directory: Path | None,
     target = Place.here(directory, to_url, option="--to")
 
     async def go() -> Any:
-        async with stores_at(source, reading=False) as given, \
-                stores_at_target(target) as taken:
-            return await copy_database(given, taken)
+        async with stores_at(source) as given:
+            await _reach(source, given)
+            async with stores_at_target(target) as taken:
+                await _reach(target, taken)
+                return await copy_database(given, taken)
 
     report = call(go)
     if as_json:
@@ -68,6 +70,18 @@ def copy_command(to_url: str, from_url: str | None, directory: Path | None,
 
         raise SystemExit(EXIT_BUSY if report.busy and not (report.conflicts or
                                                           report.mismatched) else 1)
+
+
+async def _reach(place: Place, stores: Any) -> None:
+    """Read from the database once, so that one that cannot be reached is blamed on the
+    option (``--from``, ``--to``) or variable that named it."""
+    from nonoka.cli.common import failed_at
+    from nonoka.errors import NonokaError
+
+    try:
+        await stores.index.list_sessions(limit=1)
+    except NonokaError as exc:
+        raise failed_at(place, exc) from None
 
 
 def stores_at_target(place: Place) -> Any:

@@ -155,7 +155,8 @@ async def _branch_or_check(turn: TurnService, session_id: str, at: int | None) -
         try:
             return await fork_session(turn.stores, session_id, at, reason="nonoka run --at")
         except ConfigurationError as exc:
-            raise CliError(str(exc), exit_code=EXIT_USAGE, code="usage_error") from None
+            raise CliError(f"{exc}; `nonoka sessions show {session_id[:8]}` numbers its "
+                           "entries", exit_code=EXIT_USAGE, code="usage_error") from None
     try:
         session = await turn.runner.load_session(session_id)
     except NonokaError:

@@ -67,4 +67,5 @@ async def fork(where: Place | Path, ref: str, at: int | None) -> str:
             return await fork_session(stores, record.session_id, at,
                                       reason="nonoka sessions fork")
         except ConfigurationError as exc:
-            raise CliError(str(exc), exit_code=EXIT_USAGE, code="usage_error") from None
+            raise CliError(f"{exc}; `nonoka sessions show {ref}` numbers its entries",
+                           exit_code=EXIT_USAGE, code="usage_error") from None

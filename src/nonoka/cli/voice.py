@@ -81,7 +81,7 @@ def is_damage(text: str) -> bool:
     return any(word in lowered for word in _DAMAGE_WORDS)
 
 
-def _damage_words(text: str) -> str:
+def damage_words(text: str) -> str:
     """SQLite's own phrase for the damage in ``text`` (a store's message wraps it)."""
     lowered = text.lower()
     for word in _DAMAGE_WORDS:
@@ -129,7 +129,7 @@ def complaint_of(exc: BaseException) -> Complaint | None:
 def _damaged(said: str) -> Complaint:
     found = _WHERE.search(said)
     what = f"the database {found.group(1)}" if found else "the database"
-    return Complaint(damaged_advice(what, _damage_words(said)), EXIT_FAILURE, DAMAGED_CODE)
+    return Complaint(damaged_advice(what, damage_words(said)), EXIT_FAILURE, DAMAGED_CODE)
 
 
 def _usage_line(exc: click.UsageError) -> str:
