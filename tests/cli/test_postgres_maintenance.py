@@ -37,7 +37,7 @@ def test_vacuum_says_what_postgresql_did(on_postgres: Project) -> None:
     done = on_postgres.nonoka("db", "vacuum")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("VACUUM (ANALYZE) done on 7 table(s)"), done.stdout
-    assert "->" not in done.stdout and "freed" not in done.stdout
+    assert "->" not in done.stdout and "B freed)" not in done.stdout  # not a file size
     for table in TABLES:
         assert f"  {table} " in done.stdout
     as_json = json.loads(on_postgres.nonoka("db", "vacuum", "--json").stdout)
@@ -59,3 +59,10 @@ def test_a_copy_blames_the_url_it_was_given(on_postgres: Project) -> None:
     done = on_postgres.nonoka("db", "copy", "--to", "postgresql://127.0.0.1:1/test")
     line = voiced(done, FAILED, "store_error", "--to")
     assert "NONOKA_DATABASE_URL" not in line
+
+
+def test_any_command_blames_db_when_db_named_the_database(project: Project) -> None:
+    for args in (("sessions", "list"), ("sessions", "show", "abc"), ("db", "stats")):
+        line = voiced(project.nonoka(*args, "--db", "postgresql://127.0.0.1:1/test"),
+                      FAILED, "store_error", "--db")
+        assert "NONOKA_DATABASE_URL" not in line

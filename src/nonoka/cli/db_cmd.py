@@ -155,8 +155,9 @@ def vacuum_command(as_json: bool, place: Place) -> None:
         print_json(done.as_json())
     elif done.engine == "postgresql":
         click.echo(f"VACUUM (ANALYZE) done on {len(done.tables)} table(s): dead rows' space "
-                   "is reusable, the planner's statistics are fresh; PostgreSQL keeps the "
-                   f"space for reuse. nonoka's tables now take {size(done.bytes_after)}:")
+                   "is reusable, the planner's statistics are fresh.\nPostgreSQL keeps "
+                   "freed space for reuse (the files do not shrink); nonoka's tables now "
+                   f"take {size(done.bytes_after)}:")
         _print_tables(done.tables)
     else:
         click.echo(f"{size(done.bytes_before)} -> {size(done.bytes_after)} "
@@ -172,7 +173,7 @@ def _print_tables(tables: list[Any]) -> None:
 
 
 @db.command("stats", short_help="Sessions, entries, events, sizes, largest sessions.")
-@click.option("-n", "--limit", "largest", default=10, show_default=True,
+@click.option("-n", "--limit", "largest", default=10, show_default=True, metavar="N",
               type=click.IntRange(min=0), help="List this many of the largest sessions.")
 @click.option("--largest", "largest_old", type=click.IntRange(min=0), hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")

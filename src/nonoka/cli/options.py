@@ -14,7 +14,8 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from nonoka.cli.common import Place
+from nonoka.cli.common import CliError, Place, failed_at
+from nonoka.errors import NonokaError
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -27,12 +28,22 @@ DIR_HELP = "The project directory (default: the current directory)."
 def place_options(command: F) -> F:
     """Add ``--dir DIR`` and ``--db URL``; the command receives ``place: Place``.
 
-    Put it right above the function, so the two options are listed last.
+    Put it right above the function, so the two options are listed last. A store failure
+    the command lets out names ``--db`` rather than ``NONOKA_DATABASE_URL`` when ``--db``
+    chose the database.
     """
     @functools.wraps(command)
     def with_place(*args: Any, directory: Path | None, database: str | None,
                    **kwargs: Any) -> Any:
-        return command(*args, place=Place.here(directory, database), **kwargs)
+        place = Place.here(directory, database)
+        try:
+            return command(*args, place=place, **kwargs)
+        except NonokaError as exc:  # a store failing as it is used: name what chose it
+            raise failed_at(place, exc) from None
+        except CliError as exc:
+            if not place.named_by or place.blame(exc.message) == exc.message:
+                raise
+            raise CliError(place.blame(exc.message), exc.exit_code, exc.code) from None
 
     with_db = click.option("--db", "database", metavar="URL", help=DB_HELP)(with_place)
     return cast(F, click.option("--dir", "directory", metavar="DIR",

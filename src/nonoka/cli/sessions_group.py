@@ -31,7 +31,8 @@ def sessions() -> None:
 
 
 @sessions.command("list", short_help="List sessions, most recently active first.")
-@click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(min=1),
+@click.option("-n", "--limit", default=20, show_default=True, metavar="N",
+              type=click.IntRange(min=1),
               help="Show at most this many sessions.")
 @click.option("--all", "include_titles", is_flag=True,
               help="Include title-generation sessions (hidden by default).")
@@ -67,7 +68,8 @@ def list_command(limit: int, include_titles: bool, tree: bool, as_json: bool,
 
 @sessions.command("show", short_help="Show one session: metadata, timeline, usage.")
 @click.argument("session_id", metavar="ID")
-@click.option("-n", "--limit", default=50, show_default=True, type=click.IntRange(min=1),
+@click.option("-n", "--limit", default=50, show_default=True, metavar="N",
+              type=click.IntRange(min=1),
               help="Show at most this many of the latest timeline events.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the session, its events and the usage summary as JSON.")
@@ -115,7 +117,8 @@ def fork_command(session_id: str, at: int | None, place: Place) -> None:
 @click.option("--model", metavar="MODEL", help="Only sessions of this model.")
 @click.option("--session", "session", metavar="ID", help="Only this session's conversation "
               "(an id or unambiguous prefix; a branch's shared entries included).")
-@click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(min=1),
+@click.option("-n", "--limit", default=20, show_default=True, metavar="N",
+              type=click.IntRange(min=1),
               help="Show at most this many matches.")
 @click.option("--all", "everything", is_flag=True, help="Search title-generation sessions "
               "too.")

@@ -142,13 +142,17 @@ def _usage_line(exc: click.UsageError) -> str:
 
 
 def say(complaint: Complaint, *, as_json: bool) -> None:
-    """Print the complaint: one red line on stderr (and the JSON object on stdout)."""
-    from nonoka.cli.safe_text import shown
+    """Print the complaint: one red line on stderr (and the JSON object on stdout), with
+    credentials masked and, on the terminal, control characters escaped."""
+    from dataclasses import replace
 
-    line = shown(" ".join(complaint.message.split()), one_line=True)
+    from nonoka.cli.safe_text import shown
+    from nonoka.redact import redact_text
+
+    said = redact_text(" ".join(complaint.message.split()))
     if as_json:
-        click.echo(json.dumps(complaint.as_json(), ensure_ascii=False))
-    click.secho(f"nonoka: {line}", fg="red", err=True)
+        click.echo(json.dumps(replace(complaint, message=said).as_json(), ensure_ascii=False))
+    click.secho(f"nonoka: {shown(said, one_line=True)}", fg="red", err=True)
     for detail in complaint.details:
         click.echo(f"  {shown(detail, one_line=True)}", err=True)
 
@@ -176,6 +180,8 @@ class VoicedGroup(click.Group):
             exc.show()  # a bare group: its help, as click shows it
             sys.exit(exc.exit_code)
         except (KeyboardInterrupt, click.Abort, EOFError):
+            if sys.stdout.isatty():
+                click.echo(err=True)  # past a half-written answer line
             say(Complaint("interrupted; what was done so far is kept", EXIT_INTERRUPTED,
                           "interrupted"), as_json=as_json)
             sys.exit(EXIT_INTERRUPTED)
