@@ -37,6 +37,12 @@ def test_demo_passes_every_check_and_shows_the_recovery(tmp_path: Path) -> None:
     assert done.stderr == ""
     assert (tmp_path / "demo" / ".nonoka" / "sessions.db").is_file()
     assert elapsed < 30
+    # The closing hint is a command a shell runs even when the virtualenv is not on PATH.
+    hint = out.split("Look around: cd ", 1)[1].split("\n", 1)[0]
+    where, command = hint.split(" && ", 1)
+    listed = subprocess.run(command, shell=True, cwd=where, capture_output=True, text=True,
+                            timeout=60, check=False, env={**env, "PATH": "/usr/bin:/bin"})
+    assert listed.returncode == 0 and "What's the weather" in listed.stdout, (command, listed)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "nonoka")

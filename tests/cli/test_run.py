@@ -153,7 +153,8 @@ def test_a_model_failure_exits_1_and_is_in_the_timeline(project: Project,
     done = project.nonoka("run", "--json", "hi")
     assert done.returncode == 1
     result = json.loads(done.stdout)
-    assert result["finish"] == "error" and "400" in result["error"]
+    assert result["finish"] == "error" and result["error"]["code"] == "model_error"
+    assert "400" in result["error"]["message"]
     assert kinds(project.events(result["session_id"]))[-2:] == ["error", "finish"]
     [record] = project.records()
     assert record.status == "failed"

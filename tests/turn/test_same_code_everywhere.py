@@ -61,10 +61,11 @@ def masked(message: str) -> str:
     return re.sub(r"\d+\.\d+ s", "N s", message)
 
 
-def run_error(project: Project, sid: str) -> tuple[dict[str, Any], str]:
-    """The last ``error`` in ``sid``'s timeline after ``nonoka run --session``, and stderr."""
+def run_error(project: Project, sid: str, exit_code: int = 1) -> tuple[dict[str, Any], str]:
+    """The last ``error`` in ``sid``'s timeline after ``nonoka run --session``, and stderr
+    (``exit_code``: 75 for an error worth retrying later)."""
     done = project.nonoka("run", "--session", sid, "next")
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == exit_code, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     errors = [e.data for e in project.events(sid) if e.kind == "error"]
     assert errors, "nonoka run logged no error"
@@ -103,7 +104,7 @@ def test_a_busy_session_is_session_busy_on_every_path(
 
     asyncio.run(hold())
     sent = bridge_error(bridge, chat(history, session_id=sid))
-    logged, stderr = run_error(project, sid)
+    logged, stderr = run_error(project, sid, exit_code=75)
     assert sent["code"] == logged["code"] == "session_busy"
     assert sent["retryable"] is True
     assert masked(sent["message"]) == masked(logged["message"])  # the lease's time left

@@ -1,49 +1,103 @@
-"""What the human commands share: the project's stores, session look-up, clean failures."""
+"""What the human commands share: where the database is, session look-up, clean failures."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from nonoka.errors import NonokaError, failure_of
-from nonoka.store.project import DEFAULT_DATABASE, ProjectStores, database_url_from_env
+from nonoka.errors import NonokaError
+from nonoka.store.project import (
+    DEFAULT_DATABASE,
+    ENV_VAR,
+    ProjectStores,
+    database_url_from_env,
+)
 from nonoka.store.records import SessionIndex, SessionRecord
 
 
 class CliError(Exception):
-    """A failure to report in one line (no traceback) with the command's exit code."""
+    """A failure to report in one line (no traceback): ``message`` says what happened and
+    what to do; ``exit_code`` and ``code`` (for ``--json``) say what kind it was."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = 1, code: str = "failed") -> None:
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
+        self.code = code
 
 
 class AmbiguousSessionError(CliError):
     """A prefix matches several sessions; ``candidates`` are shown so people can pick."""
 
     def __init__(self, prefix: str, candidates: list[SessionRecord]) -> None:
-        super().__init__(f"{prefix!r} matches {len(candidates)} sessions; "
-                         "give more of the id")
+        super().__init__(f"{prefix!r} matches {len(candidates)} sessions; give more of the "
+                         "id (the sessions it matches are below)", code="ambiguous_session")
         self.candidates = candidates
 
+    def lines(self) -> list[str]:
+        from nonoka.cli.render import ago, clip
 
-def open_stores(project: Path) -> ProjectStores:
-    """The project's stores, as the bridge opens them (``NONOKA_DATABASE_URL`` honoured).
+        return [f"{r.session_id}  {clip(r.title or '(untitled)', 40)}  ({ago(r.last_active)})"
+                for r in self.candidates]
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a command works: the project directory and the database URL (``None``: the
+    project's own ``.nonoka/sessions.db``). ``--dir`` and ``--db`` choose them; without
+    them, the current directory and ``NONOKA_DATABASE_URL``."""
+
+    project: Path
+    url: str | None = None
+    named_by: str = ""
+    """The option that named ``url`` (``--db``, ``--to``...), if one did."""
+
+    @classmethod
+    def of(cls, where: Place | Path) -> Place:
+        """A ``Place``; a bare path is that project with the environment's database."""
+        return where if isinstance(where, Place) else cls(where, database_url_from_env())
+
+    @classmethod
+    def here(cls, directory: Path | None = None, url: str | None = None,
+             option: str = "--db") -> Place:
+        """The place ``--dir`` and ``--db`` (or ``option``) name; either may be absent."""
+        project = Path(os.path.abspath(directory if directory is not None else Path.cwd()))
+        given = (url or "").strip()
+        if given:
+            return cls(project, given, option)
+        return cls(project, database_url_from_env())
+
+    def blame(self, message: str) -> str:
+        """A store's message naming the option that chose the database, when one did,
+        rather than the environment variable."""
+        return message.replace(ENV_VAR, self.named_by) if self.named_by else message
+
+
+def open_stores(where: Place | Path) -> ProjectStores:
+    """The project's stores, as the bridge opens them (the place's database URL).
 
     A database that cannot be opened (truncated, from a newer nonoka, read-only, a full
     disk) or a ``.nonoka/`` that cannot be made is a ``CliError`` that says what to do,
     not a traceback.
     """
-    from nonoka.turn.project import open_stores as open_project
+    from nonoka.errors import WorkspaceError
+    from nonoka.store.project import open_project_stores
 
+    place = Place.of(where)
     try:
-        return open_project(project)
+        try:
+            return open_project_stores(place.project, place.url)
+        except OSError as exc:
+            raise WorkspaceError(
+                f"cannot create {place.project / '.nonoka'}: {exc.strerror or exc}; make the "
+                f"workspace writable for this user, or point --db (or {ENV_VAR}) at a "
+                "writable place") from None
     except NonokaError as exc:
-        raise CliError(failure_of(exc).message) from None
+        raise failed_at(place, exc) from None
 
 
-def open_for_reading(project: Path, url: str | None = None) -> ProjectStores:
+def open_for_reading(where: Place | Path, url: str | None = None) -> ProjectStores:
     """The project's stores for a command that only reads (list, show, search, export,
     ``db check``/``stats``): a SQLite file this process cannot write (a read-only
     ``.nonoka/``, file or mount) is opened read-only, creating and migrating nothing;
@@ -51,54 +105,75 @@ def open_for_reading(project: Path, url: str | None = None) -> ProjectStores:
     from nonoka.store.project import database_target, open_project_stores
     from nonoka.store.sqlite.database import writable
 
-    chosen = url if url is not None else database_url_from_env()
+    place = Place.of(where)
+    if url is not None:
+        place = Place(place.project, url)
     try:
-        engine, target = database_target(project, chosen)
+        engine, target = database_target(place.project, place.url)
         if engine != "sqlite" or writable(target):
-            if url is None:
-                return open_stores(project)
-            return open_project_stores(project, url)
-        return open_project_stores(project, chosen, read_only=True)
+            return open_stores(place)
+        return open_project_stores(place.project, place.url, read_only=True)
     except NonokaError as exc:
-        raise CliError(failure_of(exc).message) from None
+        raise failed_at(place, exc) from None
 
 
-def can_write(project: Path) -> bool:
+def failed_at(place: Place, exc: NonokaError) -> CliError:
+    """A store failure at ``place`` in the command's voice, naming what chose the database."""
+    from nonoka.cli.voice import complaint_of
+
+    complaint = complaint_of(exc)
+    assert complaint is not None
+    return CliError(place.blame(complaint.message), complaint.exit_code, complaint.code)
+
+
+def can_write(where: Place | Path) -> bool:
     """Whether the project's database (when it is a SQLite file) may be written here."""
     from nonoka.store.project import database_target
     from nonoka.store.sqlite.database import writable
 
+    place = Place.of(where)
     try:
-        engine, target = database_target(project, database_url_from_env())
+        engine, target = database_target(place.project, place.url)
     except NonokaError:
         return True  # let the command that opens it say what is wrong
     return engine != "sqlite" or writable(target)
 
 
-def has_database(project: Path) -> bool:
+def has_database(where: Place | Path) -> bool:
     """Whether there is anything to read: reading commands must not create a database.
 
     Anything at the database's path counts (a symlink, a FIFO), so that opening it can
     refuse it with a reason instead of reporting an empty project; a ``.nonoka`` that is
     not nonoka's own directory (a link, a file) is a ``CliError`` saying so.
     """
-    if database_url_from_env() is not None:
+    place = Place.of(where)
+    if place.url is not None:
         return True
     from nonoka.store.statedir import check_state_dir
 
     try:
-        check_state_dir(project / DEFAULT_DATABASE.parent)
+        check_state_dir(place.project / DEFAULT_DATABASE.parent)
     except NonokaError as exc:
+        from nonoka.errors import failure_of
+
         raise CliError(failure_of(exc).message) from None
-    return os.path.lexists(project / DEFAULT_DATABASE)
+    return os.path.lexists(place.project / DEFAULT_DATABASE)
+
+
+def no_database(where: Place | Path) -> CliError:
+    """The failure of a command that needs sessions where there is no database."""
+    place = Place.of(where)
+    return CliError(f"there are no sessions in {place.project} yet (no {DEFAULT_DATABASE}); "
+                    "start one with: nonoka run \"hello\" (or name another database with "
+                    f"--db, or the project with --dir)", code="no_database")
 
 
 async def find_session(index: SessionIndex, ref: str) -> SessionRecord:
     """The session whose id is ``ref`` or starts with it; ``CliError`` when none or several."""
     ref = ref.strip()
     if not ref:
-        raise CliError("give a session id (or the start of one); `nonoka sessions list` "
-                       "shows them")
+        raise CliError("the session id is empty; give a session id (or the start of one): "
+                       "`nonoka sessions list` shows them", exit_code=2, code="usage_error")
     candidates = await index.find_sessions_by_prefix(ref, limit=21)
     for record in candidates:
         if record.session_id == ref:
@@ -107,5 +182,6 @@ async def find_session(index: SessionIndex, ref: str) -> SessionRecord:
         return candidates[0]
     if not candidates:
         raise CliError(f"no session id starts with {ref!r} in this project; "
-                       "`nonoka sessions list --all` shows them")
+                       "`nonoka sessions list -n 100` shows the latest ones",
+                       code="not_found")
     raise AmbiguousSessionError(ref, candidates)

@@ -153,8 +153,24 @@ async def _demo(project: Path, say: Callable[[str], None]) -> bool:
                         + "; ".join(checks.failed), fg="red", bold=True))
         return False
     say(click.style(f"\ndemo OK: all {checks.passed} checks held ({elapsed:.1f} s). "
-                    f"Look around: cd {project} && nonoka sessions list", fg="green"))
+                    f"Look around: cd {project} && {this_command()} sessions list", fg="green"))
     return True
+
+
+def this_command() -> str:
+    """How to run this installation's ``nonoka`` from a shell: ``nonoka`` when that is
+    what PATH finds, else the script beside this Python (a virtualenv not activated),
+    else ``python -m nonoka``."""
+    import shlex
+    import shutil
+
+    script = Path(sys.executable).parent / "nonoka"
+    found = shutil.which("nonoka")
+    if found is not None and script.is_file() and os.path.samefile(found, script):
+        return "nonoka"
+    if script.is_file():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m nonoka"
 
 
 def _project(directory: Path | None) -> Path:
@@ -284,7 +300,7 @@ async def _show(project: Path, session_id: str, checks: Checks,
 
     say("\n$ nonoka sessions list")
     sys.stdout.flush()
-    records = await list_sessions(project)
+    records = [record for record, _ in await list_sessions(project)]
     print_sessions(records)
     top = records[0] if records else None
     checks(top is not None and top.session_id == session_id and top.turn_count == 4

@@ -72,7 +72,8 @@ def init_project(project: Path, *, python: str | None = None, model: str | None 
     """
     project = project.resolve()
     if not project.is_dir():
-        raise InitError(f"{project} is not a directory")
+        raise InitError(f"{project} is not a directory; create it first, or name another "
+                        "project with --dir")
     report = InitReport(config_path=project / CONFIG_FILE, provider_dir=project / INSTALL_DIR)
     _install_provider(report)
     _merge_config(report, python=python, model=model, make_default=make_default)
@@ -199,7 +200,8 @@ def _read_config(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise InitError(f"cannot read {path}: {exc}") from exc
+        raise InitError(f"cannot read {path}: {exc}; make it readable, or move it aside "
+                        "and re-run") from exc
     except json.JSONDecodeError as exc:
         raise InitError(f"{path} is not plain JSON ({exc.msg} at line {exc.lineno}); nonoka "
                         "merges only into plain JSON, so fix it (comments belong in "
@@ -246,15 +248,16 @@ def _suggest(report: InitReport, project: Path, model: str | None) -> None:
 # -- the commands ------------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             short_help="Use nonoka as OpenCode's model provider.")
 def opencode() -> None:
     """Use nonoka as OpenCode's model provider."""
 
 
-@opencode.command()
+@opencode.command(short_help="Set this project up so OpenCode runs its steps via nonoka.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("."), show_default="the current directory",
-              help="The project to set up.")
+              default=Path("."), metavar="DIR",
+              help="The project directory (default: the current directory).")
 @click.option("--model", metavar="PROVIDER:MODEL",
               help="nonoka's model for nonoka/default, e.g. openai:gpt-4o-mini (default: "
                    "NONOKA_MODEL or .nonoka/config.toml when OpenCode runs).")
@@ -265,13 +268,16 @@ def init(directory: Path, model: str | None, make_default: bool | None) -> None:
 
     Copies the bundled provider into .nonoka/opencode-provider/ and merges a provider
     block "nonoka" (model nonoka/default) into opencode.json, with the bridge command
-    set to this Python's nonoka. Safe to re-run: other settings are kept.
+    set to this Python's nonoka. Safe to re-run: other settings are kept. The bridge
+    keeps sessions in .nonoka/sessions.db, or where NONOKA_DATABASE_URL says (set it in
+    the provider's env option to choose another database).
     """
+    from nonoka.cli.common import CliError
+
     try:
         report = init_project(directory, model=model, make_default=make_default)
     except InitError as exc:
-        click.secho(f"nonoka: {exc}", fg="red", err=True)
-        raise SystemExit(1) from None
+        raise CliError(str(exc), code="init_refused") from None
     for line in report.actions:
         click.echo(f"  {line}")
     if report.next_steps:

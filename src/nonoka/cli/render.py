@@ -28,6 +28,7 @@ from nonoka.events import (
 )
 from nonoka.redact import redact
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+from nonoka.turn.status import LiveStatus
 
 SHORT_ID = 8
 TITLE_WIDTH = 48
@@ -103,7 +104,8 @@ def clock(timestamp: float, now: float | None = None) -> str:
 LIST_COLUMNS = ("ID", "TITLE", "STATUS", "TURNS", "TOKENS", "COST", "LAST ACTIVE")
 _RIGHT = {"TURNS", "TOKENS", "COST"}
 STATUS_STYLES = {"completed": "green", "failed": "red", "running": "yellow",
-                 "paused": "cyan", "cancelled": "magenta", "created": "dim"}
+                 "paused": "cyan", "cancelled": "magenta", "created": "dim",
+                 "interrupted": "bold yellow"}
 
 
 def session_row(record: SessionRecord, now: float | None = None) -> tuple[str, ...]:
@@ -205,9 +207,12 @@ class SessionDetail:
     usage: UsageSummary
     branches: list[str] = field(default_factory=list)
     """The sessions forked from this one, oldest first."""
+    live: LiveStatus | None = None
+    """What the session is doing now (``record.status`` shows its status already)."""
 
     def as_json(self) -> dict[str, Any]:
-        return {"session": self.record.model_dump(mode="json"),
+        holder = self.live.as_json() if self.live is not None else None
+        return {"session": {**self.record.model_dump(mode="json"), "holder": holder},
                 "lineage": {**lineage_fields(self.record), "branches": self.branches},
                 "events": [e.model_dump(mode="json") for e in self.events],
                 "usage": self.usage.model_dump(mode="json")}
@@ -305,8 +310,13 @@ def _timeline(events: Sequence[EventRecord], now: float | None) -> list[tuple[st
 
 def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]:
     record = detail.record
+    status = record.status
+    if detail.live is not None and detail.live.holder:
+        status += f" ({detail.live.holder})"
+    elif status == "interrupted":
+        status += " (its process ended mid-turn; the next turn repairs it)"
     rows = [("session", record.session_id), ("title", record.title or "(untitled)"),
-            ("status", record.status), ("model", record.model or "-"),
+            ("status", status), ("model", record.model or "-"),
             ("created", f"{clock(record.created_at, now)} ({ago(record.created_at, now)})"),
             ("last active", f"{clock(record.last_active, now)} ({ago(record.last_active, now)})"),
             ("turns", f"{record.turn_count} ({record.message_count} messages stored)"),
@@ -363,7 +373,8 @@ def _rich_detail(meta: list[tuple[str, str]], heading: str,
     grid.add_column(style="bold")
     grid.add_column()
     for name, value in meta:
-        grid.add_row(name, Text(value, style=STATUS_STYLES.get(value, "")))
+        style = STATUS_STYLES.get(value.split(" (")[0], "") if name == "status" else ""
+        grid.add_row(name, Text(value, style=style))
     console.print(grid)
     console.print(Text("\n" + heading, style="bold"))
     table = Table(box=None, show_header=False, pad_edge=False)

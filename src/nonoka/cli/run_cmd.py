@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nonoka.cli.common import CliError, find_session
+from nonoka.cli.common import CliError, Place, find_session, open_stores
+from nonoka.cli.damage import refuse_if_damaged
 from nonoka.cli.tools import builtin_tools
-from nonoka.errors import ConfigurationError, NonokaError, failure_of
+from nonoka.cli.voice import EXIT_BUSY, EXIT_FAILURE, EXIT_USAGE
+from nonoka.errors import ConfigurationError, Failure, NonokaError
 from nonoka.events import EventSink, emit
 from nonoka.llm.base import ChatModel
 from nonoka.protocol.frames import Purpose, conversation_key
@@ -25,8 +27,12 @@ from nonoka.runtime.agent import Agent
 from nonoka.state.messages import Message
 from nonoka.state.session_state import SessionStatus
 from nonoka.turn.journal import TurnUsage, title_from
-from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_LIMIT
-from nonoka.turn.project import configured
+from nonoka.turn.outcome import (
+    FINISH_CANCELLED,
+    FINISH_LIMIT,
+    FINISH_STOP,
+    FINISH_TOOL_CALLS,
+)
 from nonoka.turn.service import Opening, SessionOpened, TurnEvent, TurnInput, TurnService
 
 SYSTEM_PROMPT = (
@@ -42,6 +48,19 @@ _STORE_CODES = frozenset({"store_error", "session_corrupt", "session_conflict",
 or change a row the failed turn must leave alone)."""
 
 
+@dataclass(frozen=True)
+class TurnError:
+    """How a turn that ran went wrong: the one line ``nonoka run`` prints, its code for
+    ``--json`` and the exit code."""
+
+    code: str
+    message: str
+    exit_code: int = EXIT_FAILURE
+
+    def as_json(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
 @dataclass
 class TurnOutcome:
     """What ``nonoka run`` reports: the session, the answer, the turn's usage, how it ended."""
@@ -51,23 +70,34 @@ class TurnOutcome:
     output: str
     finish: str
     usage: TurnUsage = field(default_factory=TurnUsage)
-    error: str | None = None
+    error: TurnError | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "new_session": self.new_session,
                 "output": self.output, "usage": self.usage.as_dict(), "finish": self.finish,
-                "error": self.error}
+                "error": self.error.as_json() if self.error is not None else None}
 
 
 def model_for(project: Path, explicit: str | None) -> ChatModel:
     """The model to run, or a ``CliError`` (exit 2) that says how to configure one."""
+    from nonoka.config import RUN_ASK, configured_model
+    from nonoka.llm import resolve_model
+    from nonoka.llm.wire import provider_choices
+
     try:
-        return configured(project, explicit)
+        return resolve_model(configured_model(project, explicit, ask=RUN_ASK,
+                                              providers=provider_choices()))
     except ConfigurationError as exc:
-        raise CliError(str(exc), exit_code=2) from None
+        raise CliError(_see_run_help(str(exc)), exit_code=EXIT_USAGE,
+                       code="model_not_configured") from None
 
 
-async def run_turn(project: Path, message: str, model: ChatModel, *,
+def _see_run_help(message: str) -> str:
+    return message if "nonoka help models" in message else (
+        f"{message}; `nonoka help models` lists the providers and their variables")
+
+
+async def run_turn(where: Place | Path, message: str, model: ChatModel, *,
                    session_ref: str | None = None, continue_latest: bool = False,
                    at: int | None = None,
                    on_event: EventSink | None = None) -> TurnOutcome:
@@ -75,20 +105,21 @@ async def run_turn(project: Path, message: str, model: ChatModel, *,
     ``session_ref`` (an id or an unambiguous prefix); ``on_event`` sees the run's events.
 
     ``at`` runs the turn in a branch of that session holding its first ``at`` entries.
+    A damaged database is refused before anything is written to it.
     """
-    try:
-        turn = TurnService.open(project, title=title_from(message), metadata={
-            "conversation_key": conversation_key([Message(role="user",
-                                                                 content=message)]),
-            "purpose": Purpose.CHAT, "cwd": str(project), "source": "nonoka run"})
-    except NonokaError as exc:
-        raise CliError(failure_of(exc).message) from None
+    place = Place.of(where)
+    project = place.project
+    refuse_if_damaged(place)
+    turn = TurnService(open_stores(place), title=title_from(message), metadata={
+        "conversation_key": conversation_key([Message(role="user", content=message)]),
+        "purpose": Purpose.CHAT, "cwd": str(project), "source": "nonoka run"})
     try:
         session_id = await _pick(turn, session_ref, continue_latest)
         if session_id is not None:
             session_id = await _branch_or_check(turn, session_id, at)
         elif at is not None:
-            raise CliError("--at needs the session to branch: --session ID or -c")
+            raise CliError("--at needs the session to branch; add --session ID or -c",
+                           exit_code=EXIT_USAGE, code="usage_error")
         return await _run(turn, project, message, model, session_id, on_event)
     finally:
         await turn.close()
@@ -110,7 +141,7 @@ async def _pick(turn: TurnService, ref: str | None, latest: bool) -> str | None:
         recent = await turn.index.list_sessions(limit=1)
         if not recent:
             raise CliError("there is no session to continue in this project yet; start one "
-                           "with: nonoka run \"your message\"")
+                           "with: nonoka run \"your message\"", code="not_found")
         return recent[0].session_id
     return None
 
@@ -122,7 +153,8 @@ async def _branch_or_check(turn: TurnService, session_id: str, at: int | None) -
         try:
             return await turn.fork(session_id, at, reason="nonoka run --at")
         except ConfigurationError as exc:
-            raise CliError(str(exc)) from None
+            raise CliError(f"{exc}; `nonoka sessions show {session_id[:8]}` numbers its "
+                           "entries", exit_code=EXIT_USAGE, code="usage_error") from None
     try:
         session = await turn.load(session_id)
     except NonokaError:
@@ -135,7 +167,8 @@ async def _branch_or_check(turn: TurnService, session_id: str, at: int | None) -
             raise CliError(
                 f"session {short} is waiting for the results of tool calls its host made "
                 f"({names}); continue it from that host (e.g. OpenCode), or branch it before "
-                f"those calls: nonoka run --session {short} --at {index} \"...\"")
+                f"those calls: nonoka run --session {short} --at {index} \"...\"",
+                code="session_waiting")
     return session_id
 
 
@@ -162,14 +195,51 @@ async def _run(turn: TurnService, project: Path, message: str, model: ChatModel,
                       refresh=not failed_store)
     sid = outcome.session_id
     if result is None:  # the turn raised: one line, no traceback
-        failure = outcome.failure
-        message = failure.message if failure is not None else "the turn failed"
-        raise CliError(f"{message} (session {sid})" if sid else message)
-    error = None
+        failure = outcome.failure or Failure("failed", "the turn failed")
+        raised = _turn_error(failure, model.name, sid)
+        raise CliError(raised.message, raised.exit_code, raised.code)
+    error: TurnError | None = None
     if outcome.failure is not None:
-        error = outcome.failure.message
+        error = _turn_error(outcome.failure, model.name, sid)
     elif reason == FINISH_LIMIT and result.termination is not None:
-        error = f"stopped by a limit: {result.termination.detail or result.termination.limit}"
+        limit = result.termination.detail or result.termination.limit
+        error = TurnError("limit", f"the turn was stopped by a limit: {limit}; continue with: "
+                          f"nonoka run --session {result.session_id[:8]} ... (the session "
+                          "keeps what it spent)")
+    elif reason not in (FINISH_STOP, FINISH_TOOL_CALLS):
+        error = TurnError(reason, f"the turn ended with {reason!r}; nonoka sessions show "
+                          f"{result.session_id[:8]} has its timeline")
     output = result.output if isinstance(result.output, str) else ""
     return TurnOutcome(session_id=result.session_id, new_session=outcome.new, output=output,
                        finish=reason, usage=outcome.usage, error=error)
+
+
+def _turn_error(failure: Failure, spec: str, sid: str | None) -> TurnError:
+    """The failure of a turn in ``nonoka run``'s voice: what to check, by its kind."""
+    from nonoka.cli.voice import complaint_of
+    from nonoka.errors import StoreError
+
+    where = f" (session {sid[:8]})" if sid else ""
+    if failure.code == "model_error":
+        from nonoka.llm.wire import provider_advice
+
+        status = _http_status(failure.message)
+        advice = ("try again in a while" if failure.retryable and status is None
+                  else provider_advice(spec, status))
+        again = f"; then continue with: nonoka run --session {sid[:8]} ..." if sid else ""
+        return TurnError(failure.code, f"{failure.message.rstrip('. ')}{where}; {advice}"
+                         f"{again}", EXIT_BUSY if failure.retryable else EXIT_FAILURE)
+    if failure.code in _STORE_CODES:
+        complaint = complaint_of(StoreError(failure.message, retryable=failure.retryable))
+        if complaint is not None and complaint.code == "database_damaged":
+            return TurnError(complaint.code, complaint.message, complaint.exit_code)
+    return TurnError(failure.code, f"{failure.message}{where}",
+                     EXIT_BUSY if failure.retryable else EXIT_FAILURE)
+
+
+def _http_status(message: str) -> int | None:
+    """The HTTP status a model error names (``... failed HTTP 401: ...``), if any."""
+    import re
+
+    found = re.search(r"\bHTTP (\d{3})\b", message)
+    return int(found.group(1)) if found else None

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
-from pathlib import Path
 
 import click
+
+from nonoka.cli.common import Place
+from nonoka.cli.options import place_options
 
 DEFAULT_PORT = 8377
 
@@ -33,7 +35,7 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-@click.command()
+@click.command(short_help="Browse this project's sessions in a web browser.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on (0 picks a free one).")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -43,28 +45,25 @@ def _say(text: str) -> None:
 @click.option("--allow-actions", is_flag=True,
               help="Allow cancelling (and, when available, forking and exporting) sessions "
                    "from the page. Off by default: the page only reads.")
-def ui(port: int, host: str, open_browser: bool, allow_actions: bool) -> None:
+@place_options
+def ui(port: int, host: str, open_browser: bool, allow_actions: bool, place: Place) -> None:
     """Browse this project's sessions in a web browser.
 
-    Serves the sessions of the project's database (.nonoka/sessions.db, or
+    Serves the sessions of the project's database (.nonoka/sessions.db, or --db, or
     NONOKA_DATABASE_URL) on 127.0.0.1 and prints the address, which carries a random
     access token; requests without it are refused. Pages follow a running session
     live. Needs the ui extra: in your nonoka clone, pip install '.[ui]'.
     """
-    from nonoka.cli.common import CliError, has_database
+    from nonoka.cli.common import CliError, failed_at, has_database, no_database
     from nonoka.errors import NonokaError
-    from nonoka.store.project import database_url_from_env
 
     missing = missing_extra()
     if missing:
-        raise click.ClickException(f"nonoka ui needs the web extra ({missing} is not "
-                                   "installed): in your nonoka clone, run pip install "
-                                   "'.[ui]' (the package index's 'nonoka' is an unrelated "
-                                   "project)")
-    project = Path.cwd()
-    if not has_database(project):
-        raise click.ClickException(f"there are no sessions in {project} yet (no "
-                                   ".nonoka/sessions.db); run `nonoka run \"hello\"` first")
+        raise CliError(f"nonoka ui needs the ui extra ({missing} is not installed); in your "
+                       "nonoka clone, run: pip install '.[ui]' (the package index's 'nonoka' "
+                       "is an unrelated project)", code="missing_extra")
+    if not has_database(place):
+        raise no_database(place)
     from nonoka.ui.server import is_loopback, serve
 
     if not is_loopback(host):
@@ -72,13 +71,13 @@ def ui(port: int, host: str, open_browser: bool, allow_actions: bool) -> None:
                     "anyone with the printed address can read every session", fg="yellow",
                     err=True)
     try:
-        asyncio.run(serve(project, database_url_from_env(), host=host, port=port,
+        asyncio.run(serve(place.project, place.url, host=host, port=port,
                           allow_actions=allow_actions, open_browser=open_browser,
                           say=_say))
     except KeyboardInterrupt:
         pass
+    except NonokaError as exc:
+        raise failed_at(place, exc) from None
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-                                   "pick another port with --port (0 picks a free one)") from None
-    except (CliError, NonokaError) as exc:
-        raise click.ClickException(str(getattr(exc, "message", exc))) from None
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another "
+                       "port with --port (0 picks a free one)") from None

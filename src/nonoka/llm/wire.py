@@ -43,6 +43,49 @@ when ``OPENAI_BASE_URL`` is unset) and the variable holding the key. Each provid
 only its own variable: a committed ``.nonoka/config.toml`` or a request's ``model`` picks
 the provider, so a fallback to ``OPENAI_API_KEY`` would let a repository send a user's
 OpenAI key to a port or host of its choosing."""
+BASE_URL_VARIABLE = "OPENAI_BASE_URL"
+"""The one variable that points any provider at another endpoint."""
+KEYED = frozenset({"openai", "deepseek", "openrouter"})
+"""Providers whose own endpoint refuses every request without a key: without it, nothing
+is sent (a local server, the others' default, needs none)."""
+
+
+def provider_choices() -> str:
+    """The provider prefixes, for messages: ``openai:, deepseek:, ...``."""
+    return ", ".join(f"{name}:" for name in PROVIDERS)
+
+
+def provider_lines() -> list[str]:
+    """One line per provider: its prefix, key variable and default endpoint."""
+    lines = []
+    for name, (url, key) in PROVIDERS.items():
+        where = url or DEFAULT_BASE_URL
+        needs = "needed" if name in KEYED else "if the server wants one"
+        lines.append(f"{name + ':':<11} key {key} ({needs}); endpoint {where}")
+    return lines
+
+
+def provider_of(spec: str) -> str | None:
+    """The provider prefix of a ``provider:model`` spec, when it is a known one."""
+    name = spec.partition(":")[0]
+    return name if name in PROVIDERS else None
+
+
+def provider_advice(spec: str, status: int | None = None) -> str:
+    """What to check when a request to ``spec``'s endpoint failed (``status``: its HTTP
+    status, ``None`` when no answer came)."""
+    name = provider_of(spec)
+    model = spec.partition(":")[2]
+    if status in (401, 403):
+        key = PROVIDERS[name][1] if name else "the provider's key variable"
+        return f"check {key}, the key {name or 'the provider'}: sends"
+    if status in (429, 408) or (status or 0) >= 500:
+        return "the endpoint is busy or failing: try again in a while"
+    if status is not None:
+        return f"check the model name {model!r} and what the endpoint accepts"
+    default = (PROVIDERS[name][0] or DEFAULT_BASE_URL) if name else DEFAULT_BASE_URL
+    return (f"is the model server up? {BASE_URL_VARIABLE} chooses the endpoint "
+            f"({name or 'openai'}: uses {default} without it)")
 
 
 class Target:
@@ -62,22 +105,33 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
     """Turn ``"openai:gpt-4o-mini"`` into the model name, base URL and key to use.
 
     ``OPENAI_BASE_URL`` overrides the provider's endpoint; the key is only ever the
-    provider's own variable (``""`` when unset, so no caller falls back to another).
+    provider's own variable (``""`` when unset, so no caller falls back to another). A
+    provider whose own endpoint needs a key (``KEYED``) and has none is a
+    ``ConfigurationError`` naming its variable, before anything is sent.
     """
     provider, sep, model = spec.partition(":")
     if not sep or not model:
         raise ConfigurationError(
-            f"model {spec!r} is not of the form 'provider:model', e.g. 'openai:gpt-4o-mini'"
+            f"model {spec!r} is not of the form 'provider:model'; use one of "
+            f"{provider_choices()} followed by the model's name, e.g. 'openai:gpt-4o-mini'"
         )
     if provider not in PROVIDERS:
         raise ConfigurationError(
-            f"unknown model provider {provider!r} in {spec!r}; use 'openai:<model>' for any "
-            "OpenAI-compatible endpoint (set OPENAI_BASE_URL to point at it)"
+            f"unknown model provider {provider!r} in {spec!r}; use one of "
+            f"{provider_choices()} (any other OpenAI-compatible endpoint: 'openai:<model>' "
+            f"with {BASE_URL_VARIABLE} pointing at it)"
         )
     default_url, key_variable = PROVIDERS[provider]
-    return Target(spec=spec, model=model,
-                  base_url=environ.get("OPENAI_BASE_URL") or default_url,
-                  api_key=environ.get(key_variable) or "")
+    base_url = environ.get(BASE_URL_VARIABLE) or default_url
+    api_key = environ.get(key_variable) or ""
+    if not api_key and provider in KEYED and not environ.get(BASE_URL_VARIABLE):
+        host = urlsplit(default_url or DEFAULT_BASE_URL).hostname
+        raise ConfigurationError(
+            f"no API key for {provider}: ({host}): set {key_variable}, or set "
+            f"{BASE_URL_VARIABLE} to point at a local OpenAI-compatible server (which "
+            "needs no key); nothing was sent"
+        )
+    return Target(spec=spec, model=model, base_url=base_url, api_key=api_key)
 
 
 class Endpoint:

@@ -21,7 +21,7 @@ from nonoka.store.base import SessionLeases, check_lease_args
 from nonoka.store.lease_terms import DEFAULT_TTL, lease_host, new_lease_owner
 
 __all__ = ["DEFAULT_TTL", "HeldLease", "hold_lease", "holder_is_dead", "lease_host",
-           "lease_wait_from_env", "new_lease_owner"]
+           "lease_wait_from_env", "new_lease_owner", "owner_process", "process_gone"]
 
 _FIRST_POLL = 0.05
 _MAX_POLL = 0.5
@@ -101,10 +101,25 @@ def holder_is_dead(owner: str) -> bool:
     (same host, no such pid) is released at once instead. A reused pid only makes us
     wait for the expiry, which is the safe side.
     """
+    found = owner_process(owner)
+    return found is not None and process_gone(*found)
+
+
+def owner_process(owner: str) -> tuple[str, int] | None:
+    """``(host, pid)`` of the process an owner token (``host:pid:anything``: a lease's,
+    or the one a turn's opening entry names) stands for; ``None`` for another form."""
     parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != lease_host() or not parts[1].isdigit():
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
+def process_gone(host: str, pid: int) -> bool:
+    """Whether ``pid`` on ``host`` provably no longer runs: the same host as this one
+    (``lease_host``), and no such process, or only its zombie. Another host's process
+    is never judged gone."""
+    if host != lease_host():
         return False
-    pid = int(parts[1])
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -7,6 +7,11 @@ events back until the session is known, keeps the index row (``cli_sessions``) i
 with the stored session, logs the runtime's events (model calls with usage, tool calls
 and results, warnings) and ends the turn with a ``finish`` entry.
 
+A turn opens with a ``request`` entry, which names the process running it (``process``,
+``host:pid:turn`` in the form of a lease owner), and closes with ``finish``.
+``open_turn`` reads that back: a request with no finish after it is a turn under way, or
+one whose process died (``turn.status``).
+
 It is on the bridge's per-turn path: it imports nothing a bridge turn does not already load.
 
 Internal: not part of the public API (docs/architecture.md, "Public API").
@@ -15,6 +20,7 @@ Internal: not part of the public API (docs/architecture.md, "Public API").
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import traceback
@@ -28,11 +34,16 @@ from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, T
 from nonoka.redact import redact, redact_text
 from nonoka.runtime.session import Session
 from nonoka.store.base import RevisionReader
+from nonoka.store.lease_terms import lease_host
 from nonoka.store.project import ProjectStores
-from nonoka.store.records import CreatesIndexed, SessionRecord
+from nonoka.store.records import CreatesIndexed, EventRecord, SessionRecord
 
 LOGGED_TEXT = 2000
 """Tool arguments and results are cut to this many characters in the timeline."""
+TURN_START = "request"
+"""The entry that opens a turn; it carries ``process``, the process running it."""
+TURN_END = "finish"
+"""The entry that closes a turn, however it ended."""
 
 
 @dataclass
@@ -81,8 +92,11 @@ class Journal:
     async def log(self, kind: str, data: dict[str, Any]) -> None:
         """Append to the session's timeline; held back until the session is known.
 
-        Secrets are masked by the store on the way in (``nonoka.redact.redact``).
+        Secrets are masked by the store on the way in (``nonoka.redact.redact``). The
+        entry that opens a turn gets the process that runs it.
         """
+        if kind == TURN_START and "process" not in data:
+            data = {**data, "process": this_process()}
         self._pending.append((kind, data))
         await self._flush()
 
@@ -209,6 +223,24 @@ class Journal:
             return latest
         state = await store.load_session(session_id)
         return None if state is None else Session.from_state(state)
+
+
+def this_process() -> str:
+    """This process as a turn's opening entry names it: ``host:pid:turn``, the form of a
+    lease owner (``store.leases.owner_process`` reads both)."""
+    return f"{lease_host()}:{os.getpid()}:turn"
+
+
+def open_turn(events: list[EventRecord]) -> EventRecord | None:
+    """The ``request`` entry of a turn that has not logged its ``finish``, if the newest
+    of ``events`` (oldest first) end inside one; ``None`` when the last turn finished or
+    no turn boundary is among them."""
+    for event in reversed(events):
+        if event.kind == TURN_END:
+            return None
+        if event.kind == TURN_START:
+            return event
+    return None
 
 
 def title_from(text: str) -> str:

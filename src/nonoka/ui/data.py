@@ -273,7 +273,7 @@ class UiData:
                  f"LIMIT {COUNT_CAP + 1}) AS capped")
         rows, total = await self._query((select, [*page_params, query.limit + 1]),
                                         (count, params))
-        records = [self._record(r) for r in rows[: query.limit]]
+        records = await self._live([self._record(r) for r in rows[: query.limit]])
         more = len(rows) > query.limit
         if backwards:
             records.reverse()
@@ -340,10 +340,18 @@ class UiData:
         if not ref:
             return None
         found = await self.stores.index.get_session(ref)
-        if found is not None:
-            return _shown_record(found)
-        candidates = await self.stores.index.find_sessions_by_prefix(ref, limit=2)
-        return _shown_record(candidates[0]) if len(candidates) == 1 else None
+        if found is None:
+            candidates = await self.stores.index.find_sessions_by_prefix(ref, limit=2)
+            found = candidates[0] if len(candidates) == 1 else None
+        return None if found is None else _shown_record((await self._live([found]))[0])
+
+    async def _live(self, records: list[SessionRecord]) -> list[SessionRecord]:
+        """``records`` showing their live status: ``running`` while a process runs a turn,
+        ``interrupted`` when one died mid-turn (``nonoka.turn.status``)."""
+        from nonoka.turn.status import live_statuses, with_live_status
+
+        live = await live_statuses(self.stores, records)
+        return [with_live_status(r, live[r.session_id]) for r in records]
 
     def _record(self, row: Sequence[Any]) -> SessionRecord:
         values = dict(zip(_COLUMNS, row, strict=True))
@@ -406,8 +414,13 @@ class UiData:
         return await self.stores.events.usage_summary(session_id)
 
     async def is_running(self, session_id: str) -> bool:
-        """Whether a process holds the session's lease now (a turn is under way)."""
-        return await self.stores.leases.get_lease(session_id) is not None
+        """Whether a live process runs a turn of the session now (``nonoka.turn.status``)."""
+        from nonoka.turn.status import RUNNING, live_status
+
+        record = await self.stores.index.get_session(session_id)
+        if record is None:
+            return await self.stores.leases.get_lease(session_id) is not None
+        return (await live_status(self.stores, record)).status == RUNNING
 
     async def revision(self, session_id: str) -> str:
         """A token that changes whenever anything shown for the session changes."""

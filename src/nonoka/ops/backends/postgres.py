@@ -193,6 +193,20 @@ class PostgresOps:
                 await conn.execute(f"VACUUM (ANALYZE) {table}")
         return before, await self._size()
 
+    async def table_health(self) -> list[tuple[str, int, int, int, float | None]]:
+        """``(table, bytes with indexes and TOAST, live rows, dead rows, last vacuum as a
+        Unix time)`` for each of nonoka's tables, from PostgreSQL's statistics views."""
+        async with self.database.connection() as conn:
+            rows = await (await conn.execute(
+                "SELECT c.relname, pg_total_relation_size(c.oid), "
+                "coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0), "
+                "extract(epoch FROM greatest(s.last_vacuum, s.last_autovacuum)) "
+                "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+                "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' "
+                "AND c.relname = ANY(%s) ORDER BY 2 DESC", (list(TABLES),))).fetchall()
+        return [(str(r[0]), int(r[1]), int(r[2]), int(r[3]),
+                 None if r[4] is None else float(r[4])) for r in rows]
+
     async def _size(self) -> int:
         async with self.database.connection() as conn:
             row = await (await conn.execute(
