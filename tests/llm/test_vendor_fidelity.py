@@ -297,6 +297,28 @@ def test_gemini_strict_checks_missing_signatures_in_the_current_turn_only() -> N
     assert answer.choices[0].message.content == "Fine."
 
 
+def test_strict_modes_read_odd_shapes_without_failing() -> None:
+    odd: list[Any] = [
+        "not a message", {"role": "assistant", "tool_calls": "not a list"},
+        {"role": "assistant", "tool_calls": [7, {"id": "call_o", "function": "weather",
+                                                 "extra_content": {"google": 3}}]},
+    ]
+    with ScriptedOpenAIServer([SIGNED, "fine", "fine"],
+                              strict=["deepseek_thinking", "gemini_signatures"]) as server:
+        first = _post(server.port, {"model": "m", "messages": USER})
+        refused = _post(server.port, {"model": "m", "messages": [*USER, *odd]})
+        fine = _post(server.port, {"model": "m", "messages": "not a list"})
+    assert first[0] == 200
+    assert refused[0] == 400  # call_o came back without its reasoning
+    assert fine[0] == 200
+    assert server.rejections == [1]
+    with ScriptedOpenAIServer([SIGNED, "fine"], strict=["gemini_signatures"]) as server:
+        _post(server.port, {"model": "m", "messages": USER})
+        status, body = _post(server.port, {"model": "m", "messages": [*USER, *odd]})
+    assert status == 400
+    assert "`default_api:None` , position 3" in body[0]["error"]["message"]
+
+
 def test_strict_modes_are_checked_by_name() -> None:
     with pytest.raises(ValueError, match="unknown strict mode 'claude'"):
         ScriptedOpenAIServer([], strict=["claude"])

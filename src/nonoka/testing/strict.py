@@ -100,7 +100,8 @@ class Produced:
                     continue
                 sent = _signature(call)
                 if sent is None and index > last_user:
-                    name = (call.get("function") or {}).get("name")
+                    function = call.get("function")
+                    name = function.get("name") if isinstance(function, dict) else None
                     return gemini_signature_missing(str(name), _position(messages, index))
                 if sent is not None and sent != expected:
                     return gemini_error("Corrupted thought signature.")
