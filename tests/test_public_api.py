@@ -33,8 +33,8 @@ PUBLIC: dict[str, list[str]] = {
         "UnsupportedVersionError", "WorkspaceError", "failure_of",
     ],
     "nonoka.events": [
-        "EventSink", "ModelCalled", "RunEvent", "RunWarning", "TextDelta", "ToolCallFinished",
-        "ToolCallRequested",
+        "EventSink", "ModelCalled", "ReasoningDelta", "RunEvent", "RunWarning", "TextDelta",
+        "ToolCallFinished", "ToolCallRequested",
     ],
     "nonoka.extensions": ["ExtensionContext", "LoopExtension", "ToolApproval", "ToolDecision"],
     "nonoka.llm": ["AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec",

@@ -47,19 +47,22 @@ from nonoka.bridge.reuse import BridgeReuse
 from nonoka.errors import ConfigurationError, Failure, WorkspaceError, failure_of
 from nonoka.events import (
     ModelCalled,
+    ReasoningDelta,
     RunWarning,
     ToolCallFinished,
     ToolCallRequested,
 )
 from nonoka.events import TextDelta as RunTextDelta
-from nonoka.llm.base import ChatModel
+from nonoka.llm.base import CallOptions, ChatModel
 from nonoka.protocol.frames import Purpose, is_continuation
 from nonoka.protocol.models import (
+    AssistantMetadata,
     BaseEvent,
     ChatRequest,
     ErrorEvent,
     Finish,
     FinishTermination,
+    ReasoningDeltaEvent,
     SessionInit,
     TextDelta,
     ToolCallEvent,
@@ -112,6 +115,8 @@ class BridgeHandler:
         """A continued session as stored when the turn took its lease."""
         self._streamed = False
         """Whether this request has sent the host any text or tool call yet."""
+        self._reasoning = "reasoning" in request.protocol.features
+        """Whether the provider asked for reasoning events."""
         self.key, self._warnings = _checked_key(request.conversation_key)
         """The request's conversation key, or ``None`` when it was missing or malformed."""
         self._summaries: list[str] = []
@@ -189,7 +194,8 @@ class BridgeHandler:
     async def _run(self, turn: TurnService, model: ChatModel) -> TurnOutcome:
         request = self.request
         tools = [host_tool(t.name, t.description, t.parameters) for t in request.tools]
-        agent = self._agent = Agent(model=model, tools=tools)
+        agent = self._agent = Agent(model=model, tools=tools,
+                                    call_options=_call_options(request))
         early = self._early
         return await turn.run(
             agent, self._decide, limits=self._limits(),
@@ -386,7 +392,8 @@ class BridgeHandler:
             if session is not None and self._raw is not None and self._agent is not None:
                 reuse = self._reuse
                 await remember_next_call(self.turn.next_calls, session, model,
-                                         list(self._agent.tool_map.values()), self._raw,
+                                         list(self._agent.tool_map.values()),
+                                         self._agent.call_options, self._raw,
                                          self._early, memo=reuse.template,
                                          wire=reuse.passes.wire)
         except Exception as exc:
@@ -405,10 +412,14 @@ class BridgeHandler:
                                   forked_from=event.forked_from, fork_point=event.fork_point))
         elif isinstance(event, RunTextDelta):
             self.send(TextDelta(text=event.text))
+        elif isinstance(event, ReasoningDelta):
+            if self._reasoning:
+                self.send(ReasoningDeltaEvent(text=event.text))
         elif isinstance(event, ToolCallRequested):
             call = event.call
             self.send(ToolCallEvent(tool_call_id=call.id, tool_name=call.name,
-                                    arguments=call.arguments, executed_by=event.executed_by))
+                                    arguments=call.arguments, executed_by=event.executed_by,
+                                    provider_metadata=call.provider_metadata))
         elif isinstance(event, ToolCallFinished):
             call = event.call
             self.send(ToolResultEvent(tool_call_id=call.id, tool_name=call.name,
@@ -416,7 +427,13 @@ class BridgeHandler:
         elif isinstance(event, ModelCalled):
             usage = event.usage
             self.send(UsageEvent(input_tokens=usage.input_tokens,
-                                 output_tokens=usage.output_tokens, cost_usd=usage.cost_usd))
+                                 output_tokens=usage.output_tokens, cost_usd=usage.cost_usd,
+                                 cache_read_tokens=usage.cache_read_tokens or None,
+                                 cache_write_tokens=usage.cache_write_tokens or None,
+                                 reasoning_tokens=usage.reasoning_tokens or None))
+            if self._reasoning and (event.reasoning or event.provider_metadata):
+                self.send(AssistantMetadata(reasoning=list(event.reasoning),
+                                            provider_metadata=event.provider_metadata))
         elif isinstance(event, RunWarning):
             self.send(WarningEvent(code=event.code, message=event.message,
                                    details=event.details))
@@ -447,7 +464,10 @@ class BridgeHandler:
                                               if termination is not None else ()))
             usage = self._turn.journal.usage
         revision = self._turn.journal.entries if self._turn is not None else None
-        self.send(Finish(finish_reason=reason, usage=UsageTotals(**usage.as_dict()),
+        totals = {name: value or None if name.endswith(("read_tokens", "write_tokens",
+                                                            "reasoning_tokens")) else value
+                  for name, value in usage.as_dict().items()}
+        self.send(Finish(finish_reason=reason, usage=UsageTotals(**totals),
                          termination=termination, revision=revision))
 
     async def _fail(self, failure: Failure) -> None:
@@ -458,8 +478,9 @@ class BridgeHandler:
         await self._finish(FinishReason.ERROR)
 
     def _send_error(self, failure: Failure) -> None:
+        details = {"provider": failure.provider} if failure.provider else {}
         self.send(ErrorEvent(code=failure.code, message=failure.message,
-                             retryable=failure.retryable))
+                             retryable=failure.retryable, details=details))
 
     async def _replay(self, result: RunResult) -> None:
         """Send the host a stored answer it never received.
@@ -518,3 +539,11 @@ def _checked_key(key: str | None) -> tuple[str | None, list[RunWarning]]:
         return key, []
     code = WarningCode.CONVERSATION_KEY_IGNORED
     return None, [RunWarning(code, WARNING_CODES[code], {"length": len(key)})]
+
+
+def _call_options(request: ChatRequest) -> CallOptions | None:
+    """The request's call options as the model port takes them."""
+    spec = request.options
+    if spec is None:
+        return None
+    return CallOptions(**spec.model_dump(exclude={"extra"}), extra=dict(spec.extra))

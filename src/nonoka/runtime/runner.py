@@ -28,7 +28,7 @@ from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
 from nonoka.runtime.paradigms.plan import PlanExecutor
 from nonoka.runtime.paradigms.react import ReActAgent
 from nonoka.runtime.session import INTENTS_NAMESPACE, Session
-from nonoka.state.entries import MemoryEntry, dangling_tool_calls
+from nonoka.state.entries import MemoryEntry, dangling_tool_calls, user_entry
 from nonoka.state.ids import validate_session_id
 from nonoka.state.ledger import RuntimeLimits, Termination
 from nonoka.state.messages import Message, ToolResult
@@ -64,7 +64,7 @@ class Runner:
     async def run_react(
         self,
         agent: Agent,
-        prompt: str,
+        prompt: str | Message,
         deps: Any = None,
         session_id: str | Session | None = None,
         *,
@@ -138,7 +138,7 @@ class Runner:
         results: Sequence[ToolResult],
         deps: Any = None,
         *,
-        prompt: str | None = None,
+        prompt: str | Message | None = None,
         limits: RuntimeLimits | None = None,
         on_event: EventSink | None = None,
     ) -> RunResult:
@@ -166,13 +166,14 @@ class Runner:
         for result in results:
             call = pending[result.tool_call_id]
             session.memory.append(MemoryEntry.tool_result(call, result.content,
-                                                          is_error=result.is_error))
+                                                          is_error=result.is_error,
+                                                          parts=result.parts))
         env = self._env(agent, deps, on_event)
 
         async def go() -> RunResult:
             session.begin()
             if prompt is not None:
-                session.memory.append(MemoryEntry.make("user", prompt))
+                session.memory.append(user_entry(prompt))
                 session.turn_count += 1
             await self._save(session)
             return await ReActAgent(env).resume(session)
@@ -350,6 +351,7 @@ class Runner:
             await self._save(session)
             result = result_of(session, error=str(exc))
             result.retryable = exc.retryable
+            result.failure = exc
             return result
 
     async def _persist_cancel(self, session: Session) -> None:

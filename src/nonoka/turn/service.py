@@ -78,6 +78,9 @@ class TurnInput:
     seed: Sequence[Message] = ()
     replace: Sequence[MemoryEntry] | None = None
     edit: Mapping[str, Any] | None = None
+    prompt_message: Message | None = None
+    """The prompt as the host sent it, when it carries more than text (files): stored as
+    it is, in place of ``prompt``."""
 
 
 Planner = Callable[[Session], TurnInput]
@@ -204,8 +207,8 @@ class TurnService:
         reason = finish_reason_of(result)
         failure: Failure | None = None
         if reason == FINISH_ERROR:
-            failure = failure_of(ModelError(result.error or "the run failed",
-                                            retryable=result.retryable))
+            failure = failure_of(result.failure or ModelError(
+                result.error or "the run failed", retryable=result.retryable))
             await journal.error(failure.code, failure.message)
         return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage)
 
@@ -285,8 +288,10 @@ class _Turn:
             await self.service.journal.log("history_edited", dict(given.edit or {}))
         if given.seed:
             await runner.append_history(session, given.seed)
-        if given.kind == "prompt" and given.prompt is not None:
-            return await runner.run_react(agent, given.prompt, session_id=session,
+        if given.kind == "prompt" and (given.prompt is not None
+                                       or given.prompt_message is not None):
+            prompt = given.prompt_message or given.prompt or ""
+            return await runner.run_react(agent, prompt, session_id=session,
                                           limits=limits, on_event=self.deliver)
         if given.kind == "tool_results":
             pending = session.memory.dangling_tool_calls()[1]
@@ -298,7 +303,8 @@ class _Turn:
                     "content": result.content[:LOGGED_TEXT], "is_error": result.is_error,
                     "executed_by": "host"})
             return await runner.submit_tool_results(agent, session, list(given.results),
-                                                    prompt=given.prompt, limits=limits,
+                                                    prompt=given.prompt_message or given.prompt,
+                                                    limits=limits,
                                                     on_event=self.deliver)
         return await runner.resume(agent, session, limits=limits, on_event=self.deliver,
                                    reopen=given.reopen)
