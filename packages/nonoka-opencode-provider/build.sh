@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build the provider and ship it inside the Python package, so `pip install nonoka` alone
-# brings it: the compiled JavaScript and a dependency-free package.json go to
-# src/nonoka/opencode/provider/ (committed; `nonoka opencode init` copies it into a project).
+# Build the provider and ship it inside the Python package, so installing nonoka (from a
+# clone, or its wheel) alone brings it: the compiled JavaScript and a dependency-free
+# package.json go to src/nonoka/opencode/provider/ (committed; `nonoka opencode init` copies
+# it into a project).
 #
 #   bash packages/nonoka-opencode-provider/build.sh          # build, test-compile, and ship
 #   bash packages/nonoka-opencode-provider/build.sh --check  # fail if the shipped copy is stale

@@ -1,4 +1,5 @@
-"""Every row of the session decision chain (SPEC §2.3), through real bridge processes."""
+"""Every row of the session decision chain (docs/protocol.md §7, "Which session a request
+runs in"), through real bridge processes."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ OpenAI-compatible server; every ``load_session`` of the real store is counted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +67,9 @@ def test_each_turn_reads_its_session_once(
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("NONOKA_EARLY_DISPATCH", "0")
     reuse = BridgeReuse() if kept else None
-    turn: Callable[[dict[str, Any]], list[dict[str, Any]]] = (
-        lambda request: _turn(tmp_path, reuse, request))
+
+    def turn(request: dict[str, Any]) -> list[dict[str, Any]]:
+        return _turn(tmp_path, reuse, request)
 
     scripted.append(text("hi there"))
     first = turn(chat([user("hello")]))

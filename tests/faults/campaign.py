@@ -176,8 +176,9 @@ def index_checks(sid: str, state: SessionState, before: Snapshot, after: Snapsho
                  out: Outcome) -> None:
     """The index row agrees with the checkpoint for every session the continuation wrote.
 
-    A session nothing continued (a killed first request: the host's retry is a new
-    conversation, SPEC §2.2) keeps the row its last process wrote; that is noted.
+    A session nothing continued (a killed first request: the host's retry holds no
+    assistant message, so it is a new conversation) keeps the row its last process wrote;
+    that is noted.
     """
     row = after.index.get(sid)
     if row is None:

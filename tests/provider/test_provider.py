@@ -75,7 +75,7 @@ def continuation(first: str = "What is in README.md?") -> list[dict[str, Any]]:
             {"role": "user", "content": "more"}]
 
 
-# -- what a request looks like (SPEC §2.2) ---------------------------------------------
+# -- what a request looks like (docs/protocol.md §7) -----------------------------------
 
 
 async def test_a_new_conversation_sends_new_session_and_no_id(peer: Peer) -> None:

@@ -88,16 +88,16 @@ async def test_a_planner_sees_the_session_as_stored_once_the_lease_is_held(
         tmp_path: Path) -> None:
     first = await one_turn(tmp_path, Opening(None, TurnInput("prompt", "one")), agent("1"))
     assert first.session_id is not None
-    seen: list[Session] = []
+    seen: list[list[str]] = []
 
     def plan(session: Session) -> TurnInput:
-        seen.append(session)
+        seen.append([e.content for e in session.memory.entries])  # as stored, under the lease
         return TurnInput("prompt", "two")
 
     # The id alone: the service loads the session under the lease for the planner.
     second = await one_turn(tmp_path, Opening(first.session_id, plan), agent("2"))
     assert second.finish_reason == "stop" and not second.new
-    assert [e.content for e in seen[0].memory.entries] == ["one", "1"]
+    assert seen == [["one", "1"]]
     assert await kinds(tmp_path, first.session_id) == [
         "request", "session", "model_call", "finish",
         "request", "session", "model_call", "finish"]

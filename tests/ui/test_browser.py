@@ -9,8 +9,7 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.ui.fill import Filled
 from tests.ui.harness import UiServer
-
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+from tests.ui.screens import check_screenshot, take_screenshots
 
 
 def open_page(browser: BrowserContext, ui: UiServer, path: str = "") -> Page:
@@ -170,16 +169,11 @@ def test_markup_in_entries_renders_as_text_and_never_runs(
     page.close()
 
 
-def test_screenshots_of_both_pages(browser: BrowserContext, ui: UiServer,
-                                   filled: Filled) -> None:
-    """The pictures in docs/ are made here, from this run's database."""
-    page = open_page(browser, ui)
-    page.set_viewport_size({"width": 1360, "height": 760})
-    page.screenshot(path=str(DOCS / "ui-sessions.png"))
-    page.goto(ui.base + f"s/{filled.ids['plan']}#plan")
-    expect(page.locator("#plan-graph")).to_be_visible()
-    page.set_viewport_size({"width": 1360, "height": 1000})
-    page.screenshot(path=str(DOCS / "ui-session.png"))
-    for name in ("ui-sessions.png", "ui-session.png"):
-        assert (DOCS / name).stat().st_size > 20_000, f"{name} looks empty"
-    page.close()
+def test_screenshots_of_both_pages(browser: BrowserContext, ui: UiServer, filled: Filled,
+                                   tmp_path: Path) -> None:
+    """The pictures docs/ shows, taken as ``python -m tests.ui.screens`` takes them, into a
+    scratch directory: a test run leaves docs/ as it is."""
+    shots = take_screenshots(browser, ui, filled, tmp_path)
+    assert [shot.name for shot in shots] == ["ui-sessions.png", "ui-session.png"]
+    for shot in shots:
+        check_screenshot(shot)

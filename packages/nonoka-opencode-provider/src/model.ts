@@ -2,7 +2,7 @@
  * The language model: one `nonoka bridge` process per call, its events as AI SDK v3 stream parts.
  *
  * The host (OpenCode) calls `doStream` once per model step with the full history. The request
- * is shaped by the session tracker (SPEC §2.2), written to a fresh bridge, and the bridge's
+ * is shaped by the session tracker (`SessionTracker`), written to a fresh bridge, and the bridge's
  * events are mapped as they arrive: text deltas to text parts, host tool calls to `tool-call`
  * parts with `finishReason.unified = "tool-calls"` (the host runs the tool and calls again), usage
  * and the finish reason to the `finish` part, bridge errors to an `error` part the host shows.

@@ -57,7 +57,7 @@ describe("the id file", () => {
   });
 });
 
-describe("SessionTracker (SPEC §2.2)", () => {
+describe("SessionTracker: new conversation or continuation, and the conversation key", () => {
   test("a new conversation forgets the held id and its file, and sends new_session", () => {
     const first = new SessionTracker(tmp.dir);
     assert.deepEqual(first.prepare([u("hi")], "chat").newSession, true);

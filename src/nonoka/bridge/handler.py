@@ -5,7 +5,8 @@ The turn itself (stores, lease, session, runner, index row and timeline) is
 session decision chain, how the host's history maps onto the stored conversation, and
 the protocol's events.
 
-The session decision chain (SPEC §2.3, docs/protocol.md "Session lineage"):
+The session decision chain (docs/protocol.md §7, "Which session a request runs in" and
+"Session lineage"):
 
 1. a title or compaction request → its own session;
 2. a history with no answer yet that a stored first turn holds unanswered → that session
@@ -17,7 +18,7 @@ The session decision chain (SPEC §2.3, docs/protocol.md "Session lineage"):
    prefix gets a branch at the point where the histories part (warning
    ``session_branched``);
 4. nothing relates: a new session, seeded with the history, with a warning when the
-   request looked like a continuation (SPEC §2.3).
+   request looked like a continuation.
 """
 
 from __future__ import annotations
@@ -324,7 +325,7 @@ class BridgeHandler:
         return _Choice(branch, forked_from=parent, fork_point=point, warnings=[warning])
 
     async def _unrelated(self, named: Session | None, continuation: bool) -> _Choice:
-        """No stored conversation relates to the history: a new session (SPEC §2.3)."""
+        """No stored conversation relates to the history: a new session."""
         request = self.request
         if request.session_id:
             code = (WarningCode.SESSION_NOT_FOUND_STARTING_NEW if named is None
@@ -533,8 +534,9 @@ def _title(request: ChatRequest) -> str:
 
 
 def _checked_key(key: str | None) -> tuple[str | None, list[RunWarning]]:
-    """The conversation key if it is one (64 hex digits, SPEC §2.2), else ``None`` and a
-    warning: anything else is a provider bug, and must not become a lookup key."""
+    """The conversation key if it is one (64 lower-case hex digits, docs/protocol.md §7),
+    else ``None`` and a warning: anything else is a provider bug, and must not become a
+    lookup key."""
     if key is None or (len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
         return key, []
     code = WarningCode.CONVERSATION_KEY_IGNORED

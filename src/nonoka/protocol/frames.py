@@ -297,7 +297,7 @@ def rejection_lines(error: ProtocolError) -> bytes:
     return dump_line(error.to_event()) + dump_line(finish)
 
 
-# -- conversation identity (SPEC §2.2) -------------------------------------------------
+# -- conversation identity (docs/protocol.md §7) ---------------------------------------
 
 
 def conversation_key(messages: Iterable[Message | Mapping[str, Any]]) -> str | None:

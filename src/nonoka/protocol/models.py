@@ -219,7 +219,7 @@ class ChatRequest(_Frame):
     @field_validator("session_id", "conversation_key")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
-        """SPEC §2.3 treats an empty session id as a missing one; so do we."""
+        """An empty ``session_id`` or ``conversation_key`` counts as none (docs/protocol.md §4)."""
         return value if value is not None and value.strip() else None
 
     @field_validator("messages")

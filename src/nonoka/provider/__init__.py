@@ -1,7 +1,7 @@
 """The provider: the client side of ``nonoka bridge``, for scripts and tests.
 
 ``NonokaProvider`` is the Python twin of the OpenCode provider: it shapes each request
-from the host's history (SPEC §2.2), spawns one bridge process per call, and keeps the
+from the host's history (docs/protocol.md §7), spawns one bridge process per call, and keeps the
 chat session id in memory and in ``<cwd>/.nonoka/provider-session.id``.
 """
 

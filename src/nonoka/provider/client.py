@@ -1,10 +1,11 @@
 """``NonokaProvider``: the Python twin of the OpenCode provider.
 
 A host calls the provider once per model step with the full history it holds. The
-provider decides what the request looks like (SPEC §2.2), spawns a fresh ``nonoka bridge``
-for it, streams the events back and remembers the session id the bridge reports — in
-memory and in ``<cwd>/.nonoka/provider-session.id`` — so the next process, and the next
-run of the host, continue the same session. The bridge has the final say on which session
+provider decides what the request looks like (a new conversation or a continuation, and
+the conversation key: docs/protocol.md §7), spawns a fresh ``nonoka bridge`` for it,
+streams the events back and remembers the session id the bridge reports — in memory and
+in ``<cwd>/.nonoka/provider-session.id`` — so the next process, and the next run of the
+host, continue the same session. The bridge has the final say on which session
 a request runs in; the provider only has to send honest hints.
 """
 
@@ -211,10 +212,11 @@ class NonokaProvider:
     ) -> ProviderResult:
         """Run one model step and return what it produced.
 
-        ``new_session`` overrides the decision read from the history (``None``: decide by
-        SPEC §2.2). ``on_event`` (sync or async) sees every event as it arrives. A failed
-        turn is a result (``finish_reason == "error"``, ``errors``); a broken or silent
-        bridge raises ``BridgeError``. Cancelling the task cancels the request cleanly.
+        ``new_session`` overrides the decision read from the history (``None``: a history
+        without an assistant or tool message is a new conversation). ``on_event`` (sync or
+        async) sees every event as it arrives. A failed turn is a result
+        (``finish_reason == "error"``, ``errors``); a broken or silent bridge raises
+        ``BridgeError``. Cancelling the task cancels the request cleanly.
         """
         stream = self.stream(messages, tools, purpose=purpose, request_id=request_id,
                              new_session=new_session)

@@ -1,7 +1,7 @@
 """The persisted copy of the provider's chat session id: ``<cwd>/.nonoka/provider-session.id``.
 
-Only the session id crosses a process boundary (SPEC §2.1), so the provider keeps it on
-disk between runs of the host. The file is a copy, never the authority: the request's
+Only the session id crosses a process boundary, so the provider keeps it on disk between
+runs of the host. The file is a copy, never the authority: the request's
 history decides whether a conversation is new. Its content is therefore treated as
 untrusted input — anything that does not look like a session id is ignored with a warning
 rather than sent to the bridge — and it is written atomically (temp file + rename) so a

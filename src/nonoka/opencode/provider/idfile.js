@@ -1,8 +1,8 @@
 /**
  * The persisted copy of the chat session id: `<cwd>/.nonoka/provider-session.id`.
  *
- * Only the session id crosses a process boundary (SPEC §2.1), so it is kept on disk between
- * runs of the host. The file is a copy, never the authority (the history decides whether a
+ * Only the session id crosses a process boundary, so it is kept on disk between runs of the
+ * host. The file is a copy, never the authority (the history decides whether a
  * conversation is new), and its content is untrusted: anything that does not look like a
  * session id is ignored with a warning. It is written atomically (temp file + rename) so a
  * crash never leaves half an id behind. Same rules as `nonoka.provider.idfile`.

@@ -1,5 +1,5 @@
 /**
- * Which session a request names (SPEC §2.2), for one workspace.
+ * Which session a request names, for one workspace (docs/protocol.md §7).
  *
  * The host resends the whole history on every call; the tracker reads it to decide between a
  * new conversation and a continuation, and remembers the session id the bridge reports, in
