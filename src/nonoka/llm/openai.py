@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     import http.client
     import socket
 
+    from nonoka.llm.catalog import KnownModel
     from nonoka.llm.inflight import EarlyRequest, Inflight
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
@@ -90,13 +91,15 @@ class OpenAIChatModel:
         extra_headers: Mapping[str, str] | None = None,
         passes: ConversationPasses | None = None,
         send_reasoning: bool = False,
-        cache_read_price_per_mtok: float | None = None,
+        known: KnownModel | None = None,
     ) -> None:
         """``passes``: where the encoding of a growing conversation stopped last, when
         the process keeps it between turns (``ConversationPasses.wire``).
         ``send_reasoning``: the provider wants an assistant message's reasoning back in
         the field it came in (DeepSeek's thinking mode refuses a tool loop without it);
-        other providers ignore or refuse the field, so it is not sent to them."""
+        other providers ignore or refuse the field, so it is not sent to them.
+        ``known``: the catalog's entry (``nonoka.llm.catalog``), whose prices — cache
+        rates included — cost each call unless the server reports a cost itself."""
         self.model = model
         self._send_reasoning = send_reasoning
         self._wire_memo = None if passes is None else passes.wire
@@ -109,8 +112,8 @@ class OpenAIChatModel:
         self._timeout = timeout
         self._max_retries = max(0, max_retries)
         self._backoff_base = backoff_base
-        self._prices = (input_price_per_mtok, output_price_per_mtok,
-                        cache_read_price_per_mtok)
+        self._prices = (input_price_per_mtok, output_price_per_mtok)
+        self._known = known
         self._headers = request_headers(self._api_key, extra_headers)
         self._inflight: Inflight | None = None
 
@@ -216,16 +219,22 @@ class OpenAIChatModel:
         delay = min(self._backoff_base * 2.0**attempt, MAX_RETRY_WAIT)
         return delay * random.uniform(0.5, 1.0)  # jitter spreads out synchronized retries
 
-    def _cost(self, input_tokens: int, output_tokens: int, cached: int = 0) -> float | None:
-        """The call's cost at the configured prices: cached input at the cache-read
-        price (the input price when none is set)."""
-        input_price, output_price, cache_price = self._prices
-        if input_price is None and output_price is None:
+    def _cost(self, input_tokens: int, output_tokens: int, cached: int = 0,
+              written: int = 0) -> float | None:
+        """The call's cost: at the explicit prices, else at the catalog's (cached input
+        at its cache-read rate, cache writes at the write rate); ``None`` when unknown."""
+        input_price, output_price = self._prices
+        if input_price is not None or output_price is not None:
+            return (input_tokens * (input_price or 0.0)
+                    + output_tokens * (output_price or 0.0)) / 1e6
+        if self._known is None:
             return None
-        fresh = max(0, input_tokens - cached)
-        cache_rate = cache_price if cache_price is not None else (input_price or 0.0)
-        return (fresh * (input_price or 0.0) + cached * cache_rate
-                + output_tokens * (output_price or 0.0)) / 1e6
+        from nonoka.llm.catalog import cost
+
+        cached = min(cached, input_tokens)
+        return cost(self._known, input_tokens=input_tokens, output_tokens=output_tokens,
+                    cached_tokens=cached,
+                    cache_write_tokens=min(written, input_tokens - cached))
 
     def _error(self, failure: _Failure, attempts: int) -> ModelError:
         status = f" HTTP {failure.status}" if failure.status is not None else ""
@@ -432,7 +441,7 @@ class _Stream:
                 call.extra[key] = _merged(call.extra.get(key), value)
 
     def response(self, model: str,
-                 cost: Callable[[int, int, int], float | None]) -> ModelResponse:
+                 cost: Callable[[int, int, int, int], float | None]) -> ModelResponse:
         calls = [
             ToolCall(id=c.id or f"call_{i}", name=c.name, arguments="".join(c.arguments) or "{}",
                      provider_metadata={OPENAI_COMPATIBLE: c.extra} if c.extra else None)
@@ -482,7 +491,8 @@ def _count(value: object) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
-def _usage(usage: dict[str, Any], cost: Callable[[int, int, int], float | None]) -> Usage:
+def _usage(usage: dict[str, Any],
+           cost: Callable[[int, int, int, int], float | None]) -> Usage:
     """The call's usage, with the cached and reasoning tokens each server reports in its
     own place (OpenAI's ``*_tokens_details``, DeepSeek's ``prompt_cache_hit_tokens``)."""
     input_tokens = _count(usage.get("prompt_tokens"))
@@ -498,7 +508,7 @@ def _usage(usage: dict[str, Any], cost: Callable[[int, int, int], float | None])
     sent_cost = usage.get("cost")
     cost_usd = (float(sent_cost) if isinstance(sent_cost, int | float)
                 and not isinstance(sent_cost, bool) else cost(input_tokens, output_tokens,
-                                                               cached))
+                                                               cached, written))
     return Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd,
                  cache_read_tokens=cached, cache_write_tokens=written,
                  reasoning_tokens=thought)
