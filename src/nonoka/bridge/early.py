@@ -47,7 +47,12 @@ try:  # see ``body_digest``
 except ImportError:  # pragma: no cover - an interpreter without the module
     from hashlib import blake2b as _blake2b
 
-from nonoka.bridge.entry_rules import nonokas_own, same_history, well_formed
+from nonoka.bridge.entry_rules import (
+    nonokas_own,
+    same_history,
+    same_instructions,
+    well_formed,
+)
 from nonoka.protocol.frames import Purpose, RequestType
 from nonoka.protocol.turns import joined_prompt, split_after_reply
 
@@ -460,7 +465,8 @@ def _same_history(entries: list[dict[str, Any]], messages: Sequence[Mapping[str,
     same user messages, text for text."""
     users = [e["content"] for e in entries
              if e["role"] == "user" and not nonokas_own(e.get("metadata") or {})]
-    return users == turn.earlier_users and same_history(entries, messages)
+    return (users == turn.earlier_users and same_instructions(entries, messages)
+            and same_history(entries, messages))
 
 
 def _expects(template: dict[str, Any], found: StoredNextCall, turn: NextTurn) -> bool:
