@@ -77,6 +77,11 @@ class UsageSummary(BaseModel):
     tool_calls: int = 0
     errors: int = 0
     warnings: int = 0
+    cache_read_tokens: int = 0
+    """Of ``input_tokens``, read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``, spent reasoning."""
 
 
 @runtime_checkable

@@ -103,6 +103,9 @@ class MemoryRecordStore:
             tool_calls=kinds.count("tool_call"),
             errors=kinds.count("error"),
             warnings=kinds.count("warning"),
+            cache_read_tokens=sum(int(_number(c, "cache_read_tokens")) for c in calls),
+            cache_write_tokens=sum(int(_number(c, "cache_write_tokens")) for c in calls),
+            reasoning_tokens=sum(int(_number(c, "reasoning_tokens")) for c in calls),
         )
 
     async def close(self) -> None:

@@ -62,7 +62,10 @@ _SUMMARY = f"""
 SELECT count(*) FILTER (WHERE kind = 'model_call'), {_number('input_tokens', integer=True)},
        {_number('output_tokens', integer=True)}, {_number('cost_usd')},
        count(*) FILTER (WHERE kind = 'tool_call'), count(*) FILTER (WHERE kind = 'error'),
-       count(*) FILTER (WHERE kind = 'warning')
+       count(*) FILTER (WHERE kind = 'warning'),
+       {_number('cache_read_tokens', integer=True)},
+       {_number('cache_write_tokens', integer=True)},
+       {_number('reasoning_tokens', integer=True)}
 FROM events WHERE session_id = %s
 """
 
@@ -169,9 +172,11 @@ class PostgresRecordStore:
         async with self.database.connection() as conn:
             row = await (await conn.execute(_SUMMARY, (session_id,))).fetchone()
         assert row is not None  # an aggregate always returns one row
-        calls, tin, tout, cost, tools, errors, warnings = row
+        calls, tin, tout, cost, tools, errors, warnings, read, written, thought = row
         return UsageSummary(model_calls=calls, input_tokens=tin, output_tokens=tout,
-                            cost_usd=cost, tool_calls=tools, errors=errors, warnings=warnings)
+                            cost_usd=cost, tool_calls=tools, errors=errors, warnings=warnings,
+                            cache_read_tokens=read, cache_write_tokens=written,
+                            reasoning_tokens=thought)
 
     async def close(self) -> None:
         """Close the database if this store opened it (idempotent)."""
