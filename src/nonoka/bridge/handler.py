@@ -169,6 +169,8 @@ class BridgeHandler:
         request = self.request
         metadata: dict[str, object] = {"conversation_key": self.key,
                                        "purpose": request.purpose, "cwd": str(cwd)}
+        if request.host_session_id and request.purpose == Purpose.CHAT:
+            metadata["host_session_id"] = request.host_session_id
         if request.purpose == Purpose.COMPACTION and request.session_id:
             metadata["compaction_of"] = request.session_id  # never the chat's own session
         return metadata
@@ -258,6 +260,8 @@ class BridgeHandler:
                 return _Choice(retried)
         if request.new_session:
             return _Choice()
+        if request.host_session_id:
+            return await self._host_line(request.host_session_id, continuation)
         named = await self._load(request.session_id) if request.session_id else None
         if not continuation:  # a history that holds no answer continues nothing stored
             return _Choice(named)
@@ -270,6 +274,42 @@ class BridgeHandler:
         if verdict.branch is not None:
             return await self._branch(verdict.branch)
         return await self._unrelated(named, continuation)
+
+    async def _host_line(self, host: str, continuation: bool) -> _Choice:
+        """The session of the host's own conversation ``host``: identity first, content
+        second. A host conversation's sessions are judged first (it goes on in one, or
+        branches from it); one seen for the first time that shares its history with a
+        stored conversation is a fork of it — a branch at the point where they part,
+        never a continuation of another host conversation's session."""
+        memo = self._reuse.comparison
+        mine = await self.turn.host_sessions(host)
+        if mine:
+            verdict = judge(await self._candidates(None, mine), self.request.messages, memo)
+            if verdict.found is not None:
+                return self._found(verdict.found, None)
+            if verdict.branch is not None:
+                return await self._branch(verdict.branch, host)
+            return _Choice()  # its history no longer relates to what is stored: anew
+        if not continuation:
+            return _Choice()
+        named = await self._load(self.request.session_id) if self.request.session_id else None
+        verdict = await self._verdict(named)
+        match = verdict.found or verdict.branch
+        if match is None:
+            return await self._unrelated(named, continuation)
+        record = await self.turn.index.get_session(match.session.session_id)
+        owner = record.host_session_id if record is not None else None
+        if verdict.found is not None and owner is None:
+            await self.turn.tag_host_session(match.session.session_id, host)
+            return self._found(verdict.found, named)  # made before the host said its id
+        return await self._branch(match, host, reason="host_fork")
+
+    def _found(self, found: Match, named: Session | None) -> _Choice:
+        session = found.session
+        self._judged = (session.session_id, session.revision, found.rec)
+        self._summaries = self._summaries_by_id.get(session.session_id, [])
+        reason = None if named is None or session is named else self._recovery(named)
+        return _Choice(session, reason)
 
     async def _verdict(self, named: Session | None) -> Verdict:
         """Judge the named session and the conversation key's sessions; failing those,
@@ -312,11 +352,14 @@ class BridgeHandler:
         return (RecoveryReason.SESSION_NOT_FOUND if named is None
                 else RecoveryReason.SESSION_MISMATCH)
 
-    async def _branch(self, match: Match) -> _Choice:
-        """A branch of ``match``'s session at the point where the histories part."""
+    async def _branch(self, match: Match, host: str | None = None,
+                      reason: str | None = None) -> _Choice:
+        """A branch of ``match``'s session at the point where the histories part (for
+        a host conversation ``host``, the branch is its line)."""
         parent, point = match.session.session_id, match.rec.point
-        why = "turns_the_host_never_saw" if not match.rec.new else "history_diverged"
-        branch = await self.turn.fork(parent, point, reason=why)
+        why = reason or ("turns_the_host_never_saw" if not match.rec.new
+                         else "history_diverged")
+        branch = await self.turn.fork(parent, point, reason=why, host_session_id=host)
         self._summaries = self._summaries_by_id.get(parent, [])
         code = WarningCode.SESSION_BRANCHED
         warning = RunWarning(code, WARNING_CODES[code], {

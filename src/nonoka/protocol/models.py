@@ -203,6 +203,10 @@ class ChatRequest(_Frame):
     """Force a new session."""
     conversation_key: str | None = None
     """SHA-256 hex of the first user message's text; ``""`` counts as none."""
+    host_session_id: str | None = Field(default=None, max_length=256)
+    """The host's own id of this conversation (an OpenCode session's id): every host
+    conversation keeps its own line of nonoka sessions, whatever their content; ``""``
+    counts as none."""
     cwd: str | None = None
     """The workspace (the project database lives in ``<cwd>/.nonoka/``); default: the
     bridge's working directory."""
@@ -216,7 +220,7 @@ class ChatRequest(_Frame):
     ``finish``); a store holding fewer went back in time and the bridge warns
     (``store_regressed``)."""
 
-    @field_validator("session_id", "conversation_key")
+    @field_validator("session_id", "conversation_key", "host_session_id")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         """An empty ``session_id`` or ``conversation_key`` counts as none (docs/protocol.md §4)."""

@@ -34,7 +34,7 @@ from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.store.base import RevisionReader
 from nonoka.store.next_calls import NextCallStore
 from nonoka.store.project import ProjectStores
-from nonoka.store.records import SessionIndex
+from nonoka.store.records import HostSessions, SessionIndex
 from nonoka.store.reuse import StoreReuse
 from nonoka.turn.journal import LOGGED_TEXT, Journal
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_ERROR, TurnOutcome, finish_reason_of
@@ -151,11 +151,31 @@ class TurnService:
         store = self.stores.checkpoints
         return store if isinstance(store, NextCallStore) else None
 
-    async def fork(self, parent_id: str, at: int | None, *, reason: str) -> str:
-        """A branch of ``parent_id`` at entry ``at``; its id (``nonoka.turn.lineage``)."""
+    async def fork(self, parent_id: str, at: int | None, *, reason: str,
+                   host_session_id: str | None = None) -> str:
+        """A branch of ``parent_id`` at entry ``at``; its id (``nonoka.turn.lineage``).
+        ``host_session_id``: the host conversation the branch belongs to."""
         from nonoka.turn.lineage import fork_session
 
-        return await fork_session(self.stores, parent_id, at, reason=reason)
+        extra = {"host_session_id": host_session_id} if host_session_id else None
+        return await fork_session(self.stores, parent_id, at, reason=reason, metadata=extra)
+
+    async def host_sessions(self, host_session_id: str) -> list[str]:
+        """The sessions a host's conversation id maps to, most recently active first."""
+        index = self.stores.index
+        if not isinstance(index, HostSessions):
+            return []
+        return [r.session_id for r in await index.find_by_host_session(host_session_id)]
+
+    async def tag_host_session(self, session_id: str, host_session_id: str) -> None:
+        """Record that ``session_id`` holds the host's conversation ``host_session_id``
+        (a session made before the host said its id, adopted now)."""
+        index = self.stores.index
+        record = await index.get_session(session_id)
+        if record is None or record.host_session_id == host_session_id:
+            return
+        await index.upsert_session(record.model_copy(update={"metadata": {
+            **record.metadata, "host_session_id": host_session_id}}))
 
     async def note(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
         """Add an entry to another session's timeline than the turn's own."""

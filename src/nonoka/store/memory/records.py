@@ -49,6 +49,13 @@ class MemoryRecordStore:
             return []
         return [r for r in self._sorted() if r.conversation_key == key and r.purpose == purpose]
 
+    async def find_by_host_session(self, host_session_id: str, *, purpose: str = "chat"
+                                   ) -> list[SessionRecord]:
+        if not host_session_id:
+            return []
+        return [r for r in self._sorted()
+                if r.host_session_id == host_session_id and r.purpose == purpose]
+
     async def list_sessions(
         self, limit: int = 50, *, purpose: str | None = "chat"
     ) -> list[SessionRecord]:

@@ -36,6 +36,7 @@ _UPSERT = index_sql.upsert("%s")
 _KEY = "(metadata ->> 'conversation_key')"
 _PURPOSE = "coalesce(metadata ->> 'purpose', 'chat')"
 _ORDER = index_sql.ORDER
+_HOST = "(metadata ->> 'host_session_id')"
 
 _APPEND = """
 INSERT INTO events (session_id, seq, at, kind, data_json)
@@ -118,6 +119,13 @@ class PostgresRecordStore:
             return []
         return await self._select(f"WHERE {_KEY} = %s AND {_PURPOSE} = %s {_ORDER}", key,
                                   purpose)
+
+    async def find_by_host_session(self, host_session_id: str, *, purpose: str = "chat"
+                                   ) -> list[SessionRecord]:
+        if not host_session_id:
+            return []
+        return await self._select(f"WHERE {_HOST} = %s AND {_PURPOSE} = %s {_ORDER}",
+                                host_session_id, purpose)
 
     async def list_sessions(
         self, limit: int = 50, *, purpose: str | None = "chat"

@@ -38,6 +38,7 @@ _UPSERT = index_sql.upsert("?")
 _KEY = "json_extract(metadata, '$.conversation_key')"
 _PURPOSE = "coalesce(json_extract(metadata, '$.purpose'), 'chat')"
 _ORDER = index_sql.ORDER
+_HOST = "json_extract(metadata, '$.host_session_id')"
 
 _APPEND = """
 INSERT INTO events (session_id, seq, at, kind, data_json)
@@ -129,6 +130,13 @@ class SQLiteRecordStore:
         if not key:
             return []
         return self._select(f"WHERE {_KEY} = ? AND {_PURPOSE} = ? {_ORDER}", key, purpose)
+
+    async def find_by_host_session(self, host_session_id: str, *, purpose: str = "chat"
+                                   ) -> list[SessionRecord]:
+        if not host_session_id:
+            return []
+        return self._select(f"WHERE {_HOST} = ? AND {_PURPOSE} = ? {_ORDER}",
+                                host_session_id, purpose)
 
     async def list_sessions(
         self, limit: int = 50, *, purpose: str | None = "chat"
