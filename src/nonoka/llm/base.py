@@ -53,6 +53,16 @@ class Usage:
     reasoning_tokens: int = 0
 
 
+def call_usage(usage: Usage) -> dict[str, Any]:
+    """A call's usage as an assistant entry keeps it: its non-zero counts."""
+    counts = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+              "cost_usd": usage.cost_usd or 0.0,
+              "cache_read_tokens": usage.cache_read_tokens,
+              "cache_write_tokens": usage.cache_write_tokens,
+              "reasoning_tokens": usage.reasoning_tokens}
+    return {name: value for name, value in counts.items() if value}
+
+
 @dataclass(frozen=True)
 class ModelResponse:
     """One complete answer: text, tool calls, usage and why the model stopped, with

@@ -154,11 +154,14 @@ class MemoryEntry(BaseModel):
     @classmethod
     def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = (), *,
                   reasoning: Sequence[ReasoningPart] = (),
-                  provider_metadata: ProviderMetadata | None = None) -> MemoryEntry:
+                  provider_metadata: ProviderMetadata | None = None,
+                  usage: dict[str, Any] | None = None) -> MemoryEntry:
+        """``usage``: what the model call that wrote this answer spent (its non-zero
+        counts), so a branch made before this entry does not count it."""
         calls = [c.model_dump(exclude_none=True) for c in tool_calls] or None
         return cls.make("assistant", content, tool_calls=calls,
                         reasoning=[r.model_dump(exclude_none=True) for r in reasoning] or None,
-                        provider_metadata=provider_metadata or None)
+                        provider_metadata=provider_metadata or None, usage=usage or None)
 
     @classmethod
     def tool_result(

@@ -30,7 +30,7 @@ from nonoka.events import (
     ToolCallRequested,
 )
 from nonoka.extensions.base import ToolDecision
-from nonoka.llm.base import ModelResponse, TakesCallOptions
+from nonoka.llm.base import ModelResponse, TakesCallOptions, call_usage
 from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
 from nonoka.runtime.session import Session
 from nonoka.runtime.tools import RunContext, Tool
@@ -118,7 +118,7 @@ class ReActAgent:
         session.record_model_call(response.usage)
         session.memory.append(MemoryEntry.assistant(
             response.text, response.tool_calls, reasoning=response.reasoning,
-            provider_metadata=response.provider_metadata))
+            provider_metadata=response.provider_metadata, usage=call_usage(response.usage)))
         session.step_count += 1
         await self.env.save(session)
         faults.point("model.call.after")
