@@ -113,3 +113,22 @@ def test_a_fork_after_a_compaction_then_the_original_leaves_two_lines(
     lines = {r.session_id: (r.host_session_id, r.metadata.get("forked_from"))
              for r in rows(bridge)}
     assert lines == {sid: ("ses_A", None), branch: ("ses_B", sid)}
+
+
+def test_a_branch_made_by_hand_is_never_taken_over_by_a_hosts_edit(
+        bridge: Bridge, scripted: list[Step]) -> None:
+    from tests.support.processes import run_nonoka
+
+    history = [user("u1")]
+    parent = one(turn(bridge, scripted, history, "a1"), "session_init")["session_id"]
+    history.append(user("u2"))
+    turn(bridge, scripted, history, "a2", session_id=parent)
+    made = run_nonoka(bridge.project, "sessions", "fork", parent, "--at", "3", env=bridge.env)
+    assert made.returncode == 0, made.stderr
+    by_hand = made.stdout.strip().split()[-1]
+    assert stored(bridge, by_hand) == [("user", "u1"), ("assistant", "a1"), ("user", "u2")]
+    edited = [user("u1"), assistant("a1"), user("u2, said otherwise")]
+    init = one(turn(bridge, scripted, edited, "a2'", session_id=parent), "session_init")
+    assert init["session_id"] not in (parent, by_hand)
+    assert init["forked_from"] == parent and init["fork_point"] == 2
+    assert stored(bridge, by_hand) == [("user", "u1"), ("assistant", "a1"), ("user", "u2")]

@@ -86,6 +86,7 @@ from nonoka.runtime.tools import host_tool
 from nonoka.state.ids import validate_session_id
 from nonoka.state.ledger import RuntimeLimits
 from nonoka.state.session_state import SessionStatus
+from nonoka.store.records import SessionRecord
 from nonoka.turn.journal import TurnUsage, title_from
 from nonoka.turn.outcome import TurnOutcome
 from nonoka.turn.project import configured
@@ -316,8 +317,9 @@ class BridgeHandler:
         the sessions whose recorded compaction summary the history carries (a history
         that starts from a summary no longer has the conversation's key)."""
         index, messages = self.turn.index, self.request.messages
+        named_id = named.session_id if named is not None else None
         keyed = [r.session_id for r in await index.find_by_conversation_key(self.key)
-                 ] if self.key else []
+                 if r.session_id == named_id or not _made_by_hand(r)] if self.key else []
         memo = self._reuse.comparison
         verdict = judge(await self._candidates(named, keyed), messages, memo)
         if verdict.found is not None:
@@ -567,6 +569,15 @@ class _Choice:
     forked_from: str | None = None
     fork_point: int | None = None
     warnings: list[RunWarning] = field(default_factory=list)
+
+
+HAND_MADE = frozenset({"nonoka sessions fork", "nonoka run --at", "nonoka ui"})
+"""The fork reasons of branches a person made: such a branch belongs to the person, and
+a host's history lands in it only when the request names it."""
+
+
+def _made_by_hand(record: SessionRecord) -> bool:
+    return record.metadata.get("fork_reason") in HAND_MADE
 
 
 def _title(request: ChatRequest) -> str:
