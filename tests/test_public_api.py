@@ -33,8 +33,8 @@ PUBLIC: dict[str, list[str]] = {
         "UnsupportedVersionError", "WorkspaceError", "failure_of",
     ],
     "nonoka.events": [
-        "EventSink", "ModelCalled", "RunEvent", "RunWarning", "TextDelta", "ToolCallFinished",
-        "ToolCallRequested",
+        "EventSink", "ModelCalled", "ReasoningDelta", "RunEvent", "RunWarning", "TextDelta",
+        "ToolCallFinished", "ToolCallRequested",
     ],
     "nonoka.extensions": ["ExtensionContext", "LoopExtension", "ToolApproval", "ToolDecision"],
     "nonoka.llm": ["AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec",
@@ -58,8 +58,10 @@ PUBLIC: dict[str, list[str]] = {
         "RecordsHarness", "RowsHarness", "SessionLeasesSuite", "StoreHarness", "StoredRows",
         "StoredRowsSuite",
     ],
-    "nonoka.testing.server": ["Delay", "DropConnection", "HttpError", "ScriptedOpenAIServer",
-                              "Step", "load_script", "main", "step_from_json"],
+    "nonoka.testing.server": ["Delay", "DropConnection", "HttpError", "Reply", "STRICT_MODES",
+                              "ScriptedOpenAIServer", "Step", "context_length_exceeded",
+                              "insufficient_quota", "load_script", "main", "rate_limited",
+                              "step_from_json"],
 }
 
 # In a fresh interpreter, per module: __all__, whether dir() lists every name before any

@@ -42,6 +42,10 @@ The bridge imports this module before anything else, so it imports nothing itsel
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path loads this module
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = [
     "ConfigurationError",
     "CorruptSessionError",
@@ -125,11 +129,25 @@ class ModelError(NonokaError):
         endpoint: str | None = None,
         status: int | None = None,
         retryable: bool = False,
+        body: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.endpoint = endpoint
         self.status = status
         self.retryable = retryable
+        self.body = body
+        """The provider's error body, as it sent it (a host reads its ``error.code``)."""
+        self.retry_after = retry_after
+        """Seconds the provider asked to wait (``retry-after``), if it said."""
+
+    def provider_error(self) -> dict[str, Any] | None:
+        """The error as the provider gave it: status, body, ``retry-after``; ``None``
+        when no provider answered (nonoka's own failure, an unreachable endpoint)."""
+        if self.status is None and self.body is None:
+            return None
+        return {"status": self.status, "body": self.body, "retry_after": self.retry_after,
+                "retryable": self.retryable}
 
 
 class StoreError(NonokaError):
@@ -182,12 +200,15 @@ class UnsupportedVersionError(StoreError):
 class Failure:
     """An error as the protocol and the timeline name it: code, message, retryable."""
 
-    __slots__ = ("code", "message", "retryable")
+    __slots__ = ("code", "message", "provider", "retryable")
 
-    def __init__(self, code: str, message: str, retryable: bool = False) -> None:
+    def __init__(self, code: str, message: str, retryable: bool = False,
+                 provider: dict[str, Any] | None = None) -> None:
         self.code = code
         self.message = message
         self.retryable = retryable
+        self.provider = provider
+        """For a failed model call: the provider's own error (``ModelError``)."""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Failure) and (self.code, self.message, self.retryable) == (
@@ -206,6 +227,8 @@ def failure_of(exc: BaseException) -> Failure:
     A ``NonokaError`` carries its code; anything else is a bug in nonoka, reported as
     ``internal_error`` with its traceback on stderr.
     """
+    if isinstance(exc, ModelError):
+        return Failure(exc.code, exc.describe(), exc.retryable, exc.provider_error())
     if isinstance(exc, NonokaError):
         return Failure(exc.code, exc.describe(), exc.retryable)
     import sys

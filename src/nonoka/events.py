@@ -12,14 +12,21 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nonoka.llm.base import Usage
-from nonoka.state.messages import ToolCall
+from nonoka.state.messages import ProviderMetadata, ReasoningPart, ToolCall
 
-__all__ = ["EventSink", "ModelCalled", "RunEvent", "RunWarning", "TextDelta", "ToolCallFinished",
-           "ToolCallRequested"]
+__all__ = ["EventSink", "ModelCalled", "ReasoningDelta", "RunEvent", "RunWarning", "TextDelta",
+           "ToolCallFinished", "ToolCallRequested"]
 
 
 @dataclass(frozen=True)
 class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Reasoning the model streamed before (or between) its answer's text."""
+
     text: str
 
 
@@ -44,6 +51,10 @@ class ModelCalled:
 
     model: str
     usage: Usage
+    reasoning: tuple[ReasoningPart, ...] = ()
+    """The call's reasoning as stored, with the provider's metadata (a signature)."""
+    provider_metadata: ProviderMetadata | None = None
+    """What the provider attached to the answer itself."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,8 @@ class RunWarning:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-RunEvent = TextDelta | ToolCallRequested | ToolCallFinished | ModelCalled | RunWarning
+RunEvent = (TextDelta | ReasoningDelta | ToolCallRequested | ToolCallFinished | ModelCalled
+            | RunWarning)
 EventSink = Callable[[RunEvent], Awaitable[None] | None]
 
 

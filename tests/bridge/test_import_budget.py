@@ -26,6 +26,7 @@ FORBIDDEN = {
     "http.server": "a web server",
     "socketserver": "a server framework",
     "nonoka.testing": "the test doubles",
+    "nonoka.llm.catalog": "the model catalog (loaded by a caller that prices a call)",
     "nonoka.cli.commands": "the human commands",
     "pygments": "a syntax highlighter",
 }

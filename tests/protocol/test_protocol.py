@@ -23,6 +23,7 @@ from nonoka.protocol.frames import (
     is_continuation,
 )
 from nonoka.protocol.models import (
+    AssistantMetadata,
     CancelRequest,
     ChatRequest,
     ErrorEvent,
@@ -31,6 +32,7 @@ from nonoka.protocol.models import (
     FinishTermination,
     HostToolSpec,
     ProtocolAck,
+    ReasoningDeltaEvent,
     Request,
     RequestLimits,
     SessionInit,
@@ -46,7 +48,7 @@ from nonoka.protocol.models import (
     encode_request,
 )
 from nonoka.protocol.values import ERROR_CODES, RETRYABLE_ERROR_CODES, WARNING_CODES, WarningCode
-from nonoka.state.messages import Message, ToolCall
+from nonoka.state.messages import Message, ReasoningPart, ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,6 +108,14 @@ ALL_EVENTS: list[Any] = [
     ToolResultEvent(tool_call_id="c3", tool_name="calc", content="boom", is_error=True),
     UsageEvent(input_tokens=12, output_tokens=3),
     UsageEvent(input_tokens=12, output_tokens=3, cost_usd=0.0001),
+    UsageEvent(input_tokens=1200, output_tokens=300, cache_read_tokens=1000,
+               reasoning_tokens=120),
+    ReasoningDeltaEvent(text="first, the files"),
+    AssistantMetadata(reasoning=[ReasoningPart(text="thought", provider_metadata={
+        "openai_compatible": {"field": "reasoning_content", "send_back": True}})]),
+    ToolCallEvent(tool_call_id="c9", tool_name="read", arguments="{}", executed_by="host",
+                  provider_metadata={"openai_compatible": {
+                      "extra_content": {"google": {"thought_signature": "c2ln"}}}}),
     ErrorEvent(code="model_error", message="HTTP 503 from api", retryable=True,
                details={"status": 503}),
     Finish(finish_reason="stop", usage=UsageTotals(input_tokens=5, output_tokens=6)),

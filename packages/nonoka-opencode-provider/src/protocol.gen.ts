@@ -11,6 +11,28 @@ export const DEFAULT_MAX_FRAME_BYTES = 16777216;
 /** Deepest nesting of arrays and objects a bridge accepts. */
 export const MAX_NESTING = 100;
 
+/** After a model call: its reasoning as stored, with the provider's metadata for each part, and what the provider attached to the answer (feature `reasoning`). The host keeps them with the message and sends them back in its history. */
+export interface AssistantMetadata {
+  type: "assistant_metadata";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  reasoning: ReasoningPart-Output[];
+  provider_metadata?: Record<string, unknown> | null;
+}
+
+/** How the host wants this step's model call made; each field that is set is forwarded to a provider that takes it (`extra`: provider-specific body fields, by their wire names, added as they are). */
+export interface CallOptionsSpec {
+  max_tokens?: number | null;
+  temperature?: number | null;
+  top_p?: number | null;
+  stop?: string[] | null;
+  seed?: number | null;
+  response_format?: Record<string, unknown> | null;
+  tool_choice?: string | Record<string, unknown> | null;
+  reasoning_effort?: string | null;
+  extra?: Record<string, unknown>;
+}
+
 /** Stop the running request; the bridge saves the session and finishes 'cancelled'. */
 export interface CancelRequest {
   type: "cancel";
@@ -24,7 +46,8 @@ export type Capability =
   | "title_sessions"
   | "conversation_key_recovery"
   | "cancel"
-  | "usage";
+  | "usage"
+  | "parts";
 
 /** Run one turn: the full history the host holds, plus where and how to run it. */
 export interface ChatRequest {
@@ -50,6 +73,8 @@ export interface ChatRequest {
   /** A model spec such as `openai:gpt-4o-mini`; default: from configuration. */
   model?: string | null;
   limits?: RequestLimits | null;
+  /** This step's call options (capability `parts`). */
+  options?: CallOptionsSpec | null;
   /** The most conversation entries the provider saw stored for `session_id` (from `finish`); a store holding fewer went back in time and the bridge warns (`store_regressed`). */
   revision?: number | null;
 }
@@ -123,7 +148,9 @@ export type Event =
   | ToolResultEvent
   | UsageEvent
   | ErrorEvent
-  | Finish;
+  | Finish
+  | ReasoningDeltaEvent
+  | AssistantMetadata;
 
 /** The `type` of an event (bridge → provider). */
 export type EventType =
@@ -135,12 +162,26 @@ export type EventType =
   | "tool_result"
   | "usage"
   | "error"
-  | "finish";
+  | "finish"
+  | "reasoning_delta"
+  | "assistant_metadata";
 
 /** Who runs a tool the model called: the host (the session pauses) or nonoka. */
 export type ExecutedBy =
   | "host"
   | "nonoka";
+
+/** A file in a message: an image, a PDF, a text file. Its bytes are inline (`data`, base64) or at a `url`; stored sessions keep inline bytes once, by digest, whatever the number of entries and branches holding them. */
+export interface FilePart {
+  type?: "file";
+  /** `image/png`, `application/pdf`, `text/plain`... */
+  media_type: string;
+  /** The bytes, base64-encoded. */
+  data?: string | null;
+  url?: string | null;
+  filename?: string | null;
+  provider_metadata?: Record<string, unknown> | null;
+}
 
 /** Last event of a request. `tool_calls` means: paused, waiting for host results. */
 export interface Finish {
@@ -182,9 +223,15 @@ export interface HostToolSpec {
 /** A chat message in the OpenAI-style shape every front end speaks. */
 export interface Message {
   role: "system" | "user" | "assistant" | "tool";
+  /** The message's text (with `parts`: their text, joined by newlines). */
   content?: string;
   tool_calls?: ToolCall[] | null;
   tool_call_id?: string | null;
+  /** The content in order, when it is more than one text: several texts, files. */
+  parts?: (TextPart | FilePart)[] | null;
+  /** An assistant message's reasoning, in the order it came. */
+  reasoning?: ReasoningPart-Input[] | null;
+  provider_metadata?: Record<string, unknown> | null;
 }
 
 /** First event of every usable request: which version and capabilities apply. */
@@ -205,6 +252,8 @@ export interface ProtocolSpec {
   version: "1";
   /** Capabilities the provider cannot work without (`missing_capability` if absent). */
   required_capabilities?: string[];
+  /** What the provider can receive besides protocol 1's events: `reasoning` (`reasoning_delta` and `assistant_metadata`). A bridge sends nothing a request did not ask for, so an older provider keeps working. */
+  features?: string[];
 }
 
 /** What a chat request is for; title and compaction requests run in their own session. */
@@ -212,6 +261,26 @@ export type Purpose =
   | "chat"
   | "title"
   | "compaction";
+
+/** A piece of streamed reasoning (feature `reasoning`). */
+export interface ReasoningDeltaEvent {
+  type: "reasoning_delta";
+  /** Echoed from the request, so a provider can match events to requests. */
+  request_id?: string | null;
+  text: string;
+}
+
+/** What a model thought before it answered, as it streamed it: the text (empty when the provider gives only an opaque form) and the provider's metadata that must come back with it (a signature, an encrypted form, the field it arrived in). */
+export interface ReasoningPart-Input {
+  text?: string;
+  provider_metadata?: Record<string, unknown> | null;
+}
+
+/** What a model thought before it answered, as it streamed it: the text (empty when the provider gives only an opaque form) and the provider's metadata that must come back with it (a signature, an encrypted form, the field it arrived in). */
+export interface ReasoningPart-Output {
+  text: string;
+  provider_metadata?: Record<string, unknown> | null;
+}
 
 /** Why `session_init` reports a session other than the one the request named. */
 export type RecoveryReason =
@@ -261,11 +330,19 @@ export interface TextDelta {
   text: string;
 }
 
-/** One call the model asked for. `arguments` is the JSON text the model wrote. */
+/** A piece of a message's text. */
+export interface TextPart {
+  type?: "text";
+  text: string;
+  provider_metadata?: Record<string, unknown> | null;
+}
+
+/** One call the model asked for. `arguments` is the JSON text the model wrote; `provider_metadata` what the provider sent with the call and wants back. */
 export interface ToolCall {
   id: string;
   name: string;
   arguments?: string;
+  provider_metadata?: Record<string, unknown> | null;
 }
 
 /** The model called a tool; `executed_by` says who runs it. */
@@ -278,6 +355,8 @@ export interface ToolCallEvent {
   /** The JSON text the model wrote, passed through as is (it may even be invalid). */
   arguments: string;
   executed_by: ExecutedBy;
+  /** What the provider sent with the call (a thought signature): the host sends it back with the call (capability `parts`). */
+  provider_metadata?: Record<string, unknown> | null;
 }
 
 /** A tool nonoka ran itself finished (host tools report through the host). */
@@ -299,6 +378,12 @@ export interface UsageEvent {
   input_tokens: number;
   output_tokens: number;
   cost_usd?: number | null;
+  /** Of `input_tokens`, those read from the provider's prompt cache (when any). */
+  cache_read_tokens?: number | null;
+  /** Of `input_tokens`, those written to the provider's prompt cache (when any). */
+  cache_write_tokens?: number | null;
+  /** Of `output_tokens`, those the model spent reasoning (when any). */
+  reasoning_tokens?: number | null;
 }
 
 /** What a whole request used, across its model calls. */
@@ -306,6 +391,9 @@ export interface UsageTotals {
   input_tokens: number;
   output_tokens: number;
   cost_usd?: number | null;
+  cache_read_tokens?: number | null;
+  cache_write_tokens?: number | null;
+  reasoning_tokens?: number | null;
 }
 
 /** The `code` of a `warning` event: something the host should know. */

@@ -47,7 +47,12 @@ try:  # see ``body_digest``
 except ImportError:  # pragma: no cover - an interpreter without the module
     from hashlib import blake2b as _blake2b
 
-from nonoka.bridge.entry_rules import nonokas_own, same_history, well_formed
+from nonoka.bridge.entry_rules import (
+    nonokas_own,
+    same_history,
+    same_instructions,
+    well_formed,
+)
 from nonoka.protocol.frames import Purpose, RequestType
 from nonoka.protocol.turns import joined_prompt, split_after_reply
 
@@ -144,8 +149,9 @@ class NextTurn:
             return None
         before, tail = split_after_reply(messages)
         scanned = _scan(before)
-        if scanned is None or not all(well_formed(m) for m in tail):
-            return None
+        if scanned is None or not all(well_formed(m) and m.keys() <= _CLASSIC_KEYS
+                                      for m in tail):
+            return None  # what the turn adds carries files or metadata: the runtime's
         results = [(m["tool_call_id"], m.get("content", "")) for m in tail
                    if m["role"] == "tool"]
         prompt = joined_prompt(tail)
@@ -155,6 +161,7 @@ class NextTurn:
 
 
 _OPTIONAL_TEXT = ("request_id", "conversation_key", "cwd", "model")
+_CLASSIC_KEYS = frozenset(("role", "content", "tool_calls", "tool_call_id"))
 _PLAIN_KEYS = frozenset(("role", "content"))
 _PLAIN_OPENING = {role: f'{{"role": "{role}", "content": '
                   for role in ("system", "user", "assistant")}
@@ -172,7 +179,7 @@ def _scan(messages: Sequence[object]) -> tuple[list[str], list[str] | None] | No
     the rest take the general checks."""
     from json.encoder import encode_basestring_ascii as quoted
 
-    from nonoka.llm.wire import wire_message
+    from nonoka.llm.wire import file_parts, wire_message
 
     plain = _scan_plain(messages)
     if plain is not None:
@@ -194,10 +201,12 @@ def _scan(messages: Sequence[object]) -> tuple[list[str], list[str] | None] | No
         assert isinstance(m, dict)
         role, content, calls, call_id = (m["role"], m.get("content", ""), m.get("tool_calls"),
                                          m.get("tool_call_id"))
+        if role == "tool" and file_parts(m):
+            return None  # its files follow the run of results: left to the runtime
         if role == "user":
             users.append(content)
         exact = exact and not (call_id and role != "tool") and not (calls and role != "assistant")
-        encoded.append(json.dumps(wire_message(role, content, calls or None, call_id)))
+        encoded.append(json.dumps(wire_message(role, content, calls or None, call_id, m)))
     return users, encoded if exact else None
 
 
@@ -231,7 +240,8 @@ _PLAIN_ROLES = frozenset(_PLAIN_OPENING)
 def request_conditions(request: Mapping[str, Any]) -> dict[str, str]:
     """What of a request, besides its messages, shapes the model request."""
     return {"tools": digest(request.get("tools") or []),
-            "limits": digest(request.get("limits"))}
+            "limits": digest(request.get("limits")),
+            "options": digest(request.get("options"))}
 
 
 # -- the next turn's request, before the runtime loads -------------------------------------
@@ -455,7 +465,8 @@ def _same_history(entries: list[dict[str, Any]], messages: Sequence[Mapping[str,
     same user messages, text for text."""
     users = [e["content"] for e in entries
              if e["role"] == "user" and not nonokas_own(e.get("metadata") or {})]
-    return users == turn.earlier_users and same_history(entries, messages)
+    return (users == turn.earlier_users and same_instructions(entries, messages)
+            and same_history(entries, messages))
 
 
 def _expects(template: dict[str, Any], found: StoredNextCall, turn: NextTurn) -> bool:

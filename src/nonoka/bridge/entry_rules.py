@@ -100,3 +100,22 @@ def same_history(entries: Sequence[Mapping[str, Any]],
             if e["role"] != "system" and not nonokas_own(e.get("metadata") or {})]
     theirs = [hosted_key(m) for m in messages if m["role"] != "system"]
     return mine == theirs
+
+
+def leading_system(items: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The text of the system messages a conversation starts with (entry rows or raw
+    messages): the instructions a host gives every step."""
+    out = []
+    for item in items:
+        if item.get("role") != "system":
+            break
+        out.append(item.get("content") or "")
+    return out
+
+
+def same_instructions(entries: Sequence[Mapping[str, Any]],
+                      messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the host's system messages are the stored ones: when they are not, the
+    runtime replaces the stored ones first (``history._with_host_system``), so a body
+    built from the stored rows would not be the one it sends."""
+    return leading_system(entries) == leading_system(messages)

@@ -48,19 +48,22 @@ from nonoka.bridge.reuse import BridgeReuse
 from nonoka.errors import ConfigurationError, Failure, WorkspaceError, failure_of
 from nonoka.events import (
     ModelCalled,
+    ReasoningDelta,
     RunWarning,
     ToolCallFinished,
     ToolCallRequested,
 )
 from nonoka.events import TextDelta as RunTextDelta
-from nonoka.llm.base import ChatModel
+from nonoka.llm.base import CallOptions, ChatModel
 from nonoka.protocol.frames import Purpose, is_continuation
 from nonoka.protocol.models import (
+    AssistantMetadata,
     BaseEvent,
     ChatRequest,
     ErrorEvent,
     Finish,
     FinishTermination,
+    ReasoningDeltaEvent,
     SessionInit,
     TextDelta,
     ToolCallEvent,
@@ -83,6 +86,7 @@ from nonoka.runtime.tools import host_tool
 from nonoka.state.ids import validate_session_id
 from nonoka.state.ledger import RuntimeLimits
 from nonoka.state.session_state import SessionStatus
+from nonoka.store.records import SessionRecord
 from nonoka.turn.journal import TurnUsage, title_from
 from nonoka.turn.outcome import TurnOutcome
 from nonoka.turn.project import configured
@@ -113,6 +117,8 @@ class BridgeHandler:
         """A continued session as stored when the turn took its lease."""
         self._streamed = False
         """Whether this request has sent the host any text or tool call yet."""
+        self._reasoning = "reasoning" in request.protocol.features
+        """Whether the provider asked for reasoning events."""
         self.key, self._warnings = _checked_key(request.conversation_key)
         """The request's conversation key, or ``None`` when it was missing or malformed."""
         self._summaries: list[str] = []
@@ -164,6 +170,8 @@ class BridgeHandler:
         request = self.request
         metadata: dict[str, object] = {"conversation_key": self.key,
                                        "purpose": request.purpose, "cwd": str(cwd)}
+        if request.host_session_id and request.purpose == Purpose.CHAT:
+            metadata["host_session_id"] = request.host_session_id
         if request.purpose == Purpose.COMPACTION and request.session_id:
             metadata["compaction_of"] = request.session_id  # never the chat's own session
         return metadata
@@ -190,7 +198,8 @@ class BridgeHandler:
     async def _run(self, turn: TurnService, model: ChatModel) -> TurnOutcome:
         request = self.request
         tools = [host_tool(t.name, t.description, t.parameters) for t in request.tools]
-        agent = self._agent = Agent(model=model, tools=tools)
+        agent = self._agent = Agent(model=model, tools=tools,
+                                    call_options=_call_options(request))
         early = self._early
         return await turn.run(
             agent, self._decide, limits=self._limits(),
@@ -252,6 +261,8 @@ class BridgeHandler:
                 return _Choice(retried)
         if request.new_session:
             return _Choice()
+        if request.host_session_id:
+            return await self._host_line(request.host_session_id, continuation)
         named = await self._load(request.session_id) if request.session_id else None
         if not continuation:  # a history that holds no answer continues nothing stored
             return _Choice(named)
@@ -265,13 +276,50 @@ class BridgeHandler:
             return await self._branch(verdict.branch)
         return await self._unrelated(named, continuation)
 
+    async def _host_line(self, host: str, continuation: bool) -> _Choice:
+        """The session of the host's own conversation ``host``: identity first, content
+        second. A host conversation's sessions are judged first (it goes on in one, or
+        branches from it); one seen for the first time that shares its history with a
+        stored conversation is a fork of it — a branch at the point where they part,
+        never a continuation of another host conversation's session."""
+        memo = self._reuse.comparison
+        mine = await self.turn.host_sessions(host)
+        if mine:
+            verdict = judge(await self._candidates(None, mine), self.request.messages, memo)
+            if verdict.found is not None:
+                return self._found(verdict.found, None)
+            if verdict.branch is not None:
+                return await self._branch(verdict.branch, host)
+            return _Choice()  # its history no longer relates to what is stored: anew
+        if not continuation:
+            return _Choice()
+        named = await self._load(self.request.session_id) if self.request.session_id else None
+        verdict = await self._verdict(named)
+        match = verdict.found or verdict.branch
+        if match is None:
+            return await self._unrelated(named, continuation)
+        record = await self.turn.index.get_session(match.session.session_id)
+        owner = record.host_session_id if record is not None else None
+        if verdict.found is not None and owner is None:
+            await self.turn.tag_host_session(match.session.session_id, host)
+            return self._found(verdict.found, named)  # made before the host said its id
+        return await self._branch(match, host, reason="host_fork")
+
+    def _found(self, found: Match, named: Session | None) -> _Choice:
+        session = found.session
+        self._judged = (session.session_id, session.revision, found.rec)
+        self._summaries = self._summaries_by_id.get(session.session_id, [])
+        reason = None if named is None or session is named else self._recovery(named)
+        return _Choice(session, reason)
+
     async def _verdict(self, named: Session | None) -> Verdict:
         """Judge the named session and the conversation key's sessions; failing those,
         the sessions whose recorded compaction summary the history carries (a history
         that starts from a summary no longer has the conversation's key)."""
         index, messages = self.turn.index, self.request.messages
+        named_id = named.session_id if named is not None else None
         keyed = [r.session_id for r in await index.find_by_conversation_key(self.key)
-                 ] if self.key else []
+                 if r.session_id == named_id or not _made_by_hand(r)] if self.key else []
         memo = self._reuse.comparison
         verdict = judge(await self._candidates(named, keyed), messages, memo)
         if verdict.found is not None:
@@ -306,11 +354,14 @@ class BridgeHandler:
         return (RecoveryReason.SESSION_NOT_FOUND if named is None
                 else RecoveryReason.SESSION_MISMATCH)
 
-    async def _branch(self, match: Match) -> _Choice:
-        """A branch of ``match``'s session at the point where the histories part."""
+    async def _branch(self, match: Match, host: str | None = None,
+                      reason: str | None = None) -> _Choice:
+        """A branch of ``match``'s session at the point where the histories part (for
+        a host conversation ``host``, the branch is its line)."""
         parent, point = match.session.session_id, match.rec.point
-        why = "turns_the_host_never_saw" if not match.rec.new else "history_diverged"
-        branch = await self.turn.fork(parent, point, reason=why)
+        why = reason or ("turns_the_host_never_saw" if not match.rec.new
+                         else "history_diverged")
+        branch = await self.turn.fork(parent, point, reason=why, host_session_id=host)
         self._summaries = self._summaries_by_id.get(parent, [])
         code = WarningCode.SESSION_BRANCHED
         warning = RunWarning(code, WARNING_CODES[code], {
@@ -387,7 +438,8 @@ class BridgeHandler:
             if session is not None and self._raw is not None and self._agent is not None:
                 reuse = self._reuse
                 await remember_next_call(self.turn.next_calls, session, model,
-                                         list(self._agent.tool_map.values()), self._raw,
+                                         list(self._agent.tool_map.values()),
+                                         self._agent.call_options, self._raw,
                                          self._early, memo=reuse.template,
                                          wire=reuse.passes.wire)
         except Exception as exc:
@@ -406,10 +458,14 @@ class BridgeHandler:
                                   forked_from=event.forked_from, fork_point=event.fork_point))
         elif isinstance(event, RunTextDelta):
             self.send(TextDelta(text=event.text))
+        elif isinstance(event, ReasoningDelta):
+            if self._reasoning:
+                self.send(ReasoningDeltaEvent(text=event.text))
         elif isinstance(event, ToolCallRequested):
             call = event.call
             self.send(ToolCallEvent(tool_call_id=call.id, tool_name=call.name,
-                                    arguments=call.arguments, executed_by=event.executed_by))
+                                    arguments=call.arguments, executed_by=event.executed_by,
+                                    provider_metadata=call.provider_metadata))
         elif isinstance(event, ToolCallFinished):
             call = event.call
             self.send(ToolResultEvent(tool_call_id=call.id, tool_name=call.name,
@@ -417,7 +473,13 @@ class BridgeHandler:
         elif isinstance(event, ModelCalled):
             usage = event.usage
             self.send(UsageEvent(input_tokens=usage.input_tokens,
-                                 output_tokens=usage.output_tokens, cost_usd=usage.cost_usd))
+                                 output_tokens=usage.output_tokens, cost_usd=usage.cost_usd,
+                                 cache_read_tokens=usage.cache_read_tokens or None,
+                                 cache_write_tokens=usage.cache_write_tokens or None,
+                                 reasoning_tokens=usage.reasoning_tokens or None))
+            if self._reasoning and (event.reasoning or event.provider_metadata):
+                self.send(AssistantMetadata(reasoning=list(event.reasoning),
+                                            provider_metadata=event.provider_metadata))
         elif isinstance(event, RunWarning):
             self.send(WarningEvent(code=event.code, message=event.message,
                                    details=event.details))
@@ -448,7 +510,10 @@ class BridgeHandler:
                                               if termination is not None else ()))
             usage = self._turn.journal.usage
         revision = self._turn.journal.entries if self._turn is not None else None
-        self.send(Finish(finish_reason=reason, usage=UsageTotals(**usage.as_dict()),
+        totals = {name: value or None if name.endswith(("read_tokens", "write_tokens",
+                                                            "reasoning_tokens")) else value
+                  for name, value in usage.as_dict().items()}
+        self.send(Finish(finish_reason=reason, usage=UsageTotals(**totals),
                          termination=termination, revision=revision))
 
     async def _fail(self, failure: Failure) -> None:
@@ -459,8 +524,9 @@ class BridgeHandler:
         await self._finish(FinishReason.ERROR)
 
     def _send_error(self, failure: Failure) -> None:
+        details = {"provider": failure.provider} if failure.provider else {}
         self.send(ErrorEvent(code=failure.code, message=failure.message,
-                             retryable=failure.retryable))
+                             retryable=failure.retryable, details=details))
 
     async def _replay(self, result: RunResult) -> None:
         """Send the host a stored answer it never received.
@@ -505,6 +571,15 @@ class _Choice:
     warnings: list[RunWarning] = field(default_factory=list)
 
 
+HAND_MADE = frozenset({"nonoka sessions fork", "nonoka run --at", "nonoka ui"})
+"""The fork reasons of branches a person made: such a branch belongs to the person, and
+a host's history lands in it only when the request names it."""
+
+
+def _made_by_hand(record: SessionRecord) -> bool:
+    return record.metadata.get("fork_reason") in HAND_MADE
+
+
 def _title(request: ChatRequest) -> str:
     for message in request.messages:
         if message.role == "user" and message.content.strip():
@@ -520,3 +595,11 @@ def _checked_key(key: str | None) -> tuple[str | None, list[RunWarning]]:
         return key, []
     code = WarningCode.CONVERSATION_KEY_IGNORED
     return None, [RunWarning(code, WARNING_CODES[code], {"length": len(key)})]
+
+
+def _call_options(request: ChatRequest) -> CallOptions | None:
+    """The request's call options as the model port takes them."""
+    spec = request.options
+    if spec is None:
+        return None
+    return CallOptions(**spec.model_dump(exclude={"extra"}), extra=dict(spec.extra))

@@ -51,28 +51,76 @@ def turn_input(rec: Reconciliation, stored: Sequence[MemoryEntry],
         # Nothing new, or what is new was stored by a process that died: carry the turn
         # on (retrying it if it failed) or, if it was answered, replay the answer.
         return _resumed(messages)
-    replace = edit = None
+    replace: list[MemoryEntry] | None = None
+    edit: dict[str, Any] | None = None
     base = list(stored)
     if rec.lineage is Lineage.EDITED and rec.host_view is not None:
         replace = [MemoryEntry.from_message(m) for m in rec.host_view]
         edit = _edit_record(rec, stored)
         base = replace
+    instructed = _with_host_system(replace if replace is not None else stored, messages)
+    if instructed is not None:
+        replace, base = instructed, instructed
+        edit = edit or {"reason": "system_prompt_changed", "positions": [], "original": [
+            {"index": i, "role": "system", "content": e.content[:ORIGINAL_TEXT]}
+            for i, e in enumerate(_leading_system(stored))]}
     before, tail = split_after_reply(rec.new)
     seed = list(before)
     if any(m.role == "tool" for m in tail):
         answered = {e.tool_call_id for e in base if e.role == "tool"} | {
             m.tool_call_id for m in seed if m.role == "tool"}
-        results = [ToolResult(tool_call_id=m.tool_call_id or "", content=m.content)
+        results = [ToolResult(tool_call_id=m.tool_call_id or "", content=m.content,
+                              parts=m.parts)
                    for m in tail if m.role == "tool" and m.tool_call_id not in answered]
-        prompt = joined_prompt(tail)
+        prompt = _prompt(tail)
         if results:
+            if isinstance(prompt, Message):  # a prompt with files: its own entry
+                return TurnInput("tool_results", None, tuple(results), seed=seed,
+                                 replace=replace, edit=edit, prompt_message=prompt)
             return TurnInput("tool_results", prompt, tuple(results), seed=seed,
                              replace=replace, edit=edit)
         tail = [m for m in tail if m.role == "user"]
     if tail and tail[-1].role == "user":
-        return TurnInput("prompt", tail[-1].content, seed=[*seed, *tail[:-1]],
-                         replace=replace, edit=edit)
+        last = tail[-1]
+        return TurnInput("prompt", last.content, seed=[*seed, *tail[:-1]],
+                         replace=replace, edit=edit,
+                         prompt_message=last if last.parts else None)
     return TurnInput(reopen=True, seed=[*seed, *tail], replace=replace, edit=edit)
+
+
+def _prompt(tail: Sequence[Message]) -> str | Message | None:
+    """The user text that comes with tool results (the user messages joined), or the
+    one user message itself when it carries files."""
+    users = [m for m in tail if m.role == "user"]
+    if len(users) == 1 and users[0].parts:
+        return users[0]
+    return joined_prompt(tail)
+
+
+def _leading_system(items: Sequence[MemoryEntry]) -> list[MemoryEntry]:
+    out = []
+    for entry in items:
+        if entry.role != "system":
+            break
+        out.append(entry)
+    return out
+
+
+def _with_host_system(stored: Sequence[MemoryEntry],
+                      messages: Sequence[Message]) -> list[MemoryEntry] | None:
+    """The conversation with the host's system messages in place of the stored ones,
+    when the host changed them (a new date, a project's notes, another agent's prompt):
+    every step's instructions are the host's. ``None`` when they are the same."""
+    host = []
+    for message in messages:
+        if message.role != "system":
+            break
+        host.append(message)
+    kept = _leading_system(stored)
+    if not host or [(m.content, m.parts) for m in host] == [
+            (e.content, e.parts) for e in kept]:
+        return None
+    return [*(MemoryEntry.from_message(m) for m in host), *stored[len(kept):]]
 
 
 def _resumed(messages: Sequence[Message]) -> TurnInput:

@@ -33,10 +33,11 @@ from nonoka.bridge.early import (
     with_tail,
 )
 from nonoka.bridge.entry_rules import plain
+from nonoka.llm.wire import file_parts
 from nonoka.protocol.frames import Purpose
 
 if TYPE_CHECKING:
-    from nonoka.llm.base import ChatModel
+    from nonoka.llm.base import CallOptions, ChatModel
     from nonoka.runtime.session import Session
     from nonoka.runtime.tools import Tool
     from nonoka.state.entries import MemoryEntry
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
     from nonoka.store.next_calls import NextCallStore
 
 async def remember_next_call(store: NextCallStore | None, session: Session, model: ChatModel,
-                             tools: Sequence[Tool], request: Mapping[str, Any],
+                             tools: Sequence[Tool], options: CallOptions | None,
+                             request: Mapping[str, Any],
                              early: Dispatched | None = None, *,
                              memo: PrefixMemo[tuple[str, Any, bool, int]] | None = None,
                              wire: PrefixMemo[str] | None = None) -> bool:
@@ -82,7 +84,9 @@ async def remember_next_call(store: NextCallStore | None, session: Session, mode
         kind = "tool_results"
     else:
         return False
-    frame = model.frame([t.spec for t in tools])
+    if any(e.role == "tool" and file_parts(e.metadata) for e in entries):
+        return False  # a tool result's files follow their run: left to the runtime
+    frame = model.frame([t.spec for t in tools], options)
     budget = limits.max_context_tokens
     template = {
         "v": TEMPLATE_VERSION,

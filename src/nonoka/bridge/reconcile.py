@@ -230,7 +230,10 @@ def compare(stored: Sequence[MemoryEntry], messages: Sequence[Message],
     skeys = [_entry_key(stored[i]) for i in positions]
     rkeys_seen = [_message_key(m) for m in hosted[offset:]]
     compacted = _host_compaction(hosted, summaries)
-    if compacted is not None:
+    if compacted is not None and compacted > offset + p:
+        # The host replaced a prefix the store still holds with a summary it asked for.
+        # A summary the stored conversation already holds is one more shared entry: a
+        # divergence after it (an undo, a fork) is decided by where the histories part.
         return Reconciliation(Lineage.EDITED, len(stored), new=hosted[compacted:],
                               host_view=_with_system(messages, hosted[:compacted]),
                               reason=EditReason.HISTORY_COMPACTED, shared=p)

@@ -336,8 +336,12 @@ def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]
 
 
 def _usage_line(usage: UsageSummary) -> str:
+    details = [f"{n} {what}" for n, what in ((usage.cache_read_tokens, "cache read"),
+                                             (usage.cache_write_tokens, "cache write"),
+                                             (usage.reasoning_tokens, "reasoning")) if n]
+    extra = f" ({', '.join(details)})" if details else ""
     return (f"{usage.model_calls} model call(s) · {usage.input_tokens} in / "
-            f"{usage.output_tokens} out tokens · {cost(usage.cost_usd)} · "
+            f"{usage.output_tokens} out tokens{extra} · {cost(usage.cost_usd)} · "
             f"{usage.tool_calls} tool call(s) · {usage.warnings} warning(s) · "
             f"{usage.errors} error(s)")
 

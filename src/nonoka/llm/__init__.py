@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from nonoka.llm.base import AdoptsInflight, ChatModel, ModelResponse, TextSink, ToolSpec, Usage
+    from nonoka.llm.catalog import KnownModel
     from nonoka.state.prefix_memo import ConversationPasses
 
 __all__ = ["AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec", "Usage",
@@ -34,13 +35,15 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = None
-                  ) -> ChatModel:
+def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = None,
+                  known: KnownModel | None = None) -> ChatModel:
     """Turn ``"openai:gpt-4o-mini"`` (or any ``provider:model``) into a model instance.
 
     ``passes``: where the process's passes over a growing conversation stopped last
     (``nonoka.state.prefix_memo``), for a process that runs one conversation turn after
-    turn; the model then encodes only what each turn added.
+    turn; the model then encodes only what each turn added. ``known``: the model's
+    catalog entry (``nonoka.llm.catalog``), whose prices cost each call; by default the
+    built-in catalog's entry for ``spec``, if it has one.
 
     Every prefix in ``nonoka.llm.wire.PROVIDERS`` speaks the OpenAI-compatible wire
     format; ``OPENAI_BASE_URL`` overrides the endpoint, and each provider sends only its own
@@ -54,5 +57,18 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
     from nonoka.llm.wire import resolve_target
 
     target = resolve_target(spec, os.environ)
+    if known is None:
+        from nonoka.llm.catalog import known_model
+
+        known = known_model(spec)
     return OpenAIChatModel(model=target.model, label=spec, base_url=target.base_url,
-                           api_key=target.api_key, passes=passes)
+                           api_key=target.api_key, passes=passes,
+                           send_reasoning=spec.partition(":")[0] in SENDS_REASONING_BACK,
+                           known=known)
+
+
+SENDS_REASONING_BACK = frozenset({"deepseek"})
+"""Providers that want an assistant message's reasoning back in the field it came in
+(DeepSeek's thinking mode answers 400 to a tool loop without ``reasoning_content``).
+Others are not sent it: OpenAI ignores unknown fields at best, and some servers refuse
+them; ``docs/models.md`` lists the policy."""

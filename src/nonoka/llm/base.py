@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from nonoka.state.messages import Message, ToolCall
+from nonoka.state.messages import Message, ProviderMetadata, ReasoningPart, ToolCall
 
 if TYPE_CHECKING:
     from nonoka.llm.inflight import Inflight
@@ -38,22 +38,74 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts (and cost, when known) of one model call."""
+    """Token counts (and cost, when known) of one model call.
+
+    ``input_tokens`` counts every input token, ``cache_read_tokens`` and
+    ``cache_write_tokens`` the part of them read from or written to the provider's
+    prompt cache (priced at their own rates); ``reasoning_tokens`` the part of
+    ``output_tokens`` the model spent reasoning."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+def call_usage(usage: Usage) -> dict[str, Any]:
+    """A call's usage as an assistant entry keeps it: its non-zero counts."""
+    counts = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+              "cost_usd": usage.cost_usd or 0.0,
+              "cache_read_tokens": usage.cache_read_tokens,
+              "cache_write_tokens": usage.cache_write_tokens,
+              "reasoning_tokens": usage.reasoning_tokens}
+    return {name: value for name, value in counts.items() if value}
 
 
 @dataclass(frozen=True)
 class ModelResponse:
-    """One complete answer: text, tool calls, usage and why the model stopped."""
+    """One complete answer: text, tool calls, usage and why the model stopped, with
+    the reasoning it streamed and what the provider attached to the message."""
 
     text: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
     model: str = ""
+    reasoning: list[ReasoningPart] = field(default_factory=list)
+    provider_metadata: ProviderMetadata | None = None
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """How the host wants this one call made, forwarded as it gave them: a provider
+    that takes a field receives it, with ``extra`` (provider-specific fields, by their
+    wire names) added as they are."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    response_format: dict[str, Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def wire_fields(self) -> dict[str, Any]:
+        """The Chat Completions body fields these options set (``extra`` last)."""
+        fields = {name: getattr(self, name) for name in _OPTION_FIELDS
+                  if getattr(self, name) is not None}
+        return {**fields, **self.extra}
+
+
+_OPTION_FIELDS = ("max_tokens", "temperature", "top_p", "stop", "seed", "response_format",
+                  "tool_choice", "reasoning_effort")
+
+
+ReasoningSink = Callable[[str], Awaitable[None] | None]
+"""Receives streamed reasoning text as it arrives."""
 
 
 @runtime_checkable
@@ -77,6 +129,25 @@ class ChatModel(Protocol):
 
 
 @runtime_checkable
+class TakesCallOptions(ChatModel, Protocol):
+    """A model that takes the host's call options and streams its reasoning: the
+    runtime calls ``complete_with`` instead of ``complete`` when a model has it (a
+    model without it gets the conversation and tools only)."""
+
+    async def complete_with(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        on_text: TextSink | None = None,
+        on_reasoning: ReasoningSink | None = None,
+        options: CallOptions | None = None,
+    ) -> ModelResponse:
+        """``complete``, with ``options`` sent and reasoning streamed to ``on_reasoning``."""
+        ...
+
+
+@runtime_checkable
 class AdoptsInflight(ChatModel, Protocol):
     """A model whose request the bridge can send before the runtime has loaded.
 
@@ -87,12 +158,14 @@ class AdoptsInflight(ChatModel, Protocol):
     without it simply gets no early requests.
     """
 
-    def frame(self, tools: Sequence[ToolSpec] = ()) -> BodyFrame:
-        """The request body around its messages, for ``tools``."""
+    def frame(self, tools: Sequence[ToolSpec] = (),
+              options: CallOptions | None = None) -> BodyFrame:
+        """The request body around its messages, for ``tools`` and ``options``."""
         ...
 
-    def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> bytes:
-        """The exact bytes the next ``complete`` posts for ``messages`` and ``tools``."""
+    def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
+                     options: CallOptions | None = None) -> bytes:
+        """The exact bytes the next call posts for ``messages``, ``tools``, ``options``."""
         ...
 
     def adopt(self, inflight: Inflight) -> None:

@@ -18,30 +18,41 @@ import json
 import os
 import random
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nonoka.errors import ModelError
-from nonoka.llm.base import ModelResponse, TextSink, ToolSpec, Usage
+from nonoka.llm.base import (
+    CallOptions,
+    ModelResponse,
+    ReasoningSink,
+    TextSink,
+    ToolSpec,
+    Usage,
+)
 from nonoka.llm.wire import (
     DEFAULT_BASE_URL,
     DEFAULT_TIMEOUT,
+    OPENAI_COMPATIBLE,
     BodyFrame,
     Endpoint,
     check_key,
+    file_parts,
     request_headers,
+    tool_files_message,
     wire_message,
 )
 from nonoka.state.entries import EntryMessages, MemoryEntry
-from nonoka.state.messages import Message, ToolCall
+from nonoka.state.messages import Message, ReasoningPart, ToolCall
 from nonoka.state.prefix_memo import ConversationPasses, PrefixMemo
 
 if TYPE_CHECKING:
     import http.client
     import socket
 
+    from nonoka.llm.catalog import KnownModel
     from nonoka.llm.inflight import EarlyRequest, Inflight
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
@@ -79,10 +90,18 @@ class OpenAIChatModel:
         output_price_per_mtok: float | None = None,
         extra_headers: Mapping[str, str] | None = None,
         passes: ConversationPasses | None = None,
+        send_reasoning: bool = False,
+        known: KnownModel | None = None,
     ) -> None:
         """``passes``: where the encoding of a growing conversation stopped last, when
-        the process keeps it between turns (``ConversationPasses.wire``)."""
+        the process keeps it between turns (``ConversationPasses.wire``).
+        ``send_reasoning``: the provider wants an assistant message's reasoning back in
+        the field it came in (DeepSeek's thinking mode refuses a tool loop without it);
+        other providers ignore or refuse the field, so it is not sent to them.
+        ``known``: the catalog's entry (``nonoka.llm.catalog``), whose prices — cache
+        rates included — cost each call unless the server reports a cost itself."""
         self.model = model
+        self._send_reasoning = send_reasoning
         self._wire_memo = None if passes is None else passes.wire
         self._endpoint = Endpoint.parse(
             base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
@@ -94,6 +113,7 @@ class OpenAIChatModel:
         self._max_retries = max(0, max_retries)
         self._backoff_base = backoff_base
         self._prices = (input_price_per_mtok, output_price_per_mtok)
+        self._known = known
         self._headers = request_headers(self._api_key, extra_headers)
         self._inflight: Inflight | None = None
 
@@ -114,13 +134,18 @@ class OpenAIChatModel:
         sends; otherwise that request is closed unread and this model sends its own."""
         self._inflight = inflight
 
-    def frame(self, tools: Sequence[ToolSpec] = ()) -> BodyFrame:
-        """The request body around its messages, for ``tools``."""
-        return BodyFrame.chat(self.model, [t.to_openai() for t in tools])
+    def frame(self, tools: Sequence[ToolSpec] = (),
+              options: CallOptions | None = None) -> BodyFrame:
+        """The request body around its messages, for ``tools`` and ``options``."""
+        return BodyFrame.chat(self.model, [t.to_openai() for t in tools],
+                              options.wire_fields() if options is not None else None)
 
-    def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> bytes:
-        """The exact bytes :meth:`complete` posts for ``messages`` and ``tools``."""
-        return self.frame(tools).body(encoded_messages(messages, self._wire_memo)).encode()
+    def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
+                     options: CallOptions | None = None) -> bytes:
+        """The exact bytes :meth:`complete_with` posts for ``messages``, ``tools`` and
+        ``options``."""
+        return self.frame(tools, options).body(
+            encoded_messages(messages, self._wire_memo)).encode()
 
     async def complete(
         self,
@@ -129,12 +154,23 @@ class OpenAIChatModel:
         *,
         on_text: TextSink | None = None,
     ) -> ModelResponse:
-        body = self.request_body(messages, tools)
+        return await self.complete_with(messages, tools, on_text=on_text)
+
+    async def complete_with(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        on_text: TextSink | None = None,
+        on_reasoning: ReasoningSink | None = None,
+        options: CallOptions | None = None,
+    ) -> ModelResponse:
+        body = self.request_body(messages, tools, options)
         inflight, self._inflight = self._inflight, None
         early = None if inflight is None else inflight.claim(self._endpoint, body, self._headers)
         attempt = 0
         while True:
-            stream = _Stream()
+            stream = _Stream(send_reasoning=self._send_reasoning, on_reasoning=on_reasoning)
             try:
                 await self._attempt(body, stream, on_text, early)
                 return stream.response(self.model, self._cost)
@@ -183,11 +219,22 @@ class OpenAIChatModel:
         delay = min(self._backoff_base * 2.0**attempt, MAX_RETRY_WAIT)
         return delay * random.uniform(0.5, 1.0)  # jitter spreads out synchronized retries
 
-    def _cost(self, input_tokens: int, output_tokens: int) -> float | None:
+    def _cost(self, input_tokens: int, output_tokens: int, cached: int = 0,
+              written: int = 0) -> float | None:
+        """The call's cost: at the explicit prices, else at the catalog's (cached input
+        at its cache-read rate, cache writes at the write rate); ``None`` when unknown."""
         input_price, output_price = self._prices
-        if input_price is None and output_price is None:
+        if input_price is not None or output_price is not None:
+            return (input_tokens * (input_price or 0.0)
+                    + output_tokens * (output_price or 0.0)) / 1e6
+        if self._known is None:
             return None
-        return (input_tokens * (input_price or 0.0) + output_tokens * (output_price or 0.0)) / 1e6
+        from nonoka.llm.catalog import cost
+
+        cached = min(cached, input_tokens)
+        return cost(self._known, input_tokens=input_tokens, output_tokens=output_tokens,
+                    cached_tokens=cached,
+                    cache_write_tokens=min(written, input_tokens - cached))
 
     def _error(self, failure: _Failure, attempts: int) -> ModelError:
         status = f" HTTP {failure.status}" if failure.status is not None else ""
@@ -196,55 +243,111 @@ class OpenAIChatModel:
             message += f" (gave up after {attempts} attempts)"
         if self._api_key:
             message = message.replace(self._api_key, "***")
+        body = failure.body if isinstance(failure.body, str) else (
+            None if failure.body is None else json.dumps(failure.body))
+        if body is not None and self._api_key:
+            body = body.replace(self._api_key, "***")
         return ModelError(message, endpoint=self._endpoint.url, status=failure.status,
-                          retryable=failure.retryable)
+                          retryable=failure.retryable, body=body,
+                          retry_after=failure.retry_after)
 
 
 def encoded_messages(messages: Sequence[Message], memo: PrefixMemo[str] | None = None
                      ) -> list[str]:
     """The messages' JSON on the wire, as ``BodyFrame.body`` joins it (``", "`` between
     messages; one string may hold several). A session's conversation (``EntryMessages``)
-    is encoded from its entries without building ``Message`` models (``wire_text``)."""
+    is encoded from its entries without building ``Message`` models (``wire_text``).
+    The files of a run of tool results follow the run as a user message
+    (``wire.tool_files_message``)."""
     if not isinstance(messages, EntryMessages):
-        return [json.dumps(_wire_message(m)) for m in messages]
-    joined = wire_text(messages.entries, memo)
-    return [joined] if joined else []
+        return [json.dumps(m) for m in _with_tool_files(
+            (_wire_message(m), m.role, _message_files(m)) for m in messages)]
+    entries = messages.entries
+    joined = wire_text(entries, memo)
+    encoded = [joined] if joined else []
+    trailing = _trailing_files(entries, len(entries))
+    if trailing:
+        encoded.append(json.dumps(tool_files_message(trailing)))
+    return encoded
 
 
 def wire_text(entries: Sequence[MemoryEntry], memo: PrefixMemo[str] | None = None) -> str:
     """The wire messages of ``entries`` joined as a body holds them, in one
-    ``json.dumps`` call. With ``memo``, when ``entries`` extend the ones the last call
-    encoded (a long-lived bridge resends its conversation every turn, one exchange
-    longer), only the entries after those are encoded."""
+    ``json.dumps`` call, without the files of a run of tool results at their very end
+    (``encoded_messages`` adds those). With ``memo``, when ``entries`` extend the ones
+    the last call encoded (a long-lived bridge resends its conversation every turn, one
+    exchange longer), only the entries after those are encoded."""
     resumed = memo.resume(entries) if memo is not None else None
     start, known = (0, "") if resumed is None else (resumed[0][0], resumed[1])
-    rest = json.dumps([_entry_wire(e) for e in entries[start:]])[1:-1]
+    pending = _trailing_files(entries, start)
+    rest = json.dumps(_with_tool_files(
+        ((_entry_wire(e), e.role, file_parts(e.metadata)) for e in entries[start:]),
+        pending, keep_trailing=False))[1:-1]
     joined = f"{known}, {rest}" if known and rest else known or rest
     if memo is not None:
         memo.keep(joined, entries)
     return joined
 
 
+def _with_tool_files(items: Iterable[tuple[dict[str, Any], str, list[Mapping[str, Any]]]],
+                     pending: list[Mapping[str, Any]] | None = None, *,
+                     keep_trailing: bool = True) -> list[dict[str, Any]]:
+    """Wire messages with each run of tool results' files in a user message after it."""
+    out: list[dict[str, Any]] = []
+    waiting = list(pending or ())
+    for wired, role, files in items:
+        if waiting and role != "tool":
+            out.append(tool_files_message(waiting))
+            waiting = []
+        out.append(wired)
+        if role == "tool":
+            waiting.extend(files)
+    if waiting and keep_trailing:
+        out.append(tool_files_message(waiting))
+    return out
+
+
+def _trailing_files(entries: Sequence[MemoryEntry], end: int) -> list[Mapping[str, Any]]:
+    """The files of the run of tool entries that ends at ``end`` (their follow-up is
+    sent once the run is over)."""
+    at = end
+    while at > 0 and entries[at - 1].role == "tool":
+        at -= 1
+    return [p for e in entries[at:end] for p in file_parts(e.metadata)]
+
+
+def _message_files(message: Message) -> list[Mapping[str, Any]]:
+    if message.role != "tool" or not message.parts:
+        return []
+    return [p.model_dump(exclude_none=True) for p in message.parts if p.type == "file"]
+
+
 def _entry_wire(entry: MemoryEntry) -> dict[str, Any]:
     meta = entry.metadata
     call_id = meta.get("tool_call_id")
     return wire_message(entry.role, entry.content, meta.get("tool_calls") or None,
-                        None if call_id is None else str(call_id))
+                        None if call_id is None else str(call_id), meta)
 
 
 def _wire_message(message: Message) -> dict[str, Any]:
     """A message in the Chat Completions wire shape."""
-    calls = [c.model_dump() for c in message.tool_calls] if message.tool_calls else None
-    return wire_message(message.role, message.content, calls, message.tool_call_id)
+    calls = ([c.model_dump(exclude_none=True) for c in message.tool_calls]
+             if message.tool_calls else None)
+    meta = message.model_dump(include={"parts", "reasoning", "provider_metadata"},
+                              exclude_none=True)
+    return wire_message(message.role, message.content, calls, message.tool_call_id, meta)
 
 
 class _Failure(Exception):
     """Why one attempt failed; turned into a ``ModelError`` once retrying is over."""
 
     def __init__(self, detail: str, *, status: int | None = None, retryable: bool = False,
-                 retry_after: float | None = None, unreachable: bool = False) -> None:
+                 retry_after: float | None = None, unreachable: bool = False,
+                 body: object = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.body = body
+        """The provider's error body (decoded JSON, or its text), as it gave it."""
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
@@ -261,6 +364,14 @@ class _PartialCall:
     id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    """What the provider sent with the call besides its id, type and function (Gemini's
+    ``extra_content`` with a thought signature): sent back as received."""
+
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""Where OpenAI-compatible servers stream reasoning: DeepSeek's ``reasoning_content``,
+OpenRouter's and vLLM's ``reasoning``."""
 
 
 @dataclass
@@ -274,6 +385,12 @@ class _Stream:
     model: str = ""
     done: bool = False
     delivered: bool = False  # text has reached on_text, so retrying would duplicate it
+    send_reasoning: bool = False
+    on_reasoning: ReasoningSink | None = None
+    reasoning: list[str] = field(default_factory=list)
+    reasoning_field: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The message's own provider fields (``extra_content``)."""
 
     async def feed(self, chunk: dict[str, Any], on_text: TextSink | None) -> None:
         if isinstance(chunk.get("error"), dict):  # some servers report errors mid-stream
@@ -281,7 +398,7 @@ class _Stream:
             code = error.get("code")
             status = code if isinstance(code, int) else None
             raise _Failure(_excerpt(str(error.get("message") or error)), status=status,
-                           retryable=status is not None and _retryable(status))
+                           retryable=status is not None and _retryable(status), body=chunk)
         self.model = chunk.get("model") or self.model
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
@@ -291,14 +408,21 @@ class _Stream:
             delta = choice.get("delta") or {}
             for fragment in delta.get("tool_calls") or ():
                 self._add_call_fragment(fragment)
+            for name in REASONING_FIELDS:
+                thought = delta.get(name)
+                if thought and isinstance(thought, str):
+                    self.reasoning_field = self.reasoning_field or name
+                    self.reasoning.append(thought)
+                    await _tell(self.on_reasoning, thought)
+            if isinstance(delta.get("extra_content"), dict):
+                self.extra["extra_content"] = _merged(self.extra.get("extra_content"),
+                                                      delta["extra_content"])
             content = delta.get("content")
             if content:
                 self.text.append(content)
                 if on_text is not None:
                     self.delivered = True
-                    outcome = on_text(content)
-                    if inspect.isawaitable(outcome):
-                        await outcome
+                    await _tell(on_text, content)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
 
@@ -312,27 +436,82 @@ class _Stream:
         call.name = call.name or function.get("name") or ""
         if function.get("arguments"):
             call.arguments.append(function["arguments"])
+        for key, value in fragment.items():
+            if key not in _CALL_FIELDS and value is not None:
+                call.extra[key] = _merged(call.extra.get(key), value)
 
     def response(self, model: str,
-                 cost: Callable[[int, int], float | None]) -> ModelResponse:
+                 cost: Callable[[int, int, int, int], float | None]) -> ModelResponse:
         calls = [
-            ToolCall(id=c.id or f"call_{i}", name=c.name, arguments="".join(c.arguments) or "{}")
+            ToolCall(id=c.id or f"call_{i}", name=c.name, arguments="".join(c.arguments) or "{}",
+                     provider_metadata={OPENAI_COMPATIBLE: c.extra} if c.extra else None)
             for i, c in sorted(self.calls.items())
         ]
-        usage = self.usage or {}
-        input_tokens = int(usage.get("prompt_tokens") or 0)
-        output_tokens = int(usage.get("completion_tokens") or 0)
-        sent_cost = usage.get("cost")
-        cost_usd = (float(sent_cost) if isinstance(sent_cost, int | float)
-                    and not isinstance(sent_cost, bool) else cost(input_tokens, output_tokens))
+        usage = _usage(self.usage or {}, cost)
+        reasoning = []
+        if self.reasoning:
+            reasoning.append(ReasoningPart(text="".join(self.reasoning), provider_metadata={
+                OPENAI_COMPATIBLE: {"field": self.reasoning_field,
+                                    "send_back": self.send_reasoning}}))
         return ModelResponse(
             text="".join(self.text),
             tool_calls=calls,
-            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens,
-                        cost_usd=cost_usd),
+            usage=usage,
             finish_reason=_finish_reason(self.finish_reason, bool(calls)),
             model=self.model or model,
+            reasoning=reasoning,
+            provider_metadata={OPENAI_COMPATIBLE: dict(self.extra)} if self.extra else None,
         )
+
+
+_CALL_FIELDS = frozenset(("index", "id", "type", "function"))
+
+
+async def _tell(sink: Callable[[str], Any] | None, text: str) -> None:
+    if sink is not None:
+        outcome = sink(text)
+        if inspect.isawaitable(outcome):
+            await outcome
+
+
+def _merged(before: Any, value: Any) -> Any:
+    """A field sent in several fragments: dicts merged (recursively), strings joined,
+    anything else replaced by the latest."""
+    if isinstance(before, dict) and isinstance(value, dict):
+        out = dict(before)
+        for key, item in value.items():
+            out[key] = _merged(before.get(key), item)
+        return out
+    if isinstance(before, str) and isinstance(value, str):
+        return before + value
+    return value
+
+
+def _count(value: object) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _usage(usage: dict[str, Any],
+           cost: Callable[[int, int, int, int], float | None]) -> Usage:
+    """The call's usage, with the cached and reasoning tokens each server reports in its
+    own place (OpenAI's ``*_tokens_details``, DeepSeek's ``prompt_cache_hit_tokens``)."""
+    input_tokens = _count(usage.get("prompt_tokens"))
+    output_tokens = _count(usage.get("completion_tokens"))
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    cached = _count(prompt_details.get("cached_tokens")) if isinstance(
+        prompt_details, dict) else 0
+    cached = cached or _count(usage.get("prompt_cache_hit_tokens"))
+    written = _count(usage.get("cache_creation_input_tokens"))
+    thought = _count(completion_details.get("reasoning_tokens")) if isinstance(
+        completion_details, dict) else 0
+    sent_cost = usage.get("cost")
+    cost_usd = (float(sent_cost) if isinstance(sent_cost, int | float)
+                and not isinstance(sent_cost, bool) else cost(input_tokens, output_tokens,
+                                                               cached, written))
+    return Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd,
+                 cache_read_tokens=cached, cache_write_tokens=written,
+                 reasoning_tokens=thought)
 
 
 def _finish_reason(reason: str | None, has_calls: bool) -> str:
@@ -442,8 +621,14 @@ def _http_failure(response: http.client.HTTPResponse) -> _Failure:
     except (ValueError, AttributeError):
         pass
     return _Failure(_excerpt(detail) or response.reason or "no details", status=response.status,
-                    retryable=_retryable(response.status),
-                    retry_after=_retry_after(response))
+                    retryable=_retryable(response.status) and not _quota(body),
+                    retry_after=_retry_after(response), body=body)
+
+
+def _quota(body: str) -> bool:
+    """Whether a 429 says the quota is spent: waiting does not help (OpenAI's
+    ``insufficient_quota``)."""
+    return "insufficient_quota" in body
 
 
 def _retry_after(response: http.client.HTTPResponse) -> float | None:

@@ -217,27 +217,106 @@ def request_headers(api_key: str | None,
 
 
 def wire_message(role: str, content: str, tool_calls: Sequence[Mapping[str, Any]] | None = None,
-                 tool_call_id: str | None = None) -> dict[str, Any]:
+                 tool_call_id: str | None = None, meta: Mapping[str, Any] | None = None,
+                 ) -> dict[str, Any]:
     """A message in the Chat Completions wire shape.
 
-    ``tool_calls`` are ``{"id", "name", "arguments"}`` mappings, as sessions store them.
+    ``tool_calls`` are ``{"id", "name", "arguments"}`` mappings, as sessions store them,
+    with the ``provider_metadata`` the provider sent with each call. ``meta`` holds what
+    else the message carries, in the shapes a session stores (``parts``, ``reasoning``,
+    ``provider_metadata``; a host's raw message has the same keys): files become content
+    parts, reasoning goes back in the field it came in when the provider wants it back,
+    and the provider's own fields are sent back as received (``OPENAI_COMPATIBLE``).
+    A message without any of these encodes exactly as before.
     """
     if role == "assistant" and tool_calls:
-        return {
+        message: dict[str, Any] = {
             "role": "assistant",
             "content": content or None,
-            "tool_calls": [
-                {"id": c["id"], "type": "function",
-                 "function": {"name": c["name"], "arguments": c.get("arguments", "{}")}}
-                for c in tool_calls
-            ],
+            "tool_calls": [_wire_call(c) for c in tool_calls],
         }
-    if role == "tool":
+    elif role == "tool":
         if not tool_call_id:
             raise ConfigurationError("a tool message must name the call it answers "
                                      "(tool_call_id); every chat API rejects it otherwise")
-        return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
-    return {"role": role, "content": content}
+        message = {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+    else:
+        message = {"role": role, "content": content}
+    if meta:
+        _carry(message, meta)
+    return message
+
+
+OPENAI_COMPATIBLE = "openai_compatible"
+"""The ``provider_metadata`` key of what an OpenAI-compatible endpoint sent besides the
+standard fields (a call's ``extra_content``, a message's own fields, the field its
+reasoning came in): sent back exactly as received."""
+
+
+def _wire_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    wired: dict[str, Any] = {"id": call["id"], "type": "function",
+                             "function": {"name": call["name"],
+                                          "arguments": call.get("arguments", "{}")}}
+    extra = (call.get("provider_metadata") or {}).get(OPENAI_COMPATIBLE)
+    if extra:
+        wired.update(extra)
+    return wired
+
+
+def _carry(message: dict[str, Any], meta: Mapping[str, Any]) -> None:
+    """Add ``meta``'s parts, reasoning and provider fields to a wire message."""
+    parts = meta.get("parts")
+    if parts and message["role"] in ("user", "system"):
+        message["content"] = [_wire_part(p) for p in parts]
+    elif parts and message["role"] == "tool":
+        # Chat Completions tool messages take text parts only: files go as a user
+        # message's parts right after (``tool_files``), as the adapter sends them.
+        message["content"] = "\n".join(p.get("text", "") for p in parts
+                                       if p.get("type") == "text") or message["content"]
+    for reasoning in meta.get("reasoning") or ():
+        extra = (reasoning.get("provider_metadata") or {}).get(OPENAI_COMPATIBLE) or {}
+        field = extra.get("field")
+        if field and extra.get("send_back"):
+            message[field] = message.get(field, "") + reasoning.get("text", "")
+    extra = (meta.get("provider_metadata") or {}).get(OPENAI_COMPATIBLE)
+    if extra:
+        message.update(extra)
+
+
+def _wire_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A content part: text, an image (``image_url``, inline bytes as a data URL), a
+    PDF or another file (``file`` with ``file_data``), a text file (its text)."""
+    if part.get("type") == "text":
+        return {"type": "text", "text": part.get("text", "")}
+    media_type = part.get("media_type", "application/octet-stream")
+    data, url = part.get("data"), part.get("url")
+    if media_type.startswith("text/") and data is not None:
+        import base64
+
+        text = base64.b64decode(data).decode("utf-8", "replace")
+        name = part.get("filename") or "attachment"
+        return {"type": "text", "text": f"[file {name} ({media_type})]\n{text}"}
+    source = url if data is None else f"data:{media_type};base64,{data}"
+    if media_type.startswith("image/"):
+        return {"type": "image_url", "image_url": {"url": source}}
+    return {"type": "file", "file": {"filename": part.get("filename") or "attachment",
+                                     "file_data": source}}
+
+
+TOOL_FILES_NOTE = "Attached file(s) from the tool results above:"
+
+
+def file_parts(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The file parts of a message (its stored metadata, or a host's raw message)."""
+    return [p for p in meta.get("parts") or () if p.get("type") == "file"]
+
+
+def tool_files_message(files: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The user message that carries the files of a run of tool results, sent right
+    after the run: Chat Completions tool messages hold text only, and a user message
+    between two tool messages would part them from the call they answer."""
+    return {"role": "user", "content": [{"type": "text", "text": TOOL_FILES_NOTE},
+                                        *(_wire_part(p) for p in files)]}
 
 
 def entry_wire_message(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -245,7 +324,7 @@ def entry_wire_message(entry: Mapping[str, Any]) -> dict[str, Any]:
     metadata = entry.get("metadata") or {}
     call_id = metadata.get("tool_call_id")
     return wire_message(entry["role"], entry["content"], metadata.get("tool_calls") or None,
-                        str(call_id) if call_id is not None else None)
+                        str(call_id) if call_id is not None else None, metadata)
 
 
 class BodyFrame:
@@ -268,8 +347,11 @@ class BodyFrame:
         return hash((self.head, self.tail))
 
     @classmethod
-    def chat(cls, model: str, tools: Sequence[Mapping[str, Any]]) -> BodyFrame:
-        """The frame of a streaming chat completions request (``tools`` in wire shape)."""
+    def chat(cls, model: str, tools: Sequence[Mapping[str, Any]],
+             options: Mapping[str, Any] | None = None) -> BodyFrame:
+        """The frame of a streaming chat completions request (``tools`` in wire shape;
+        ``options``: the call's body fields, ``max_tokens``, ``temperature``... and any
+        provider-specific ones, after the standard fields, never replacing them)."""
         marker = "\x00messages\x00"
         payload: dict[str, Any] = {
             "model": model,
@@ -279,6 +361,8 @@ class BodyFrame:
         }
         if tools:
             payload["tools"] = list(tools)
+        for name, value in (options or {}).items():
+            payload.setdefault(name, value)
         text, quoted = json.dumps(payload), json.dumps(marker)
         if text.count(quoted) != 1:  # only a model name holding the marker could do this
             raise ConfigurationError(f"model name {model!r} cannot be sent")

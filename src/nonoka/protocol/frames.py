@@ -65,6 +65,8 @@ class EventType(StrEnum):
     USAGE = "usage"
     ERROR = "error"
     FINISH = "finish"
+    REASONING_DELTA = "reasoning_delta"
+    ASSISTANT_METADATA = "assistant_metadata"
 
 
 REQUEST_TYPES: Final = tuple(RequestType)
@@ -81,6 +83,11 @@ class Capability(StrEnum):
     CONVERSATION_KEY_RECOVERY = "conversation_key_recovery"
     CANCEL = "cancel"
     USAGE = "usage"
+    PARTS = "parts"
+    """Messages carry ``parts`` (files), ``reasoning`` and ``provider_metadata``, tool
+    calls their ``provider_metadata``, a request its call ``options``; with the
+    ``reasoning`` feature, reasoning streams back (``reasoning_delta``,
+    ``assistant_metadata``)."""
 
 
 CAPABILITIES: Final = tuple(Capability)

@@ -42,10 +42,12 @@ from nonoka.protocol.frames import (
     dump_line,
 )
 from nonoka.protocol.values import ErrorCode, ExecutedBy, FinishReason, RecoveryReason
-from nonoka.state.messages import Message
+from nonoka.state.messages import Message, ReasoningPart
 
 __all__ = [
+    "AssistantMetadata",
     "BaseEvent",
+    "CallOptionsSpec",
     "CancelRequest",
     "ChatRequest",
     "ErrorEvent",
@@ -55,6 +57,7 @@ __all__ = [
     "HostToolSpec",
     "ProtocolAck",
     "ProtocolSpec",
+    "ReasoningDeltaEvent",
     "Request",
     "RequestLimits",
     "SessionInit",
@@ -135,6 +138,10 @@ class ProtocolSpec(_Frame):
     """Checked before any other field: another version is ``unsupported_protocol_version``."""
     required_capabilities: list[str] = Field(default_factory=list)
     """Capabilities the provider cannot work without (``missing_capability`` if absent)."""
+    features: list[str] = Field(default_factory=list)
+    """What the provider can receive besides protocol 1's events: ``reasoning``
+    (``reasoning_delta`` and ``assistant_metadata``). A bridge sends nothing a request
+    did not ask for, so an older provider keeps working."""
 
 
 class HostToolSpec(_Frame):
@@ -156,6 +163,22 @@ class RequestLimits(_Frame):
     wall_timeout_seconds: float | None = Field(default=None, ge=0)
     max_total_tokens: int | None = Field(default=None, ge=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
+
+
+class CallOptionsSpec(_Frame):
+    """How the host wants this step's model call made; each field that is set is
+    forwarded to a provider that takes it (``extra``: provider-specific body fields,
+    by their wire names, added as they are)."""
+
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    response_format: dict[str, Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
 
 
 class ChatRequest(_Frame):
@@ -180,18 +203,24 @@ class ChatRequest(_Frame):
     """Force a new session."""
     conversation_key: str | None = None
     """SHA-256 hex of the first user message's text; ``""`` counts as none."""
+    host_session_id: str | None = Field(default=None, max_length=256)
+    """The host's own id of this conversation (an OpenCode session's id): every host
+    conversation keeps its own line of nonoka sessions, whatever their content; ``""``
+    counts as none."""
     cwd: str | None = None
     """The workspace (the project database lives in ``<cwd>/.nonoka/``); default: the
     bridge's working directory."""
     model: str | None = None
     """A model spec such as ``openai:gpt-4o-mini``; default: from configuration."""
     limits: RequestLimits | None = None
+    options: CallOptionsSpec | None = None
+    """This step's call options (capability ``parts``)."""
     revision: int | None = Field(default=None, ge=0)
     """The most conversation entries the provider saw stored for ``session_id`` (from
     ``finish``); a store holding fewer went back in time and the bridge warns
     (``store_regressed``)."""
 
-    @field_validator("session_id", "conversation_key")
+    @field_validator("session_id", "conversation_key", "host_session_id")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         """An empty ``session_id`` or ``conversation_key`` counts as none (docs/protocol.md §4)."""
@@ -294,6 +323,26 @@ class ToolCallEvent(BaseEvent):
     arguments: str = "{}"
     """The JSON text the model wrote, passed through as is (it may even be invalid)."""
     executed_by: ExecutedByValue
+    provider_metadata: dict[str, Any] | None = None
+    """What the provider sent with the call (a thought signature): the host sends it
+    back with the call (capability ``parts``)."""
+
+
+class ReasoningDeltaEvent(BaseEvent):
+    """A piece of streamed reasoning (feature ``reasoning``)."""
+
+    type: Literal[EventType.REASONING_DELTA] = EventType.REASONING_DELTA
+    text: str
+
+
+class AssistantMetadata(BaseEvent):
+    """After a model call: its reasoning as stored, with the provider's metadata for
+    each part, and what the provider attached to the answer (feature ``reasoning``).
+    The host keeps them with the message and sends them back in its history."""
+
+    type: Literal[EventType.ASSISTANT_METADATA] = EventType.ASSISTANT_METADATA
+    reasoning: list[ReasoningPart] = Field(default_factory=list)
+    provider_metadata: dict[str, Any] | None = None
 
 
 class ToolResultEvent(BaseEvent):
@@ -313,6 +362,12 @@ class UsageEvent(BaseEvent):
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     cost_usd: float | None = Field(default=None, ge=0)
+    cache_read_tokens: int | None = Field(default=None, ge=0)
+    """Of ``input_tokens``, those read from the provider's prompt cache (when any)."""
+    cache_write_tokens: int | None = Field(default=None, ge=0)
+    """Of ``input_tokens``, those written to the provider's prompt cache (when any)."""
+    reasoning_tokens: int | None = Field(default=None, ge=0)
+    """Of ``output_tokens``, those the model spent reasoning (when any)."""
 
 
 class ErrorEvent(BaseEvent):
@@ -339,6 +394,9 @@ class UsageTotals(_Frame):
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     cost_usd: float | None = Field(default=None, ge=0)
+    cache_read_tokens: int | None = Field(default=None, ge=0)
+    cache_write_tokens: int | None = Field(default=None, ge=0)
+    reasoning_tokens: int | None = Field(default=None, ge=0)
 
 
 class FinishTermination(_Frame):
@@ -364,7 +422,7 @@ class Finish(BaseEvent):
 
 Event = Annotated[
     ProtocolAck | SessionInit | WarningEvent | TextDelta | ToolCallEvent | ToolResultEvent
-    | UsageEvent | ErrorEvent | Finish,
+    | UsageEvent | ErrorEvent | Finish | ReasoningDeltaEvent | AssistantMetadata,
     Field(discriminator="type"),
 ]
 
@@ -373,7 +431,8 @@ _REQUEST_MODELS: dict[str, type[ChatRequest] | type[CancelRequest]] = {
 _EVENT_MODELS: dict[str, type[BaseEvent]] = {
     model.model_fields["type"].default: model
     for model in (ProtocolAck, SessionInit, WarningEvent, TextDelta, ToolCallEvent,
-                  ToolResultEvent, UsageEvent, ErrorEvent, Finish)
+                  ToolResultEvent, UsageEvent, ErrorEvent, Finish, ReasoningDeltaEvent,
+                  AssistantMetadata)
 }
 
 # -- encoding and decoding -------------------------------------------------------------

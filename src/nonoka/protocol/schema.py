@@ -32,7 +32,7 @@ REQUESTS: tuple[type[BaseModel], ...] = (models.ChatRequest, models.CancelReques
 EVENTS: tuple[type[BaseModel], ...] = (
     models.ProtocolAck, models.SessionInit, models.WarningEvent, models.TextDelta,
     models.ToolCallEvent, models.ToolResultEvent, models.UsageEvent, models.ErrorEvent,
-    models.Finish)
+    models.Finish, models.ReasoningDeltaEvent, models.AssistantMetadata)
 ENUMS: tuple[tuple[type[StrEnum], Mapping[Any, str] | None], ...] = (
     (frames.RequestType, None), (frames.EventType, None), (frames.Capability, None),
     (frames.Purpose, None), (values.RecoveryReason, None), (values.ExecutedBy, None),

@@ -16,7 +16,7 @@ from nonoka.state.session_state import CompletionContract
 
 if TYPE_CHECKING:
     from nonoka.extensions.base import LoopExtension
-    from nonoka.llm.base import ChatModel
+    from nonoka.llm.base import CallOptions, ChatModel
 
 
 @dataclass
@@ -35,6 +35,9 @@ class Agent:
     limits: RuntimeLimits = field(default_factory=RuntimeLimits)
     extensions: Sequence[LoopExtension] = ()
     completion_contract: CompletionContract | None = None
+    call_options: CallOptions | None = None
+    """How each model call is made (``max_tokens``, ``temperature``, provider fields...),
+    for a model that takes them (``nonoka.llm.TakesCallOptions``)."""
 
     def __post_init__(self) -> None:
         self._tools: dict[str, Tool] = {}

@@ -28,9 +28,9 @@ from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
 from nonoka.runtime.paradigms.plan import PlanExecutor
 from nonoka.runtime.paradigms.react import ReActAgent
 from nonoka.runtime.session import INTENTS_NAMESPACE, Session
-from nonoka.state.entries import MemoryEntry, dangling_tool_calls
+from nonoka.state.entries import MemoryEntry, dangling_tool_calls, user_entry
 from nonoka.state.ids import validate_session_id
-from nonoka.state.ledger import RuntimeLimits, Termination
+from nonoka.state.ledger import RuntimeLimits, RuntimeUsage, Termination
 from nonoka.state.messages import Message, ToolResult
 from nonoka.state.plan import Plan
 from nonoka.state.prefix_memo import ConversationPasses
@@ -64,7 +64,7 @@ class Runner:
     async def run_react(
         self,
         agent: Agent,
-        prompt: str,
+        prompt: str | Message,
         deps: Any = None,
         session_id: str | Session | None = None,
         *,
@@ -138,7 +138,7 @@ class Runner:
         results: Sequence[ToolResult],
         deps: Any = None,
         *,
-        prompt: str | None = None,
+        prompt: str | Message | None = None,
         limits: RuntimeLimits | None = None,
         on_event: EventSink | None = None,
     ) -> RunResult:
@@ -166,13 +166,14 @@ class Runner:
         for result in results:
             call = pending[result.tool_call_id]
             session.memory.append(MemoryEntry.tool_result(call, result.content,
-                                                          is_error=result.is_error))
+                                                          is_error=result.is_error,
+                                                          parts=result.parts))
         env = self._env(agent, deps, on_event)
 
         async def go() -> RunResult:
             session.begin()
             if prompt is not None:
-                session.memory.append(MemoryEntry.make("user", prompt))
+                session.memory.append(user_entry(prompt))
                 session.turn_count += 1
             await self._save(session)
             return await ReActAgent(env).resume(session)
@@ -350,6 +351,7 @@ class Runner:
             await self._save(session)
             result = result_of(session, error=str(exc))
             result.retryable = exc.retryable
+            result.failure = exc
             return result
 
     async def _persist_cancel(self, session: Session) -> None:
@@ -439,8 +441,35 @@ def _branch(parent: SessionState, child_id: str, parent_id: str, point: int,
         "status": status, "extension_state": extensions, "end_time": None,
         "turn_count": max(0, parent.turn_count - users_cut),
         "runtime_state": parent.runtime_state.model_copy(
-            update={"termination": None, "cancelled_at": None}),
+            update={"termination": None, "cancelled_at": None,
+                    "usage": inherited_usage(parent.runtime_state.usage, cut)}),
         "forked_from": parent_id, "fork_point": point})
+
+
+def inherited_usage(usage: RuntimeUsage, cut: Sequence[MemoryEntry]) -> RuntimeUsage:
+    """A branch's ledger at its fork point: the parent's, without what the entries after
+    the fork point cost (each answer keeps its call's usage; tool results count one tool
+    call each). One definition for every surface: listing, show, the ui, export and
+    budgets all read the branch's ledger. Answers stored before answers kept their usage
+    cannot be taken off: for those the parent's spending as it stood is kept."""
+    spent: dict[str, float] = {}
+    calls = tools = 0
+    for entry in cut:
+        if entry.role == "assistant" and "usage" in entry.metadata:
+            calls += 1
+            for name, value in entry.metadata["usage"].items():
+                spent[name] = spent.get(name, 0) + value
+        elif entry.role == "tool":
+            tools += 1
+    if not calls:
+        return usage
+    return usage.model_copy(update={
+        "model_turns": max(0, usage.model_turns - calls),
+        "tool_calls": max(0, usage.tool_calls - tools),
+        **{name: max(0, getattr(usage, name) - int(spent.get(name, 0)))
+           for name in ("input_tokens", "output_tokens", "cache_read_tokens",
+                        "cache_write_tokens", "reasoning_tokens")},
+        "cost_usd": max(0.0, usage.cost_usd - spent.get("cost_usd", 0.0))})
 
 
 def _close_open_calls(session: Session, content: str) -> None:

@@ -186,6 +186,9 @@ class Session:
             input_tokens=current.input_tokens + usage.input_tokens,
             output_tokens=current.output_tokens + usage.output_tokens,
             cost_usd=current.cost_usd + (usage.cost_usd or 0.0),
+            cache_read_tokens=current.cache_read_tokens + usage.cache_read_tokens,
+            cache_write_tokens=current.cache_write_tokens + usage.cache_write_tokens,
+            reasoning_tokens=current.reasoning_tokens + usage.reasoning_tokens,
         )
 
     def reserve_tool_call(self) -> Termination | None:

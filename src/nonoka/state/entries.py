@@ -16,7 +16,15 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nonoka.state.messages import Message, Role, ToolCall
+from nonoka.state.messages import (
+    FilePart,
+    Message,
+    ProviderMetadata,
+    ReasoningPart,
+    Role,
+    TextPart,
+    ToolCall,
+)
 from nonoka.state.prefix_memo import PrefixMemo
 from nonoka.state.tokens import entry_tokens
 
@@ -138,20 +146,30 @@ class MemoryEntry(BaseModel):
         """Build an entry with its token estimate filled in."""
         meta = {k: v for k, v in metadata.items() if v is not None}
         extra = sum(len(c.get("arguments", "")) for c in meta.get("tool_calls", []))
+        extra += sum(len(r.get("text", "")) for r in meta.get("reasoning", ()))
+        files = sum(1 for p in meta.get("parts", ()) if p.get("type") == "file")
         return cls(role=role, content=content, metadata=meta,
-                   tokens=entry_tokens(content, extra))
+                   tokens=entry_tokens(content, extra) + files * FILE_TOKENS)
 
     @classmethod
-    def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = ()) -> MemoryEntry:
-        calls = [c.model_dump() for c in tool_calls] or None
-        return cls.make("assistant", content, tool_calls=calls)
+    def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = (), *,
+                  reasoning: Sequence[ReasoningPart] = (),
+                  provider_metadata: ProviderMetadata | None = None,
+                  usage: dict[str, Any] | None = None) -> MemoryEntry:
+        """``usage``: what the model call that wrote this answer spent (its non-zero
+        counts), so a branch made before this entry does not count it."""
+        calls = [c.model_dump(exclude_none=True) for c in tool_calls] or None
+        return cls.make("assistant", content, tool_calls=calls,
+                        reasoning=[r.model_dump(exclude_none=True) for r in reasoning] or None,
+                        provider_metadata=provider_metadata or None, usage=usage or None)
 
     @classmethod
     def tool_result(
-        cls, call: ToolCall, content: str, *, is_error: bool = False, **metadata: Any
+        cls, call: ToolCall, content: str, *, is_error: bool = False,
+        parts: Sequence[TextPart | FilePart] | None = None, **metadata: Any
     ) -> MemoryEntry:
         return cls.make("tool", content, tool_call_id=call.id, tool_name=call.name,
-                        is_error=is_error or None, **metadata)
+                        is_error=is_error or None, parts=_dumped(parts), **metadata)
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -162,19 +180,58 @@ class MemoryEntry(BaseModel):
         value = self.metadata.get("tool_call_id")
         return str(value) if value is not None else None
 
+    @property
+    def parts(self) -> list[TextPart | FilePart] | None:
+        """The content in order, when it is more than one text (``Message.parts``)."""
+        parts = self.metadata.get("parts")
+        return None if not parts else [_part(p) for p in parts]
+
+    @property
+    def reasoning(self) -> list[ReasoningPart]:
+        return [ReasoningPart.model_validate(r) for r in self.metadata.get("reasoning") or []]
+
     def to_message(self) -> Message:
+        meta = self.metadata
         return Message(
             role=self.role,
             content=self.content,
             tool_calls=self.tool_calls or None,
             tool_call_id=self.tool_call_id,
+            parts=self.parts,
+            reasoning=self.reasoning or None,
+            provider_metadata=meta.get("provider_metadata") or None,
         )
 
     @classmethod
     def from_message(cls, message: Message) -> MemoryEntry:
         if message.role == "assistant":
-            return cls.assistant(message.content, message.tool_calls or [])
-        return cls.make(message.role, message.content, tool_call_id=message.tool_call_id)
+            return cls.assistant(message.content, message.tool_calls or [],
+                                 reasoning=message.reasoning or (),
+                                 provider_metadata=message.provider_metadata)
+        return cls.make(message.role, message.content, tool_call_id=message.tool_call_id,
+                        parts=_dumped(message.parts),
+                        provider_metadata=message.provider_metadata or None)
+
+
+def user_entry(prompt: str | Message) -> MemoryEntry:
+    """A user's prompt as an entry: its text, or the message with its files."""
+    if isinstance(prompt, Message):
+        return MemoryEntry.from_message(prompt)
+    return MemoryEntry.make("user", prompt)
+
+
+FILE_TOKENS = 1_000
+"""The estimate a file part adds to its entry (an image, a page of a PDF): providers
+count an image as hundreds to a few thousand tokens, by size."""
+
+def _part(data: Any) -> TextPart | FilePart:
+    if isinstance(data, dict) and data.get("type") == "text":
+        return TextPart.model_validate(data)
+    return FilePart.model_validate(data)
+
+
+def _dumped(parts: Sequence[TextPart | FilePart] | None) -> list[dict[str, Any]] | None:
+    return [p.model_dump(exclude_none=True) for p in parts] if parts else None
 
 
 def dangling_tool_calls(entries: Sequence[MemoryEntry],

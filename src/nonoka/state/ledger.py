@@ -53,9 +53,17 @@ class RuntimeUsage(BaseModel):
     model_turns: int = 0
     tool_calls: int = 0
     input_tokens: int = 0
+    """Every input token, cached ones included."""
     output_tokens: int = 0
+    """Every output token, reasoning ones included."""
     cost_usd: float = 0.0
     wall_seconds: float = 0.0
+    cache_read_tokens: int = 0
+    """The part of ``input_tokens`` read from a provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """The part of ``input_tokens`` written to a provider's prompt cache."""
+    reasoning_tokens: int = 0
+    """The part of ``output_tokens`` spent reasoning."""
 
     @property
     def total_tokens(self) -> int:

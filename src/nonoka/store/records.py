@@ -51,6 +51,13 @@ class SessionRecord(BaseModel):
     def purpose(self) -> str:
         return str(self.metadata.get("purpose", "chat"))
 
+    @property
+    def host_session_id(self) -> str | None:
+        """The host's own id of the conversation this session holds (an OpenCode
+        session's id), when the host said it."""
+        value = self.metadata.get("host_session_id")
+        return str(value) if value else None
+
 
 class EventRecord(BaseModel):
     """One entry of a session's timeline."""
@@ -77,6 +84,22 @@ class UsageSummary(BaseModel):
     tool_calls: int = 0
     errors: int = 0
     warnings: int = 0
+    cache_read_tokens: int = 0
+    """Of ``input_tokens``, read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``, spent reasoning."""
+
+
+@runtime_checkable
+class HostSessions(Protocol):
+    """Optional capability of a session index: the sessions a host's own conversation id
+    maps to (every engine nonoka ships has it)."""
+
+    async def find_by_host_session(self, host_session_id: str, *, purpose: str = "chat"
+                                   ) -> list[SessionRecord]:
+        """Rows whose ``host_session_id`` is this one, most recently active first."""
+        ...
 
 
 @runtime_checkable

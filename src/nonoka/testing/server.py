@@ -7,9 +7,18 @@ under test. It speaks the Chat Completions wire format closely enough for the of
 plus the usage chunk when ``stream_options.include_usage`` is set) and plain JSON answers.
 
 Script steps are ``ModelResponse`` objects (build them with ``nonoka.testing.text``,
-``call`` and ``calls``), plain strings (text), or the faults below: ``HttpError``,
-``Delay`` and ``DropConnection``. Instead of a list, a script may be a function from the
-request body to a step.
+``call`` and ``calls``), plain strings (text), ``Reply`` objects (reasoning as DeepSeek or
+OpenRouter stream it, Gemini's thought signatures on tool calls, cached and reasoning
+token counts), or the faults below: ``HttpError``, ``Delay`` and ``DropConnection``, and
+the errors OpenAI sends for a context overflow, an exhausted quota and a rate limit
+(``context_length_exceeded``, ``insufficient_quota``, ``rate_limited``). Instead of a
+list, a script may be a function from the request body to a step.
+
+``strict`` modes (``STRICT_MODES``) answer a client that drops what the server sent the way
+the real services do: ``deepseek_thinking`` refuses tool-calling assistant messages that
+come back without their ``reasoning_content``; ``gemini_signatures`` refuses thought
+signatures that come back missing or altered. A refused request is recorded like any
+other (its index is in ``rejections``) and uses no step.
 
 In process::
 
@@ -34,55 +43,43 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeAlias
 
-from nonoka.llm.base import ModelResponse, Usage
-from nonoka.state.messages import ToolCall
-from nonoka.testing import text
+from nonoka.llm.base import ModelResponse
+from nonoka.testing.replies import Reply, as_reply, chunks, completion
+from nonoka.testing.steps import (
+    Delay,
+    DropConnection,
+    HttpError,
+    Step,
+    context_length_exceeded,
+    insufficient_quota,
+    load_script,
+    rate_limited,
+    step_from_json,
+)
+from nonoka.testing.strict import STRICT_MODES, Produced, checked_modes
 
 __all__ = [
+    "STRICT_MODES",
     "Delay",
     "DropConnection",
     "HttpError",
+    "Reply",
     "ScriptedOpenAIServer",
     "Step",
+    "context_length_exceeded",
+    "insufficient_quota",
     "load_script",
     "main",
+    "rate_limited",
     "step_from_json",
 ]
 
-
-@dataclass(frozen=True)
-class HttpError:
-    """Answer with an HTTP error. ``body`` is a JSON object or raw text; by default an
-    OpenAI-style ``{"error": {...}}`` body is sent."""
-
-    status: int
-    body: dict[str, Any] | str | None = None
-    retry_after: float | None = None
-
-
-@dataclass(frozen=True)
-class Delay:
-    """Wait ``seconds`` before answering with ``then`` (timeouts, cancellation)."""
-
-    seconds: float
-    then: Step = ""
-
-
-@dataclass(frozen=True)
-class DropConnection:
-    """Start a streamed answer, send ``partial_text``, then close the connection mid-stream."""
-
-    partial_text: str = ""
-
-
-Step: TypeAlias = "ModelResponse | str | HttpError | Delay | DropConnection"
 Script: TypeAlias = "Sequence[Step] | Callable[[dict[str, Any]], Step]"
 
 
@@ -90,20 +87,27 @@ class ScriptedOpenAIServer:
     """Serves ``POST /v1/chat/completions`` from a script and ``GET /v1/models``.
 
     Every chat request is recorded: ``requests`` holds the JSON bodies and ``headers`` the
-    matching headers (lower-case names). A request beyond the end of a list script gets
-    HTTP 500 and is noted in ``failures``; ``assert_done`` then fails.
+    matching headers (lower-case names); ``rejections`` the indexes of those a ``strict``
+    mode refused. A request beyond the end of a list script gets HTTP 500 and is noted in
+    ``failures``; ``assert_done`` then fails.
     """
 
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0,
                  model: str = "scripted-model", chunk_size: int = 8,
-                 log_path: str | os.PathLike[str] | None = None) -> None:
+                 log_path: str | os.PathLike[str] | None = None,
+                 strict: Collection[str] = ()) -> None:
         self._script = script if callable(script) else list(script)
+        self.strict = checked_modes(strict)
         self._address = (host, port)
         self.model = model
         self.chunk_size = max(1, chunk_size)
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.failures: list[str] = []
+        self.rejections: list[int] = []
+        self._used = 0  # steps of a list script used so far
+        self._produced = Produced()
+        self._numbers = itertools.count(1)
         self._log_path = Path(log_path) if log_path is not None else None
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -154,7 +158,7 @@ class ScriptedOpenAIServer:
         """Unused steps of a list script (0 for a function script)."""
         if callable(self._script):
             return 0
-        return max(0, len(self._script) - len(self.requests))
+        return max(0, len(self._script) - self._used)
 
     def assert_done(self) -> None:
         """Fail when the script ran out or when scripted steps were never used."""
@@ -165,25 +169,45 @@ class ScriptedOpenAIServer:
             raise AssertionError(f"scripted server has {self.remaining} unused step(s) "
                                  f"of {total}; it got {len(self.requests)} request(s)")
 
-    def _take_step(self, body: dict[str, Any], headers: dict[str, str]) -> Step | None:
-        """Record a chat request and pick its step; ``None`` when the script ran out."""
+    def _take_step(self, body: dict[str, Any],
+                   headers: dict[str, str]) -> tuple[Step | None, bool]:
+        """Record a chat request and pick its step: a strict mode's refusal (then ``True``),
+        the script's next step, or ``None`` when the script ran out."""
         with self._lock:
-            index = len(self.requests)
             self.requests.append(body)
             self.headers.append(headers)
-            if callable(self._script):
-                try:
-                    return self._script(body)
-                except Exception as exc:  # answer 500 and let assert_done() report it
-                    self.failures.append(f"the script function raised {exc!r}")
-                    return None
-            if index < len(self._script):
-                return self._script[index]
-            self.failures.append(
-                f"scripted server has no step left: got request #{index + 1} but the script "
-                f"has {len(self._script)} step(s)"
-            )
-            return None
+            refusal = self._produced.refusal(body, self.strict)
+            if refusal is not None:
+                self.rejections.append(len(self.requests) - 1)
+                return refusal, True
+            step = self._next_step(body)
+            answer = step
+            while isinstance(answer, Delay):
+                answer = answer.then
+            if isinstance(answer, ModelResponse | Reply | str):
+                self._produced.note(as_reply(answer))
+            return step, False
+
+    def _next_step(self, body: dict[str, Any]) -> Step | None:
+        if callable(self._script):
+            try:
+                return self._script(body)
+            except Exception as exc:  # answer 500 and let assert_done() report it
+                self.failures.append(f"the script function raised {exc!r}")
+                return None
+        if self._used < len(self._script):
+            self._used += 1
+            return self._script[self._used - 1]
+        self.failures.append(
+            f"scripted server has no step left: got request #{len(self.requests)} but the "
+            f"script has {len(self._script)} step(s)"
+        )
+        return None
+
+    def _number(self) -> int:
+        """A fresh number for a completion's id."""
+        with self._lock:
+            return next(self._numbers)
 
     def _log(self, record: dict[str, Any]) -> None:
         if self._log_path is None:
@@ -240,11 +264,15 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw)
         except ValueError:
+            body = None
+        if not isinstance(body, dict):
             owner._log(record)
-            self._send_error(HttpError(400, _error_body("request body is not JSON", 400)))
+            self._send_error(HttpError(400, _error_body("request body is not a JSON object",
+                                                        400)))
             return
-        step = owner._take_step(body, headers)
-        owner._log({**record, "body": body, "step": _describe(step)})
+        step, refused = owner._take_step(body, headers)
+        owner._log({**record, "body": body, "step": _describe(step),
+                    **({"strict": "refused"} if refused else {})})
         self._answer(step, body)
 
     def _answer(self, step: Step | None, request: dict[str, Any]) -> None:
@@ -261,20 +289,21 @@ class _Handler(BaseHTTPRequestHandler):
         elif isinstance(step, DropConnection):
             self._drop(step, request)
         else:
-            response = text(step) if isinstance(step, str) else step
+            reply = as_reply(step)
+            model = self._model(request, reply)
             if request.get("stream"):
                 include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-                self._stream(_chunks(response, self._model(request, response),
-                                     include_usage, owner.chunk_size))
+                self._stream(chunks(reply, model, include_usage, owner.chunk_size,
+                                    owner._number()))
             else:
-                self._send_json(200, _completion(response, self._model(request, response)))
+                self._send_json(200, completion(reply, model, owner._number()))
 
-    def _model(self, request: dict[str, Any], response: ModelResponse) -> str:
-        return response.model or str(request.get("model") or self.server.owner.model)
+    def _model(self, request: dict[str, Any], reply: Reply) -> str:
+        return reply.model or str(request.get("model") or self.server.owner.model)
 
     # writing ----------------------------------------------------------------------------
 
-    def _send_json(self, status: int, payload: dict[str, Any],
+    def _send_json(self, status: int, payload: dict[str, Any] | list[Any],
                    extra: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
@@ -327,84 +356,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _drop(self, step: DropConnection, request: dict[str, Any]) -> None:
         self._start_stream()
-        partial = ModelResponse(text=step.partial_text)
-        size = self.server.owner.chunk_size
-        for chunk in _chunks(partial, self._model(request, partial), False, size):
+        owner = self.server.owner
+        partial = Reply(text=step.partial_text)
+        for chunk in chunks(partial, self._model(request, partial), False, owner.chunk_size,
+                            owner._number()):
             if chunk["choices"][0]["finish_reason"]:
                 break
             self._event(json.dumps(chunk))
         self.connection.shutdown(socket.SHUT_RDWR)  # no final chunk, no [DONE]
 
 
-# the wire shapes -------------------------------------------------------------------------
-
-_ids = itertools.count(1)
-
-
-def _chunks(response: ModelResponse, model: str, include_usage: bool,
-            size: int) -> Iterator[dict[str, Any]]:
-    """The ``chat.completion.chunk`` objects OpenAI streams for ``response``."""
-    head = {"id": f"chatcmpl-scripted-{next(_ids)}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model, "system_fingerprint": "fp_scripted"}
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return {**head, "choices": [choice], **({"usage": None} if include_usage else {})}
-
-    first_content = "" if response.text or not response.tool_calls else None
-    yield chunk({"role": "assistant", "content": first_content, "refusal": None})
-    for piece in _pieces(response.text, size):
-        yield chunk({"content": piece})
-    for index, call in enumerate(response.tool_calls):
-        opening = {"index": index, "id": call.id, "type": "function",
-                   "function": {"name": call.name, "arguments": ""}}
-        yield chunk({"tool_calls": [opening]})
-        for piece in _pieces(call.arguments, max(1, len(call.arguments) // 3)):
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    yield chunk({}, response.finish_reason)
-    if include_usage:
-        yield {**head, "choices": [], "usage": _usage(response.usage)}
-
-
-def _completion(response: ModelResponse, model: str) -> dict[str, Any]:
-    """The ``chat.completion`` object OpenAI returns when not streaming."""
-    message: dict[str, Any] = {"role": "assistant",
-                               "content": response.text or (None if response.tool_calls else ""),
-                               "refusal": None}
-    if response.tool_calls:
-        message["tool_calls"] = [_tool_call(c) for c in response.tool_calls]
-    return {
-        "id": f"chatcmpl-scripted-{next(_ids)}", "object": "chat.completion",
-        "created": int(time.time()), "model": model, "system_fingerprint": "fp_scripted",
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": response.finish_reason}],
-        "usage": _usage(response.usage),
-    }
-
-
-def _tool_call(call: ToolCall) -> dict[str, Any]:
-    return {"id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments}}
-
-
-def _usage(usage: Usage) -> dict[str, Any]:
-    wire: dict[str, Any] = {"prompt_tokens": usage.input_tokens,
-                            "completion_tokens": usage.output_tokens,
-                            "total_tokens": usage.input_tokens + usage.output_tokens}
-    if usage.cost_usd is not None:
-        wire["cost"] = usage.cost_usd  # as OpenRouter reports it
-    return wire
+# helpers -----------------------------------------------------------------------------------
 
 
 def _error_body(message: str, status: int) -> dict[str, Any]:
     kind = "server_error" if status >= 500 else (
         "rate_limit_error" if status == 429 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
-
-
-def _pieces(value: str, size: int) -> Iterator[str]:
-    for start in range(0, len(value), size):
-        yield value[start:start + size]
 
 
 def _redacted(headers: dict[str, str]) -> dict[str, str]:
@@ -418,7 +386,7 @@ def _describe(step: Step | None) -> str:
         return "exhausted"
     if isinstance(step, str):
         return "text"
-    if isinstance(step, ModelResponse):
+    if isinstance(step, ModelResponse | Reply):
         return "tool_calls" if step.tool_calls else "text"
     if isinstance(step, HttpError):
         return f"error {step.status}"
@@ -427,50 +395,7 @@ def _describe(step: Step | None) -> str:
     return "drop"
 
 
-# the script as JSON, and the command line ---------------------------------------------------
-
-
-def step_from_json(value: Any) -> Step:
-    """Read one step of a JSON script.
-
-    ``"hi"`` or ``{"text": "hi"}`` (optional ``input_tokens``, ``output_tokens``,
-    ``cost_usd``); ``{"tool_calls": [{"id", "name", "arguments"}], "text": ""}`` where
-    ``arguments`` is an object or JSON text; ``{"error": 429, "body": ..., "retry_after": 0}``;
-    ``{"delay": 1.5, ...}`` waits, then answers with the rest of the object;
-    ``{"drop": true, "text": "partial"}``.
-    """
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, dict):
-        raise ValueError(f"a script step must be a string or an object, not {value!r}")
-    if "delay" in value:
-        rest = {k: v for k, v in value.items() if k != "delay"}
-        return Delay(float(value["delay"]), step_from_json(rest) if rest else "")
-    if "error" in value:
-        return HttpError(int(value["error"]), value.get("body"), value.get("retry_after"))
-    if value.get("drop"):
-        return DropConnection(str(value.get("text", "")))
-    usage = Usage(input_tokens=int(value.get("input_tokens", 10)),
-                  output_tokens=int(value.get("output_tokens", 5)),
-                  cost_usd=value.get("cost_usd"))
-    if value.get("tool_calls"):
-        calls = [ToolCall(id=str(c.get("id") or f"call_{i}"), name=str(c["name"]),
-                          arguments=c["arguments"] if isinstance(c.get("arguments"), str)
-                          else json.dumps(c.get("arguments") or {}))
-                 for i, c in enumerate(value["tool_calls"], 1)]
-        return ModelResponse(text=str(value.get("text", "")), tool_calls=calls, usage=usage,
-                             finish_reason="tool_calls")
-    if "text" in value:
-        return ModelResponse(text=str(value["text"]), usage=usage, finish_reason="stop")
-    raise ValueError(f"unknown script step {value!r}")
-
-
-def load_script(path: str | os.PathLike[str]) -> list[Step]:
-    """Read a JSON script file: a list of steps in the forms ``step_from_json`` accepts."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: a script must be a JSON list of steps")
-    return [step_from_json(step) for step in data]
+# the command line ------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -483,13 +408,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port-file", help="write the chosen port here once listening")
     parser.add_argument("--log", help="append one JSON line per request here")
     parser.add_argument("--model", default="scripted-model")
+    parser.add_argument("--strict", action="append", choices=STRICT_MODES, default=[],
+                        help="refuse what this vendor refuses (repeatable)")
     args = parser.parse_args(argv)
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     server = ScriptedOpenAIServer(load_script(args.script), host=args.host, port=args.port,
-                                  model=args.model, log_path=args.log)
+                                  model=args.model, log_path=args.log, strict=args.strict)
     with server:
         if args.port_file:  # write then rename, so a reader never sees a partial number
             tmp = Path(f"{args.port_file}.tmp")

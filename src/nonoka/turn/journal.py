@@ -54,10 +54,15 @@ class TurnUsage:
     output_tokens: int = 0
     cost_usd: float | None = None
     """``None`` until a model call reports a cost."""
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cost_usd": self.cost_usd}
+                "cost_usd": self.cost_usd, "cache_read_tokens": self.cache_read_tokens,
+                "cache_write_tokens": self.cache_write_tokens,
+                "reasoning_tokens": self.reasoning_tokens}
 
 
 class Journal:
@@ -125,11 +130,19 @@ class Journal:
             usage = event.usage
             self.usage.input_tokens += usage.input_tokens
             self.usage.output_tokens += usage.output_tokens
+            self.usage.cache_read_tokens += usage.cache_read_tokens
+            self.usage.cache_write_tokens += usage.cache_write_tokens
+            self.usage.reasoning_tokens += usage.reasoning_tokens
             if usage.cost_usd is not None:
                 self.usage.cost_usd = (self.usage.cost_usd or 0.0) + usage.cost_usd
+            details = {name: value for name, value in (
+                ("cache_read_tokens", usage.cache_read_tokens),
+                ("cache_write_tokens", usage.cache_write_tokens),
+                ("reasoning_tokens", usage.reasoning_tokens)) if value}
             await self.log("model_call", {
                 "model": event.model, "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd or 0.0})
+                "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd or 0.0,
+                **details})
         elif isinstance(event, RunWarning):
             await self.log("warning", {"code": event.code, "message": event.message})
 

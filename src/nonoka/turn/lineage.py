@@ -17,8 +17,10 @@ from nonoka.runtime.runner import Runner
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 
-FORK_KEYS = ("forked_from", "fork_point", "fork_reason")
-"""Index metadata naming a branch's parent; a branch of a branch replaces them."""
+FORK_KEYS = ("forked_from", "fork_point", "fork_reason", "host_session_id")
+"""Index metadata naming a branch's parent (a branch of a branch replaces them), and the
+host conversation a session belongs to: a branch belongs to the host conversation that
+made it, if any, never to its parent's."""
 
 
 async def fork_session(stores: ProjectStores, parent_id: str, at: int | None = None, *,

@@ -43,9 +43,11 @@ def configured(project: Path, explicit: str | None = None, *,
     """
     from nonoka.config import configured_model
     from nonoka.llm import resolve_model
+    from nonoka.llm.catalog import project_models
 
     try:
-        return resolve_model(configured_model(project, explicit), passes=passes)
+        spec = configured_model(project, explicit)
+        return resolve_model(spec, passes=passes, known=project_models(project).get(spec))
     except ModelNotConfiguredError:
         raise
     except ConfigurationError as exc:

@@ -34,7 +34,7 @@ from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.store.base import RevisionReader
 from nonoka.store.next_calls import NextCallStore
 from nonoka.store.project import ProjectStores
-from nonoka.store.records import SessionIndex
+from nonoka.store.records import HostSessions, SessionIndex
 from nonoka.store.reuse import StoreReuse
 from nonoka.turn.journal import LOGGED_TEXT, Journal
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_ERROR, TurnOutcome, finish_reason_of
@@ -78,6 +78,9 @@ class TurnInput:
     seed: Sequence[Message] = ()
     replace: Sequence[MemoryEntry] | None = None
     edit: Mapping[str, Any] | None = None
+    prompt_message: Message | None = None
+    """The prompt as the host sent it, when it carries more than text (files): stored as
+    it is, in place of ``prompt``."""
 
 
 Planner = Callable[[Session], TurnInput]
@@ -148,11 +151,31 @@ class TurnService:
         store = self.stores.checkpoints
         return store if isinstance(store, NextCallStore) else None
 
-    async def fork(self, parent_id: str, at: int | None, *, reason: str) -> str:
-        """A branch of ``parent_id`` at entry ``at``; its id (``nonoka.turn.lineage``)."""
+    async def fork(self, parent_id: str, at: int | None, *, reason: str,
+                   host_session_id: str | None = None) -> str:
+        """A branch of ``parent_id`` at entry ``at``; its id (``nonoka.turn.lineage``).
+        ``host_session_id``: the host conversation the branch belongs to."""
         from nonoka.turn.lineage import fork_session
 
-        return await fork_session(self.stores, parent_id, at, reason=reason)
+        extra = {"host_session_id": host_session_id} if host_session_id else None
+        return await fork_session(self.stores, parent_id, at, reason=reason, metadata=extra)
+
+    async def host_sessions(self, host_session_id: str) -> list[str]:
+        """The sessions a host's conversation id maps to, most recently active first."""
+        index = self.stores.index
+        if not isinstance(index, HostSessions):
+            return []
+        return [r.session_id for r in await index.find_by_host_session(host_session_id)]
+
+    async def tag_host_session(self, session_id: str, host_session_id: str) -> None:
+        """Record that ``session_id`` holds the host's conversation ``host_session_id``
+        (a session made before the host said its id, adopted now)."""
+        index = self.stores.index
+        record = await index.get_session(session_id)
+        if record is None or record.host_session_id == host_session_id:
+            return
+        await index.upsert_session(record.model_copy(update={"metadata": {
+            **record.metadata, "host_session_id": host_session_id}}))
 
     async def note(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
         """Add an entry to another session's timeline than the turn's own."""
@@ -204,8 +227,8 @@ class TurnService:
         reason = finish_reason_of(result)
         failure: Failure | None = None
         if reason == FINISH_ERROR:
-            failure = failure_of(ModelError(result.error or "the run failed",
-                                            retryable=result.retryable))
+            failure = failure_of(result.failure or ModelError(
+                result.error or "the run failed", retryable=result.retryable))
             await journal.error(failure.code, failure.message)
         return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage)
 
@@ -285,8 +308,10 @@ class _Turn:
             await self.service.journal.log("history_edited", dict(given.edit or {}))
         if given.seed:
             await runner.append_history(session, given.seed)
-        if given.kind == "prompt" and given.prompt is not None:
-            return await runner.run_react(agent, given.prompt, session_id=session,
+        if given.kind == "prompt" and (given.prompt is not None
+                                       or given.prompt_message is not None):
+            prompt = given.prompt_message or given.prompt or ""
+            return await runner.run_react(agent, prompt, session_id=session,
                                           limits=limits, on_event=self.deliver)
         if given.kind == "tool_results":
             pending = session.memory.dangling_tool_calls()[1]
@@ -298,7 +323,8 @@ class _Turn:
                     "content": result.content[:LOGGED_TEXT], "is_error": result.is_error,
                     "executed_by": "host"})
             return await runner.submit_tool_results(agent, session, list(given.results),
-                                                    prompt=given.prompt, limits=limits,
+                                                    prompt=given.prompt_message or given.prompt,
+                                                    limits=limits,
                                                     on_event=self.deliver)
         return await runner.resume(agent, session, limits=limits, on_event=self.deliver,
                                    reopen=given.reopen)

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nonoka.errors import ModelError
 from nonoka.events import EventSink, RunEvent, emit
 from nonoka.extensions.base import ExtensionContext, LoopExtension
 from nonoka.llm.base import ChatModel
@@ -32,6 +33,9 @@ class RunResult:
     pending_approvals: list[ToolCall] = field(default_factory=list)
     retryable: bool = False
     """For a failed run: whether trying again later may help (e.g. a rate-limited model)."""
+    failure: ModelError | None = field(default=None, repr=False, compare=False)
+    """For a run a model call ended: the error as the provider gave it (status, body,
+    ``retry-after``), for a front end to pass on."""
     session: Session | None = field(default=None, repr=False, compare=False)
     """The live session as the run left it (after its last save), for a caller that
     looks further at it without loading it again."""

@@ -21,16 +21,23 @@ from collections.abc import Sequence
 
 from nonoka import faults
 from nonoka.errors import ToolError
-from nonoka.events import ModelCalled, RunWarning, TextDelta, ToolCallFinished, ToolCallRequested
+from nonoka.events import (
+    ModelCalled,
+    ReasoningDelta,
+    RunWarning,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallRequested,
+)
 from nonoka.extensions.base import ToolDecision
-from nonoka.llm.base import ModelResponse
+from nonoka.llm.base import ModelResponse, TakesCallOptions, call_usage
 from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
 from nonoka.runtime.session import Session
 from nonoka.runtime.tools import RunContext, Tool
 from nonoka.runtime.window import summary_request
-from nonoka.state.entries import MemoryEntry
+from nonoka.state.entries import MemoryEntry, user_entry
 from nonoka.state.ledger import Termination
-from nonoka.state.messages import ToolCall
+from nonoka.state.messages import Message, ToolCall
 from nonoka.state.session_state import SessionStatus
 
 CONTRACT_NAMESPACE = "nonoka.contract"
@@ -42,13 +49,13 @@ class ReActAgent:
     def __init__(self, env: LoopEnv) -> None:
         self.env = env
 
-    async def run(self, session: Session, prompt: str) -> RunResult:
+    async def run(self, session: Session, prompt: str | Message) -> RunResult:
         """Add the user's prompt (closing whatever the last turn left open) and loop."""
         session.begin()
         outcome = await self._settle(session, abandon_waiting=True)
         if outcome is not None:
             return outcome
-        session.memory.append(MemoryEntry.make("user", prompt))
+        session.memory.append(user_entry(prompt))
         session.turn_count += 1
         await self.env.save(session)
         return await self._loop(session)
@@ -93,18 +100,30 @@ class ReActAgent:
         async def on_text(chunk: str) -> None:
             await self.env.emit(TextDelta(chunk))
 
-        model = self.env.model
-        specs = [t.spec for t in self.env.agent.tool_map.values()]
+        async def on_reasoning(chunk: str) -> None:
+            await self.env.emit(ReasoningDelta(chunk))
+
+        model, agent = self.env.model, self.env.agent
+        specs = [t.spec for t in agent.tool_map.values()]
+        messages = session.memory.messages()
         faults.point("model.call.before")
-        response = await model.complete(session.memory.messages(), specs, on_text=on_text)
+        if isinstance(model, TakesCallOptions):
+            response = await model.complete_with(messages, specs, on_text=on_text,
+                                                 on_reasoning=on_reasoning,
+                                                 options=agent.call_options)
+        else:
+            response = await model.complete(messages, specs, on_text=on_text)
         # The provider billed the call: the answer and its usage are stored before anything
         # else (the timeline, extensions) can fail, so the ledger matches the bill.
         session.record_model_call(response.usage)
-        session.memory.append(MemoryEntry.assistant(response.text, response.tool_calls))
+        session.memory.append(MemoryEntry.assistant(
+            response.text, response.tool_calls, reasoning=response.reasoning,
+            provider_metadata=response.provider_metadata, usage=call_usage(response.usage)))
         session.step_count += 1
         await self.env.save(session)
         faults.point("model.call.after")
-        await self.env.emit(ModelCalled(model.name, response.usage))
+        await self.env.emit(ModelCalled(model.name, response.usage, tuple(response.reasoning),
+                                        response.provider_metadata))
         for extension in self.env.extensions:
             await extension.after_model_call(self.env.ext_ctx(session, extension), response)
         return response

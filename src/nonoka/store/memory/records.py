@@ -49,6 +49,13 @@ class MemoryRecordStore:
             return []
         return [r for r in self._sorted() if r.conversation_key == key and r.purpose == purpose]
 
+    async def find_by_host_session(self, host_session_id: str, *, purpose: str = "chat"
+                                   ) -> list[SessionRecord]:
+        if not host_session_id:
+            return []
+        return [r for r in self._sorted()
+                if r.host_session_id == host_session_id and r.purpose == purpose]
+
     async def list_sessions(
         self, limit: int = 50, *, purpose: str | None = "chat"
     ) -> list[SessionRecord]:
@@ -103,6 +110,9 @@ class MemoryRecordStore:
             tool_calls=kinds.count("tool_call"),
             errors=kinds.count("error"),
             warnings=kinds.count("warning"),
+            cache_read_tokens=sum(int(_number(c, "cache_read_tokens")) for c in calls),
+            cache_write_tokens=sum(int(_number(c, "cache_write_tokens")) for c in calls),
+            reasoning_tokens=sum(int(_number(c, "reasoning_tokens")) for c in calls),
         )
 
     async def close(self) -> None:

@@ -36,6 +36,7 @@ _UPSERT = index_sql.upsert("%s")
 _KEY = "(metadata ->> 'conversation_key')"
 _PURPOSE = "coalesce(metadata ->> 'purpose', 'chat')"
 _ORDER = index_sql.ORDER
+_HOST = "(metadata ->> 'host_session_id')"
 
 _APPEND = """
 INSERT INTO events (session_id, seq, at, kind, data_json)
@@ -62,7 +63,10 @@ _SUMMARY = f"""
 SELECT count(*) FILTER (WHERE kind = 'model_call'), {_number('input_tokens', integer=True)},
        {_number('output_tokens', integer=True)}, {_number('cost_usd')},
        count(*) FILTER (WHERE kind = 'tool_call'), count(*) FILTER (WHERE kind = 'error'),
-       count(*) FILTER (WHERE kind = 'warning')
+       count(*) FILTER (WHERE kind = 'warning'),
+       {_number('cache_read_tokens', integer=True)},
+       {_number('cache_write_tokens', integer=True)},
+       {_number('reasoning_tokens', integer=True)}
 FROM events WHERE session_id = %s
 """
 
@@ -115,6 +119,13 @@ class PostgresRecordStore:
             return []
         return await self._select(f"WHERE {_KEY} = %s AND {_PURPOSE} = %s {_ORDER}", key,
                                   purpose)
+
+    async def find_by_host_session(self, host_session_id: str, *, purpose: str = "chat"
+                                   ) -> list[SessionRecord]:
+        if not host_session_id:
+            return []
+        return await self._select(f"WHERE {_HOST} = %s AND {_PURPOSE} = %s {_ORDER}",
+                                host_session_id, purpose)
 
     async def list_sessions(
         self, limit: int = 50, *, purpose: str | None = "chat"
@@ -169,9 +180,11 @@ class PostgresRecordStore:
         async with self.database.connection() as conn:
             row = await (await conn.execute(_SUMMARY, (session_id,))).fetchone()
         assert row is not None  # an aggregate always returns one row
-        calls, tin, tout, cost, tools, errors, warnings = row
+        calls, tin, tout, cost, tools, errors, warnings, read, written, thought = row
         return UsageSummary(model_calls=calls, input_tokens=tin, output_tokens=tout,
-                            cost_usd=cost, tool_calls=tools, errors=errors, warnings=warnings)
+                            cost_usd=cost, tool_calls=tools, errors=errors, warnings=warnings,
+                            cache_read_tokens=read, cache_write_tokens=written,
+                            reasoning_tokens=thought)
 
     async def close(self) -> None:
         """Close the database if this store opened it (idempotent)."""

@@ -38,6 +38,7 @@ _UPSERT = index_sql.upsert("?")
 _KEY = "json_extract(metadata, '$.conversation_key')"
 _PURPOSE = "coalesce(json_extract(metadata, '$.purpose'), 'chat')"
 _ORDER = index_sql.ORDER
+_HOST = "json_extract(metadata, '$.host_session_id')"
 
 _APPEND = """
 INSERT INTO events (session_id, seq, at, kind, data_json)
@@ -62,7 +63,10 @@ def _number(field: str, *, integer: bool = False) -> str:
 _SUMMARY = f"""
 SELECT sum(kind = 'model_call'), {_number('input_tokens', integer=True)},
        {_number('output_tokens', integer=True)}, {_number('cost_usd')},
-       sum(kind = 'tool_call'), sum(kind = 'error'), sum(kind = 'warning')
+       sum(kind = 'tool_call'), sum(kind = 'error'), sum(kind = 'warning'),
+       {_number('cache_read_tokens', integer=True)},
+       {_number('cache_write_tokens', integer=True)},
+       {_number('reasoning_tokens', integer=True)}
 FROM events WHERE session_id = ?
 """
 
@@ -127,6 +131,13 @@ class SQLiteRecordStore:
             return []
         return self._select(f"WHERE {_KEY} = ? AND {_PURPOSE} = ? {_ORDER}", key, purpose)
 
+    async def find_by_host_session(self, host_session_id: str, *, purpose: str = "chat"
+                                   ) -> list[SessionRecord]:
+        if not host_session_id:
+            return []
+        return self._select(f"WHERE {_HOST} = ? AND {_PURPOSE} = ? {_ORDER}",
+                                host_session_id, purpose)
+
     async def list_sessions(
         self, limit: int = 50, *, purpose: str | None = "chat"
     ) -> list[SessionRecord]:
@@ -174,12 +185,12 @@ class SQLiteRecordStore:
     async def usage_summary(self, session_id: str) -> UsageSummary:
         """Aggregated in SQL: only the numbers leave the database, however long the log."""
         with self._store.transaction(write=False) as db:
-            calls, tin, tout, cost, tools, errors, warnings = db.execute(
-                _SUMMARY, (session_id,)
-            ).fetchone()
+            calls, tin, tout, cost, tools, errors, warnings, read, written, thought = (
+                db.execute(_SUMMARY, (session_id,)).fetchone())
         return UsageSummary(
             model_calls=calls or 0, input_tokens=tin, output_tokens=tout,
             cost_usd=cost, tool_calls=tools or 0, errors=errors or 0, warnings=warnings or 0,
+            cache_read_tokens=read, cache_write_tokens=written, reasoning_tokens=thought,
         )
 
     async def close(self) -> None:

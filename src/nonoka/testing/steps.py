@@ -1,0 +1,170 @@
+"""The steps a scripted server answers with, and how a JSON script spells them.
+
+Besides answers (``ModelResponse``, ``Reply``, plain text) a step may be a fault:
+``HttpError``, ``Delay``, ``DropConnection``. ``context_length_exceeded``,
+``insufficient_quota`` and ``rate_limited`` build the errors OpenAI sends in those cases,
+status, headers and body as the official SDK sees them.
+
+Internal: the public names are re-exported by ``nonoka.testing.server``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from nonoka.llm.base import ModelResponse, Usage
+from nonoka.state.messages import ToolCall
+from nonoka.testing.replies import ReasoningField, Reply
+
+
+@dataclass(frozen=True)
+class HttpError:
+    """Answer with an HTTP error. ``body`` is JSON (an object, or a list as Gemini sends)
+    or raw text; by default an OpenAI-style ``{"error": {...}}`` body is sent."""
+
+    status: int
+    body: dict[str, Any] | list[Any] | str | None = None
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Wait ``seconds`` before answering with ``then`` (timeouts, cancellation)."""
+
+    seconds: float
+    then: Step = ""
+
+
+@dataclass(frozen=True)
+class DropConnection:
+    """Start a streamed answer, send ``partial_text``, then close the connection mid-stream."""
+
+    partial_text: str = ""
+
+
+Step: TypeAlias = "ModelResponse | Reply | str | HttpError | Delay | DropConnection"
+
+
+# the errors OpenAI sends -------------------------------------------------------------------
+
+
+def context_length_exceeded(limit: int = 128000, requested: int = 130000) -> HttpError:
+    """HTTP 400 ``context_length_exceeded``: the messages do not fit the model's context."""
+    message = (f"This model's maximum context length is {limit} tokens. However, your "
+               f"messages resulted in {requested} tokens. Please reduce the length of the "
+               "messages.")
+    return HttpError(400, {"error": {"message": message, "type": "invalid_request_error",
+                                     "param": "messages", "code": "context_length_exceeded"}})
+
+
+def insufficient_quota() -> HttpError:
+    """HTTP 429 ``insufficient_quota``: the account has no credit left (retrying won't help)."""
+    message = ("You exceeded your current quota, please check your plan and billing details. "
+               "For more information on this error, read the docs: "
+               "https://platform.openai.com/docs/guides/error-codes/api-errors.")
+    return HttpError(429, {"error": {"message": message, "type": "insufficient_quota",
+                                     "param": None, "code": "insufficient_quota"}})
+
+
+def rate_limited(retry_after: float = 1.0, model: str = "gpt-4o") -> HttpError:
+    """HTTP 429 ``rate_limit_exceeded`` with a ``retry-after`` header (seconds)."""
+    message = (f"Rate limit reached for {model} in organization org-scripted on tokens per "
+               "min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in "
+               f"{retry_after:g}s. Visit https://platform.openai.com/account/rate-limits to "
+               "learn more.")
+    return HttpError(429, {"error": {"message": message, "type": "tokens", "param": None,
+                                     "code": "rate_limit_exceeded"}}, retry_after=retry_after)
+
+
+# the script as JSON ---------------------------------------------------------------------------
+
+_REPLY_KEYS = frozenset({"reasoning_content", "reasoning", "cached_tokens", "reasoning_tokens"})
+
+
+def step_from_json(value: Any) -> Step:
+    """Read one step of a JSON script.
+
+    ``"hi"`` or ``{"text": "hi"}`` (optional ``input_tokens``, ``output_tokens``,
+    ``cost_usd``); ``{"tool_calls": [{"id", "name", "arguments"}], "text": ""}`` where
+    ``arguments`` is an object or JSON text; ``{"error": 429, "body": ..., "retry_after": 0}``;
+    ``{"error": "context_length_exceeded", "limit": ..., "requested": ...}``,
+    ``{"error": "insufficient_quota"}``, ``{"error": "rate_limit_exceeded",
+    "retry_after": 1}``; ``{"delay": 1.5, ...}`` waits, then answers with the rest of the
+    object; ``{"drop": true, "text": "partial"}``.
+
+    An answer with ``reasoning_content`` or ``reasoning`` (text), ``cached_tokens``,
+    ``reasoning_tokens``, or a tool call with a ``thought_signature`` is a ``Reply``.
+    """
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"a script step must be a string or an object, not {value!r}")
+    if "delay" in value:
+        rest = {k: v for k, v in value.items() if k != "delay"}
+        return Delay(float(value["delay"]), step_from_json(rest) if rest else "")
+    if "error" in value:
+        return _error_from_json(value)
+    if value.get("drop"):
+        return DropConnection(str(value.get("text", "")))
+    calls = [_call_from_json(i, c) for i, c in enumerate(value.get("tool_calls") or [], 1)]
+    if "text" not in value and not calls:
+        raise ValueError(f"unknown script step {value!r}")
+    signatures = {call.id: str(c["thought_signature"])
+                  for call, c in zip(calls, value.get("tool_calls") or [], strict=True)
+                  if c.get("thought_signature") is not None}
+    if signatures or _REPLY_KEYS & value.keys():
+        return _reply_from_json(value, calls, signatures)
+    usage = Usage(input_tokens=int(value.get("input_tokens", 10)),
+                  output_tokens=int(value.get("output_tokens", 5)),
+                  cost_usd=value.get("cost_usd"))
+    return ModelResponse(text=str(value.get("text", "")), tool_calls=calls, usage=usage,
+                         finish_reason="tool_calls" if calls else "stop")
+
+
+def _error_from_json(value: dict[str, Any]) -> HttpError:
+    kind = value["error"]
+    if kind == "context_length_exceeded":
+        return context_length_exceeded(int(value.get("limit", 128000)),
+                                       int(value.get("requested", 130000)))
+    if kind == "insufficient_quota":
+        return insufficient_quota()
+    if kind == "rate_limit_exceeded":
+        return rate_limited(float(value.get("retry_after", 1.0)),
+                            str(value.get("model", "gpt-4o")))
+    if isinstance(kind, str):
+        raise ValueError(f"unknown scripted error {kind!r}: use an HTTP status, "
+                         "'context_length_exceeded', 'insufficient_quota' or "
+                         "'rate_limit_exceeded'")
+    return HttpError(int(kind), value.get("body"), value.get("retry_after"))
+
+
+def _call_from_json(number: int, value: dict[str, Any]) -> ToolCall:
+    arguments = value.get("arguments")
+    return ToolCall(id=str(value.get("id") or f"call_{number}"), name=str(value["name"]),
+                    arguments=arguments if isinstance(arguments, str)
+                    else json.dumps(arguments or {}))
+
+
+def _reply_from_json(value: dict[str, Any], calls: list[ToolCall],
+                     signatures: dict[str, str]) -> Reply:
+    field: ReasoningField = "reasoning" if "reasoning" in value else "reasoning_content"
+    cached, reasoning = value.get("cached_tokens"), value.get("reasoning_tokens")
+    return Reply(text=str(value.get("text", "")), reasoning=str(value.get(field) or ""),
+                 reasoning_field=field, tool_calls=tuple(calls), thought_signatures=signatures,
+                 input_tokens=int(value.get("input_tokens", 10)),
+                 output_tokens=int(value.get("output_tokens", 5)),
+                 cost_usd=value.get("cost_usd"),
+                 cached_tokens=None if cached is None else int(cached),
+                 reasoning_tokens=None if reasoning is None else int(reasoning))
+
+
+def load_script(path: str | os.PathLike[str]) -> list[Step]:
+    """Read a JSON script file: a list of steps in the forms ``step_from_json`` accepts."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: a script must be a JSON list of steps")
+    return [step_from_json(step) for step in data]
