@@ -142,7 +142,9 @@ def test_json_output(project: Project, scripted: list[ScriptItem]) -> None:
     result = json.loads(done.stdout)
     assert result["output"] == "Forty-two."
     assert result["finish"] == "stop" and result["error"] is None
-    assert result["usage"] == {"input_tokens": 20, "output_tokens": 3, "cost_usd": None}
+    assert result["usage"] == {"input_tokens": 20, "output_tokens": 3, "cost_usd": None,
+                               "cache_read_tokens": 0, "cache_write_tokens": 0,
+                               "reasoning_tokens": 0}
     assert [r.session_id for r in project.records()] == [result["session_id"]]
     assert done.stderr == ""
 

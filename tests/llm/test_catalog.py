@@ -241,3 +241,10 @@ def test_the_catalog_needs_only_pydantic() -> None:
     assert foreign <= {"nonoka", "pydantic", "pydantic_core", "typing_extensions",
                        "typing_inspection", "annotated_types"}
     assert "pydantic" in foreign
+
+
+def test_the_stdlib_id_list_names_exactly_the_catalogs_models() -> None:
+    from nonoka.llm.catalog import BUILTIN
+    from nonoka.llm.model_ids import BUILTIN_IDS
+
+    assert {m.id for m in BUILTIN} == BUILTIN_IDS

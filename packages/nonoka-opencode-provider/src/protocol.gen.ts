@@ -253,7 +253,7 @@ export interface ProtocolSpec {
   /** Capabilities the provider cannot work without (`missing_capability` if absent). */
   required_capabilities?: string[];
   /** What the provider can receive besides protocol 1's events: `reasoning` (`reasoning_delta` and `assistant_metadata`). A bridge sends nothing a request did not ask for, so an older provider keeps working. */
-  features?: string[];
+  features?: string[] | null;
 }
 
 /** What a chat request is for; title and compaction requests run in their own session. */

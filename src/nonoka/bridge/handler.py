@@ -117,7 +117,7 @@ class BridgeHandler:
         """A continued session as stored when the turn took its lease."""
         self._streamed = False
         """Whether this request has sent the host any text or tool call yet."""
-        self._reasoning = "reasoning" in request.protocol.features
+        self._reasoning = "reasoning" in (request.protocol.features or ())
         """Whether the provider asked for reasoning events."""
         self.key, self._warnings = _checked_key(request.conversation_key)
         """The request's conversation key, or ``None`` when it was missing or malformed."""

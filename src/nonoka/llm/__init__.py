@@ -58,9 +58,12 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
 
     target = resolve_target(spec, os.environ)
     if known is None:
-        from nonoka.llm.catalog import known_model
+        from nonoka.llm.model_ids import BUILTIN_IDS
 
-        known = known_model(spec)
+        if spec in BUILTIN_IDS:
+            from nonoka.llm.catalog import known_model
+
+            known = known_model(spec)
     return OpenAIChatModel(model=target.model, label=spec, base_url=target.base_url,
                            api_key=target.api_key, passes=passes,
                            send_reasoning=spec.partition(":")[0] in SENDS_REASONING_BACK,

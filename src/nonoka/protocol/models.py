@@ -138,7 +138,7 @@ class ProtocolSpec(_Frame):
     """Checked before any other field: another version is ``unsupported_protocol_version``."""
     required_capabilities: list[str] = Field(default_factory=list)
     """Capabilities the provider cannot work without (``missing_capability`` if absent)."""
-    features: list[str] = Field(default_factory=list)
+    features: list[str] | None = None
     """What the provider can receive besides protocol 1's events: ``reasoning``
     (``reasoning_delta`` and ``assistant_metadata``). A bridge sends nothing a request
     did not ask for, so an older provider keeps working."""

@@ -14,6 +14,7 @@ from nonoka.store.project import ProjectStores, database_url_from_env, open_proj
 
 if TYPE_CHECKING:
     from nonoka.llm.base import ChatModel
+    from nonoka.llm.catalog import KnownModel
     from nonoka.state.prefix_memo import ConversationPasses
     from nonoka.store.reuse import StoreReuse
 
@@ -35,6 +36,26 @@ def open_stores(project: Path, reuse: StoreReuse | None = None) -> ProjectStores
         ) from None
 
 
+def _described(project: Path, spec: str) -> KnownModel | None:
+    """The catalog's entry for ``spec`` with the project's own ``[models]`` applied; the
+    catalog is not loaded for a model neither describes."""
+    from nonoka.llm.model_ids import BUILTIN_IDS
+
+    config = project / ".nonoka" / "config.toml"
+    if spec not in BUILTIN_IDS and not (config.is_file() and "[models" in _text(config)):
+        return None
+    from nonoka.llm.catalog import project_models
+
+    return project_models(project).get(spec)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def configured(project: Path, explicit: str | None = None, *,
                passes: ConversationPasses | None = None) -> ChatModel:
     """The model to run: ``explicit``, else ``NONOKA_MODEL``, else ``.nonoka/config.toml``.
@@ -43,11 +64,10 @@ def configured(project: Path, explicit: str | None = None, *,
     """
     from nonoka.config import configured_model
     from nonoka.llm import resolve_model
-    from nonoka.llm.catalog import project_models
 
     try:
         spec = configured_model(project, explicit)
-        return resolve_model(spec, passes=passes, known=project_models(project).get(spec))
+        return resolve_model(spec, passes=passes, known=_described(project, spec))
     except ModelNotConfiguredError:
         raise
     except ConfigurationError as exc:
