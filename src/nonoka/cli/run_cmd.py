@@ -83,10 +83,11 @@ def model_for(project: Path, explicit: str | None) -> ChatModel:
     from nonoka.config import RUN_ASK, configured_model
     from nonoka.llm import resolve_model
     from nonoka.llm.wire import provider_choices
+    from nonoka.turn.project import described
 
     try:
-        return resolve_model(configured_model(project, explicit, ask=RUN_ASK,
-                                              providers=provider_choices()))
+        spec = configured_model(project, explicit, ask=RUN_ASK, providers=provider_choices())
+        return resolve_model(spec, known=described(project, spec))
     except ConfigurationError as exc:
         raise CliError(_see_run_help(str(exc)), exit_code=EXIT_USAGE,
                        code="model_not_configured") from None

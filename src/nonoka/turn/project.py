@@ -36,7 +36,7 @@ def open_stores(project: Path, reuse: StoreReuse | None = None) -> ProjectStores
         ) from None
 
 
-def _described(project: Path, spec: str) -> KnownModel | None:
+def described(project: Path, spec: str) -> KnownModel | None:
     """The catalog's entry for ``spec`` with the project's own ``[models]`` applied; the
     catalog is not loaded for a model neither describes."""
     from nonoka.llm.model_ids import BUILTIN_IDS
@@ -67,7 +67,7 @@ def configured(project: Path, explicit: str | None = None, *,
 
     try:
         spec = configured_model(project, explicit)
-        return resolve_model(spec, passes=passes, known=_described(project, spec))
+        return resolve_model(spec, passes=passes, known=described(project, spec))
     except ModelNotConfiguredError:
         raise
     except ConfigurationError as exc:
