@@ -45,7 +45,13 @@ from nonoka.bridge.early import Dispatched
 from nonoka.bridge.history import split_for_new_session, turn_input
 from nonoka.bridge.reconcile import Reconciliation, classify
 from nonoka.bridge.reuse import BridgeReuse
-from nonoka.errors import ConfigurationError, Failure, WorkspaceError, failure_of
+from nonoka.errors import (
+    ConfigurationError,
+    Failure,
+    ToolResultMismatchError,
+    WorkspaceError,
+    failure_of,
+)
 from nonoka.events import (
     ModelCalled,
     ReasoningDelta,
@@ -545,6 +551,13 @@ class BridgeHandler:
         pending = {c.id for c in result.pending_tool_calls}
         if result.status != SessionStatus.COMPLETED and not pending:
             return
+        stored = len(entries)
+        if answers and await self._replayed_before(stored):
+            raise ToolResultMismatchError(
+                f"the host sent again the request whose stored answer was already replayed "
+                f"to it (session {self._session.session_id}, {stored} entries), and nothing "
+                "was added since: the answer is not sent again; send the tool results it "
+                "asks for, or a new message")
         replayed = 0
         for entry in answers:
             if entry.content:
@@ -557,7 +570,18 @@ class BridgeHandler:
                     replayed += 1
         if answers:
             await self.turn.journal.log("replay", {"entries": len(answers),
-                                                   "tool_calls": replayed})
+                                                   "tool_calls": replayed,
+                                                   "stored": stored})
+
+    async def _replayed_before(self, stored: int) -> bool:
+        """Whether this session's last replay was made with as many entries stored as
+        now: a host that answers a replay by sending the same request again, nothing
+        added, would be answered from storage forever."""
+        assert self._session is not None
+        for event in reversed(await self.turn.recent_events(self._session.session_id, 20)):
+            if event.kind == "replay":
+                return event.data.get("stored") == stored
+        return False
 
 
 @dataclass(frozen=True)

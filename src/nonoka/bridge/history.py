@@ -15,7 +15,7 @@ from typing import Any
 from nonoka.bridge.entry_rules import nonokas_own
 from nonoka.bridge.reconcile import Lineage, Reconciliation
 from nonoka.protocol.turns import joined_prompt, split_after_reply
-from nonoka.state.entries import MemoryEntry
+from nonoka.state.entries import MemoryEntry, dangling_tool_calls
 from nonoka.state.messages import Message, ToolResult
 from nonoka.turn.service import TurnInput
 
@@ -67,11 +67,7 @@ def turn_input(rec: Reconciliation, stored: Sequence[MemoryEntry],
     before, tail = split_after_reply(rec.new)
     seed = list(before)
     if any(m.role == "tool" for m in tail):
-        answered = {e.tool_call_id for e in base if e.role == "tool"} | {
-            m.tool_call_id for m in seed if m.role == "tool"}
-        results = [ToolResult(tool_call_id=m.tool_call_id or "", content=m.content,
-                              parts=m.parts)
-                   for m in tail if m.role == "tool" and m.tool_call_id not in answered]
+        results = _results_for_pending(base, seed, tail)
         prompt = _prompt(tail)
         if results:
             if isinstance(prompt, Message):  # a prompt with files: its own entry
@@ -86,6 +82,26 @@ def turn_input(rec: Reconciliation, stored: Sequence[MemoryEntry],
                          replace=replace, edit=edit,
                          prompt_message=last if last.parts else None)
     return TurnInput(reopen=True, seed=[*seed, *tail], replace=replace, edit=edit)
+
+
+def _results_for_pending(base: Sequence[MemoryEntry], seed: Sequence[Message],
+                         tail: Sequence[Message]) -> list[ToolResult]:
+    """The tool messages of ``tail`` that answer the calls the conversation waits for.
+
+    A call is known by the entry that made it, not by its id alone: some servers number
+    calls per answer (``call_0`` every time), so an id a result of an earlier turn
+    answered may be pending again. Only the calls of the last answer that made calls,
+    and not answered after it, are waiting (``dangling_tool_calls``)."""
+    entries = [*base, *(MemoryEntry.from_message(m) for m in seed)]
+    waiting = {c.id for c in dangling_tool_calls(entries)[1]}
+    results: list[ToolResult] = []
+    for message in tail:
+        call_id = message.tool_call_id or ""
+        if message.role == "tool" and call_id in waiting:
+            waiting.discard(call_id)  # the first answer counts; a repeat is not one
+            results.append(ToolResult(tool_call_id=call_id, content=message.content,
+                                      parts=message.parts))
+    return results
 
 
 def _prompt(tail: Sequence[Message]) -> str | Message | None:

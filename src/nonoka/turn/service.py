@@ -34,7 +34,7 @@ from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.store.base import RevisionReader
 from nonoka.store.next_calls import NextCallStore
 from nonoka.store.project import ProjectStores
-from nonoka.store.records import HostSessions, SessionIndex
+from nonoka.store.records import EventRecord, HostSessions, SessionIndex
 from nonoka.store.reuse import StoreReuse
 from nonoka.turn.journal import LOGGED_TEXT, Journal
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_ERROR, TurnOutcome, finish_reason_of
@@ -180,6 +180,10 @@ class TurnService:
     async def note(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
         """Add an entry to another session's timeline than the turn's own."""
         await self.stores.events.append_event(session_id, kind, data)
+
+    async def recent_events(self, session_id: str, limit: int) -> list[EventRecord]:
+        """The session's last ``limit`` timeline entries, oldest first."""
+        return await self.stores.events.list_events(session_id, limit=limit)
 
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Give back a lease this process took before the turn (early dispatch's)."""
