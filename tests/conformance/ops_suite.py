@@ -2,7 +2,7 @@
 
 ``SessionOpsSuite`` needs an ``ops_engine`` fixture that is an ``OpsHarness``: a
 project's stores on the engine under test (``stores``) and a way to open another, empty
-database of the same engine (``fresh``), which the harness closes.
+database of the same engine or of another one (``fresh``), which the harness closes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Protocol
 
 import pytest
 
+from nonoka import Agent, Runner
 from nonoka.ops.copy import copy_database
 from nonoka.ops.export import export_jsonl
 from nonoka.ops.importer import import_jsonl
@@ -27,6 +28,7 @@ from nonoka.state.messages import ToolCall
 from nonoka.state.session_state import SessionState, SessionStatus, StepResult, StepStatus
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
+from nonoka.testing import ScriptedModel, text
 from nonoka.testing.conformance import states
 from nonoka.turn.lineage import fork_session
 
@@ -34,11 +36,16 @@ HOUR = 3600.0
 DAY = 86400.0
 
 
+ENGINES = ("memory", "postgres", "sqlite")
+"""The engines a session moves to (``OpsHarness.fresh``)."""
+
+
 class OpsHarness(Protocol):
     stores: ProjectStores
 
-    async def fresh(self) -> ProjectStores:
-        """Another, empty database of the same engine (closed by the harness)."""
+    async def fresh(self, engine: str | None = None) -> ProjectStores:
+        """Another, empty database of ``engine`` (one of ``ENGINES``; default: the same
+        engine), closed by the harness."""
         ...
 
 
@@ -91,6 +98,22 @@ async def branch(stores: ProjectStores, parent: str, at: int, words: str = "") -
     await stores.checkpoints.save_session(state.model_copy(update={"memory_entries": [
         *state.memory_entries, MemoryEntry.assistant(f"branch answer {words}".strip())]}))
     return sid
+
+
+async def continue_session(stores: ProjectStores, sid: str) -> None:
+    """Run a real turn on ``sid`` and check it was appended after the stored entries."""
+    before = await stores.checkpoints.load_session(sid)
+    assert before is not None
+    agent = Agent(model=ScriptedModel([text(f"continued {sid[:8]}")]))
+    result = await Runner(store=stores.checkpoints).run_react(agent, "and then?",
+                                                               session_id=sid)
+    assert result.session_id == sid and result.output == f"continued {sid[:8]}"
+    after = await stores.checkpoints.load_session(sid)
+    assert after is not None
+    kept = len(before.memory_entries)
+    assert after.memory_entries[:kept] == before.memory_entries
+    assert [(e.role, e.content) for e in after.memory_entries[kept:]] == [
+        ("user", "and then?"), ("assistant", f"continued {sid[:8]}")]
 
 
 def found(hits: list[SearchHit]) -> list[tuple[str, int | None, set[str]]]:
@@ -206,6 +229,35 @@ class SessionOpsSuite:
         assert copy.forked_from == child and copy.fork_point == 6
         assert await check(target) == []
 
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("engine", ENGINES)
+    async def test_an_imported_session_continues(self, ops_engine: OpsHarness,
+                                                 engine: str) -> None:
+        stores = ops_engine.stores
+        parent = await add_session(stores, title="p", words="okapi")
+        child = await branch(stores, parent, 5, "own")
+        target = await ops_engine.fresh(engine)
+        report = await import_jsonl(target, _write(await export_text(stores)))
+        assert sorted(report.imported) == sorted([parent, child])
+        assert await check(target) == []
+        for sid in (child, parent):
+            await continue_session(target, sid)
+        assert await check(target) == []
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("engine", ENGINES)
+    async def test_a_copied_session_continues(self, ops_engine: OpsHarness,
+                                              engine: str) -> None:
+        stores = ops_engine.stores
+        parent = await add_session(stores, title="p", words="okapi")
+        child = await branch(stores, parent, 5, "own")
+        target = await ops_engine.fresh(engine)
+        report = await copy_database(stores, target)
+        assert report.ok and sorted(report.copied) == sorted([parent, child])
+        for sid in (parent, child):
+            await continue_session(target, sid)
+        assert await check(target) == []
 
     @pytest.mark.asyncio
     async def test_export_import_round_trip_is_exact(self, ops_engine: OpsHarness) -> None:

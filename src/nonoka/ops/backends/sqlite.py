@@ -2,7 +2,9 @@
 
 Reads for export use a connection of their own, one read transaction per session: a
 consistent snapshot that never holds the store's lock or blocks a writer (WAL). Writes
-(import) are one ``BEGIN IMMEDIATE`` transaction per session on the store's connection.
+(import) are one ``BEGIN IMMEDIATE`` transaction per session on the store's connection,
+and store each entry row with its digest chain (``nonoka.store.sqlite.digests``), which
+the runtime continues from when it appends.
 Search runs on the FTS5 index of migration ``m007_search_index``, brought up to date
 first (``nonoka.store.sqlite.search.catch_up``).
 """
@@ -35,6 +37,7 @@ from nonoka.store.project import ProjectStores
 from nonoka.store.sqlite import search as search_index
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.database import connect_read_only
+from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.migrations import INDEXED_UPTO, NEXT_DOC
 
 BATCH = 1000
@@ -43,6 +46,8 @@ TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "eve
 _HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
          "created_at, updated_at FROM checkpoints WHERE session_id = ?")
 _PURPOSE = "coalesce(json_extract(s.metadata, '$.purpose'), 'chat')"
+_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
+                 f"VALUES (?, ?, ?, ?, {NEXT_DOC})")
 
 
 class SQLiteOps:
@@ -81,17 +86,21 @@ class SQLiteOps:
             if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?",
                           (sid,)).fetchone():
                 return False
-            for table in ("session_entries", "step_updates", "events", "cli_sessions"):
+            for table in ("session_entries", "step_updates", "events", "cli_sessions",
+                          "next_calls"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
             db.execute(
                 "INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
                 "memory_generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (sid, head.snapshot, head.revision, head.entry_count, head.memory_generation,
                  head.created_at, head.updated_at))
+            chain = Chain()  # the runtime appends after the digest of the last row
             for batch in batches(enumerate(entries)):
-                db.executemany("INSERT INTO session_entries (session_id, seq, entry_json, "
-                               f"doc) VALUES (?, ?, ?, {NEXT_DOC})",
-                               [(sid, n, text) for n, text in batch])
+                rows = []
+                for n, text in batch:
+                    chain = chain.add(text)
+                    rows.append((sid, n, text, chain.encode()))
+                db.executemany(_INSERT_ENTRY, rows)
             db.executemany(
                 "INSERT INTO step_updates (session_id, step_id, update_type, payload_json, "
                 "updated_at) VALUES (?, ?, ?, ?, ?)",
