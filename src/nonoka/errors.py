@@ -216,8 +216,9 @@ def failure_of(exc: BaseException) -> Failure:
                    f"{type(exc).__name__}: {exc} (a bug in nonoka; stderr has the traceback)")
 
 
-_CORRUPT_ADVICE = ("this session cannot be continued: start a new conversation, or restore "
-                   ".nonoka/sessions.db from a backup to get it back")
+_CORRUPT_ADVICE = ("this session cannot be continued as stored: `nonoka db check --repair` "
+                   "rebuilds what can be derived from the stored rows; otherwise start a new "
+                   "conversation, or restore .nonoka/sessions.db from a backup to get it back")
 _STORE_ADVICE = (
     ("disk is full", "the disk is full: free some space, then send the request again"),
     ("disk i/o error", "writing the database failed (is the disk full, or a file size limit "

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -203,31 +203,42 @@ def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
     so a session of any length exports in constant memory. Written to a file, it appears
     only when complete.
     """
+    from nonoka.cli.common import CliError
     from nonoka.ops.export import export_jsonl, export_markdown
 
     if everything == bool(refs):
         raise click.UsageError("give session ids, or --all")
     write = export_jsonl if fmt == "jsonl" else export_markdown
 
-    def go(out: TextIO) -> Callable[[], Coroutine[Any, Any, int]]:
+    def go(target: Path | None) -> Callable[[], Coroutine[Any, Any, int]]:
         async def export() -> int:
             async with _stores(Path.cwd(), reading=True) as stores:
                 ids = None if everything else await _ids(stores, refs)
-                return await write(stores, ids, out)
+                if target is None:
+                    return await write(stores, ids, sys.stdout)
+                try:  # closing writes the last buffered lines: it can fail too
+                    with target.open("w", encoding="utf-8") as out:
+                        return await write(stores, ids, out)
+                except OSError as exc:
+                    raise CliError(f"writing {output} failed: {exc.strerror or exc}; it was "
+                                   "not written (free some space, or give another path "
+                                   "with -o)") from None
         return export
 
     if output is None:
-        _run(go(sys.stdout))
+        _run(go(None))
         return
     if output.exists() and not output.is_file():  # a device or a pipe: written as it is
-        with output.open("w", encoding="utf-8") as out:
-            count = _run(go(out))
+        count = _run(go(output))
     else:
         partial = output.with_name(output.name + ".partial")
         try:
-            with partial.open("w", encoding="utf-8") as out:
-                count = _run(go(out))
+            count = _run(go(partial))
             os.replace(partial, output)
+        except OSError as exc:
+            click.secho(f"nonoka: {output} could not be put in place: {exc.strerror or exc}; "
+                        f"nothing was written there", fg="red", err=True)
+            raise SystemExit(1) from None
         finally:
             partial.unlink(missing_ok=True)
     click.echo(f"exported {count} session(s) to {output}", err=True)
@@ -391,22 +402,33 @@ def copy_command(to_url: str, from_url: str | None, as_json: bool) -> None:
 
 
 @db.command("check")
+@click.option("--repair", is_flag=True, help="First rebuild what can be derived from the "
+              "stored rows (SQLite: the entries' digest chain), then check.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-def check_command(as_json: bool) -> None:
+def check_command(repair: bool, as_json: bool) -> None:
     """Check the database: integrity, orphan rows, index rows without checkpoints,
-    checkpoints whose entry count disagrees, the search index. Exit 1 on an error."""
+    checkpoints whose entry count disagrees, the entries' digest chain, and that every
+    session loads (to be continued) and exports. Exit 1 on an error."""
     from nonoka.cli.render import print_json
-    from nonoka.ops.maintenance import check
+    from nonoka.ops import maintenance
 
-    async def go() -> Any:
-        async with _stores(Path.cwd(), reading=True) as stores:
-            return await check(stores)
+    async def go() -> tuple[list[Any], list[Any]]:
+        async with _stores(Path.cwd(), reading=not repair) as stores:
+            repaired = await maintenance.repair(stores) if repair else []
+            return repaired, await maintenance.check(stores)
 
-    findings = _run(go)
+    repaired, findings = _run(go)
     if as_json:
-        print_json([{"level": f.level, "kind": f.kind, "message": f.message,
-                     "session_id": f.session_id} for f in findings])
+        rows = [{"level": f.level, "kind": f.kind, "message": f.message,
+                 "session_id": f.session_id} for f in findings]
+        if repair:
+            print_json({"repaired": [{"kind": f.kind, "session_id": f.session_id}
+                                     for f in repaired], "findings": rows})
+        else:
+            print_json(rows)
     else:
+        for f in repaired:
+            click.echo(f"repaired: {f.kind} (session {f.session_id})")
         for f in findings:
             click.echo(f"{f.level}: {f.kind}: {f.message}"
                        f"{f' (session {f.session_id})' if f.session_id else ''}")

@@ -194,7 +194,14 @@ class Prunable(Protocol):
 
 
 class Maintainable(Protocol):
-    async def check(self) -> list[Finding]: ...
+    async def check(self) -> list[Finding]:
+        """What the engine itself can find wrong with its rows."""
+        ...
+
+    async def repair(self) -> list[Finding]:
+        """Rebuild what is derived from other rows (SQLite: the entries' digest chain);
+        the findings that were repaired."""
+        ...
 
     async def vacuum(self) -> tuple[int, int]:
         """Reclaim space; ``(bytes before, bytes after)``."""
