@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from unittest.mock import ANY
-
 from nonoka.errors import StoreError
 from nonoka.ops.maintenance import check, repair
 from nonoka.store.project import ProjectStores, open_project_stores
@@ -103,7 +101,7 @@ def test_check_names_stored_values_export_cannot_carry(
         engine: tuple[Callable[[], ProjectStores], Raw]) -> None:
     open_stores, raw = engine
 
-    async def run() -> list[tuple[str, str, str | None]]:
+    async def run() -> tuple[str, list[tuple[str, str, str | None]]]:
         async with open_stores() as stores:
             sid = await add_session(stores, title="s")
             raw("UPDATE checkpoints SET updated_at = %s WHERE session_id = %s",
@@ -113,6 +111,7 @@ def test_check_names_stored_values_export_cannot_carry(
             assert str(error.value).startswith(
                 f"session {sid}: its stored updated_at is inf, not a finite number; nothing "
                 "was changed.")
-            return [(f.level, f.kind, f.session_id) for f in await check(stores)]
+            return sid, [(f.level, f.kind, f.session_id) for f in await check(stores)]
 
-    assert asyncio.run(run())[-1:] == [("error", "unexportable", ANY)]
+    sid, found = asyncio.run(run())
+    assert found == [("error", "unexportable", sid)]

@@ -259,24 +259,33 @@ def import_command(file: Path, on_conflict: str, as_json: bool) -> None:
     """
     from nonoka.cli.common import open_stores
     from nonoka.cli.render import print_json
-    from nonoka.ops.importer import import_jsonl
+    from nonoka.errors import failure_of
+    from nonoka.ops.importer import ImportInterruptedError, ImportReport, import_jsonl
 
-    async def go() -> Any:
+    async def go() -> ImportReport | ImportInterruptedError:
         async with open_stores(Path.cwd()) as stores:
-            return await import_jsonl(stores, file, on_conflict)  # type: ignore[arg-type]
+            try:
+                return await import_jsonl(stores, file, on_conflict)  # type: ignore[arg-type]
+            except ImportInterruptedError as exc:  # what was stored before it is reported
+                return exc
 
-    report = _run(go)
+    outcome = _run(go)
+    report = outcome.report if isinstance(outcome, ImportInterruptedError) else outcome
+    error = failure_of(outcome).message if isinstance(outcome, ImportInterruptedError) else None
     if as_json:
-        print_json(report.as_json())
-        return
-    for sid in report.imported:
-        click.echo(f"imported {sid}")
-    for old, new in report.renamed.items():
-        click.echo(f"imported {old} as {new} (the id was taken)")
-    for sid in report.skipped:
-        click.echo(f"skipped {sid} (already stored)")
-    click.echo(f"{len(report.imported) + len(report.renamed)} imported, "
-               f"{len(report.skipped)} skipped", err=True)
+        print_json({**report.as_json(), **({"error": error} if error else {})})
+    else:
+        for sid in report.imported:
+            click.echo(f"imported {sid}")
+        for old, new in report.renamed.items():
+            click.echo(f"imported {old} as {new} (the id was taken)")
+        for sid in report.skipped:
+            click.echo(f"skipped {sid} (already stored)")
+        click.echo(f"{len(report.imported) + len(report.renamed)} imported, "
+                   f"{len(report.skipped)} skipped", err=True)
+    if error:
+        click.secho(f"nonoka: {error}", fg="red", err=True)
+        raise SystemExit(1)
 
 
 # -- sessions delete / prune ------------------------------------------------------------

@@ -168,20 +168,26 @@ def tree_lines(records: Sequence[SessionRecord], now: float | None = None) -> li
         else:
             roots.append(record)
     lines: list[str] = []
+    shown: set[str] = set()
 
     def walk(record: SessionRecord, lead: str, branch: str) -> None:
+        shown.add(record.session_id)
         row = session_row(record, now)
         at = record.metadata.get("fork_point")
         where = f"@{at} " if record.metadata.get("forked_from") and at is not None else ""
         lines.append(f"{lead}{branch}{row[0]}  {where}{row[1]}  {row[2]} · {row[3]} turn(s)"
                      f" · {row[6]}")
-        kids = sorted(children.get(record.session_id, []), key=lambda r: r.created_at)
+        kids = sorted([k for k in children.get(record.session_id, [])
+                       if k.session_id not in shown], key=lambda r: r.created_at)
         below = lead + ("" if not branch else "   " if branch == "└─ " else "│  ")
         for i, kid in enumerate(kids):
             walk(kid, below, "└─ " if i == len(kids) - 1 else "├─ ")
 
     for root in roots:
         walk(root, "", "")
+    for record in records:  # parents in a loop (index rows edited by hand): no root
+        if record.session_id not in shown:
+            walk(record, "", "")
     return lines
 
 
