@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nonoka.errors import StoreError
+from nonoka.ops.copy import copy_database
 from nonoka.ops.maintenance import check, repair
 from nonoka.store.project import ProjectStores, open_project_stores
 from tests import pg
@@ -115,3 +116,23 @@ def test_check_names_stored_values_export_cannot_carry(
 
     sid, found = asyncio.run(run())
     assert found == [("error", "unexportable", sid)]
+
+
+def test_copy_leaves_a_damaged_session_and_says_why(
+        engine: tuple[Callable[[], ProjectStores], Raw], tmp_path: Path) -> None:
+    open_stores, raw = engine
+
+    async def run() -> None:
+        async with open_stores() as stores, open_project_stores(
+                tmp_path, f"sqlite:{tmp_path}/copy.db") as target:
+            damaged, fine = await add_session(stores, title="d"), await add_session(
+                stores, title="f")
+            raw("UPDATE checkpoints SET created_at = %s WHERE session_id = %s",
+                (float("nan") if "postgres" in stores.url else float("-inf"), damaged))
+            report = await copy_database(stores, target)
+            assert report.copied == [fine] and not report.ok
+            assert list(report.damaged) == [damaged]
+            assert "its stored created_at is" in report.damaged[damaged]
+            assert await target.checkpoints.load_session(damaged) is None
+
+    asyncio.run(run())

@@ -403,9 +403,12 @@ def copy_command(to_url: str, from_url: str | None, as_json: bool) -> None:
         for name in ("busy", "conflicts", "mismatched"):
             for sid in getattr(report, name):
                 click.echo(f"{name}: {sid}", err=True)
+        for sid, reason in report.damaged.items():
+            click.echo(f"damaged: {sid}: {reason}", err=True)
         click.echo("verified: every copied session has the same digest on both sides"
                    if report.ok else "NOT complete: run it again once the sessions above are "
-                   "free, or resolve the conflicts", err=True)
+                   "free, or resolve the conflicts and damaged rows (`nonoka db check`)",
+                   err=True)
     if not report.ok:
         raise SystemExit(1)
 

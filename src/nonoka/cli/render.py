@@ -63,9 +63,18 @@ def ago(timestamp: float, now: float | None = None) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size:
             if unit == "d" and seconds >= 30 * 86400:
-                return time.strftime("%Y-%m-%d", time.localtime(timestamp))
+                return _local("%Y-%m-%d", timestamp)
             return f"{int(seconds // size)}{unit} ago"
     return "just now"
+
+
+def _local(form: str, timestamp: float) -> str:
+    """``timestamp`` as local time; a stored time no clock can show (edited by hand) is
+    shown as the number it is."""
+    try:
+        return time.strftime(form, time.localtime(timestamp))
+    except (OverflowError, ValueError, OSError):
+        return f"{timestamp:g} (not a time)"
 
 
 def tokens(count: int) -> str:
@@ -93,9 +102,8 @@ def clip(text: str, width: int) -> str:
 def clock(timestamp: float, now: float | None = None) -> str:
     """The time of day for today's events, with the date for older ones."""
     today = time.strftime("%Y-%m-%d", time.localtime(now if now is not None else time.time()))
-    day = time.strftime("%Y-%m-%d", time.localtime(timestamp))
-    return time.strftime("%H:%M:%S" if day == today else "%Y-%m-%d %H:%M:%S",
-                         time.localtime(timestamp))
+    day = _local("%Y-%m-%d", timestamp)
+    return _local("%H:%M:%S" if day == today else "%Y-%m-%d %H:%M:%S", timestamp)
 
 
 # -- sessions list -------------------------------------------------------------------------
@@ -234,7 +242,15 @@ EVENT_STYLES = {"request": "bold", "recovered": "magenta", "branch": "magenta",
 
 
 def describe_event(event: EventRecord) -> tuple[str, str]:
-    """``(label, text)``: one timeline line for an event-log entry."""
+    """``(label, text)``: one timeline line for an event-log entry; an event whose data
+    does not have the shape its kind writes (edited by hand) is shown as its JSON."""
+    try:
+        return _describe(event)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return event.kind, json.dumps(event.data, ensure_ascii=False, default=repr)
+
+
+def _describe(event: EventRecord) -> tuple[str, str]:
     data, kind = event.data, event.kind
     if kind == "request":
         tools = ", ".join(str(t) for t in data.get("tools") or []) or "none"

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nonoka.errors import ConfigurationError, StoreError
+from nonoka.state.entries import MemoryEntry
 from nonoka.state.ids import validate_session_id
 from nonoka.store.records import SessionRecord
 
@@ -25,6 +26,7 @@ ImportFileError = ConfigurationError
 """The file is not a complete nonoka export (a caller mistake); nothing was imported."""
 
 INT64 = 2**63
+_ENTRY = MemoryEntry.__pydantic_validator__.validate_json
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 """An escaped UTF-16 surrogate in a raw line: only then can a decoded value hold a lone
 one, which no database stores (checked, then, value by value)."""
@@ -50,10 +52,14 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant)
+"""JSON as every reader takes it: no ``NaN``, no infinities."""
+
+
 def strict_json(field: str, text: str) -> Any:
-    """``text`` decoded as strict JSON (no ``NaN``, no infinities, as every reader)."""
+    """``text`` decoded as strict JSON."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return _STRICT.decode(text)
     except ValueError as exc:
         raise LineError(field, f"is not valid JSON ({exc})") from None
 
@@ -174,12 +180,11 @@ def parent_of(index: dict[str, Any] | None) -> str | None:
 
 
 def entry_line(value: dict[str, Any]) -> None:
-    from nonoka.state.entries import MemoryEntry
-
     text = value["entry"]
-    strict_json("entry", text)
+    if "NaN" in text or "Infinity" in text:  # the validator below would take them
+        strict_json("entry", text)
     try:
-        MemoryEntry.__pydantic_validator__.validate_json(text)
+        _ENTRY(text)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(map(str, error["loc"]))
