@@ -158,7 +158,8 @@ class SessionReader(Protocol):
     def events(self, session_id: str) -> AsyncIterator[EventRow]: ...
 
     async def index(self, session_id: str) -> dict[str, Any] | None:
-        """The index row as ``SessionRecord.model_dump(mode="json")``, or ``None``."""
+        """The index row's columns by name (``metadata`` decoded, or as its stored JSON
+        text), or ``None``; ``ops.stored.index_record`` reads it."""
         ...
 
 
