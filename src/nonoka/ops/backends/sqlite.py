@@ -91,8 +91,7 @@ class SQLiteOps:
             if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?",
                           (sid,)).fetchone():
                 return False
-            for table in ("session_entries", "step_updates", "events", "cli_sessions",
-                          "next_calls"):
+            for table in ("session_entries", "step_updates", "events", "cli_sessions"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
             db.execute(
                 "INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
