@@ -5,6 +5,8 @@
     │   ├── MissingExtraError        invalid_request  an optional extra is not installed
     │   │                                              (also an ImportError)
     │   ├── NotAvailableError        invalid_request  (nonoka ui) an action it cannot take
+    │   ├── NotStoredError           invalid_request  (sessions export) an id with no stored
+    │   │                                              conversation (also a KeyError)
     │   ├── ModelNotConfiguredError  model_not_configured  no model given or configured, or
     │   │                                              an unknown one
     │   └── WorkspaceError           invalid_cwd      the workspace is missing, or .nonoka/
@@ -20,6 +22,8 @@
     │   ├── SessionConflictError     session_conflict (retryable) another writer saved first
     │   ├── SessionBusyError         session_busy     (retryable) another process runs it
     │   ├── CorruptSessionError      session_corrupt  a stored row cannot be decoded
+    │   ├── ImportInterruptedError   store_error      (sessions import) a write failed part
+    │   │                                              way; it names what was stored
     │   └── UnsupportedVersionError  store_error      data written by a newer nonoka: upgrade
     ├── ProtocolError                (per line)       a request line is not a usable frame
     │                                                  (the bridge's frame checks)
@@ -239,8 +243,9 @@ def failure_of(exc: BaseException) -> Failure:
                    f"{type(exc).__name__}: {exc} (a bug in nonoka; stderr has the traceback)")
 
 
-_CORRUPT_ADVICE = ("this session cannot be continued: start a new conversation, or restore "
-                   ".nonoka/sessions.db from a backup to get it back")
+_CORRUPT_ADVICE = ("this session cannot be continued as stored: `nonoka db check --repair` "
+                   "rebuilds what can be derived from the stored rows; otherwise start a new "
+                   "conversation, or restore .nonoka/sessions.db from a backup to get it back")
 _STORE_ADVICE = (
     ("disk is full", "the disk is full: free some space, then send the request again"),
     ("disk i/o error", "writing the database failed (is the disk full, or a file size limit "

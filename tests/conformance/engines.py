@@ -357,10 +357,11 @@ class OpsEngineHarness:
         self._schemas: list[str] = []
         self.stores = self._open()
 
-    def _open(self) -> ProjectStores:
-        if self.name == "memory":
+    def _open(self, name: str | None = None) -> ProjectStores:
+        name = name or self.name
+        if name == "memory":
             stores = open_project_stores(self._tmp, "memory:")
-        elif self.name == "sqlite":
+        elif name == "sqlite":
             stores = open_project_stores(self._tmp, f"sqlite:db{len(self._opened)}.db")
         else:
             self._schemas.append(pg.create_schema())
@@ -368,8 +369,8 @@ class OpsEngineHarness:
         self._opened.append(stores)
         return stores
 
-    async def fresh(self) -> ProjectStores:
-        return self._open()
+    async def fresh(self, engine: str | None = None) -> ProjectStores:
+        return self._open(engine)
 
     async def aclose(self) -> None:
         try:

@@ -2,19 +2,24 @@
 
 ``SessionOpsSuite`` needs an ``ops_engine`` fixture that is an ``OpsHarness``: a
 project's stores on the engine under test (``stores``) and a way to open another, empty
-database of the same engine (``fresh``), which the harness closes.
+database of the same engine or of another one (``fresh``), which the harness closes.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import io
 import json
+import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 
+from nonoka import Agent, Runner
 from nonoka.ops.copy import copy_database
 from nonoka.ops.export import export_jsonl
 from nonoka.ops.importer import import_jsonl
@@ -27,6 +32,7 @@ from nonoka.state.messages import ToolCall
 from nonoka.state.session_state import SessionState, SessionStatus, StepResult, StepStatus
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
+from nonoka.testing import ScriptedModel, text
 from nonoka.testing.conformance import states
 from nonoka.turn.lineage import fork_session
 
@@ -34,11 +40,16 @@ HOUR = 3600.0
 DAY = 86400.0
 
 
+ENGINES = ("memory", "postgres", "sqlite")
+"""The engines a session moves to (``OpsHarness.fresh``)."""
+
+
 class OpsHarness(Protocol):
     stores: ProjectStores
 
-    async def fresh(self) -> ProjectStores:
-        """Another, empty database of the same engine (closed by the harness)."""
+    async def fresh(self, engine: str | None = None) -> ProjectStores:
+        """Another, empty database of ``engine`` (one of ``ENGINES``; default: the same
+        engine), closed by the harness."""
         ...
 
 
@@ -91,6 +102,22 @@ async def branch(stores: ProjectStores, parent: str, at: int, words: str = "") -
     await stores.checkpoints.save_session(state.model_copy(update={"memory_entries": [
         *state.memory_entries, MemoryEntry.assistant(f"branch answer {words}".strip())]}))
     return sid
+
+
+async def continue_session(stores: ProjectStores, sid: str) -> None:
+    """Run a real turn on ``sid`` and check it was appended after the stored entries."""
+    before = await stores.checkpoints.load_session(sid)
+    assert before is not None
+    agent = Agent(model=ScriptedModel([text(f"continued {sid[:8]}")]))
+    result = await Runner(store=stores.checkpoints).run_react(agent, "and then?",
+                                                               session_id=sid)
+    assert result.session_id == sid and result.output == f"continued {sid[:8]}"
+    after = await stores.checkpoints.load_session(sid)
+    assert after is not None
+    kept = len(before.memory_entries)
+    assert after.memory_entries[:kept] == before.memory_entries
+    assert [(e.role, e.content) for e in after.memory_entries[kept:]] == [
+        ("user", "and then?"), ("assistant", f"continued {sid[:8]}")]
 
 
 def found(hits: list[SearchHit]) -> list[tuple[str, int | None, set[str]]]:
@@ -208,6 +235,35 @@ class SessionOpsSuite:
 
 
     @pytest.mark.asyncio
+    @pytest.mark.parametrize("engine", ENGINES)
+    async def test_an_imported_session_continues(self, ops_engine: OpsHarness,
+                                                 engine: str) -> None:
+        stores = ops_engine.stores
+        parent = await add_session(stores, title="p", words="okapi")
+        child = await branch(stores, parent, 5, "own")
+        target = await ops_engine.fresh(engine)
+        report = await import_jsonl(target, _write(await export_text(stores)))
+        assert sorted(report.imported) == sorted([parent, child])
+        assert await check(target) == []
+        for sid in (child, parent):
+            await continue_session(target, sid)
+        assert await check(target) == []
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("engine", ENGINES)
+    async def test_a_copied_session_continues(self, ops_engine: OpsHarness,
+                                              engine: str) -> None:
+        stores = ops_engine.stores
+        parent = await add_session(stores, title="p", words="okapi")
+        child = await branch(stores, parent, 5, "own")
+        target = await ops_engine.fresh(engine)
+        report = await copy_database(stores, target)
+        assert report.ok and sorted(report.copied) == sorted([parent, child])
+        for sid in (parent, child):
+            await continue_session(target, sid)
+        assert await check(target) == []
+
+    @pytest.mark.asyncio
     async def test_export_import_round_trip_is_exact(self, ops_engine: OpsHarness) -> None:
         stores = ops_engine.stores
         ids = sorted([await add_session(stores, title=f"s{n}", words="ü ✓ \"q\"")
@@ -267,6 +323,60 @@ class SessionOpsSuite:
             assert "nothing was imported" in str(error.value) or "Nothing" in str(
                 error.value), name
             assert (await target.index.list_sessions(10, purpose=None)) == [], name
+
+    @pytest.mark.asyncio
+    async def test_import_refuses_what_the_readers_cannot_read(self, ops_engine: OpsHarness
+                                                               ) -> None:
+        from nonoka.errors import ConfigurationError
+
+        stores = ops_engine.stores
+        await add_session(stores, title="s")
+        lines = parsed(await export_text(stores))
+        assert [v.get("type") for v in lines][10:13] == ["step", "step", "event"]
+        target = await ops_engine.fresh()
+        for name, (change, number, says) in REFUSED.items():
+            changed = copy.deepcopy(lines)
+            change(changed)
+            with pytest.raises(ConfigurationError) as error:
+                await import_jsonl(target, _write(reseal(changed)))
+            message = str(error.value)
+            assert message.startswith(f"line {number}: the {says}"), (name, message)
+            assert message.endswith("nothing was imported") and "\n" not in message, name
+            assert await target.index.list_sessions(10, purpose=None) == [], name
+        report = await import_jsonl(target, _write(reseal(lines)))  # the file as exported
+        assert len(report.imported) == 1
+
+    @pytest.mark.asyncio
+    async def test_import_refuses_a_loop_of_parents(self, ops_engine: OpsHarness) -> None:
+        from nonoka.errors import ConfigurationError
+
+        stores = ops_engine.stores
+        a, b = sorted([await add_session(stores, title="a"), await add_session(stores,
+                                                                                title="b")])
+        lines = parsed(await export_text(stores))
+        target = await ops_engine.fresh()
+
+        def parents(first: str | None, second: str | None) -> Path:
+            changed = copy.deepcopy(lines)
+            for n, parent in enumerate((first, second)):
+                if parent is not None:
+                    _of(changed, "session", n)["index"]["metadata"]["forked_from"] = parent
+            return _write(reseal(changed))
+
+        for file, says in ((parents(b, a), f"({a} → {b} → {a})"),
+                           (parents(a, None), f"({a} → {a})")):
+            with pytest.raises(ConfigurationError) as error:
+                await import_jsonl(target, file)
+            assert str(error.value) == (
+                "line 2: the session line's 'index.metadata.forked_from' makes a loop of "
+                f"parents {says}; nothing was imported")
+            assert await target.index.list_sessions(10, purpose=None) == []
+        assert (await import_jsonl(target, parents(None, a))).imported == [a, b]
+        # A loop closed through a session already stored (b, whose parent is a).
+        await delete_sessions(target, [a])
+        with pytest.raises(ConfigurationError, match=f"loop of parents \\({a} → {b} → {a}\\)"):
+            await import_jsonl(target, parents(b, None))
+        assert [s.session_id for s in await target.index.list_sessions(10)] == [b]
 
     # -- delete and prune -----------------------------------------------------------
 
@@ -361,6 +471,118 @@ class SessionOpsSuite:
         assert second.copied == [busy] and second.already == [ids[0], ids[2]] and second.ok
         assert body(await export_text(target)) == body(await export_text(stores))
         assert {h.session_id for h in await search(target, SearchQuery("narwhal"))} == set(ids)
+
+
+Lines = list[dict[str, Any]]
+
+
+def reseal(lines: Lines) -> str:
+    """An export's lines as a file again, each session's digest computed anew: what a
+    file changed on purpose looks like (every check but the digest still applies)."""
+    out, digest = [], None
+    for value in lines:
+        line = json.dumps(value) + "\n"  # NaN and infinities as Python writes them
+        if value.get("type") == "session":
+            digest = hashlib.sha256()
+        if value.get("type") == "end_session" and digest is not None:
+            line = json.dumps({**value, "digest": digest.hexdigest()}) + "\n"
+            digest = None
+        elif digest is not None:
+            digest.update(line.encode())
+        out.append(line)
+    return "".join(out)
+
+
+def parsed(export: str) -> Lines:
+    return [json.loads(line) for line in export.splitlines()]
+
+
+def _of(lines: Lines, kind: str, n: int = 0) -> dict[str, Any]:
+    """The ``n``-th line of ``kind``."""
+    return [v for v in lines if v.get("type") == kind][n]
+
+
+def _set(line_type: str, **values: object) -> Callable[[Lines], None]:
+    def change(lines: Lines) -> None:
+        _of(lines, line_type).update(values)
+    return change
+
+
+def _index(**values: object) -> Callable[[Lines], None]:
+    def change(lines: Lines) -> None:
+        _of(lines, "session")["index"].update(values)
+    return change
+
+
+def _renamed_to(sid: str) -> Callable[[Lines], None]:
+    def change(lines: Lines) -> None:
+        for kind in ("session", "end_session"):
+            _of(lines, kind)["session_id"] = sid
+        _of(lines, "session")["index"]["session_id"] = sid
+    return change
+
+
+def _metadata(**values: object) -> Callable[[Lines], None]:
+    def change(lines: Lines) -> None:
+        _of(lines, "session")["index"]["metadata"].update(values)
+    return change
+
+
+REFUSED: dict[str, tuple[Callable[[Lines], None], int, str]] = {
+    # name: (change, line number, what the error says after "line N: the ")
+    "updated_at Infinity": (_set("session", updated_at=math.inf), 2,
+                            "session line's 'updated_at' is inf, not a finite number"),
+    "created_at NaN": (_set("session", created_at=math.nan), 2,
+                       "session line's 'created_at' is nan, not a finite number"),
+    "revision 2**70": (_set("session", revision=2**70), 2,
+                       "session line's 'revision' is 1180591620717411303424, outside 0.."),
+    "negative revision": (_set("session", revision=-1), 2,
+                          "session line's 'revision' is -1, outside 0.."),
+    "memory_generation 2**64": (_set("session", memory_generation=2**64), 2,
+                                "session line's 'memory_generation' is 18446744073709551616"),
+    "entry_count": (_set("session", entry_count=99), 2,
+                    "session line's 'entry_count' is 99 but the session holds 8 entries"),
+    "empty id": (_renamed_to(""), 2, "session line's 'session_id' is '', not a session id"),
+    "path id": (_renamed_to("../../etc/passwd"), 2,
+                "session line's 'session_id' is '../../etc/passwd', not a session id"),
+    "escape id": (_renamed_to("a\x1b[31mred"), 2,
+                  "session line's 'session_id' is 'a\\x1b[31mred', not a session id"),
+    "100 KB id": (_renamed_to("a" * 100_000), 2, "session line's 'session_id' is 'aaaa"),
+    "snapshot of another session": (
+        lambda lines: _of(lines, "session").update(snapshot=_of(
+            lines, "session")["snapshot"].replace('"session_id":"', '"session_id":"x')),
+        2, "session line's 'snapshot' is the state of session 'x"),
+    "snapshot NaN": (lambda lines: _of(lines, "session").update(snapshot='{"a": NaN}'), 2,
+                     "session line's 'snapshot' is not valid JSON (NaN is not a JSON number"),
+    "input_tokens lots": (_index(input_tokens="lots"), 2,
+                          "session line's 'index.input_tokens' is 'lots': input should be a "
+                          "valid integer"),
+    "index of another session": (_index(session_id="other"), 2,
+                                 "session line's 'index.session_id' is 'other', not the "
+                                 "session's id"),
+    "index NUL": (_index(title="a\x00b"), 2, "session line's 'index.title' holds a NUL"),
+    "metadata NaN": (_metadata(x=math.nan), 2,
+                     "session line's 'index.metadata' holds NaN or an infinity"),
+    "forked_from a path": (_metadata(forked_from="../x"), 2,
+                           "session line's 'index.metadata.forked_from' is '../x', not a "
+                           "session id"),
+    "entry not an entry": (_set("entry", entry='{"role": 5}'), 3,
+                           "entry line's 'entry' is not a conversation entry"),
+    "entry lone surrogate": (_set("entry", entry='{"role": "user", "content": "\ud800"}'),
+                             3, "entry line's 'entry' holds a lone surrogate"),
+    "step payload": (_set("step", payload='{"x": 1}'), 11,
+                     "step line's 'payload' does not decode"),
+    "step updated_at NaN": (_set("step", updated_at=math.nan), 11,
+                            "step line's 'updated_at' is nan"),
+    "event data list": (_set("event", data="[1]"), 13,
+                        "event line's 'data' is not a JSON object"),
+    "event data NaN": (_set("event", data='{"x": NaN}'), 13,
+                       "event line's 'data' is not valid JSON"),
+    "event at Infinity": (_set("event", at=-math.inf), 13, "event line's 'at' is -inf"),
+    "event seq twice": (lambda lines: _of(lines, "event", 1).update(seq=1), 14,
+                        "event line's 'seq' is 1, not after the previous event's 1"),
+    "event kind empty": (_set("event", kind=""), 13, "event line's 'kind' is empty"),
+}
 
 
 def _write(text: str) -> Path:

@@ -1,5 +1,6 @@
 """``db check`` on damage only raw SQL can make: entry rows without their checkpoint, a
-checkpoint missing entry rows, on SQLite and PostgreSQL (the queries are shared)."""
+checkpoint missing entry rows, stored values an export cannot carry, on SQLite and
+PostgreSQL (the queries are shared); the SQLite entries' digest chain, and its repair."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from nonoka.ops.maintenance import check
+from nonoka.errors import StoreError
+from nonoka.ops.copy import copy_database
+from nonoka.ops.maintenance import check, repair
 from nonoka.store.project import ProjectStores, open_project_stores
 from tests import pg
-from tests.conformance.ops_suite import add_session, branch
+from tests.conformance.ops_suite import add_session, branch, continue_session, export_text
 
 Raw = Callable[[str, tuple[object, ...]], None]
 
@@ -58,4 +61,78 @@ def test_check_finds_orphan_rows_and_missing_entries(
                            if f.kind != "search_index"]
 
     child, found = asyncio.run(run())
-    assert found == [("error", "orphan_rows", "zz-gone"), ("error", "entry_count", child)]
+    assert found == [("error", "orphan_rows", "zz-gone"), ("error", "entry_count", child),
+                     ("error", "unreadable", child), ("error", "unexportable", child)]
+
+
+def test_check_and_repair_the_digest_chain_of_branches(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+
+    async def run() -> None:
+        async with open_project_stores(tmp_path, f"sqlite:{path}") as stores:
+            parent = await add_session(stores, title="p")
+            child = await branch(stores, parent, 5)
+            grandchild = await branch(stores, child, 3)  # its shared rows are the parent's
+            deeper = await branch(stores, child, 6)  # shares the parent's and the child's
+            assert await check(stores) == []
+            with sqlite3.connect(path) as db:
+                db.execute("UPDATE session_entries SET key_chain = NULL WHERE session_id = ?",
+                           (parent,))
+                db.execute("UPDATE session_entries SET key_chain = 'x:y:' || key_chain "
+                           "WHERE session_id = ?", (child,))  # an older form: still right
+            found = {(f.kind, f.session_id) for f in await check(stores)}
+            # Every branch's own rows continue the parent's chain: none of them is wrong.
+            assert found == {("digest_chain", parent)}
+            with sqlite3.connect(path) as db:
+                db.execute("UPDATE session_entries SET key_chain = 'wrong' WHERE "
+                           "session_id = ? AND seq = 5", (child,))
+            found = {(f.kind, f.session_id) for f in await check(stores)}
+            assert found == {("digest_chain", parent), ("digest_chain", child)}
+            repaired = await repair(stores)
+            assert {f.session_id for f in repaired} == {parent, child}
+            assert await check(stores) == [] and await repair(stores) == []
+            for sid in (parent, child, grandchild, deeper):
+                await continue_session(stores, sid)
+            assert await check(stores) == []
+
+    asyncio.run(run())
+
+
+def test_check_names_stored_values_export_cannot_carry(
+        engine: tuple[Callable[[], ProjectStores], Raw]) -> None:
+    open_stores, raw = engine
+
+    async def run() -> tuple[str, list[tuple[str, str, str | None]]]:
+        async with open_stores() as stores:
+            sid = await add_session(stores, title="s")
+            raw("UPDATE checkpoints SET updated_at = %s WHERE session_id = %s",
+                (float("inf"), sid))
+            with pytest.raises(StoreError) as error:
+                await export_text(stores)
+            assert str(error.value).startswith(
+                f"session {sid}: its stored updated_at is inf, not a finite number; nothing "
+                "was changed.")
+            return sid, [(f.level, f.kind, f.session_id) for f in await check(stores)]
+
+    sid, found = asyncio.run(run())
+    assert found == [("error", "unexportable", sid)]
+
+
+def test_copy_leaves_a_damaged_session_and_says_why(
+        engine: tuple[Callable[[], ProjectStores], Raw], tmp_path: Path) -> None:
+    open_stores, raw = engine
+
+    async def run() -> None:
+        async with open_stores() as stores, open_project_stores(
+                tmp_path, f"sqlite:{tmp_path}/copy.db") as target:
+            damaged, fine = await add_session(stores, title="d"), await add_session(
+                stores, title="f")
+            raw("UPDATE checkpoints SET created_at = %s WHERE session_id = %s",
+                (float("nan") if "postgres" in stores.url else float("-inf"), damaged))
+            report = await copy_database(stores, target)
+            assert report.copied == [fine] and not report.ok
+            assert list(report.damaged) == [damaged]
+            assert "its stored created_at is" in report.damaged[damaged]
+            assert await target.checkpoints.load_session(damaged) is None
+
+    asyncio.run(run())

@@ -62,9 +62,12 @@ def copy_command(to_url: str, from_url: str | None, directory: Path | None,
         for name in ("busy", "conflicts", "mismatched"):
             for sid in getattr(report, name):
                 click.echo(f"{name}: {sid}", err=True)
+        for sid, reason in report.damaged.items():
+            click.echo(f"damaged: {sid}: {reason}", err=True)
         click.echo("verified: every copied session has the same digest on both sides"
                    if report.ok else "NOT complete: run it again once the sessions above are "
-                   "free, or resolve the conflicts", err=True)
+                   "free, or resolve the conflicts and damaged rows (`nonoka db check`)",
+                   err=True)
     if not report.ok:
         from nonoka.cli.voice import EXIT_BUSY
 
@@ -93,27 +96,38 @@ def stores_at_target(place: Place) -> Any:
     return open_stores(place)
 
 
-@db.command("check", short_help="Check integrity, orphan rows and the search index.")
+@db.command("check", short_help="Check what the runtime needs; --repair rebuilds it.")
+@click.option("--repair", is_flag=True, help="First rebuild what can be derived from the "
+              "stored rows (SQLite: the entries' digest chain), then check.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @place_options
-def check_command(as_json: bool, place: Place) -> None:
+def check_command(repair: bool, as_json: bool, place: Place) -> None:
     """Check the database: integrity, orphan rows, index rows without checkpoints,
-    checkpoints whose entry count disagrees, the search index. Exit 1 on an error."""
+    checkpoints whose entry count disagrees, the search index, the entries' digest chain,
+    and that every session loads (to be continued) and exports. Exit 1 on an error."""
     from nonoka.cli.render import print_json
-    from nonoka.ops.maintenance import check
+    from nonoka.ops import maintenance
 
-    async def go() -> Any:
+    async def go() -> tuple[list[Any], list[Any]]:
         try:
-            async with stores_at(place, reading=True) as stores:
-                return await check(stores)
+            async with stores_at(place, reading=not repair) as stores:
+                repaired = await maintenance.repair(stores) if repair else []
+                return repaired, await maintenance.check(stores)
         except Exception as exc:  # a damaged file is this command's finding, not its failure
-            return [_damage_finding(exc)]
+            return [], [_damage_finding(exc)]
 
-    findings = call(go)
+    repaired, findings = call(go)
     if as_json:
-        print_json([{"level": f.level, "kind": f.kind, "message": f.message,
-                     "session_id": f.session_id} for f in findings])
+        rows = [{"level": f.level, "kind": f.kind, "message": f.message,
+                 "session_id": f.session_id} for f in findings]
+        if repair:
+            print_json({"repaired": [{"kind": f.kind, "session_id": f.session_id}
+                                     for f in repaired], "findings": rows})
+        else:
+            print_json(rows)
     else:
+        for f in repaired:
+            click.echo(f"repaired: {f.kind} (session {f.session_id})")
         for f in findings:
             click.echo(f"{f.level}: {f.kind}: {f.message}"
                        f"{f' (session {f.session_id})' if f.session_id else ''}")

@@ -13,11 +13,11 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from nonoka.cli.common import Place
+from nonoka.cli.common import CliError, Place
 from nonoka.cli.options import call, place_options
 
 if TYPE_CHECKING:
@@ -133,25 +133,34 @@ def export_command(refs: tuple[str, ...], everything: bool, fmt: str,
     apply_retention(place)
     write = export_jsonl if fmt == "jsonl" else export_markdown
 
-    def go(out: TextIO) -> Callable[[], Coroutine[Any, Any, int]]:
+    def go(target: Path | None) -> Callable[[], Coroutine[Any, Any, int]]:
         async def export() -> int:
             async with stores_at(place, reading=True) as stores:
                 ids = None if everything else await ids_of(stores, refs)
-                return await write(stores, ids, out)
+                if target is None:
+                    return await write(stores, ids, sys.stdout)
+                try:  # closing writes the last buffered lines: it can fail too
+                    with target.open("w", encoding="utf-8") as out:
+                        return await write(stores, ids, out)
+                except OSError as exc:
+                    raise CliError(f"writing {output} failed: {exc.strerror or exc}; it was "
+                                   "not written (free some space, or give another path "
+                                   "with -o)") from None
         return export
 
     if output is None:
-        call(go(sys.stdout))
+        call(go(None))
         return
     if output.exists() and not output.is_file():  # a device or a pipe: written as it is
-        with output.open("w", encoding="utf-8") as out:
-            count = call(go(out))
+        count = call(go(output))
     else:
         partial = output.with_name(output.name + ".partial")
         try:
-            with partial.open("w", encoding="utf-8") as out:
-                count = call(go(out))
+            count = call(go(partial))
             os.replace(partial, output)
+        except OSError as exc:
+            raise CliError(f"{output} could not be put in place: {exc.strerror or exc}; "
+                           "nothing was written there") from None
         finally:
             partial.unlink(missing_ok=True)
     click.echo(f"exported {count} session(s) to {output}", err=True)
@@ -174,18 +183,26 @@ def import_command(file: Path, on_conflict: str, as_json: bool, place: Place) ->
     from nonoka.cli.common import open_stores
     from nonoka.cli.damage import refuse_if_damaged
     from nonoka.cli.render import print_json
-    from nonoka.ops.importer import import_jsonl
+    from nonoka.errors import failure_of
+    from nonoka.ops.importer import ImportInterruptedError, ImportReport, import_jsonl
 
     apply_retention(place)
 
-    async def go() -> Any:
+    async def go() -> ImportReport | ImportInterruptedError:
         refuse_if_damaged(place)
         async with open_stores(place) as stores:
-            return await import_jsonl(stores, file, on_conflict)  # type: ignore[arg-type]
+            try:
+                return await import_jsonl(stores, file, on_conflict)  # type: ignore[arg-type]
+            except ImportInterruptedError as exc:  # what was stored before it is reported
+                return exc
 
-    report = call(go)
+    outcome = call(go)
+    report = outcome.report if isinstance(outcome, ImportInterruptedError) else outcome
+    error = failure_of(outcome).message if isinstance(outcome, ImportInterruptedError) else None
     if as_json:
-        print_json(report.as_json())
+        print_json({**report.as_json(), **({"error": error} if error else {})})
+        if error:
+            raise SystemExit(1)  # the report above carries the error
         return
     for sid in report.imported:
         click.echo(f"imported {sid}")
@@ -195,6 +212,8 @@ def import_command(file: Path, on_conflict: str, as_json: bool, place: Place) ->
         click.echo(f"skipped {sid} (already stored)")
     click.echo(f"{len(report.imported) + len(report.renamed)} imported, "
                f"{len(report.skipped)} skipped", err=True)
+    if error:
+        raise CliError(error)
 
 
 # -- sessions delete / prune ------------------------------------------------------------

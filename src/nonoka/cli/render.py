@@ -64,9 +64,18 @@ def ago(timestamp: float, now: float | None = None) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size:
             if unit == "d" and seconds >= 30 * 86400:
-                return time.strftime("%Y-%m-%d", time.localtime(timestamp))
+                return _local("%Y-%m-%d", timestamp)
             return f"{int(seconds // size)}{unit} ago"
     return "just now"
+
+
+def _local(form: str, timestamp: float) -> str:
+    """``timestamp`` as local time; a stored time no clock can show (edited by hand) is
+    shown as the number it is."""
+    try:
+        return time.strftime(form, time.localtime(timestamp))
+    except (OverflowError, ValueError, OSError):
+        return f"{timestamp:g} (not a time)"
 
 
 def tokens(count: int) -> str:
@@ -94,9 +103,8 @@ def clip(text: str, width: int) -> str:
 def clock(timestamp: float, now: float | None = None) -> str:
     """The time of day for today's events, with the date for older ones."""
     today = time.strftime("%Y-%m-%d", time.localtime(now if now is not None else time.time()))
-    day = time.strftime("%Y-%m-%d", time.localtime(timestamp))
-    return time.strftime("%H:%M:%S" if day == today else "%Y-%m-%d %H:%M:%S",
-                         time.localtime(timestamp))
+    day = _local("%Y-%m-%d", timestamp)
+    return _local("%H:%M:%S" if day == today else "%Y-%m-%d %H:%M:%S", timestamp)
 
 
 # -- sessions list -------------------------------------------------------------------------
@@ -170,20 +178,26 @@ def tree_lines(records: Sequence[SessionRecord], now: float | None = None) -> li
         else:
             roots.append(record)
     lines: list[str] = []
+    shown: set[str] = set()
 
     def walk(record: SessionRecord, lead: str, branch: str) -> None:
+        shown.add(record.session_id)
         row = session_row(record, now)
         at = record.metadata.get("fork_point")
         where = f"@{at} " if record.metadata.get("forked_from") and at is not None else ""
         lines.append(f"{lead}{branch}{row[0]}  {where}{row[1]}  {row[2]} · {row[3]} turn(s)"
                      f" · {row[6]}")
-        kids = sorted(children.get(record.session_id, []), key=lambda r: r.created_at)
+        kids = sorted([k for k in children.get(record.session_id, [])
+                       if k.session_id not in shown], key=lambda r: r.created_at)
         below = lead + ("" if not branch else "   " if branch == "└─ " else "│  ")
         for i, kid in enumerate(kids):
             walk(kid, below, "└─ " if i == len(kids) - 1 else "├─ ")
 
     for root in roots:
         walk(root, "", "")
+    for record in records:  # parents in a loop (index rows edited by hand): no root
+        if record.session_id not in shown:
+            walk(record, "", "")
     return lines
 
 
@@ -233,7 +247,15 @@ EVENT_STYLES = {"request": "bold", "recovered": "magenta", "branch": "magenta",
 
 
 def describe_event(event: EventRecord) -> tuple[str, str]:
-    """``(label, text)``: one timeline line for an event-log entry."""
+    """``(label, text)``: one timeline line for an event-log entry; an event whose data
+    does not have the shape its kind writes (edited by hand) is shown as its JSON."""
+    try:
+        return _describe(event)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return event.kind, json.dumps(event.data, ensure_ascii=False, default=repr)
+
+
+def _describe(event: EventRecord) -> tuple[str, str]:
     data, kind = event.data, event.kind
     if kind == "request":
         tools = ", ".join(str(t) for t in data.get("tools") or []) or "none"

@@ -18,7 +18,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, TextIO
 
-from nonoka.ops import jsonl
+from nonoka.errors import ConfigurationError, StoreError
+from nonoka.ops import jsonl, stored
 from nonoka.ops.backends import backend_for
 from nonoka.ops.model import SessionReader
 from nonoka.ops.printable import printable
@@ -38,13 +39,16 @@ async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator
     """The JSONL lines of one session (several to a string), its ``end_session`` line
     (with the digest) last.
 
-    Nothing is yielded for a session without a checkpoint.
+    Nothing is yielded for a session without a checkpoint. A stored value the format
+    cannot carry (``ops.stored``), or entries that are not the checkpoint's
+    ``0 .. entry_count - 1``, is a ``StoreError`` naming the session: an export never
+    holds what an import refuses.
     """
     head = await reader.head(session_id)
     if head is None:
         return
     index = await reader.index(session_id)
-    record = None if index is None else SessionRecord.model_validate(index)
+    record = None if index is None else stored.index_record(session_id, index)
     lineage = None
     if record is not None and "forked_from" in record.metadata:
         lineage = {"forked_from": record.metadata.get("forked_from"),
@@ -61,21 +65,35 @@ async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator
     yield first
     entries = 0
     async for rows in reader.entries(session_id):
+        _check_entries(session_id, entries, rows)
         lines = jsonl.entry_lines(rows)
         digest.update(lines.encode())
         entries += len(rows)
         yield lines
+    if entries != head.entry_count:
+        raise stored.broken(session_id, f"{entries} entry rows are stored where its "
+                            f"checkpoint counts {head.entry_count}")
     steps = await reader.steps(session_id)
     for step in steps:
-        line = jsonl.dumps({"type": "step", "step_id": step.step_id,
-                            "update_type": step.update_type, "payload": step.payload,
-                            "updated_at": step.updated_at}) + "\n"
+        line = jsonl.dumps({"type": "step", "step_id": stored.text(
+                                session_id, "step update's step_id", step.step_id),
+                            "update_type": stored.text(
+                                session_id, "step update's type", step.update_type),
+                            "payload": stored.text(
+                                session_id, "step update's payload", step.payload),
+                            "updated_at": stored.number(
+                                session_id, "step update's updated_at", step.updated_at)}
+                           ) + "\n"
         digest.update(line.encode())
         yield line
     events = 0
     async for event in reader.events(session_id):
-        line = jsonl.dumps({"type": "event", "seq": event.seq, "at": event.at,
-                            "kind": event.kind, "data": event.data}) + "\n"
+        line = jsonl.dumps({"type": "event",
+                            "seq": stored.integer(session_id, "event's seq", event.seq),
+                            "at": stored.number(session_id, "event's time", event.at),
+                            "kind": stored.text(session_id, "event's kind", event.kind),
+                            "data": stored.text(session_id, "event's data", event.data)}
+                           ) + "\n"
         digest.update(line.encode())
         events += 1
         yield line
@@ -84,11 +102,24 @@ async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator
                        "digest": digest.hexdigest()}) + "\n"
 
 
+def _check_entries(session_id: str, start: int, rows: list[tuple[int, str]]) -> None:
+    """The rows are entries ``start`` onwards, in order and without a gap, each text."""
+    first, last = rows[0][0], rows[-1][0]
+    if first != start or last != start + len(rows) - 1:
+        gap = next((n for n, (seq, _) in enumerate(rows, start) if seq != n), start)
+        raise stored.broken(session_id, f"its stored entry {gap} is missing (the entry rows "
+                            "have a gap)")
+    for seq, text in rows:
+        if type(text) is not str:
+            stored.text(session_id, f"entry {seq}", text)
+
+
 async def export_jsonl(stores: ProjectStores, session_ids: list[str] | None,
                        out: TextIO) -> int:
     """Write the sessions (every one when ``None``) to ``out``; the number written.
 
-    Unknown ids are a ``KeyError`` naming them, raised before anything is written.
+    Ids without a checkpoint are a ``NotStoredError`` (a ``KeyError`` too) naming them,
+    raised before anything is written.
     """
     backend = backend_for(stores)
     ids = await _resolve(backend.session_ids, session_ids)
@@ -112,13 +143,24 @@ async def session_digest(reader: SessionReader, session_id: str) -> str | None:
     return None if last is None else str(json.loads(last)["digest"])
 
 
+class NotStoredError(ConfigurationError, KeyError):
+    """Sessions asked for that have no checkpoint; a ``KeyError`` too."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 async def _resolve(all_ids: Any, wanted: list[str] | None) -> list[str]:
-    stored: list[str] = await all_ids()
+    known: list[str] = await all_ids()
     if wanted is None:
-        return stored
-    missing = sorted(set(wanted) - set(stored))
+        return known
+    missing = sorted(set(wanted) - set(known))
     if missing:
-        raise KeyError(", ".join(missing))
+        names = ", ".join(missing)
+        raise NotStoredError(
+            f"no conversation is stored for {names} (a session whose first turn ended "
+            "before its first save leaves only an index row); nothing was exported. Leave "
+            f"it out, or remove the row with `nonoka sessions delete {missing[0]}`")
     return list(dict.fromkeys(wanted))
 
 
@@ -128,19 +170,25 @@ async def _resolve(all_ids: Any, wanted: list[str] | None) -> list[str]:
 async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
                           out: TextIO) -> int:
     """The conversations for a person: tool calls and results folded, usage at the end;
-    in every stored text credentials are masked and control characters escaped."""
-    from nonoka.state.entries import MemoryEntry
+    in every stored text credentials are masked and control characters escaped.
 
+    A damaged row is shown as it is stored rather than refused: a person can still read
+    the rest of the conversation.
+    """
     backend = backend_for(stores)
     ids = await _resolve(backend.session_ids, session_ids)
-    validate = MemoryEntry.__pydantic_validator__.validate_json
     async with backend.reader() as reader:
         for n, sid in enumerate(ids):
-            head = await reader.head(sid)
-            if head is None:
-                continue
+            try:
+                if await reader.head(sid) is None:
+                    continue
+            except StoreError:
+                pass  # only whether it is stored matters here
             index = await reader.index(sid)
-            record = None if index is None else SessionRecord.model_validate(index)
+            try:
+                record = None if index is None else stored.index_record(sid, index)
+            except StoreError:
+                record = None
             if n:
                 out.write("\n---\n\n")
             out.write(f"# {_title(record, sid)}\n\n")
@@ -152,7 +200,7 @@ async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
                           f"- last active: {_when(record.last_active)}\n")
             out.write("\n")
             async for rows in reader.entries(sid):
-                out.write("".join([_entry_markdown(validate(text)) for _, text in rows]))
+                out.write("".join([_entry_markdown(seq, text) for seq, text in rows]))
             usage = await stores.events.usage_summary(sid)
             out.write(f"## Usage\n\n| model calls | input tokens | output tokens | cost | "
                       f"tool calls | errors |\n|---:|---:|---:|---:|---:|---:|\n"
@@ -173,7 +221,10 @@ def _title(record: SessionRecord | None, sid: str) -> str:
 
 
 def _when(at: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    except (OverflowError, ValueError, OSError):
+        return f"{at!r} (not a time)"
 
 
 def _fence(text: str) -> str:
@@ -183,7 +234,17 @@ def _fence(text: str) -> str:
     return f"{ticks}\n{text}\n{ticks}"
 
 
-def _entry_markdown(entry: Any) -> str:
+def _entry_markdown(seq: int, text: object) -> str:
+    from pydantic import ValidationError
+
+    from nonoka.state.entries import MemoryEntry
+
+    try:
+        entry = MemoryEntry.__pydantic_validator__.validate_json(text)  # type: ignore[arg-type]
+    except (ValidationError, ValueError, TypeError):
+        return (f"## Entry {seq} (stored damaged, shown as stored)\n\n"
+                f"{_fence(_shown(str(text)))}"
+                "\n\n")
     role = entry.role
     if role == "tool":
         name = _shown(str(entry.metadata.get("tool_name", "tool")))

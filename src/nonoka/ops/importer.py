@@ -1,12 +1,17 @@
 """``nonoka sessions import``: a JSONL export back into any engine.
 
 Two passes over the file. The first checks all of it — header and format version, every
-line's shape, entries numbered in order, each session's closing counts and digest, the
-closing ``end`` line — and remembers where each session's rows start; a truncated or
-corrupt file fails here, naming the line, and nothing is written. The second writes each
-session in one transaction, reading its rows from the file again, so a session of any
-length imports in constant memory. A session whose id is already stored is skipped or
-imported under a new id (``on_conflict``), never overwritten.
+line's shape and every value against what the readers of the stored rows accept
+(``ops.import_checks``), entries numbered in order, each session's closing counts and
+digest, the closing ``end`` line — and remembers where each session's rows start; then
+the parents the sessions name are followed, and a loop of parents is refused. A
+truncated, corrupt or unreadable file fails here, naming the line, and nothing is
+written. The second pass writes each session in one transaction of its own (a running
+turn waits for one session, never for the whole file), reading its rows from the file
+again, so a session of any length imports in constant memory. Should a write fail, the
+error says which sessions are already stored; the same import run again adds the rest.
+A session whose id is already stored is skipped or imported under a new id
+(``on_conflict``), never overwritten.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from nonoka.errors import ConfigurationError
+from nonoka.errors import ConfigurationError, NonokaError, StoreError
+from nonoka.ops import import_checks as checks
 from nonoka.ops import jsonl
 from nonoka.ops.backends import backend_for
+from nonoka.ops.import_checks import ImportFileError, LineError
 from nonoka.ops.model import EventRow, SessionHead, StepRow
 from nonoka.store.project import ProjectStores
 
@@ -29,8 +36,6 @@ OnConflict = Literal["skip", "rename", "fail"]
 HEADER_LIMIT = 64 * 1024
 
 
-ImportFileError = ConfigurationError
-"""The file is not a complete nonoka export (a caller mistake); nothing was imported."""
 ImportConflictError = ConfigurationError
 """A session in the file is already stored and ``on_conflict="fail"``."""
 
@@ -47,6 +52,8 @@ class _Planned:
     steps_at: int = 0
     events: int = 0
     events_at: int = 0
+    index: dict[str, Any] | None = None
+    """The index row as it is stored (as ``SessionRecord`` reads it)."""
 
 
 @dataclass
@@ -58,6 +65,15 @@ class ImportReport:
 
     def as_json(self) -> dict[str, Any]:
         return {"imported": self.imported, "skipped": self.skipped, "renamed": self.renamed}
+
+
+class ImportInterruptedError(StoreError):
+    """Writing a session failed; ``report`` holds what was stored before it (kept)."""
+
+    def __init__(self, message: str, report: ImportReport, *,
+                 retryable: bool | None = None) -> None:
+        super().__init__(message, retryable=retryable)
+        self.report = report
 
 
 def _lines(handle: BinaryIO, start_line: int = 1) -> Iterator[tuple[int, int, bytes]]:
@@ -125,7 +141,7 @@ def check_header(number: int, raw: bytes) -> None:
         raise ImportFileError(f"line {number} is not a nonoka export header "
                               f"(format {jsonl.FORMAT!r}); nothing was imported")
     version = header.get("version")
-    if not isinstance(version, int) or version > jsonl.VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version > jsonl.VERSION:
         raise ImportFileError(
             f"the file is export format version {version!r}, newer than this nonoka reads "
             f"({jsonl.VERSION}); upgrade nonoka to import it. Nothing was imported")
@@ -160,6 +176,10 @@ class _Planner:
         self.sessions: list[_Planned] = []
         self.seen: set[str] = set()
         self.current: _Planned | None = None
+        self.head: tuple[int, dict[str, Any]] = (0, {})
+        """The current session's line: what its snapshot is checked with at its end."""
+        self.steps: list[tuple[int, tuple[str, str, str, float]]] = []
+        self.last_event = -1
         self.digest = hashlib.sha256()
         self.ended = False
         self.section = 0
@@ -170,6 +190,14 @@ class _Planner:
                                   "was imported")
         value = _parse(number, raw)
         kind = _check_fields(number, value)
+        try:
+            checks.encodable(raw, value)
+            self._line(number, offset, raw, kind, value)
+        except LineError as exc:
+            raise checks.refusal(number, kind, exc) from None
+
+    def _line(self, number: int, offset: int, raw: bytes, kind: str,
+              value: dict[str, Any]) -> None:
         if kind == "session":
             self._open(number, offset, raw, value)
         elif kind == "end":
@@ -178,6 +206,12 @@ class _Planner:
             raise ImportFileError(f"line {number}: a {kind} line outside a session")
         elif kind == "end_session":
             _close(number, value, self.current, self.digest)
+            if self.head[1]["entry_count"] != self.current.entries:
+                raise ImportFileError(
+                    f"line {self.current.line}: the session line's 'entry_count' is "
+                    f"{self.head[1]['entry_count']} but the session holds "
+                    f"{self.current.entries} entries; nothing was imported")
+            checks.decodes(self.head, self.steps)
             self.sessions.append(self.current)
             self.current = None
         else:
@@ -187,11 +221,15 @@ class _Planner:
         if self.current is not None:
             raise ImportFileError(f"line {number}: session {self.current.session_id} "
                                   f"(line {self.current.line}) has no end_session line")
+        index = checks.session_line(value)
         sid = value["session_id"]
         if sid in self.seen:
             raise ImportFileError(f"line {number}: session {sid} appears twice")
         self.seen.add(sid)
-        self.current = _Planned(sid, number, offset)
+        self.current = _Planned(sid, number, offset, index=index)
+        self.head = (number, value)
+        self.steps = []
+        self.last_event = -1
         self.digest = hashlib.sha256(raw)
         self.section = 0
 
@@ -217,12 +255,15 @@ class _Planner:
                 raise ImportFileError(f"line {number}: entry {value['seq']} of session "
                                       f"{current.session_id} where entry {current.entries} "
                                       "was expected")
+            checks.entry_line(value)
             current.entries_at = current.entries_at or offset
             current.entries += 1
         elif kind == "step":
+            self.steps.append((number, checks.step_line(value)))
             current.steps_at = current.steps_at or offset
             current.steps += 1
         else:
+            self.last_event = checks.event_line(value, self.last_event)
             current.events_at = current.events_at or offset
             current.events += 1
 
@@ -258,45 +299,108 @@ def _read(handle: BinaryIO, offset: int, count: int) -> Iterator[dict[str, Any]]
 
 async def import_jsonl(stores: ProjectStores, path: Path,
                        on_conflict: OnConflict = "skip") -> ImportReport:
-    """Import every session of the export at ``path`` (checked whole first)."""
+    """Import every session of the export at ``path`` (checked whole first).
+
+    A failed write is an ``ImportInterruptedError`` whose ``report`` lists the sessions
+    stored before it.
+    """
     backend = backend_for(stores)
     report = ImportReport()
     with path.open("rb") as handle:
         planned = plan(handle)
+        stored = set(await backend.session_ids())
         if on_conflict == "fail":
-            stored = set(await backend.session_ids())
             clash = [p.session_id for p in planned if p.session_id in stored]
             if clash:
                 raise ImportConflictError(f"already stored: {', '.join(clash)}; nothing was "
                                           "imported (use --on-conflict skip or rename)")
+        await _refuse_loops(stores, planned, stored)
         with path.open("rb") as entries_file, path.open("rb") as events_file:
             for item in planned:
-                (session,) = _read(handle, item.offset, 1)
-                steps = [StepRow(s["step_id"], s["update_type"], s["payload"],
-                                 float(s["updated_at"]))
-                         for s in _read(handle, item.steps_at, item.steps)]
-                head = SessionHead(item.session_id, session["snapshot"], session["revision"],
-                                   session["entry_count"], session["memory_generation"],
-                                   float(session["created_at"]), float(session["updated_at"]))
-                index = session.get("index")
-                new_id = None
-                while True:
-                    entries = (e["entry"] for e in _read(entries_file, item.entries_at,
-                                                         item.entries))
-                    events = (EventRow(e["seq"], float(e["at"]), e["kind"], e["data"])
-                              for e in _read(events_file, item.events_at, item.events))
-                    if await backend.write_session(head, entries, steps, events, index):
-                        if new_id is None:
-                            report.imported.append(item.session_id)
-                        else:
-                            report.renamed[item.session_id] = new_id
-                        break
-                    if on_conflict != "rename":
-                        report.skipped.append(item.session_id)
-                        break
-                    new_id = str(uuid.uuid4())
-                    head, index = _renamed(head, index, new_id)
+                try:
+                    await _write(backend, item, (handle, entries_file, events_file),
+                                 on_conflict, report)
+                except (NonokaError, OSError) as exc:
+                    raise _interrupted(item.session_id, exc, report) from exc
     return report
+
+
+async def _write(backend: Any, item: _Planned, files: tuple[BinaryIO, BinaryIO, BinaryIO],
+                 on_conflict: OnConflict, report: ImportReport) -> None:
+    """Write one planned session (in one transaction), as ``on_conflict`` says."""
+    handle, entries_file, events_file = files
+    (session,) = _read(handle, item.offset, 1)
+    steps = [StepRow(s["step_id"], s["update_type"], s["payload"], float(s["updated_at"]))
+             for s in _read(handle, item.steps_at, item.steps)]
+    head = SessionHead(item.session_id, session["snapshot"], session["revision"],
+                       session["entry_count"], session["memory_generation"],
+                       float(session["created_at"]), float(session["updated_at"]))
+    index = item.index
+    new_id = None
+    while True:
+        entries = (e["entry"] for e in _read(entries_file, item.entries_at, item.entries))
+        events = (EventRow(e["seq"], float(e["at"]), e["kind"], e["data"])
+                  for e in _read(events_file, item.events_at, item.events))
+        if await backend.write_session(head, entries, steps, events, index):
+            if new_id is None:
+                report.imported.append(item.session_id)
+            else:
+                report.renamed[item.session_id] = new_id
+            return
+        if on_conflict != "rename":
+            report.skipped.append(item.session_id)
+            return
+        new_id = str(uuid.uuid4())
+        head, index = _renamed(head, index, new_id)
+
+
+def _interrupted(sid: str, exc: BaseException, report: ImportReport
+                 ) -> ImportInterruptedError:
+    cause = " ".join(str(exc).split()) if isinstance(exc, NonokaError) else (
+        f"{getattr(exc, 'strerror', None) or exc}")
+    done = len(report.imported) + len(report.renamed)
+    if not done and not report.skipped:
+        outcome = "nothing was imported"
+    else:
+        outcome = (f"the {done} session(s) before it were imported and stay stored"
+                   f"{f', {len(report.skipped)} skipped' if report.skipped else ''}; "
+                   "it and the sessions after it were not: run the same import again "
+                   "with --on-conflict skip to add them")
+    retryable = exc.retryable if isinstance(exc, NonokaError) else None
+    return ImportInterruptedError(f"writing session {sid} failed ({cause}); {outcome}",
+                                  report, retryable=retryable)
+
+
+async def _refuse_loops(stores: ProjectStores, planned: list[_Planned],
+                        stored: set[str]) -> None:
+    """Refuse a session whose parents (``forked_from``, in the file or already stored)
+    lead back to it: a loop has no root, so ``sessions list --tree`` could not show it."""
+    parents = {p.session_id: checks.parent_of(p.index) for p in planned
+               if p.session_id not in stored}
+
+    async def parent(sid: str) -> str | None:
+        if sid not in parents:
+            try:
+                record = await stores.index.get_session(sid)
+            except StoreError:
+                record = None  # a damaged row names no parent
+            found = None if record is None else record.metadata.get("forked_from")
+            parents[sid] = found if isinstance(found, str) else None
+        return parents[sid]
+
+    for item in planned:
+        if item.session_id in stored:
+            continue  # skipped or renamed: nothing can lead back to what is written
+        path = [item.session_id]
+        sid = await parent(item.session_id)
+        while sid is not None and sid not in path and len(path) < 10_000:
+            path.append(sid)
+            sid = await parent(sid)
+        if sid == item.session_id:
+            shown = " → ".join([*path[:4], "…"] if len(path) > 4 else path)
+            raise ImportFileError(
+                f"line {item.line}: the session line's 'index.metadata.forked_from' makes a "
+                f"loop of parents ({shown} → {sid}); nothing was imported")
 
 
 def _renamed(head: SessionHead, index: dict[str, Any] | None,

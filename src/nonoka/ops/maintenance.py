@@ -3,6 +3,11 @@
 What they did is reported in the engine's own terms: a SQLite file's size before and
 after; for PostgreSQL, which tables were vacuumed and each one's size, live and dead rows
 and last vacuum (its files do not shrink: freed space is kept for reuse).
+
+``check`` goes beyond the rows' bookkeeping to what the commands built on them need:
+every stored session must load as the runtime loads it (to be continued) and export as
+``sessions export`` and ``db copy`` read it, so a database ``check`` passes never fails
+those later.
 """
 
 from __future__ import annotations
@@ -11,16 +16,54 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nonoka.errors import StoreError
 from nonoka.ops.backends import backend_for
-from nonoka.ops.model import Finding, Stats
+from nonoka.ops.export import session_digest
+from nonoka.ops.model import Finding, OpsBackend, Stats
 from nonoka.store.project import ProjectStores
 
 
 async def check(stores: ProjectStores) -> list[Finding]:
     """Integrity (SQLite ``integrity_check``), rows without their checkpoint, index rows
-    without a checkpoint, checkpoints whose entry count disagrees with the entries, and
-    the search index against what it indexes."""
-    return await backend_for(stores).check()
+    without a checkpoint, checkpoints whose entry count disagrees with the entries, the
+    entries' digest chain (SQLite), and whether each session loads and exports."""
+    backend = backend_for(stores)
+    return [*await backend.check(), *await _sessions(stores, backend)]
+
+
+async def repair(stores: ProjectStores) -> list[Finding]:
+    """Rebuild what can be derived from the stored rows (SQLite: the entries' digest
+    chain); the findings that were repaired. Nothing else is changed."""
+    return await backend_for(stores).repair()
+
+
+async def _sessions(stores: ProjectStores, backend: OpsBackend) -> list[Finding]:
+    """An ``unreadable`` error for each session the runtime cannot load, an
+    ``unexportable`` one for each the export cannot read."""
+    found = []
+    ids = await backend.session_ids()
+    for sid in ids:
+        try:
+            await stores.checkpoints.load_session(sid)
+        except StoreError as exc:
+            if exc.retryable:
+                raise
+            found.append(Finding("error", "unreadable",
+                                 f"the runtime cannot load it: {_line(exc)}", sid))
+    async with backend.reader() as reader:
+        for sid in ids:
+            try:
+                await session_digest(reader, sid)
+            except StoreError as exc:
+                if exc.retryable:
+                    raise
+                found.append(Finding("error", "unexportable",
+                                     f"export cannot read it: {_line(exc)}", sid))
+    return found
+
+
+def _line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 @dataclass(frozen=True)

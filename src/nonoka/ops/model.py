@@ -160,7 +160,8 @@ class SessionReader(Protocol):
     def events(self, session_id: str) -> AsyncIterator[EventRow]: ...
 
     async def index(self, session_id: str) -> dict[str, Any] | None:
-        """The index row as ``SessionRecord.model_dump(mode="json")``, or ``None``."""
+        """The index row's columns by name (``metadata`` decoded, or as its stored JSON
+        text), or ``None``; ``ops.stored.index_record`` reads it."""
         ...
 
 
@@ -196,7 +197,14 @@ class Prunable(Protocol):
 
 
 class Maintainable(Protocol):
-    async def check(self) -> list[Finding]: ...
+    async def check(self) -> list[Finding]:
+        """What the engine itself can find wrong with its rows."""
+        ...
+
+    async def repair(self) -> list[Finding]:
+        """Rebuild what is derived from other rows (SQLite: the entries' digest chain);
+        the findings that were repaired."""
+        ...
 
     async def vacuum(self) -> tuple[int, int]:
         """Reclaim space; ``(bytes before, bytes after)``."""

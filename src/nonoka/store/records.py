@@ -11,6 +11,7 @@ engine.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, Protocol, runtime_checkable
 
@@ -177,6 +178,28 @@ def record_of(row: dict[str, Any]) -> SessionRecord:
             f"the session index row of {str(row.get('session_id'))!r:.60} is damaged "
             f"({fields} of the wrong type); nothing was changed. Fix or delete that row "
             "of cli_sessions (the session itself is stored apart)") from None
+
+
+def event_of(session_id: str, seq: object, at: object, kind: object,
+             data: object) -> EventRecord:
+    """A stored event row as an ``EventRecord``, also when the row was damaged (edited by
+    hand; SQLite keeps any value in any column): one bad event must not hide a session's
+    whole timeline. Such a row becomes a ``damaged`` event whose data holds what is
+    stored (``kind`` and ``stored``); a time that is not a finite number becomes 0."""
+    value: object = data
+    if isinstance(data, str | bytes):
+        try:
+            value = json.loads(data)
+        except ValueError:
+            value = None
+    if not (isinstance(value, dict) and isinstance(kind, str)):
+        stored = data if isinstance(data, str) else repr(data)
+        value, kind = {"kind": kind if isinstance(kind, str) else repr(kind),
+                       "stored": stored}, "damaged"
+    when = at if isinstance(at, int | float) and not isinstance(at, bool) else 0.0
+    return EventRecord(session_id=session_id, kind=str(kind), data=value,
+                       at=when if math.isfinite(when) else 0.0,
+                       seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else 0)
 
 
 def event_json(data: dict[str, Any]) -> str:

@@ -158,6 +158,10 @@ class MemoryOps:
                           "not stored", sid) for sid, n in sorted(logs.items()) if n]
         return found
 
+    async def repair(self) -> list[Finding]:
+        """Nothing to rebuild: this engine stores nothing derived from other rows."""
+        return []
+
     async def vacuum(self) -> tuple[int, int]:
         size = await self._size()
         return size, size

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from nonoka.ops import stored
 from nonoka.ops.backends.sql import CHAIN, checks, kept_sessions, segments, title_match
 from nonoka.ops.batches import batches
 from nonoka.ops.model import (
@@ -186,6 +187,10 @@ class PostgresOps:
                               "REINDEX it") for (name,) in rows]
         return found
 
+    async def repair(self) -> list[Finding]:
+        """Nothing to rebuild: this engine stores nothing derived from other rows."""
+        return []
+
     async def vacuum(self) -> tuple[int, int]:
         before = await self._size()
         async with self.database.connection() as conn:  # autocommit: VACUUM needs it
@@ -273,11 +278,7 @@ class _Reader:
             "SELECT session_id, state_json, revision, entry_count, memory_generation, "
             "created_at, updated_at FROM checkpoints WHERE session_id = %s",
             (session_id,))).fetchone()
-        if row is None:
-            return None
-        sid, snapshot, revision, count, generation, created, updated = row
-        return SessionHead(sid, snapshot, int(revision), int(count), int(generation),
-                           float(created), float(updated))
+        return None if row is None else stored.head(row)
 
     async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
         for sid, first, stop in await self._chain(session_id):

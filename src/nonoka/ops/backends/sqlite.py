@@ -2,7 +2,9 @@
 
 Reads for export use a connection of their own, one read transaction per session: a
 consistent snapshot that never holds the store's lock or blocks a writer (WAL). Writes
-(import) are one ``BEGIN IMMEDIATE`` transaction per session on the store's connection.
+(import) are one ``BEGIN IMMEDIATE`` transaction per session on the store's connection,
+and store each entry row with its digest chain (``nonoka.store.sqlite.digests``), which
+the runtime continues from when it appends.
 Search runs on the FTS5 index of migration ``m007_search_index``, brought up to date
 first (``nonoka.store.sqlite.search.catch_up``).
 """
@@ -16,6 +18,8 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager, closing, suppress
 from typing import Any
 
+from nonoka.ops import stored
+from nonoka.ops.backends import sqlite_chains as chains
 from nonoka.ops.backends.sql import CHAIN, checks, kept_sessions, segments, title_match
 from nonoka.ops.batches import batches
 from nonoka.ops.model import (
@@ -34,7 +38,8 @@ from nonoka.store import index_sql
 from nonoka.store.project import ProjectStores
 from nonoka.store.sqlite import search as search_index
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
-from nonoka.store.sqlite.database import connect_read_only
+from nonoka.store.sqlite.database import connect_read_only, sqlite_error
+from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.migrations import INDEXED_UPTO, NEXT_DOC
 
 BATCH = 1000
@@ -43,6 +48,8 @@ TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "eve
 _HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
          "created_at, updated_at FROM checkpoints WHERE session_id = ?")
 _PURPOSE = "coalesce(json_extract(s.metadata, '$.purpose'), 'chat')"
+_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
+                 f"VALUES (?, ?, ?, ?, {NEXT_DOC})")
 
 
 class SQLiteOps:
@@ -63,8 +70,11 @@ class SQLiteOps:
 
     @asynccontextmanager
     async def reader(self) -> AsyncIterator[_Reader]:
-        with self._connect() as db:
-            yield _Reader(db)
+        try:
+            with self._connect() as db:
+                yield _Reader(db)
+        except sqlite3.Error as exc:  # a row that is not UTF-8, a damaged page
+            raise sqlite_error(self.path, exc) from None
 
     async def session_ids(self) -> list[str]:
         with self.store.transaction(write=False) as db:
@@ -88,10 +98,13 @@ class SQLiteOps:
                 "memory_generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (sid, head.snapshot, head.revision, head.entry_count, head.memory_generation,
                  head.created_at, head.updated_at))
+            chain = Chain()  # the runtime appends after the digest of the last row
             for batch in batches(enumerate(entries)):
-                db.executemany("INSERT INTO session_entries (session_id, seq, entry_json, "
-                               f"doc) VALUES (?, ?, ?, {NEXT_DOC})",
-                               [(sid, n, text) for n, text in batch])
+                rows = []
+                for n, text in batch:
+                    chain = chain.add(text)
+                    rows.append((sid, n, text, chain.encode()))
+                db.executemany(_INSERT_ENTRY, rows)
             db.executemany(
                 "INSERT INTO step_updates (session_id, step_id, update_type, payload_json, "
                 "updated_at) VALUES (?, ?, ?, ?, ?)",
@@ -224,10 +237,23 @@ class SQLiteOps:
             for (line,) in db.execute("PRAGMA integrity_check"):
                 if line != "ok":
                     found.append(Finding("error", "integrity", str(line)))
-            own = "c.entry_count - c.base_count" if has_bases(db) else "c.entry_count"
+            bases = has_bases(db)
+            own = "c.entry_count - c.base_count" if bases else "c.entry_count"
             for sql, finding in checks(own):
                 found += [finding(row) for row in db.execute(sql)]
+            found += chains.check(db, chains.links(db, bases))
         return found
+
+    async def repair(self) -> list[Finding]:
+        """Rebuild the digest chain of each session whose chain is missing or wrong, one
+        write transaction per session; the findings repaired."""
+        with self.store.transaction(write=False) as db:
+            bases = has_bases(db)
+            broken = chains.check(db, chains.links(db, bases))
+        for finding in broken:
+            with self.store.transaction() as db:
+                chains.rebuild(db, str(finding.session_id), bases)
+        return broken
 
     async def vacuum(self) -> tuple[int, int]:
         before = self._size()
@@ -314,11 +340,7 @@ class _Reader:
             db.execute("COMMIT")
         db.execute("BEGIN")  # held until the next session's head: one snapshot per session
         row = db.execute(_HEAD, (session_id,)).fetchone()
-        if row is None:
-            return None
-        sid, snapshot, revision, count, generation, created, updated = row
-        return SessionHead(sid, snapshot, int(revision), int(count), int(generation),
-                           float(created), float(updated))
+        return None if row is None else stored.head(row)
 
     async def entries(self, session_id: str) -> AsyncIterator[list[tuple[int, str]]]:
         for sid, first, stop in self._chain(session_id):
@@ -362,7 +384,5 @@ class _Reader:
                                (session_id,)).fetchone()
         if row is None:
             return None
-        record = dict(zip(index_sql.COLUMNS, row, strict=True))
-        record["metadata"] = json.loads(record["metadata"])
-        return record
+        return dict(zip(index_sql.COLUMNS, row, strict=True))  # metadata as JSON text
 

@@ -13,7 +13,13 @@ import time
 from typing import Any
 
 from nonoka.store.memory.database import MemoryRecordDatabase, StoredEvent
-from nonoka.store.records import EventRecord, SessionRecord, UsageSummary, event_json
+from nonoka.store.records import (
+    EventRecord,
+    SessionRecord,
+    UsageSummary,
+    event_json,
+    event_of,
+)
 
 
 class MemoryRecordStore:
@@ -91,11 +97,7 @@ class MemoryRecordStore:
         with self.database.lock:
             log = list(self.database.events.get(session_id, []))
         newest = log[-limit:] if limit > 0 else []
-        return [
-            EventRecord(session_id=session_id, seq=e.seq, at=e.at, kind=e.kind,
-                        data=json.loads(e.data_json))
-            for e in newest
-        ]
+        return [event_of(session_id, e.seq, e.at, e.kind, e.data_json) for e in newest]
 
     async def usage_summary(self, session_id: str) -> UsageSummary:
         with self.database.lock:

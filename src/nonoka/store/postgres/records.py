@@ -10,7 +10,6 @@ any number of processes never pick the same number.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -22,6 +21,7 @@ from nonoka.store.records import (
     SessionRecord,
     UsageSummary,
     event_json,
+    event_of,
     record_of,
 )
 
@@ -171,10 +171,7 @@ class PostgresRecordStore:
                 "ORDER BY seq DESC LIMIT %s",
                 (session_id, max(limit, 0)),
             )).fetchall()
-        return [
-            EventRecord(session_id=session_id, seq=seq, at=at, kind=kind, data=json.loads(data))
-            for seq, at, kind, data in reversed(rows)
-        ]
+        return [event_of(session_id, *row) for row in reversed(rows)]
 
     async def usage_summary(self, session_id: str) -> UsageSummary:
         async with self.database.connection() as conn:

@@ -23,6 +23,7 @@ from nonoka.store.records import (
     SessionRecord,
     UsageSummary,
     event_json,
+    event_of,
     record_of,
 )
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
@@ -177,10 +178,7 @@ class SQLiteRecordStore:
                 "ORDER BY seq DESC LIMIT ?",
                 (session_id, max(limit, 0)),
             ).fetchall()
-        return [
-            EventRecord(session_id=session_id, seq=seq, at=at, kind=kind, data=json.loads(data))
-            for seq, at, kind, data in reversed(rows)
-        ]
+        return [event_of(session_id, *row) for row in reversed(rows)]
 
     async def usage_summary(self, session_id: str) -> UsageSummary:
         """Aggregated in SQL: only the numbers leave the database, however long the log."""
