@@ -47,7 +47,8 @@ def configured(project: Path, explicit: str | None = None, *,
 
     try:
         spec = configured_model(project, explicit)
-        return resolve_model(spec, passes=passes, known=project_models(project).get(spec))
+        return resolve_model(spec, passes=passes, known=project_models(project).get(spec),
+                             project=project)
     except ModelNotConfiguredError:
         raise
     except ConfigurationError as exc:
