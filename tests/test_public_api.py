@@ -58,8 +58,11 @@ PUBLIC: dict[str, list[str]] = {
         "RecordsHarness", "RowsHarness", "SessionLeasesSuite", "StoreHarness", "StoredRows",
         "StoredRowsSuite",
     ],
-    "nonoka.testing.server": ["Delay", "DropConnection", "HttpError", "Reply", "STRICT_MODES",
-                              "ScriptedOpenAIServer", "Step", "context_length_exceeded",
+    "nonoka.testing.server": ["ANTHROPIC_STRICT_MODES", "AnthropicReply", "AnthropicStep",
+                              "Delay", "DropConnection", "HttpError", "Reply", "STRICT_MODES",
+                              "ScriptedAnthropicServer", "ScriptedOpenAIServer", "Step",
+                              "StreamError", "Thinking", "anthropic_overloaded",
+                              "anthropic_rate_limited", "context_length_exceeded",
                               "insufficient_quota", "load_script", "main", "rate_limited",
                               "step_from_json"],
 }

@@ -87,7 +87,7 @@ def model_for(project: Path, explicit: str | None) -> ChatModel:
 
     try:
         spec = configured_model(project, explicit, ask=RUN_ASK, providers=provider_choices())
-        return resolve_model(spec, known=described(project, spec))
+        return resolve_model(spec, known=described(project, spec), project=project)
     except ConfigurationError as exc:
         raise CliError(_see_run_help(str(exc)), exit_code=EXIT_USAGE,
                        code="model_not_configured") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the bridge's early path loads this package
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     from nonoka.llm.base import AdoptsInflight, ChatModel, ModelResponse, TextSink, ToolSpec, Usage
@@ -36,7 +37,7 @@ def __dir__() -> list[str]:
 
 
 def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = None,
-                  known: KnownModel | None = None) -> ChatModel:
+                  known: KnownModel | None = None, project: Path | None = None) -> ChatModel:
     """Turn ``"openai:gpt-4o-mini"`` (or any ``provider:model``) into a model instance.
 
     ``passes``: where the process's passes over a growing conversation stopped last
@@ -47,12 +48,22 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
 
     Every prefix in ``nonoka.llm.wire.PROVIDERS`` speaks the OpenAI-compatible wire
     format; ``OPENAI_BASE_URL`` overrides the endpoint, and each provider sends only its own
-    key variable (``PROVIDERS``).
+    key variable (``PROVIDERS``). ``anthropic:<model>`` speaks Anthropic's Messages API
+    (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``; ``nonoka.llm.anthropic``), with the
+    prompt cache as ``project``'s ``.nonoka/config.toml`` sets it (``[anthropic]``).
     """
     if not isinstance(spec, str):
         return spec
     import os
 
+    if spec.partition(":")[0] == "anthropic":
+        from nonoka.llm.anthropic import anthropic_model
+
+        if known is None:
+            from nonoka.llm.catalog import known_model
+
+            known = known_model(spec)
+        return anthropic_model(spec, os.environ, known=known, project=project)
     from nonoka.llm.openai import OpenAIChatModel
     from nonoka.llm.wire import resolve_target
 

@@ -1,4 +1,6 @@
-"""A scripted OpenAI-compatible HTTP server, to test agents over real sockets.
+"""A scripted OpenAI-compatible HTTP server, to test agents over real sockets (and,
+re-exported from ``nonoka.testing.anthropic_server``, ``ScriptedAnthropicServer``: the
+same for Anthropic's Messages API, with its replies, errors and strict mode).
 
 ``ScriptedModel`` tests an agent without any network; this server tests the real path
 (adapter, HTTP, streaming, retries) and can run in its own process next to the processes
@@ -50,6 +52,15 @@ from types import TracebackType
 from typing import Any, TypeAlias
 
 from nonoka.llm.base import ModelResponse
+from nonoka.testing.anthropic_checks import STRICT_MODES as ANTHROPIC_STRICT_MODES
+from nonoka.testing.anthropic_replies import (
+    AnthropicReply,
+    StreamError,
+    Thinking,
+    anthropic_overloaded,
+    anthropic_rate_limited,
+)
+from nonoka.testing.anthropic_server import AnthropicStep, ScriptedAnthropicServer
 from nonoka.testing.replies import Reply, as_reply, chunks, completion
 from nonoka.testing.steps import (
     Delay,
@@ -65,13 +76,21 @@ from nonoka.testing.steps import (
 from nonoka.testing.strict import STRICT_MODES, Produced, checked_modes
 
 __all__ = [
+    "ANTHROPIC_STRICT_MODES",
     "STRICT_MODES",
+    "AnthropicReply",
+    "AnthropicStep",
     "Delay",
     "DropConnection",
     "HttpError",
     "Reply",
+    "ScriptedAnthropicServer",
     "ScriptedOpenAIServer",
     "Step",
+    "StreamError",
+    "Thinking",
+    "anthropic_overloaded",
+    "anthropic_rate_limited",
     "context_length_exceeded",
     "insufficient_quota",
     "load_script",

@@ -67,7 +67,8 @@ def configured(project: Path, explicit: str | None = None, *,
 
     try:
         spec = configured_model(project, explicit)
-        return resolve_model(spec, passes=passes, known=described(project, spec))
+        return resolve_model(spec, passes=passes, known=described(project, spec),
+                             project=project)
     except ModelNotConfiguredError:
         raise
     except ConfigurationError as exc:

@@ -1,0 +1,441 @@
+"""The Anthropic Messages API request, on the standard library only.
+
+What an ``anthropic:<model>`` request looks like on the wire: the endpoint and headers,
+each conversation message as content blocks, the merging the API requires, the call
+options in the API's own fields, and the prompt-cache breakpoints.
+
+**Byte stability.** A step's request must start with the bytes of the step before it,
+so that nothing but the new input differs and the provider's prompt cache (and any
+byte-level comparison) sees the same prefix. So:
+
+- every piece is encoded one way only: a stored entry, a ``Message`` built from it and
+  a host's raw message of the same content give the same blocks, and a message's
+  content is always a list of blocks (never a bare string, which a breakpoint would
+  have to turn into a list);
+- the body holds its fields in a fixed order, the conversation last;
+- a breakpoint is ``, "cache_control": {...}`` added at the very end of a block's
+  object: marking a block never changes a byte before the mark, and unmarking it
+  gives back the unmarked bytes.
+
+**Breakpoints** (at most four, the API's limit): the last tool, the last system block,
+and two on the conversation: the message just before the last assistant message (where
+the previous step's request ended, so this step reads everything up to it from the
+cache) and the last message (the moving one, which the next step reads). The moving
+breakpoint of one step is the fixed one of the next, so a message keeps its mark from
+one request to the next; only the mark of the step before is dropped.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from nonoka.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import http.client
+    import ssl
+
+    from nonoka.llm.base import CallOptions, ToolSpec
+
+PROVIDER = "anthropic"
+"""The spec prefix, and the ``provider_metadata`` key of what Anthropic sent."""
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+BASE_URL_VARIABLE = "ANTHROPIC_BASE_URL"
+KEY_VARIABLE = "ANTHROPIC_API_KEY"
+API_VERSION = "2023-06-01"
+MESSAGES_PATH = "/v1/messages"
+
+DEFAULT_MAX_TOKENS = 4096
+"""``max_tokens`` (which the API requires) for a model the catalog does not know and a
+call that does not set it: the most every Claude model accepts. A known model gets its
+catalog ``max_output_tokens``."""
+
+THINKING_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 4096, "medium": 16384,
+                                    "high": 32768}
+"""``reasoning_effort`` as extended thinking's ``budget_tokens`` (``none``: no thinking).
+The budget stays below ``max_tokens``, as the API requires; 1,024 is its minimum."""
+
+CACHE_SETTINGS = ("off", "5m", "1h")
+"""Prompt caching: no breakpoints, or breakpoints with a five-minute or one-hour TTL."""
+
+DEFAULT_CACHE = "5m"
+
+NONOKA_OPTIONS = frozenset({"prompt_cache"})
+"""``CallOptions.extra`` keys nonoka reads itself and never sends."""
+
+_RESERVED = frozenset({"model", "stream", "tools", "system", "messages"})
+"""Body fields the adapter writes itself: ``CallOptions.extra`` never replaces them."""
+
+_THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
+# -- endpoint and headers ------------------------------------------------------------------
+
+
+class Endpoint:
+    """Where ``/v1/messages`` lives, parsed once from the base URL (the SDK's
+    convention: ``https://api.anthropic.com``, no ``/v1``)."""
+
+    __slots__ = ("_ssl", "host", "path", "port", "scheme", "url")
+
+    def __init__(self, base_url: str) -> None:
+        self._ssl: ssl.SSLContext | None = None
+        parts = urlsplit(base_url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigurationError(
+                f"Anthropic base URL {base_url!r} must look like https://host or "
+                f"http://host:port (set {BASE_URL_VARIABLE}, or unset it for "
+                f"{DEFAULT_BASE_URL})")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise ConfigurationError(f"Anthropic base URL {base_url!r} has a bad port "
+                                     f"(check {BASE_URL_VARIABLE})") from exc
+        path = parts.path.rstrip("/") + MESSAGES_PATH
+        self.scheme, self.host, self.port = parts.scheme, parts.hostname, port
+        self.path = path + (f"?{parts.query}" if parts.query else "")
+        self.url = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{path}"
+        """For messages: no credentials, no query."""
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.url!r})"
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        import http.client
+        import ssl
+
+        if self.scheme == "https":
+            if self._ssl is None:  # loading the CA store costs milliseconds: once a model
+                self._ssl = ssl.create_default_context()
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                               context=self._ssl)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+
+def check_key(endpoint: Endpoint, api_key: str | None) -> None:
+    """Refuse to call Anthropic itself without a key (every request would be refused)."""
+    if not api_key and endpoint.host == "api.anthropic.com":
+        raise ConfigurationError(
+            f"no API key for api.anthropic.com: set {KEY_VARIABLE}, or set "
+            f"{BASE_URL_VARIABLE} to point at another Messages API server")
+
+
+def request_headers(api_key: str | None,
+                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "text/event-stream",
+        "User-Agent": "nonoka",
+        "anthropic-version": API_VERSION,
+        **(extra or {}),
+    }
+    if api_key:
+        headers["x-api-key"] = api_key
+    return headers
+
+
+# -- content blocks -------------------------------------------------------------------------
+
+Block = tuple[str, str]
+"""A content block: its type and its JSON text (``json.dumps`` of the block)."""
+
+
+def _block(value: dict[str, Any]) -> Block:
+    return str(value["type"]), json.dumps(value)
+
+
+def message_blocks(role: str, content: str, meta: Mapping[str, Any],
+                   tool_calls: Sequence[Mapping[str, Any]] | None = None,
+                   tool_call_id: str | None = None) -> list[Block]:
+    """The content blocks of one conversation message (not a system one), in the shapes
+    a session stores: ``meta`` holds ``parts``, ``reasoning``, ``is_error``;
+    ``tool_calls`` are ``{"id", "name", "arguments"}`` mappings."""
+    if role == "assistant":
+        return _assistant_blocks(content, meta, tool_calls or ())
+    if role == "tool":
+        if not tool_call_id:
+            raise ConfigurationError("a tool message must name the call it answers "
+                                     "(tool_call_id); the Messages API rejects it otherwise")
+        return [_tool_result(tool_call_id, content, meta)]
+    parts = meta.get("parts")
+    if parts:
+        return [b for p in parts if (b := _part_block(p)) is not None]
+    return [_block({"type": "text", "text": content})] if content else []
+
+
+def _assistant_blocks(content: str, meta: Mapping[str, Any],
+                      tool_calls: Iterable[Mapping[str, Any]]) -> list[Block]:
+    """Thinking first (the API wants a turn's thinking back before its text and tool
+    calls), then the text, then the tool calls."""
+    blocks = [b for r in meta.get("reasoning") or () if (b := _thinking(r)) is not None]
+    if content:
+        blocks.append(_block({"type": "text", "text": content}))
+    blocks.extend(_block({"type": "tool_use", "id": str(c["id"]), "name": str(c["name"]),
+                          "input": _tool_input(c.get("arguments"))}) for c in tool_calls)
+    return blocks
+
+
+def _thinking(reasoning: Mapping[str, Any]) -> Block | None:
+    """A thinking block as Anthropic sent it; reasoning from another provider (or one
+    without its signature) cannot be sent back, so it is left out."""
+    sent = (reasoning.get("provider_metadata") or {}).get(PROVIDER)
+    if not isinstance(sent, Mapping):
+        return None
+    data = sent.get("data", sent.get("redactedData"))
+    if isinstance(data, str):
+        return _block({"type": "redacted_thinking", "data": data})
+    signature = sent.get("signature")
+    if isinstance(signature, str) and signature:
+        return _block({"type": "thinking", "thinking": str(reasoning.get("text", "")),
+                       "signature": signature})
+    return None
+
+
+def _tool_input(arguments: object) -> Any:
+    """A call's ``input`` object from the JSON text the model wrote (``{}`` when that
+    text is not a JSON object: a call cut short by ``max_tokens``)."""
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    try:
+        value = json.loads(str(arguments)) if arguments else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_result(call_id: str, content: str, meta: Mapping[str, Any]) -> Block:
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
+    parts = meta.get("parts") or ()
+    if any(p.get("type") == "file" for p in parts):
+        result["content"] = [json.loads(b[1]) for p in parts
+                             if (b := _part_block(p)) is not None]
+    elif content:
+        result["content"] = content
+    if meta.get("is_error"):
+        result["is_error"] = True
+    return _block(result)
+
+
+def _part_block(part: Mapping[str, Any]) -> Block | None:
+    """A text part, or a file: an image, a PDF or a text file as a ``document``;
+    another kind of file as a note saying it was not sent."""
+    if part.get("type") == "text":
+        text = str(part.get("text", ""))
+        return _block({"type": "text", "text": text}) if text else None
+    media_type = str(part.get("media_type") or "application/octet-stream")
+    data, url = part.get("data"), part.get("url")
+    if data is None and isinstance(url, str) and url.startswith("data:"):
+        media_type, data = _data_url(url, media_type)
+    name = part.get("filename")
+    if media_type.startswith("image/"):
+        return _block({"type": "image", "source": _source(media_type, data, url)})
+    if media_type == "application/pdf":
+        return _block({"type": "document", "source": _source(media_type, data, url),
+                       **({"title": name} if name else {})})
+    if media_type.startswith("text/") and data is not None:
+        text = base64.b64decode(str(data)).decode("utf-8", "replace")
+        return _block({"type": "document",
+                       "source": {"type": "text", "media_type": "text/plain", "data": text},
+                       **({"title": name} if name else {})})
+    return _block({"type": "text", "text": f"[file {name or 'attachment'} ({media_type}) "
+                   "not sent: the Messages API takes images, PDFs and text files]"})
+
+
+def _source(media_type: str, data: object, url: object) -> dict[str, Any]:
+    if data is not None:
+        return {"type": "base64", "media_type": media_type, "data": str(data)}
+    return {"type": "url", "url": str(url)}
+
+
+def _data_url(url: str, fallback: str) -> tuple[str, str | None]:
+    """``data:image/png;base64,AAAA`` → ``("image/png", "AAAA")``."""
+    head, _, payload = url[5:].partition(",")
+    media_type, _, encoding = head.partition(";")
+    if encoding != "base64":
+        return fallback, None
+    return media_type or fallback, payload
+
+
+# -- the conversation -----------------------------------------------------------------------
+
+
+class Conversation:
+    """A conversation in the API's shape: the system blocks, and the messages with
+    consecutive same-role messages merged (tool results are the user's) and the
+    ``tool_result`` blocks of a user message first, as the API requires."""
+
+    __slots__ = ("messages", "system")
+
+    def __init__(self) -> None:
+        self.system: list[str] = []
+        self.messages: list[tuple[str, list[Block]]] = []
+
+    def add(self, role: str, content: str, meta: Mapping[str, Any],
+            tool_calls: Sequence[Mapping[str, Any]] | None = None,
+            tool_call_id: str | None = None) -> None:
+        if role == "system":
+            if content:
+                self.system.append(content)
+            return
+        blocks = message_blocks(role, content, meta, tool_calls, tool_call_id)
+        if not blocks:
+            return  # the API refuses an empty message; its neighbours merge instead
+        api_role = "assistant" if role == "assistant" else "user"
+        if self.messages and self.messages[-1][0] == api_role:
+            self.messages[-1][1].extend(blocks)
+        else:
+            self.messages.append((api_role, blocks))
+
+    def encoded(self, mark: str | None) -> list[str]:
+        """Each message's JSON text, with the two conversation breakpoints when
+        ``mark`` (the ``cache_control`` text to add) is given."""
+        marked: set[int] = set()
+        if mark is not None and self.messages:
+            last = len(self.messages) - 1
+            marked.add(last)
+            assistants = [i for i, (role, _) in enumerate(self.messages) if role == "assistant"]
+            if assistants and assistants[-1] > 0:
+                marked.add(assistants[-1] - 1)
+        return [_message_json(role, blocks, mark if i in marked else None)
+                for i, (role, blocks) in enumerate(self.messages)]
+
+
+def _message_json(role: str, blocks: list[Block], mark: str | None) -> str:
+    if role == "user":  # tool results first: the API refuses text before them
+        blocks = ([b for b in blocks if b[0] == "tool_result"]
+                  + [b for b in blocks if b[0] != "tool_result"])
+    texts = [text for _, text in blocks]
+    if mark is not None:
+        at = next((i for i in range(len(blocks) - 1, -1, -1)
+                   if blocks[i][0] not in _THINKING_TYPES), None)
+        if at is not None:  # thinking blocks cannot carry a breakpoint
+            texts[at] = marked(texts[at], mark)
+    return f'{{"role": "{role}", "content": [{", ".join(texts)}]}}'
+
+
+def marked(block_json: str, mark: str) -> str:
+    """A block's JSON with a breakpoint added at its very end."""
+    return block_json[:-1] + mark + "}"
+
+
+def cache_control(setting: str) -> dict[str, str] | None:
+    """The ``cache_control`` value of a cache setting (``None``: caching off)."""
+    if setting not in CACHE_SETTINGS:
+        raise ConfigurationError(f"prompt cache setting {setting!r} is not one of "
+                                 f"{', '.join(CACHE_SETTINGS)}")
+    if setting == "off":
+        return None
+    return {"type": "ephemeral"} if setting == "5m" else {"type": "ephemeral", "ttl": "1h"}
+
+
+# -- the request body ---------------------------------------------------------------------
+
+
+def tool_json(spec: ToolSpec) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": spec.name}
+    if spec.description:
+        tool["description"] = spec.description
+    tool["input_schema"] = spec.parameters
+    return tool
+
+
+def option_fields(options: CallOptions | None, max_tokens: int) -> dict[str, Any]:
+    """The body fields ``options`` set, in the API's names: ``max_tokens`` (required),
+    ``stop`` as ``stop_sequences``, ``tool_choice`` and ``response_format`` translated
+    from their Chat Completions forms, ``reasoning_effort`` as extended thinking
+    (``THINKING_BUDGETS``), then ``extra`` as given, never replacing those (its
+    ``thinking`` wins over ``reasoning_effort``; ``prompt_cache`` is read by the adapter,
+    not sent; ``model``, ``stream``, ``tools``, ``system`` and ``messages`` are the
+    adapter's). ``temperature``, ``top_p`` and ``seed`` have no field in the Messages API
+    (``anthropic`` SDK 2.16's ``MessageCreateParams``) and are not sent: a server that
+    takes them gets them through ``extra``."""
+    if options is None:
+        return {"max_tokens": max_tokens}
+    limit = options.max_tokens or max_tokens
+    fields: dict[str, Any] = {"max_tokens": limit}
+    if options.stop:
+        fields["stop_sequences"] = list(options.stop)
+    if options.tool_choice is not None:
+        fields["tool_choice"] = _tool_choice(options.tool_choice)
+    output = _output_config(options.response_format)
+    if output is not None:
+        fields["output_config"] = output
+    if options.reasoning_effort is not None and "thinking" not in options.extra:
+        thinking = _thinking_config(options.reasoning_effort, limit)
+        if thinking is not None:
+            fields["thinking"] = thinking
+    for name, value in options.extra.items():
+        if name not in NONOKA_OPTIONS and name not in _RESERVED:
+            fields.setdefault(name, value)
+    return fields
+
+
+def _tool_choice(choice: str | Mapping[str, Any]) -> dict[str, Any]:
+    """Chat Completions' ``auto``/``none``/``required``/``{"type": "function", ...}``
+    as the API's ``{"type": "auto"|"none"|"any"|"tool"}``; its own form as given."""
+    if isinstance(choice, str):
+        kind = {"required": "any"}.get(choice, choice)
+        return {"type": kind}
+    function = choice.get("function")
+    if choice.get("type") == "function" and isinstance(function, Mapping):
+        return {"type": "tool", "name": function.get("name")}
+    return dict(choice)
+
+
+def _output_config(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A Chat Completions ``json_schema`` response format as structured output."""
+    if not response_format or response_format.get("type") != "json_schema":
+        return None
+    schema = (response_format.get("json_schema") or {}).get("schema")
+    if not isinstance(schema, Mapping):
+        return None
+    return {"format": {"type": "json_schema", "schema": dict(schema)}}
+
+
+def _thinking_config(effort: str, max_tokens: int) -> dict[str, Any] | None:
+    if effort == "none":
+        return None
+    if effort not in THINKING_BUDGETS:
+        raise ConfigurationError(
+            f"reasoning_effort {effort!r} has no thinking budget for Anthropic; use none, "
+            f"{', '.join(THINKING_BUDGETS)}, or pass thinking in the call's extra options")
+    budget = min(THINKING_BUDGETS[effort], max_tokens - 1)
+    if budget < THINKING_BUDGETS["minimal"]:
+        raise ConfigurationError(
+            f"max_tokens {max_tokens} leaves no room for extended thinking (its budget is "
+            f"at least {THINKING_BUDGETS['minimal']} and below max_tokens); raise max_tokens")
+    return {"type": "enabled", "budget_tokens": budget}
+
+
+def request_body(model: str, conversation: Conversation, tools: Sequence[ToolSpec],
+                 fields: Mapping[str, Any], cache: Mapping[str, str] | None) -> str:
+    """The streaming request: ``model``, the option fields, ``stream``, ``tools``,
+    ``system`` and ``messages``, always in this order, the conversation last.
+    ``cache``: the breakpoints' ``cache_control`` (``None``: none). A top-level
+    ``cache_control`` among the fields (the API's automatic caching) replaces them."""
+    if "cache_control" in fields:
+        cache = None
+    marker = "\x00messages\x00"
+    payload: dict[str, Any] = {"model": model, **fields, "stream": True}
+    if tools:
+        payload["tools"] = [tool_json(t) for t in tools]
+        if cache is not None:
+            payload["tools"][-1]["cache_control"] = dict(cache)
+    if conversation.system:
+        payload["system"] = [{"type": "text", "text": text} for text in conversation.system]
+        if cache is not None:
+            payload["system"][-1]["cache_control"] = dict(cache)
+    payload["messages"] = marker
+    text, quoted = json.dumps(payload), json.dumps(marker)
+    if text.count(quoted) != 1:  # only a model name or option holding the marker could
+        raise ConfigurationError(f"model name {model!r} cannot be sent")
+    head, _, tail = text.partition(quoted)
+    mark = None if cache is None else ', "cache_control": ' + json.dumps(dict(cache))
+    return head + "[" + ", ".join(conversation.encoded(mark)) + "]" + tail

@@ -1,0 +1,353 @@
+"""A scripted Anthropic Messages API server, to test the ``anthropic:`` adapter (and
+anything else that speaks the API) over real sockets.
+
+It serves ``POST /v1/messages`` the way Anthropic does, closely enough for the official
+``anthropic`` SDK: a streamed answer is exactly the API's server-sent events
+(``message_start``, ``ping``, ``content_block_start`` / ``_delta`` / ``_stop`` for
+thinking, redacted thinking, text and tool calls, ``message_delta``, ``message_stop``),
+a request without ``stream`` gets the ``message`` object, and errors have Anthropic's
+body (``{"type": "error", "error": {"type", "message"}}``). Its base URL follows the
+SDK's convention (no ``/v1``): ``Anthropic(base_url=server.base_url)``.
+
+Steps are ``AnthropicReply`` objects (thinking, text, tool calls, stop reason, usage),
+``ModelResponse`` objects (``nonoka.testing.text``, ``call``, ``calls``), strings, or
+faults: ``HttpError`` (``anthropic_overloaded()``, ``anthropic_rate_limited()``),
+``StreamError`` (an ``error`` event mid-stream), ``Delay`` and ``DropConnection``. A
+script may also be a function from the request body to a step.
+
+Usage is honest about caching: unless a reply scripts its counts, the server counts the
+request's tokens (about four characters a token) and keeps a prompt cache
+(``anthropic_checks.PromptCache``), so a request reads what an earlier one wrote at its
+breakpoints and writes the rest. Requests the real API always refuses (no
+``max_tokens``, more than four breakpoints...) get its 400; the ``anthropic_thinking``
+strict mode also refuses thinking blocks sent back altered or missing in a tool loop.
+A refused request is recorded (its index is in ``rejections``) and uses no step.
+
+    with ScriptedAnthropicServer([AnthropicReply(text="hi")]) as server:
+        model = AnthropicChatModel("claude-x", base_url=server.base_url, api_key="k")
+        ...
+        server.assert_done()
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import sys
+import threading
+from collections.abc import Callable, Collection, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from nonoka.llm.base import ModelResponse
+from nonoka.testing.anthropic_checks import (
+    ProducedThinking,
+    PromptCache,
+    checked_modes,
+    counted_input,
+    request_problem,
+)
+from nonoka.testing.anthropic_replies import (
+    AnthropicReply,
+    CacheUsage,
+    StreamError,
+    as_anthropic,
+    block_events,
+    error_body,
+    error_kind,
+    events,
+    invalid_request,
+    message,
+    start_event,
+)
+from nonoka.testing.replies import Reply
+from nonoka.testing.steps import Delay, DropConnection, HttpError
+
+__all__ = ["AnthropicStep", "ScriptedAnthropicServer"]
+
+AnthropicStep: TypeAlias = ("AnthropicReply | ModelResponse | Reply | str | HttpError | Delay"
+                            " | DropConnection | StreamError")
+AnthropicScript: TypeAlias = ("Sequence[AnthropicStep]"
+                              " | Callable[[dict[str, Any]], AnthropicStep]")
+_ANSWERS = (AnthropicReply, ModelResponse, Reply, str)
+
+
+class ScriptedAnthropicServer:
+    """Serves ``POST /v1/messages`` from a script.
+
+    ``requests`` holds every request's JSON body, ``bodies`` its exact bytes and
+    ``headers`` its headers (lower-case names); ``usages`` the usage each answered
+    request got; ``rejections`` the indexes of the requests refused (the API's own
+    checks, a ``strict`` mode). A request beyond the end of a list script gets HTTP 500
+    and is noted in ``failures``; ``assert_done`` then fails. ``min_cache_tokens``: the
+    shortest prefix the prompt cache keeps (Anthropic's minimum is 1,024 to 4,096 tokens
+    by model).
+    """
+
+    def __init__(self, script: AnthropicScript, *, host: str = "127.0.0.1", port: int = 0,
+                 model: str = "claude-scripted", chunk_size: int = 8,
+                 strict: Collection[str] = (), min_cache_tokens: int = 1024) -> None:
+        self._script = script if callable(script) else list(script)
+        self.strict = checked_modes(strict)
+        self._address = (host, port)
+        self.model = model
+        self.chunk_size = max(1, chunk_size)
+        self.requests: list[dict[str, Any]] = []
+        self.bodies: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
+        self.usages: list[dict[str, Any]] = []
+        self.failures: list[str] = []
+        self.rejections: list[int] = []
+        self.cache = PromptCache(min_cache_tokens)
+        self._thinking = ProducedThinking()
+        self._used = 0
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> ScriptedAnthropicServer:
+        self._httpd = _HTTPServer(self._address, _Handler, self)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={
+            "poll_interval": 0.05}, name="scripted-anthropic-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving; pending ``Delay`` steps end at once and their clients are dropped."""
+        if self._httpd is None:
+            return
+        self._closing.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._httpd = None
+
+    def __enter__(self) -> ScriptedAnthropicServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the scripted server is not running; use it as a context manager")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The API's base URL, as the SDK and ``ANTHROPIC_BASE_URL`` take it (no ``/v1``)."""
+        return f"http://{self._address[0]}:{self.port}"
+
+    # script ---------------------------------------------------------------------------
+
+    @property
+    def remaining(self) -> int:
+        if callable(self._script):
+            return 0
+        return max(0, len(self._script) - self._used)
+
+    def assert_done(self) -> None:
+        """Fail when the script ran out or when scripted steps were never used."""
+        if self.failures:
+            raise AssertionError(f"scripted server: {self.failures[0]}")
+        if self.remaining:
+            total = len(self._script) if not callable(self._script) else 0
+            raise AssertionError(f"scripted server has {self.remaining} unused step(s) "
+                                 f"of {total}; it got {len(self.requests)} request(s)")
+
+    def _take_step(self, body: dict[str, Any], raw: bytes, headers: dict[str, str],
+                   ) -> tuple[AnthropicStep | None, CacheUsage | None]:
+        """Record a request and pick its step: a refusal, the script's next step, or
+        ``None`` when the script ran out; with the cache usage of an answer."""
+        with self._lock:
+            self.requests.append(body)
+            self.bodies.append(raw)
+            self.headers.append(headers)
+            problem = request_problem(body)
+            if problem is None and "anthropic_thinking" in self.strict:
+                problem = self._thinking.refusal(body)
+            if problem is not None:
+                self.rejections.append(len(self.requests) - 1)
+                return invalid_request(problem), None
+            step = self._next_step(body)
+            answer = step
+            while isinstance(answer, Delay):
+                answer = answer.then  # any step may follow a Delay
+            if not isinstance(answer, _ANSWERS):
+                return step, None
+            reply = as_anthropic(answer)
+            self._thinking.note(reply)
+            counted = self.cache.usage(body)
+            return step, counted
+
+    def _next_step(self, body: dict[str, Any]) -> AnthropicStep | None:
+        if callable(self._script):
+            try:
+                return self._script(body)
+            except Exception as exc:
+                self.failures.append(f"the script function raised {exc!r}")
+                return None
+        if self._used < len(self._script):
+            self._used += 1
+            return self._script[self._used - 1]
+        self.failures.append(
+            f"scripted server has no step left: got request #{len(self.requests)} but the "
+            f"script has {len(self._script)} step(s)")
+        return None
+
+    def _number(self) -> int:
+        with self._lock:
+            return next(self._numbers)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 owner: ScriptedAnthropicServer) -> None:
+        self.owner = owner
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One HTTP exchange; every answer closes the connection."""
+
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    timeout = 10
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        if self.path.split("?")[0].rstrip("/") != "/v1/messages":
+            self._send_error(HttpError(404, error_body("not_found_error",
+                                                       f"no route POST {self.path}")))
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self._send_error(invalid_request("The request body is not valid JSON."))
+            return
+        step, counted = owner._take_step(body, raw, headers)
+        self._answer(step, counted, body)
+
+    def _answer(self, step: AnthropicStep | None, counted: CacheUsage | None,
+                request: dict[str, Any]) -> None:
+        owner = self.server.owner
+        while isinstance(step, Delay):
+            if owner._closing.wait(step.seconds):
+                return
+            step = step.then  # any step may follow a Delay
+        if step is None:
+            message_text = owner.failures[-1] if owner.failures else "the script gave no step"
+            self._send_error(HttpError(500, error_body("api_error", message_text)))
+        elif isinstance(step, HttpError):
+            self._send_error(step)
+        elif isinstance(step, DropConnection | StreamError):
+            self._broken(step, request)
+        else:
+            reply = as_anthropic(step)
+            model = reply.model or str(request.get("model") or owner.model)
+            usage = counted or CacheUsage(input=counted_input(request))
+            number = owner._number()
+            with owner._lock:
+                owner.usages.append(message(reply, model, number, usage)["usage"])
+            if request.get("stream"):
+                self._stream(events(reply, model, number, usage, owner.chunk_size))
+            else:
+                self._send_json(200, message(reply, model, number, usage))
+
+    # writing ----------------------------------------------------------------------------
+
+    def _send_json(self, status: int, payload: Any, extra: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("request-id", f"req_scripted{self.server.owner._number():012d}")
+        self.send_header("Connection", "close")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _send_error(self, error: HttpError) -> None:
+        extra = {} if error.retry_after is None else {"retry-after": f"{error.retry_after:g}"}
+        body = error.body if error.body is not None else error_body(
+            error_kind(error.status), f"scripted HTTP {error.status}")
+        if isinstance(body, str):
+            data = body.encode()
+            self.send_response(error.status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+            self.close_connection = True
+        else:
+            self._send_json(error.status, body, extra)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("request-id", f"req_scripted{self.server.owner._number():012d}")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _event(self, name: str, data: dict[str, Any]) -> None:
+        payload = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+    def _stream(self, items: Iterator[tuple[str, dict[str, Any]]]) -> None:
+        self._start_stream()
+        for name, data in items:
+            self._event(name, data)
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _broken(self, step: DropConnection | StreamError, request: dict[str, Any]) -> None:
+        """A stream that starts, sends some text, and then ends in an ``error`` event
+        (``StreamError``) or a dropped connection (``DropConnection``)."""
+        owner = self.server.owner
+        self._start_stream()
+        model = str(request.get("model") or owner.model)
+        self._event(*start_event(model, owner._number(), {
+            "input_tokens": counted_input(request), "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0}))
+        text = step.partial_text
+        if text:
+            for name, data in block_events(0, {"type": "text", "text": text},
+                                           owner.chunk_size):
+                if name == "content_block_stop":
+                    break
+                self._event(name, data)
+        if isinstance(step, StreamError):
+            self._event("error", {"type": "error", "error": {"type": step.type,
+                                                             "message": step.message}})
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.connection.shutdown(socket.SHUT_RDWR)
