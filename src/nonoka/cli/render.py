@@ -317,7 +317,15 @@ def _timeline(events: Sequence[EventRecord], now: float | None) -> list[tuple[st
     one began is marked, since that is what a killed process leaves behind."""
     rows: list[tuple[str, str, str]] = []
     open_request = False
+    streamed: list[EventRecord] = []
     for event in events:
+        if event.kind == "partial_answer":
+            streamed.append(event)  # shown only if no stored answer follows
+            continue
+        if event.kind in ("model_call", "request", "finish", "error"):
+            if streamed and event.kind != "model_call":
+                rows.append(_interrupted_answer(streamed, now))
+            streamed = []
         if event.kind == "request":
             if open_request:
                 rows.append(("", "interrupted", "the request above never finished (its "
@@ -327,7 +335,17 @@ def _timeline(events: Sequence[EventRecord], now: float | None) -> list[tuple[st
             open_request = False
         label, text = describe_event(event)
         rows.append((clock(event.at, now), shown(label, one_line=True), shown(text)))
+    if streamed:
+        rows.append(_interrupted_answer(streamed, now))
     return rows
+
+
+def _interrupted_answer(streamed: Sequence[EventRecord], now: float | None
+                        ) -> tuple[str, str, str]:
+    """What the model streamed of an answer it never finished (the process died, or the
+    call failed): never stored as an answer, shown as what the person saw."""
+    text = "".join(str(e.data.get("text", "")) for e in streamed)
+    return (clock(streamed[0].at, now), "interrupted answer", shown(text))
 
 
 def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]:

@@ -30,13 +30,25 @@ from typing import Any
 
 from nonoka import faults
 from nonoka.errors import NonokaError
-from nonoka.events import ModelCalled, RunEvent, RunWarning, ToolCallFinished, ToolCallRequested
+from nonoka.events import (
+    ModelCalled,
+    RunEvent,
+    RunWarning,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallRequested,
+)
 from nonoka.redact import redact, redact_text
 from nonoka.runtime.session import Session
 from nonoka.store.base import RevisionReader
 from nonoka.store.lease_terms import lease_host
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import CreatesIndexed, EventRecord, SessionRecord
+
+PARTIAL_BYTES = 2048
+PARTIAL_SECONDS = 0.25
+"""A streamed answer is logged every this many characters or seconds, whichever comes
+first: what a kill mid-answer can lose at most."""
 
 LOGGED_TEXT = 2000
 """Tool arguments and results are cut to this many characters in the timeline."""
@@ -83,6 +95,9 @@ class Journal:
         self.usage = TurnUsage()
         self.entries: int | None = None
         """Conversation entries stored for the session, as of the last ``refresh``."""
+        self._streamed: list[str] = []
+        """Text streamed since the last ``partial_answer`` entry."""
+        self._streamed_at = time.monotonic()
         self.latest: Session | None = None
         """The session as the turn's run last saved it, if the run returned one: the
         index row is brought up to date from it without reading the session again."""
@@ -115,7 +130,14 @@ class Journal:
             faults.point("event.append.after")
 
     async def on_event(self, event: RunEvent) -> None:
-        """Log a runtime event and add its usage to the turn's (text deltas are not logged)."""
+        """Log a runtime event and add its usage to the turn's; streamed text is logged
+        in pieces as it streams (``partial_answer``), so a turn killed mid-answer keeps
+        what the person already saw, short of ``PARTIAL_BYTES`` or ``PARTIAL_SECONDS``."""
+        if isinstance(event, TextDelta):
+            await self._stream(event.text)
+            return
+        if isinstance(event, ModelCalled):
+            self._streamed.clear()  # the answer is stored whole: nothing partial is left
         if isinstance(event, ToolCallRequested):
             call = event.call
             await self.log("tool_call", {"tool_call_id": call.id, "tool_name": call.name,
@@ -145,6 +167,19 @@ class Journal:
                 **details})
         elif isinstance(event, RunWarning):
             await self.log("warning", {"code": event.code, "message": event.message})
+
+    async def _stream(self, text: str) -> None:
+        buffered = self._streamed
+        buffered.append(text)
+        now = time.monotonic()
+        size = sum(len(piece) for piece in buffered)
+        if size < PARTIAL_BYTES and now - self._streamed_at < PARTIAL_SECONDS:
+            return
+        self._streamed_at = now
+        chunk = "".join(buffered)
+        buffered.clear()
+        with contextlib.suppress(NonokaError):  # the answer matters more than its copy
+            await self.log("partial_answer", {"text": chunk})
 
     async def error(self, code: str, message: str) -> None:
         """Log an error; a failing log must not hide the error itself."""
