@@ -185,6 +185,16 @@ def test_title_requests_get_their_own_session(bridge: Bridge, scripted: list[Ste
     assert stored_contents(bridge, sid) == [("user", "fix the bug"), ("assistant", "which one?")]
     assert index_ids(bridge) == [sid], "title sessions must stay out of the chat listing"
     assert set(index_ids(bridge, purpose=None)) == {sid, title_sid}
+    titles = asyncio.run(_titles(bridge))
+    assert titles[title_sid] == "Fixing a bug", "a title session is listed by its title"
+
+
+async def _titles(bridge: Bridge) -> dict[str, str]:
+    stores = open_project_stores(bridge.project)
+    try:
+        return {r.session_id: r.title for r in await stores.index.list_sessions(purpose=None)}
+    finally:
+        await stores.close()
 
 
 def test_host_tools_pause_and_resume_in_a_new_process(bridge: Bridge, scripted: list[Step],

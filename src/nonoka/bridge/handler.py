@@ -158,6 +158,8 @@ class BridgeHandler:
             outcome = await self._run(turn, model)
             if self.request.purpose == Purpose.COMPACTION:
                 await self._remember_compaction(outcome)
+            elif self.request.purpose == Purpose.TITLE:
+                await self._name_title_session(outcome)
             await self._report(outcome)
             if outcome.result is not None:
                 self._answered = outcome.result.session
@@ -414,6 +416,17 @@ class BridgeHandler:
             return await self.turn.load(session_id)
         except ConfigurationError as exc:
             raise ConfigurationError(f"session_id: {exc}") from exc
+
+    async def _name_title_session(self, outcome: TurnOutcome) -> None:
+        """A title session is listed by the title it made, not by the request's text."""
+        result = outcome.result
+        if outcome.session_id is None or result is None or not result.success or not \
+                isinstance(result.output, str) or not result.output.strip():
+            return
+        try:
+            await self.turn.retitle(outcome.session_id, title_from(result.output))
+        except Exception as exc:  # the host still gets its title
+            print(f"nonoka: recording the title: {exc}", file=sys.stderr)
 
     async def _remember_compaction(self, outcome: TurnOutcome) -> None:
         """Record a compaction's summary with the chat session it summarises, so the chat

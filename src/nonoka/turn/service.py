@@ -167,6 +167,15 @@ class TurnService:
             return []
         return [r.session_id for r in await index.find_by_host_session(host_session_id)]
 
+    async def retitle(self, session_id: str, title: str) -> None:
+        """Give a session's index row the title it should be listed by."""
+        from nonoka.redact import redact_text
+
+        record = await self.stores.index.get_session(session_id)
+        if record is not None:
+            await self.stores.index.upsert_session(
+                record.model_copy(update={"title": redact_text(title)}))
+
     async def tag_host_session(self, session_id: str, host_session_id: str) -> None:
         """Record that ``session_id`` holds the host's conversation ``host_session_id``
         (a session made before the host said its id, adopted now)."""
