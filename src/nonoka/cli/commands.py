@@ -79,7 +79,7 @@ RUN_HELP = "\n".join([
               help="Continue this session (an unambiguous start of its id is enough).")
 @click.option("--at", "at", type=click.IntRange(min=0), metavar="N",
               help="Run in a new branch of that session holding its first N entries "
-                   "(see: nonoka sessions show ID).")
+                   "(positions: nonoka sessions show ID --entries).")
 @click.option("--new", "new", is_flag=True, help="Start a new session (the default).")
 @click.option("--model", metavar="PROVIDER:MODEL",
               help="The model for this turn, e.g. openai:gpt-4o-mini (overrides NONOKA_MODEL "

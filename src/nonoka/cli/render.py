@@ -27,6 +27,7 @@ from nonoka.events import (
     ToolCallRequested,
 )
 from nonoka.redact import redact
+from nonoka.state.entries import MemoryEntry
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
 from nonoka.turn.status import LiveStatus
 
@@ -223,13 +224,50 @@ class SessionDetail:
     """The sessions forked from this one, oldest first."""
     live: LiveStatus | None = None
     """What the session is doing now (``record.status`` shows its status already)."""
+    entries: list[MemoryEntry] | None = None
+    """The conversation, when asked for (``--entries``)."""
 
     def as_json(self) -> dict[str, Any]:
         holder = self.live.as_json() if self.live is not None else None
-        return {"session": {**self.record.model_dump(mode="json"), "holder": holder},
-                "lineage": {**lineage_fields(self.record), "branches": self.branches},
-                "events": [e.model_dump(mode="json") for e in self.events],
-                "usage": self.usage.model_dump(mode="json")}
+        shown = {"session": {**self.record.model_dump(mode="json"), "holder": holder},
+                 "lineage": {**lineage_fields(self.record), "branches": self.branches},
+                 "events": [e.model_dump(mode="json") for e in self.events],
+                 "usage": self.usage.model_dump(mode="json")}
+        if self.entries is not None:
+            shown["entries"] = [entry_json(n, e) for n, e in enumerate(self.entries, 1)]
+        return shown
+
+
+def entry_json(position: int, entry: MemoryEntry) -> dict[str, Any]:
+    """An entry as ``show --json`` lists it: ``position`` is what ``--at`` takes to keep
+    the conversation up to and including it. Credentials are masked."""
+    from nonoka.redact import redact_text
+
+    shown: dict[str, Any] = {"position": position, "role": entry.role,
+                             "text": redact_text(entry.content)}
+    calls = [{"id": c.id, "name": c.name} for c in entry.tool_calls]
+    if calls:
+        shown["tool_calls"] = calls
+    if entry.tool_call_id:
+        shown["tool_call_id"] = entry.tool_call_id
+    files = [p for p in entry.parts or () if p.type == "file"]
+    if files:
+        shown["files"] = [{"media_type": f.media_type, "filename": f.filename} for f in files]
+    return shown
+
+
+def entry_line(position: int, entry: MemoryEntry) -> str:
+    """One line of ``show --entries``: position, role, and the start of its text."""
+    from nonoka.redact import redact_text
+
+    what = redact_text(" ".join(entry.content.split()))
+    calls = ", ".join(c.name for c in entry.tool_calls)
+    if calls:
+        what = f"{what} [calls {calls}]".strip()
+    files = [p for p in entry.parts or () if p.type == "file"]
+    if files:
+        what = f"{what} [{', '.join(f.filename or f.media_type for f in files)}]".strip()
+    return f"#{position:<4} {entry.role:<9} {clip(what, 90)}"
 
 
 def lineage_fields(record: SessionRecord) -> dict[str, Any]:
@@ -387,6 +425,12 @@ def _usage_line(usage: UsageSummary) -> str:
 
 
 def print_detail(detail: SessionDetail, now: float | None = None) -> None:
+    if detail.entries is not None:
+        click.echo(f"entries of {detail.record.session_id} (fork or run with --at N to keep "
+                   "#1..#N)")
+        for n, entry in enumerate(detail.entries, 1):
+            click.echo(shown(entry_line(n, entry), one_line=True))
+        click.echo("")
     meta = _metadata(detail, now)
     timeline = _timeline(detail.events, now)
     heading = (f"timeline (last {len(detail.events)} event(s))" if detail.events

@@ -41,9 +41,10 @@ async def list_sessions(where: Place | Path, *, limit: int = 20, include_titles:
     return [(with_live_status(r, live[r.session_id]), live[r.session_id]) for r in records]
 
 
-async def show_session(where: Place | Path, ref: str, *, limit: int = 50) -> SessionDetail:
+async def show_session(where: Place | Path, ref: str, *, limit: int = 50,
+                       entries: bool = False) -> SessionDetail:
     """The session ``ref`` (an id or an unambiguous prefix), its last ``limit`` events and
-    the usage summed over its whole log."""
+    the usage summed over its whole log; with ``entries``, its conversation too."""
     if not has_database(where):
         raise no_database(where)
     async with open_for_reading(where) as stores:
@@ -52,8 +53,10 @@ async def show_session(where: Place | Path, ref: str, *, limit: int = 50) -> Ses
         usage = await stores.events.usage_summary(record.session_id)
         branches = await branches_of(stores, record.session_id)
         live = await live_status(stores, record)
+        stored = await stores.checkpoints.load_session(record.session_id) if entries else None
     return SessionDetail(record=with_live_status(record, live), events=events, usage=usage,
-                         branches=branches, live=live)
+                         branches=branches, live=live,
+                         entries=None if stored is None else list(stored.memory_entries))
 
 
 async def fork(where: Place | Path, ref: str, at: int | None) -> str:

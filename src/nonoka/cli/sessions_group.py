@@ -71,10 +71,13 @@ def list_command(limit: int, include_titles: bool, tree: bool, as_json: bool,
 @click.option("-n", "--limit", default=50, show_default=True, metavar="N",
               type=click.IntRange(min=1),
               help="Show at most this many of the latest timeline events.")
+@click.option("--entries", is_flag=True,
+              help="List the conversation too, each entry with its position (for --at).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the session, its events and the usage summary as JSON.")
 @place_options
-def show_command(session_id: str, limit: int, as_json: bool, place: Place) -> None:
+def show_command(session_id: str, limit: int, entries: bool, as_json: bool,
+                 place: Place) -> None:
     """Show one session: metadata, recent timeline and usage.
 
     ID may be the start of a session id, as long as only one session matches. The
@@ -85,7 +88,7 @@ def show_command(session_id: str, limit: int, as_json: bool, place: Place) -> No
     from nonoka.cli.sessions_cmd import show_session
 
     apply_retention(place)
-    detail = call(lambda: show_session(place, session_id, limit=limit))
+    detail = call(lambda: show_session(place, session_id, limit=limit, entries=entries))
     if as_json:
         print_json(detail.as_json())
     else:
