@@ -74,7 +74,8 @@ RUN_HELP = "\n".join([
 @cli.command(help=RUN_HELP, short_help="Send a message to the model: one turn, streamed.")
 @click.argument("message")
 @click.option("-c", "--continue", "continue_latest", is_flag=True,
-              help="Continue the most recently active session of this project.")
+              help="Continue the most recently active session of this project (after a "
+                   "turn that failed, MESSAGE replaces its unanswered message).")
 @click.option("--session", "session_ref", metavar="ID",
               help="Continue this session (an unambiguous start of its id is enough).")
 @click.option("--at", "at", type=click.IntRange(min=0), metavar="N",

@@ -11,6 +11,7 @@ shapes what the terminal shows.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from nonoka.events import EventSink, emit
 from nonoka.llm.base import ChatModel
 from nonoka.protocol.frames import Purpose, conversation_key
 from nonoka.runtime.agent import Agent
+from nonoka.runtime.session import Session
 from nonoka.state.messages import Message
 from nonoka.state.session_state import SessionStatus
 from nonoka.turn.journal import TurnUsage, title_from
@@ -173,6 +175,28 @@ async def _branch_or_check(turn: TurnService, session_id: str, at: int | None) -
     return session_id
 
 
+def _prompt_after(message: str) -> Callable[[Session], TurnInput]:
+    """What ``message`` brings to a continued session, decided under its lease: a turn
+    that failed left its message unanswered, and the new message takes its place (the
+    person retried, perhaps in other words), so the model never sees two in a row."""
+
+    def plan(session: Session) -> TurnInput:
+        entries = list(session.memory.entries)
+        if entries and entries[-1].role == "user" and session.status in _UNANSWERED:
+            return TurnInput("prompt", message, replace=entries[:-1], edit={
+                "reason": "unanswered_replaced", "positions": [len(entries) - 1],
+                "original": [{"index": len(entries) - 1, "role": "user",
+                              "content": entries[-1].content[:2000]}]})
+        return TurnInput("prompt", message)
+
+    return plan
+
+
+_UNANSWERED = frozenset({SessionStatus.FAILED, SessionStatus.CANCELLED,
+                         SessionStatus.RUNNING})
+"""The statuses a turn that ended without an answer leaves (a killed one: running)."""
+
+
 async def _run(turn: TurnService, project: Path, message: str, model: ChatModel,
                session_id: str | None, on_event: EventSink | None) -> TurnOutcome:
     agent = Agent(model=model, tools=builtin_tools(project), system_prompt=SYSTEM_PROMPT)
@@ -181,8 +205,9 @@ async def _run(turn: TurnService, project: Path, message: str, model: ChatModel,
         if not isinstance(event, SessionOpened):
             await emit(on_event, event)
 
+    plan = TurnInput("prompt", message) if session_id is None else _prompt_after(message)
     outcome = await turn.run(
-        agent, Opening(session_id, TurnInput("prompt", message)),
+        agent, Opening(session_id, plan),
         request={"source": "nonoka run", "purpose": Purpose.CHAT, "messages": 1,
                  "tools": list(agent.tool_map), "model": model.name},
         on_event=show)
