@@ -86,21 +86,28 @@ def turn_input(rec: Reconciliation, stored: Sequence[MemoryEntry],
 
 def _results_for_pending(base: Sequence[MemoryEntry], seed: Sequence[Message],
                          tail: Sequence[Message]) -> list[ToolResult]:
-    """The tool messages of ``tail`` that answer the calls the conversation waits for.
+    """The tool messages of ``tail`` the session is given as results.
 
     A call is known by the entry that made it, not by its id alone: some servers number
-    calls per answer (``call_0`` every time), so an id a result of an earlier turn
-    answered may be pending again. Only the calls of the last answer that made calls,
-    and not answered after it, are waiting (``dangling_tool_calls``)."""
+    calls per answer (``call_0`` every time), so an id an earlier turn's result answered
+    may be pending again. A message for a call the last answer made, and nothing answered
+    since, is its result (once); one whose id only an earlier result answered is that
+    result resent, and left out; any other is passed on, for the runner to refuse
+    (``tool_result_mismatch``)."""
     entries = [*base, *(MemoryEntry.from_message(m) for m in seed)]
     waiting = {c.id for c in dangling_tool_calls(entries)[1]}
+    answered = {e.tool_call_id for e in entries if e.role == "tool"}
     results: list[ToolResult] = []
     for message in tail:
         call_id = message.tool_call_id or ""
-        if message.role == "tool" and call_id in waiting:
+        if message.role != "tool":
+            continue
+        if call_id in waiting:
             waiting.discard(call_id)  # the first answer counts; a repeat is not one
-            results.append(ToolResult(tool_call_id=call_id, content=message.content,
-                                      parts=message.parts))
+        elif call_id in answered:
+            continue
+        results.append(ToolResult(tool_call_id=call_id, content=message.content,
+                                  parts=message.parts))
     return results
 
 
