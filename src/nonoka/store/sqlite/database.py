@@ -69,22 +69,38 @@ def open_database(path: str | os.PathLike[str], *, ours_only: bool = False
     file = Path(path)
     where = f"database {file}"
     created = _create_private(file)
-    identity = _check_header(file, where, created)
     try:
-        db = sqlite3.connect(
-            file, isolation_level=None, check_same_thread=False, timeout=busy_timeout()
-        )
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open {where}: {exc}") from exc
-    try:
-        if _identity(file) != identity:  # swapped between the checks and the open
-            raise StoreError(f"{where} was replaced while it was being opened; "
-                             "the file was left as it is. Try again")
-        _configure(db, where, ours_only)
+        identity = _check_header(file, where, created)
+        try:
+            db = sqlite3.connect(
+                file, isolation_level=None, check_same_thread=False, timeout=busy_timeout()
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {where}: {exc}") from exc
+        try:
+            if _identity(file) != identity:  # swapped between the checks and the open
+                raise StoreError(f"{where} was replaced while it was being opened; "
+                                 "the file was left as it is. Try again")
+            _configure(db, where, ours_only)
+        except BaseException:
+            db.close()
+            raise
     except BaseException:
-        db.close()
+        if created:
+            _forget_empty(file)
         raise
     return db
+
+
+def _forget_empty(file: Path) -> None:
+    """Remove a database file this open created when nothing was written into it (a
+    full disk, say): an empty file left behind would be refused by every later open,
+    although the error asked to free space and try again."""
+    with contextlib.suppress(OSError):
+        if file.stat().st_size == 0:
+            file.unlink()
+            for suffix in ("-wal", "-shm", "-journal"):
+                Path(f"{file}{suffix}").unlink(missing_ok=True)
 
 
 def writable(path: str | os.PathLike[str]) -> bool:
