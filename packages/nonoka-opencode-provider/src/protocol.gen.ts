@@ -54,7 +54,7 @@ export interface ChatRequest {
   type: "chat";
   /** Required on the wire (the frame check enforces it); defaulted for convenience. */
   protocol: ProtocolSpec;
-  /** Echoed on every event of this request. */
+  /** Echoed on every event of this request (at most 256 characters). */
   request_id?: string | null;
   /** Title requests run in their own session. */
   purpose?: Purpose;
@@ -68,6 +68,8 @@ export interface ChatRequest {
   new_session?: boolean;
   /** SHA-256 hex of the first user message's text; `""` counts as none. */
   conversation_key?: string | null;
+  /** The host's own id of this conversation (an OpenCode session's id): every host conversation keeps its own line of nonoka sessions, whatever their content; `""` counts as none. */
+  host_session_id?: string | null;
   /** The workspace (the project database lives in `<cwd>/.nonoka/`); default: the bridge's working directory. */
   cwd?: string | null;
   /** A model spec such as `openai:gpt-4o-mini`; default: from configuration. */

@@ -114,19 +114,18 @@ def _check_count(obj: dict[str, object], limit: int) -> None:
     if isinstance(messages, list) and len(messages) > limit:
         from nonoka.protocol.values import ErrorCode  # only for a rejected line
 
-        rid = obj.get("request_id")
+        rid = frames.echoed_id(obj.get("request_id"))
         raise frames.ProtocolError(
             ErrorCode.FRAME_TOO_LARGE,
             f"the request holds {len(messages)} messages, over the bridge's limit of "
             f"{limit}; send a shorter history (compact it or start a new conversation)",
             {"messages": len(messages), "max_messages": limit},
-            request_id=rid if isinstance(rid, str) else None)
+            request_id=rid)
 
 
 def _acknowledge(obj: dict[str, object], out: Output) -> None:
-    rid = obj.get("request_id")
     out.write(frames.ack_line(server_version=__version__,
-                              request_id=rid if isinstance(rid, str) else None))
+                              request_id=frames.echoed_id(obj.get("request_id"))))
 
 
 def _first_request(reader: LineReader, out: Output, signals: StopSignals,

@@ -53,6 +53,17 @@ class RequestType(StrEnum):
     CANCEL = "cancel"
 
 
+MAX_REQUEST_ID = 256
+"""The longest ``request_id`` a request may carry: it is repeated on every event of the
+request, so a huge one would multiply the output."""
+
+
+def echoed_id(value: object) -> str | None:
+    """A request's ``request_id`` as events may repeat it: a string within
+    ``MAX_REQUEST_ID`` characters, else none."""
+    return value if isinstance(value, str) and len(value) <= MAX_REQUEST_ID else None
+
+
 class EventType(StrEnum):
     """The ``type`` of an event (bridge → provider)."""
 
@@ -209,7 +220,7 @@ def check_request_frame(
     """
     obj = parse_frame(line, max_frame_bytes=max_frame_bytes, lines=lines)
     request_id = obj.get("request_id")
-    rid = request_id if isinstance(request_id, str) else None
+    rid = echoed_id(request_id)
     kind = obj.get("type")
     if kind not in REQUEST_TYPES:
         valid = ", ".join(REQUEST_TYPES)
@@ -237,7 +248,7 @@ def check_event_frame(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_B
             f"the event has type {_short(kind)}, which this provider does not know "
             f"(known: {', '.join(EVENT_TYPES)}); a newer bridge may send it — skip it",
             {"type": kind if isinstance(kind, str) else None, "valid": list(EVENT_TYPES)},
-            request_id=request_id if isinstance(request_id, str) else None,
+            request_id=echoed_id(request_id),
         )
     return obj
 

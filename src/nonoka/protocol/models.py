@@ -31,6 +31,7 @@ from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 from nonoka.protocol.frames import (
     CAPABILITIES,
     DEFAULT_MAX_FRAME_BYTES,
+    MAX_REQUEST_ID,
     PROTOCOL_VERSION,
     EventType,
     ProtocolError,
@@ -40,6 +41,7 @@ from nonoka.protocol.frames import (
     check_event_frame,
     check_request_frame,
     dump_line,
+    echoed_id,
 )
 from nonoka.protocol.values import ErrorCode, ExecutedBy, FinishReason, RecoveryReason
 from nonoka.state.messages import Message, ReasoningPart
@@ -189,8 +191,8 @@ class ChatRequest(_Frame):
     type: Literal[RequestType.CHAT] = RequestType.CHAT
     protocol: ProtocolSpec = Field(default_factory=ProtocolSpec)
     """Required on the wire (the frame check enforces it); defaulted for convenience."""
-    request_id: str | None = None
-    """Echoed on every event of this request."""
+    request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID)
+    """Echoed on every event of this request (at most 256 characters)."""
     purpose: PurposeValue = Purpose.CHAT
     """Title requests run in their own session."""
     messages: list[Message] = Field(min_length=1)
@@ -257,7 +259,7 @@ class CancelRequest(_Frame):
     model_config = ConfigDict(json_schema_extra=_required_on_the_wire("type"))
 
     type: Literal[RequestType.CANCEL] = RequestType.CANCEL
-    request_id: str | None = None
+    request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID)
 
 
 Request = Annotated[ChatRequest | CancelRequest, Field(discriminator="type")]
@@ -469,7 +471,7 @@ def validate_request(obj: dict[str, Any], lines: RequestLines | None = None
         return model.model_validate(obj, strict=True)
     except ValidationError as exc:
         raise _field_errors(ErrorCode.INVALID_REQUEST, f"{obj['type']} request", exc,
-                            obj.get("request_id")) from None
+                            echoed_id(obj.get("request_id"))) from None
 
 
 def _validate_chat(obj: dict[str, Any], lines: RequestLines) -> ChatRequest:
@@ -508,7 +510,7 @@ def decode_event(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES)
         event = model.model_validate(obj, strict=True)
     except ValidationError as exc:
         raise _field_errors(ErrorCode.INVALID_EVENT, f"{obj['type']} event", exc,
-                            obj.get("request_id")) from None
+                            echoed_id(obj.get("request_id"))) from None
     return event  # type: ignore[return-value]  # _EVENT_MODELS only holds Event members
 
 
