@@ -58,10 +58,11 @@ PUBLIC: dict[str, list[str]] = {
         "RecordsHarness", "RowsHarness", "SessionLeasesSuite", "StoreHarness", "StoredRows",
         "StoredRowsSuite",
     ],
-    "nonoka.testing.server": ["Delay", "DropConnection", "HttpError", "Reply", "STRICT_MODES",
-                              "ScriptedOpenAIServer", "Step", "context_length_exceeded",
-                              "insufficient_quota", "load_script", "main", "rate_limited",
-                              "step_from_json"],
+    "nonoka.testing.server": ["Delay", "DropConnection", "HttpError", "RESPONSES_STRICT_MODES",
+                              "ReasoningItem", "Reply", "ResponseFailed", "ResponsesReply",
+                              "STRICT_MODES", "ScriptedOpenAIServer", "ScriptedResponsesServer",
+                              "Step", "context_length_exceeded", "insufficient_quota",
+                              "load_script", "main", "rate_limited", "step_from_json"],
 }
 
 # In a fresh interpreter, per module: __all__, whether dir() lists every name before any

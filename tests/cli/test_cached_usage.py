@@ -30,6 +30,7 @@ def test_show_reports_cache_reads_and_their_price(tmp_path: Path) -> None:
     usage = json.loads(shown.stdout)["usage"]
     assert (usage["cache_read_tokens"], usage["reasoning_tokens"]) == (90_000, 200)
     p = known.prices
+    assert p.cache_read is not None
     at_cache_rate = (10_000 * p.input + 90_000 * p.cache_read + 1_000 * p.output) / 1e6
     assert usage["cost_usd"] == at_cache_rate
     assert usage["cost_usd"] < (100_000 * p.input + 1_000 * p.output) / 1e6

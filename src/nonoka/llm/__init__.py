@@ -47,7 +47,8 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
 
     Every prefix in ``nonoka.llm.wire.PROVIDERS`` speaks the OpenAI-compatible wire
     format; ``OPENAI_BASE_URL`` overrides the endpoint, and each provider sends only its own
-    key variable (``PROVIDERS``).
+    key variable (``PROVIDERS``). ``openai-responses:<model>`` speaks OpenAI's Responses
+    API instead (``nonoka.llm.responses``), with ``openai:``'s endpoint and key.
     """
     if not isinstance(spec, str):
         return spec
@@ -61,6 +62,11 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
         from nonoka.llm.catalog import known_model
 
         known = known_model(spec)
+    if spec.partition(":")[0] == "openai-responses":
+        from nonoka.llm.responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(model=target.model, label=spec, base_url=target.base_url,
+                                    api_key=target.api_key, known=known)
     return OpenAIChatModel(model=target.model, label=spec, base_url=target.base_url,
                            api_key=target.api_key, passes=passes,
                            send_reasoning=spec.partition(":")[0] in SENDS_REASONING_BACK,
