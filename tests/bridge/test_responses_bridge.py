@@ -14,6 +14,7 @@ import pytest
 from nonoka.state.messages import ToolCall
 from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer, Step
 from tests.support.bridge import Bridge, assistant, chat, of_type, one, tool_message, user
+from tests.support.responses_api import assert_valid_request
 
 TOOLS = [{"name": "read", "description": "read a file", "parameters": {"type": "object"}}]
 PARTS = {"version": "1", "required_capabilities": ["parts"], "features": ["reasoning"]}
@@ -35,6 +36,8 @@ def responses(tmp_path: Path) -> Iterator[tuple[Bridge, ScriptedResponsesServer,
                            "OPENAI_BASE_URL": server.base_url, "NONOKA_EARLY_DISPATCH": "1"})
         yield bridge, server, steps
         assert not server.failures, server.failures
+        for body in server.requests:
+            assert_valid_request(body)
 
 
 def test_reasoning_goes_to_the_host_and_back_to_openai_step_after_step(

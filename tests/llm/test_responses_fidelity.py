@@ -25,7 +25,6 @@ from typing import Any
 import openai
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
-from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
 from pydantic import TypeAdapter
 
 from nonoka.llm.base import CallOptions, ModelResponse, ToolSpec
@@ -39,6 +38,7 @@ from nonoka.testing.server import (
     ScriptedResponsesServer,
     rate_limited,
 )
+from tests.support.responses_api import assert_valid_request
 
 USER: list[Any] = [{"role": "user", "content": "Weather in Oslo and Rome?"}]
 OSLO = ToolCall(id="call_o", name="weather", arguments='{"city": "Oslo"}')
@@ -60,25 +60,10 @@ WEATHER = ToolSpec("weather", "The weather in a city.", {
 STATELESS: dict[str, Any] = {"store": False, "include": ["reasoning.encrypted_content"]}
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
-REQUEST: TypeAdapter[Any] = TypeAdapter(ResponseCreateParamsStreaming)
 
 
 def sdk(server: ScriptedResponsesServer, retries: int = 0) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key="sk-fidelity", max_retries=retries)
-
-
-def materialized(value: Any) -> Any:
-    """A validated value with every lazily checked iterable read (which validates it)."""
-    if isinstance(value, dict):
-        return {k: materialized(v) for k, v in value.items()}
-    if value is None or isinstance(value, str | bytes | int | float | bool):
-        return value
-    return [materialized(v) for v in value]
-
-
-def assert_valid_request(body: dict[str, Any]) -> None:
-    """``body`` is a ``ResponseCreateParamsStreaming`` and holds nothing the type lacks."""
-    assert materialized(REQUEST.validate_python(body)) == body
 
 
 def raw_events(server: ScriptedResponsesServer, body: dict[str, Any]

@@ -31,6 +31,7 @@ from nonoka.testing.server import (
     context_length_exceeded,
     insufficient_quota,
 )
+from tests.support.responses_api import assert_valid_request
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()
@@ -91,6 +92,8 @@ async def test_encrypted_reasoning_goes_back_through_a_tool_loop(
     assert result.success, result.error
     assert result.output == "Sunny in both."
     assert server.rejections == []
+    for body in server.requests:
+        assert_valid_request(body)
     third = server.requests[2]["input"]
     assert [i.get("role", i["type"]) for i in third] == [
         "system", "user", "reasoning", "function_call", "function_call_output",
@@ -171,6 +174,8 @@ async def test_images_and_a_pdf_reach_the_model_and_the_store(
     finally:
         server.close()
     assert result.success, result.error
+    for body in server.requests:
+        assert_valid_request(body)
     user = server.requests[0]["input"][0]
     assert user["content"] == [
         {"type": "input_text", "text": "What are these?"},
@@ -241,6 +246,8 @@ def test_nonoka_run_with_the_responses_model(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == "There is a notes file.\n"
     assert server.rejections == []
+    for body in server.requests:
+        assert_valid_request(body)
     first, second = server.requests
     assert first["model"] == "gpt-5" and first["store"] is False
     assert first["reasoning"] == {"summary": "auto"}  # the catalog says gpt-5 reasons
