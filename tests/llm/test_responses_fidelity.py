@@ -35,6 +35,7 @@ from nonoka.testing.server import (
     ReasoningItem,
     ResponseFailed,
     ResponsesReply,
+    ScriptedOpenAIServer,
     ScriptedResponsesServer,
     rate_limited,
 )
@@ -354,6 +355,15 @@ def test_strict_checks_missing_reasoning_in_the_current_turn_only() -> None:
 def test_strict_modes_are_the_servers_own() -> None:
     with pytest.raises(ValueError, match="unknown strict mode 'gemini_signatures'"):
         ScriptedResponsesServer([], strict=["gemini_signatures"])
+
+
+def test_a_responses_step_on_the_chat_server_fails_clearly() -> None:
+    with ScriptedOpenAIServer([ResponsesReply(output=("hi",))]) as server, \
+            openai.OpenAI(base_url=server.base_url, api_key="sk-x", max_retries=0) as client, \
+            pytest.raises(openai.InternalServerError, match="for the Responses API"):
+        client.chat.completions.create(model="m", messages=USER)
+    with pytest.raises(AssertionError, match="ScriptedResponsesServer"):
+        server.assert_done()
 
 
 def test_the_server_process_serves_the_responses_api(tmp_path: Path) -> None:

@@ -232,9 +232,11 @@ class ScriptedOpenAIServer:
             handler._drop(step, request)
             return
         if not isinstance(step, ModelResponse | Reply | str):
-            self.failures.append(f"a {type(step).__name__} step is for the Responses API "
-                                 "(ScriptedResponsesServer)")
-            handler._send_error(HttpError(500, _error_body(self.failures[-1], 500)))
+            failure = (f"a {type(step).__name__} step is for the Responses API "
+                       "(ScriptedResponsesServer)")
+            with self._lock:
+                self.failures.append(failure)
+            handler._send_error(HttpError(500, _error_body(failure, 500)))
             return
         reply = as_reply(step)
         model = handler._model(request, reply.model)
