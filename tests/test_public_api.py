@@ -58,13 +58,14 @@ PUBLIC: dict[str, list[str]] = {
         "RecordsHarness", "RowsHarness", "SessionLeasesSuite", "StoreHarness", "StoredRows",
         "StoredRowsSuite",
     ],
-    "nonoka.testing.server": ["ANTHROPIC_STRICT_MODES", "AnthropicReply", "AnthropicStep",
-                              "Delay", "DropConnection", "HttpError", "Reply", "STRICT_MODES",
-                              "ScriptedAnthropicServer", "ScriptedOpenAIServer", "Step",
-                              "StreamError", "Thinking", "anthropic_overloaded",
-                              "anthropic_rate_limited", "context_length_exceeded",
-                              "insufficient_quota", "load_script", "main", "rate_limited",
-                              "step_from_json"],
+    "nonoka.testing.server": [
+        "AnthropicReply", "AnthropicStep", "Delay", "DropConnection", "HttpError",
+        "RESPONSES_STRICT_MODES", "ReasoningItem", "Reply", "ResponseFailed", "ResponsesReply",
+        "STRICT_MODES", "ScriptedAnthropicServer", "ScriptedOpenAIServer",
+        "ScriptedResponsesServer", "Step", "StreamError", "Thinking", "anthropic_overloaded",
+        "anthropic_rate_limited", "context_length_exceeded", "insufficient_quota",
+        "load_script", "main", "rate_limited", "step_from_json"
+    ],
 }
 
 # In a fresh interpreter, per module: __all__, whether dir() lists every name before any

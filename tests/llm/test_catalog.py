@@ -185,7 +185,11 @@ input = 2.0
 
 
 def test_without_a_config_file_the_catalog_is_the_builtin_one(tmp_path: Path) -> None:
-    assert project_models(tmp_path) == {model.id: model for model in BUILTIN}
+    builtin = {model.id: model for model in BUILTIN}
+    aliases = {"openai-responses:" + id.removeprefix("openai:"):
+               model.model_copy(update={"id": "openai-responses:" + id.removeprefix("openai:")})
+               for id, model in builtin.items() if id.startswith("openai:")}
+    assert project_models(tmp_path) == {**builtin, **aliases}  # the Responses API's ids too
     assert models_from_config({}) == project_models(tmp_path)
 
 

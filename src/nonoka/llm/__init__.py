@@ -51,6 +51,8 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
     key variable (``PROVIDERS``). ``anthropic:<model>`` speaks Anthropic's Messages API
     (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``; ``nonoka.llm.anthropic``), with the
     prompt cache as ``project``'s ``.nonoka/config.toml`` sets it (``[anthropic]``).
+    ``openai-responses:<model>`` speaks OpenAI's Responses API instead
+    (``nonoka.llm.responses``), with ``openai:``'s endpoint and key.
     """
     if not isinstance(spec, str):
         return spec
@@ -75,6 +77,11 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
             from nonoka.llm.catalog import known_model
 
             known = known_model(spec)
+    if spec.partition(":")[0] == "openai-responses":
+        from nonoka.llm.responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(model=target.model, label=spec, base_url=target.base_url,
+                                    api_key=target.api_key, known=known)
     return OpenAIChatModel(model=target.model, label=spec, base_url=target.base_url,
                            api_key=target.api_key, passes=passes,
                            send_reasoning=spec.partition(":")[0] in SENDS_REASONING_BACK,

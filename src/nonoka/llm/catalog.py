@@ -158,8 +158,25 @@ def models_from_config(config: Mapping[str, Any],
             f"[models] in {CONFIG_FILE} is not a table; write one [models.\"provider:model\"] "
             "table per model (docs/models.md)")
     for spec, entry in table.items():
-        catalog[spec] = _entry(str(spec), entry, catalog.get(spec))
+        catalog[spec] = _entry(str(spec), entry, catalog.get(spec) or _aliased(catalog, spec))
+    for spec, model in list(catalog.items()):
+        alias = RESPONSES + spec.removeprefix("openai:")
+        if spec.startswith("openai:") and alias not in table:
+            catalog[alias] = model.model_copy(update={"id": alias})
     return catalog
+
+
+RESPONSES = "openai-responses:"
+"""OpenAI's models through the Responses API: each ``openai:`` entry holds for the
+``openai-responses:`` id of the same model (same limits, same prices), unless the
+``[models]`` table describes that id itself."""
+
+
+def _aliased(catalog: Mapping[str, KnownModel], spec: str) -> KnownModel | None:
+    """The ``openai:`` entry an ``openai-responses:`` id starts from."""
+    if not spec.startswith(RESPONSES):
+        return None
+    return catalog.get("openai:" + spec.removeprefix(RESPONSES))
 
 
 def project_models(cwd: Path) -> dict[str, KnownModel]:

@@ -37,9 +37,12 @@ PROVIDERS: dict[str, tuple[str | None, str]] = {
     "vllm": ("http://127.0.0.1:8000/v1", "VLLM_API_KEY"),
     "ollama": ("http://127.0.0.1:11434/v1", "OLLAMA_API_KEY"),
     "llamacpp": ("http://127.0.0.1:8080/v1", "LLAMACPP_API_KEY"),
+    "openai-responses": (None, "OPENAI_API_KEY"),
 }
 """Provider prefixes that speak the OpenAI-compatible wire format: default base URL (used
-when ``OPENAI_BASE_URL`` is unset) and the variable holding the key. Each provider gets
+when ``OPENAI_BASE_URL`` is unset) and the variable holding the key. ``openai-responses``
+is OpenAI's Responses API (``nonoka.llm.responses``) at the same endpoint, with the same
+key, as ``openai``. Each provider gets
 only its own variable: a committed ``.nonoka/config.toml`` or a request's ``model`` picks
 the provider, so a fallback to ``OPENAI_API_KEY`` would let a repository send a user's
 OpenAI key to a port or host of its choosing."""
@@ -135,7 +138,7 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
 
 
 class Endpoint:
-    """Where ``/chat/completions`` lives, parsed once from the base URL."""
+    """Where ``/chat/completions`` (or another route) lives, parsed once from the base URL."""
 
     __slots__ = ("host", "path", "port", "scheme", "url")
 
@@ -161,7 +164,9 @@ class Endpoint:
         return f"Endpoint({self.url!r})"
 
     @classmethod
-    def parse(cls, base_url: str) -> Endpoint:
+    def parse(cls, base_url: str, route: str = "/chat/completions") -> Endpoint:
+        """The endpoint at ``route`` under ``base_url`` (``/responses`` for the
+        Responses API)."""
         parts = urlsplit(base_url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigurationError(
@@ -171,7 +176,7 @@ class Endpoint:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError as exc:
             raise ConfigurationError(f"model base URL {base_url!r} has a bad port") from exc
-        path = parts.path.rstrip("/") + "/chat/completions"
+        path = parts.path.rstrip("/") + route
         hostport = parts.netloc.rpartition("@")[2]
         return cls(parts.scheme, parts.hostname, port,
                    path + (f"?{parts.query}" if parts.query else ""),

@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 from nonoka.llm.base import ModelResponse
 from nonoka.testing.anthropic_checks import (
@@ -181,7 +181,7 @@ class ScriptedAnthropicServer:
             step = self._next_step(body)
             answer = step
             while isinstance(answer, Delay):
-                answer = answer.then  # any step may follow a Delay
+                answer = cast(AnthropicStep, answer.then)  # any step may follow a Delay
             if not isinstance(answer, _ANSWERS):
                 return step, None
             reply = as_anthropic(answer)
@@ -256,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
         while isinstance(step, Delay):
             if owner._closing.wait(step.seconds):
                 return
-            step = step.then  # any step may follow a Delay
+            step = cast(AnthropicStep, step.then)  # any step may follow a Delay
         if step is None:
             message_text = owner.failures[-1] if owner.failures else "the script gave no step"
             self._send_error(HttpError(500, error_body("api_error", message_text)))

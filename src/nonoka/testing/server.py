@@ -22,6 +22,13 @@ come back without their ``reasoning_content``; ``gemini_signatures`` refuses tho
 signatures that come back missing or altered. A refused request is recorded like any
 other (its index is in ``rejections``) and uses no step.
 
+``ScriptedResponsesServer`` serves OpenAI's Responses API (``POST /v1/responses``) from
+the same kinds of steps, plus ``ResponsesReply`` (output items in any order, reasoning
+items among them: ``ReasoningItem``) and ``ResponseFailed`` (a stream that ends in
+``response.failed`` or an ``error`` event); its ``openai_reasoning`` strict mode
+(``RESPONSES_STRICT_MODES``) refuses encrypted reasoning that comes back missing or
+altered (``nonoka.testing.responses``).
+
 In process::
 
     with ScriptedOpenAIServer(["hello", HttpError(429), text("again")]) as server:
@@ -32,6 +39,7 @@ In process::
 As a process (``--script`` is a JSON list; see ``step_from_json`` for the step forms)::
 
     python -m nonoka.testing.server --script steps.json --port-file port.txt --log log.jsonl
+    python -m nonoka.testing.server --api responses --script steps.json --strict openai_reasoning
 """
 
 from __future__ import annotations
@@ -49,9 +57,10 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, Self, TypeAlias
 
 from nonoka.llm.base import ModelResponse
+from nonoka.state.messages import ToolCall
 from nonoka.testing.anthropic_checks import STRICT_MODES as ANTHROPIC_STRICT_MODES
 from nonoka.testing.anthropic_replies import (
     AnthropicReply,
@@ -62,6 +71,19 @@ from nonoka.testing.anthropic_replies import (
 )
 from nonoka.testing.anthropic_server import AnthropicStep, ScriptedAnthropicServer
 from nonoka.testing.replies import Reply, as_reply, chunks, completion
+from nonoka.testing.responses import (
+    RESPONSES_STRICT_MODES,
+    ReasoningItem,
+    ResponseFailed,
+    ResponsesProduced,
+    ResponsesReply,
+    failed_events,
+    final_response,
+    partial_events,
+    prepare,
+    response_events,
+    response_id,
+)
 from nonoka.testing.steps import (
     Delay,
     DropConnection,
@@ -77,15 +99,20 @@ from nonoka.testing.strict import STRICT_MODES, Produced, checked_modes
 
 __all__ = [
     "ANTHROPIC_STRICT_MODES",
+    "RESPONSES_STRICT_MODES",
     "STRICT_MODES",
     "AnthropicReply",
     "AnthropicStep",
     "Delay",
     "DropConnection",
     "HttpError",
+    "ReasoningItem",
     "Reply",
+    "ResponseFailed",
+    "ResponsesReply",
     "ScriptedAnthropicServer",
     "ScriptedOpenAIServer",
+    "ScriptedResponsesServer",
     "Step",
     "StreamError",
     "Thinking",
@@ -111,12 +138,16 @@ class ScriptedOpenAIServer:
     ``failures``; ``assert_done`` then fails.
     """
 
+    ROUTES: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
+    """The paths answered from the script."""
+    MODES: tuple[str, ...] = STRICT_MODES
+
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0,
                  model: str = "scripted-model", chunk_size: int = 8,
                  log_path: str | os.PathLike[str] | None = None,
                  strict: Collection[str] = ()) -> None:
         self._script = script if callable(script) else list(script)
-        self.strict = checked_modes(strict)
+        self.strict = checked_modes(strict, self.MODES)
         self._address = (host, port)
         self.model = model
         self.chunk_size = max(1, chunk_size)
@@ -135,7 +166,7 @@ class ScriptedOpenAIServer:
 
     # lifecycle -----------------------------------------------------------------------
 
-    def start(self) -> ScriptedOpenAIServer:
+    def start(self) -> Self:
         self._httpd = _HTTPServer(self._address, _Handler, self)
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={
             "poll_interval": 0.05}, name="scripted-openai-server", daemon=True)
@@ -153,7 +184,7 @@ class ScriptedOpenAIServer:
             self._thread.join()
         self._httpd = None
 
-    def __enter__(self) -> ScriptedOpenAIServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -195,17 +226,45 @@ class ScriptedOpenAIServer:
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
-            refusal = self._produced.refusal(body, self.strict)
+            refusal = self._refusal(body)
             if refusal is not None:
                 self.rejections.append(len(self.requests) - 1)
                 return refusal, True
-            step = self._next_step(body)
-            answer = step
-            while isinstance(answer, Delay):
-                answer = answer.then
-            if isinstance(answer, ModelResponse | Reply | str):
-                self._produced.note(as_reply(answer))
-            return step, False
+            return self._noted(self._next_step(body)), False
+
+    def _refusal(self, body: dict[str, Any]) -> HttpError | None:
+        """What a strict mode answers ``body`` with (under the lock)."""
+        return self._produced.refusal(body, self.strict)
+
+    def _noted(self, step: Step | None) -> Step | None:
+        """Remember what ``step`` sends that a client must send back (under the lock)."""
+        answer = step
+        while isinstance(answer, Delay):
+            answer = answer.then
+        if isinstance(answer, ModelResponse | Reply | str):
+            self._produced.note(as_reply(answer))
+        return step
+
+    def _serve(self, handler: _Handler, step: Step, request: dict[str, Any]) -> None:
+        """Answer ``request`` with ``step`` (an answer or a dropped connection)."""
+        if isinstance(step, DropConnection):
+            handler._drop(step, request)
+            return
+        if not isinstance(step, ModelResponse | Reply | str):
+            failure = (f"a {type(step).__name__} step is for the Responses API "
+                       "(ScriptedResponsesServer)")
+            with self._lock:
+                self.failures.append(failure)
+            handler._send_error(HttpError(500, _error_body(failure, 500)))
+            return
+        reply = as_reply(step)
+        model = handler._model(request, reply.model)
+        if request.get("stream"):
+            include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            handler._stream(chunks(reply, model, include_usage, self.chunk_size,
+                                   self._number()))
+        else:
+            handler._send_json(200, completion(reply, model, self._number()))
 
     def _next_step(self, body: dict[str, Any]) -> Step | None:
         if callable(self._script):
@@ -234,6 +293,58 @@ class ScriptedOpenAIServer:
         line = json.dumps(record, ensure_ascii=False)
         with self._lock, self._log_path.open("a", encoding="utf-8") as log:
             log.write(line + "\n")
+
+
+class ScriptedResponsesServer(ScriptedOpenAIServer):
+    """Serves OpenAI's Responses API, ``POST /v1/responses``, from a script.
+
+    Steps as for ``ScriptedOpenAIServer`` (an answer is served as
+    ``ResponsesReply.of(step)``), plus ``ResponsesReply`` and ``ResponseFailed``. A
+    streamed request gets the API's events (``nonoka.testing.responses``); one without
+    ``stream`` gets the whole response object. ``strict=["openai_reasoning"]`` refuses a
+    request that drops or alters encrypted reasoning this server sent, as OpenAI does.
+    """
+
+    ROUTES = ("/v1/responses", "/responses")
+    MODES = RESPONSES_STRICT_MODES
+
+    def __init__(self, script: Script, **options: Any) -> None:
+        super().__init__(script, **options)
+        self._outputs = ResponsesProduced()
+        self._token = os.urandom(6).hex()
+        """Makes this server's ids and encrypted content its own."""
+
+    def _refusal(self, body: dict[str, Any]) -> HttpError | None:
+        return self._outputs.refusal(body, self.strict)
+
+    def _noted(self, step: Step | None) -> Step | None:
+        return step  # noted when served (``_serve``), with the ids it is given then
+
+    def _serve(self, handler: _Handler, step: Step, request: dict[str, Any]) -> None:
+        if isinstance(step, ResponseFailed):
+            with self._lock:
+                number = next(self._numbers)
+            handler._named_events(failed_events(step, response_id(number, self._token),
+                                                handler._model(request), request))
+            return
+        if isinstance(step, DropConnection):
+            with self._lock:
+                number = next(self._numbers)
+            handler._named_events(partial_events(
+                step.partial_text, response_id(number, self._token), handler._model(request),
+                request, self.chunk_size), drop=True)
+            return
+        if isinstance(step, HttpError | Delay):  # the handler answers those itself
+            raise TypeError(f"not an answer: {step!r}")
+        reply = step if isinstance(step, ResponsesReply) else ResponsesReply.of(step)
+        with self._lock:
+            prepared = prepare(reply, next(self._numbers), self._token)
+            self._outputs.note(prepared)
+        model = handler._model(request, reply.model)
+        if request.get("stream"):
+            handler._named_events(response_events(prepared, model, request, self.chunk_size))
+        else:
+            handler._send_json(200, final_response(prepared, model, request))
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -275,8 +386,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         record = {"time": time.time(), "method": "POST", "path": self.path,
                   "headers": _redacted(headers)}
-        if self.path.split("?")[0].rstrip("/") not in ("/v1/chat/completions",
-                                                        "/chat/completions"):
+        if self.path.split("?")[0].rstrip("/") not in owner.ROUTES:
             owner._log(record)
             self._send_error(HttpError(404, _error_body(f"no route POST {self.path}", 404)))
             return
@@ -305,20 +415,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(HttpError(500, _error_body(message, 500)))
         elif isinstance(step, HttpError):
             self._send_error(step)
-        elif isinstance(step, DropConnection):
-            self._drop(step, request)
         else:
-            reply = as_reply(step)
-            model = self._model(request, reply)
-            if request.get("stream"):
-                include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-                self._stream(chunks(reply, model, include_usage, owner.chunk_size,
-                                    owner._number()))
-            else:
-                self._send_json(200, completion(reply, model, owner._number()))
+            owner._serve(self, step, request)
 
-    def _model(self, request: dict[str, Any], reply: Reply) -> str:
-        return reply.model or str(request.get("model") or self.server.owner.model)
+    def _model(self, request: dict[str, Any], scripted: str = "") -> str:
+        return scripted or str(request.get("model") or self.server.owner.model)
 
     # writing ----------------------------------------------------------------------------
 
@@ -362,9 +463,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
 
-    def _event(self, payload: str) -> None:
+    def _event(self, payload: str, name: str | None = None) -> None:
         data = f"data: {payload}\n\n".encode()
+        if name is not None:
+            data = f"event: {name}\n".encode() + data
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _named_events(self, events: Iterator[dict[str, Any]], *, drop: bool = False) -> None:
+        """Stream Responses API events (``event:`` line and ``data:``), then end the
+        stream, or (``drop``) hang up without ending it."""
+        self._start_stream()
+        for event in events:
+            self._event(json.dumps(event), event["type"])
+        if drop:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        else:
+            self.wfile.write(b"0\r\n\r\n")
 
     def _stream(self, chunks: Iterator[dict[str, Any]]) -> None:
         self._start_stream()
@@ -377,7 +491,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._start_stream()
         owner = self.server.owner
         partial = Reply(text=step.partial_text)
-        for chunk in chunks(partial, self._model(request, partial), False, owner.chunk_size,
+        for chunk in chunks(partial, self._model(request), False, owner.chunk_size,
                             owner._number()):
             if chunk["choices"][0]["finish_reason"]:
                 break
@@ -407,6 +521,10 @@ def _describe(step: Step | None) -> str:
         return "text"
     if isinstance(step, ModelResponse | Reply):
         return "tool_calls" if step.tool_calls else "text"
+    if isinstance(step, ResponsesReply):
+        return "tool_calls" if any(isinstance(i, ToolCall) for i in step.output) else "text"
+    if isinstance(step, ResponseFailed):
+        return f"failed {step.code}"
     if isinstance(step, HttpError):
         return f"error {step.status}"
     if isinstance(step, Delay):
@@ -420,22 +538,27 @@ def _describe(step: Step | None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m nonoka.testing.server",
-        description="Serve a scripted OpenAI-compatible API until SIGTERM or Ctrl-C.")
+        description="Serve a scripted OpenAI-compatible API (or OpenAI's Responses API) "
+                    "until SIGTERM or Ctrl-C.")
     parser.add_argument("--script", required=True, help="JSON list of steps")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--port-file", help="write the chosen port here once listening")
     parser.add_argument("--log", help="append one JSON line per request here")
     parser.add_argument("--model", default="scripted-model")
-    parser.add_argument("--strict", action="append", choices=STRICT_MODES, default=[],
+    parser.add_argument("--api", choices=("chat", "responses"), default="chat",
+                        help="Chat Completions (default) or the Responses API")
+    parser.add_argument("--strict", action="append",
+                        choices=(*STRICT_MODES, *RESPONSES_STRICT_MODES), default=[],
                         help="refuse what this vendor refuses (repeatable)")
     args = parser.parse_args(argv)
+    kind = ScriptedResponsesServer if args.api == "responses" else ScriptedOpenAIServer
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    server = ScriptedOpenAIServer(load_script(args.script), host=args.host, port=args.port,
-                                  model=args.model, log_path=args.log, strict=args.strict)
+    server = kind(load_script(args.script), host=args.host, port=args.port,
+                  model=args.model, log_path=args.log, strict=args.strict)
     with server:
         if args.port_file:  # write then rename, so a reader never sees a partial number
             tmp = Path(f"{args.port_file}.tmp")

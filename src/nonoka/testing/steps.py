@@ -14,11 +14,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from nonoka.llm.base import ModelResponse, Usage
 from nonoka.state.messages import ToolCall
 from nonoka.testing.replies import ReasoningField, Reply
+
+if TYPE_CHECKING:
+    from nonoka.testing.responses import ResponseFailed, ResponsesReply
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,10 @@ class DropConnection:
     partial_text: str = ""
 
 
-Step: TypeAlias = "ModelResponse | Reply | str | HttpError | Delay | DropConnection"
+Step: TypeAlias = ("ModelResponse | Reply | str | HttpError | Delay | DropConnection"
+                   " | ResponsesReply | ResponseFailed")
+"""What a scripted server answers a request with (``ResponsesReply`` and
+``ResponseFailed``: the Responses API's server only)."""
 
 
 # the errors OpenAI sends -------------------------------------------------------------------

@@ -45,11 +45,12 @@ def gemini_signature_missing(name: str, position: int) -> HttpError:
         f"position {position}. Please refer to {GEMINI_DOCS} for more details.")
 
 
-def checked_modes(modes: Collection[str]) -> frozenset[str]:
-    unknown = sorted(set(modes) - set(STRICT_MODES))
+def checked_modes(modes: Collection[str],
+                  allowed: Collection[str] = STRICT_MODES) -> frozenset[str]:
+    unknown = sorted(set(modes) - set(allowed))
     if unknown:
         raise ValueError(f"unknown strict mode {unknown[0]!r}; use one of "
-                         f"{', '.join(STRICT_MODES)}")
+                         f"{', '.join(allowed)}")
     return frozenset(modes)
 
 

@@ -1,0 +1,381 @@
+"""HTTP and Server-Sent Events plumbing shared by the streaming model adapters.
+
+Both the Chat Completions adapter (``nonoka.llm.openai``) and the Responses API adapter
+(``nonoka.llm.responses``) post one JSON body and read a stream of ``data:`` events. What
+they share lives here: the blocking exchange on a daemon worker thread, whose parsed
+events cross to the event loop through an ``asyncio.Queue`` (so sinks run on the loop
+thread, and cancelling the awaiting task shuts the socket down, which ends the worker at
+once); the retry loop (rate limits, 5xx, timeouts and dropped connections, only while
+nothing has been delivered to the caller); how an HTTP error, a network failure and a
+``Retry-After`` header become a ``ModelError`` (status, the provider's body, the key
+masked); and pricing a call at explicit or catalog prices.
+
+Standard library only, plus ``nonoka.errors``; ``http.client`` and ``socket`` are loaded
+when a request is made.
+
+Internal: not part of the public API (docs/architecture.md, "Public API").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import random
+import threading
+from collections.abc import Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from nonoka.errors import ModelError
+
+if TYPE_CHECKING:
+    import http.client
+    import socket
+
+    from nonoka.llm.base import TextSink
+    from nonoka.llm.catalog import KnownModel
+    from nonoka.llm.inflight import EarlyRequest
+    from nonoka.llm.wire import Endpoint
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every 5xx; the same set as the SDK
+UNREACHABLE_RETRIES = 1
+"""Retries of an endpoint that refused the connection or whose name does not resolve."""
+MAX_RETRY_WAIT = 30.0  # seconds; a longer Retry-After is better handled by the caller
+MAX_ERROR_BODY = 64 * 1024
+EXCERPT_CHARS = 300
+
+
+class Failure(Exception):
+    """Why one attempt failed; turned into a ``ModelError`` once retrying is over."""
+
+    def __init__(self, detail: str, *, status: int | None = None, retryable: bool = False,
+                 retry_after: float | None = None, unreachable: bool = False,
+                 body: object = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.body = body
+        """The provider's error body (decoded JSON, or its text), as it gave it."""
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.unreachable = unreachable
+        """Nobody answers at the address: worth one quick retry (a restarting server), no more."""
+
+
+END = object()  # the worker is finished
+DONE = object()  # the server sent ``data: [DONE]``
+
+
+class Accumulator(Protocol):
+    """What an adapter builds its answer in, one attempt at a time."""
+
+    delivered: bool
+    """Something reached the caller's sink, so retrying would repeat it."""
+
+    done: bool
+    """The server sent ``data: [DONE]``."""
+
+    async def feed(self, event: dict[str, Any], on_text: TextSink | None) -> None:
+        """Take one decoded ``data:`` payload; raise ``Failure`` for an error event."""
+        ...
+
+    def complete(self) -> bool:
+        """Whether a whole answer arrived (a stream that ends before it is retried)."""
+        ...
+
+
+S = TypeVar("S", bound=Accumulator)
+
+
+class Transport:
+    """Posts a body to one endpoint and streams the answer into an ``Accumulator``,
+    retrying what is worth retrying; failures become ``ModelError``."""
+
+    def __init__(self, endpoint: Endpoint, headers: dict[str, str], api_key: str | None, *,
+                 timeout: float, max_retries: int, backoff_base: float,
+                 thread_name: str) -> None:
+        self.endpoint = endpoint
+        self.headers = headers
+        self._api_key = api_key
+        self._timeout = timeout
+        self._max_retries = max(0, max_retries)
+        self._backoff_base = backoff_base
+        self._thread_name = thread_name
+
+    async def run(self, body: bytes, new_stream: Callable[[], S], on_text: TextSink | None,
+                  early: EarlyRequest | None = None) -> S:
+        """The stream of the first attempt that yields a whole answer. ``early``: the
+        same request, already sent by the bridge; its answer is read instead of posting."""
+        attempt = 0
+        while True:
+            stream = new_stream()
+            try:
+                await self._attempt(body, stream, on_text, early)
+                return stream
+            except Failure as failure:
+                early = None  # a retry posts afresh
+                budget = min(self._max_retries, UNREACHABLE_RETRIES if failure.unreachable
+                             else self._max_retries)
+                if not failure.retryable or stream.delivered or attempt >= budget:
+                    raise self.error(failure, attempt + 1) from None
+                await asyncio.sleep(self._wait(attempt, failure.retry_after))
+                attempt += 1
+
+    async def _attempt(self, body: bytes, stream: Accumulator, on_text: TextSink | None,
+                       early: EarlyRequest | None = None) -> None:
+        """One HTTP exchange; raises ``Failure`` when it did not yield a whole answer."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[object] = asyncio.Queue()
+
+        def post(item: object) -> None:
+            with suppress(RuntimeError):  # the loop is gone: nobody is listening any more
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early)
+        worker = threading.Thread(target=exchange.run, name=self._thread_name, daemon=True)
+        worker.start()
+        try:
+            while (item := await queue.get()) is not END:
+                if isinstance(item, Failure):
+                    raise item
+                if item is DONE:
+                    stream.done = True
+                elif isinstance(item, dict):
+                    await stream.feed(item, on_text)
+        finally:
+            exchange.abort()  # a no-op when the exchange already finished
+        if not stream.complete():
+            raise Failure("the stream ended before the answer was complete", retryable=True)
+
+    def _wait(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), MAX_RETRY_WAIT)
+        delay = min(self._backoff_base * 2.0**attempt, MAX_RETRY_WAIT)
+        return delay * random.uniform(0.5, 1.0)  # jitter spreads out synchronized retries
+
+    def error(self, failure: Failure, attempts: int) -> ModelError:
+        """The ``ModelError`` for ``failure`` after ``attempts`` attempts (key masked)."""
+        url = self.endpoint.url
+        status = f" HTTP {failure.status}" if failure.status is not None else ""
+        message = f"model endpoint {url} failed{status}: {failure.detail}"
+        if attempts > 1:
+            message += f" (gave up after {attempts} attempts)"
+        if self._api_key:
+            message = message.replace(self._api_key, "***")
+        body = failure.body if isinstance(failure.body, str) else (
+            None if failure.body is None else json.dumps(failure.body))
+        if body is not None and self._api_key:
+            body = body.replace(self._api_key, "***")
+        return ModelError(message, endpoint=url, status=failure.status,
+                          retryable=failure.retryable, body=body,
+                          retry_after=failure.retry_after)
+
+
+class Pricing:
+    """What a call cost: at explicit prices per million tokens, else at the catalog's
+    (cached input at its cache-read rate, cache writes at the write rate)."""
+
+    def __init__(self, input_price: float | None, output_price: float | None,
+                 known: KnownModel | None) -> None:
+        self._prices = (input_price, output_price)
+        self._known = known
+
+    def cost(self, input_tokens: int, output_tokens: int, cached: int = 0,
+             written: int = 0) -> float | None:
+        """US dollars; ``None`` when no price is known."""
+        input_price, output_price = self._prices
+        if input_price is not None or output_price is not None:
+            return (input_tokens * (input_price or 0.0)
+                    + output_tokens * (output_price or 0.0)) / 1e6
+        if self._known is None:
+            return None
+        from nonoka.llm.catalog import cost
+
+        cached = min(cached, input_tokens)
+        return cost(self._known, input_tokens=input_tokens, output_tokens=output_tokens,
+                    cached_tokens=cached,
+                    cache_write_tokens=min(written, input_tokens - cached))
+
+
+async def tell(sink: Callable[[str], Any] | None, text: str) -> None:
+    """Hand ``text`` to a sync or async sink."""
+    if sink is not None:
+        outcome = sink(text)
+        if inspect.isawaitable(outcome):
+            await outcome
+
+
+def count(value: object) -> int:
+    """A token count from JSON (0 for anything that is not a number)."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def retryable(status: int) -> bool:
+    return status in RETRYABLE_STATUSES or status >= 500
+
+
+class Exchange:
+    """One blocking request/response on the worker thread; results go through ``post``:
+    each ``data:`` payload decoded, ``DONE`` for ``[DONE]``, a ``Failure``, then ``END``."""
+
+    def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
+                 timeout: float, post: Callable[[object], None],
+                 early: EarlyRequest | None = None) -> None:
+        self._endpoint = endpoint
+        self._early = early
+        self._body = body
+        self._headers = headers
+        self._timeout = timeout
+        self._post = post
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._aborted = False
+
+    def abort(self) -> None:
+        """Wake the worker out of any blocking read (called from the loop thread)."""
+        import socket
+
+        with self._lock:
+            self._aborted = True
+            sock = self._sock
+        if sock is not None:
+            with suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def run(self) -> None:
+        try:
+            self._exchange()
+        except Failure as failure:
+            self._post(failure)
+        except TimeoutError:
+            self._post(Failure(f"no answer within {self._timeout:g}s (timeout)", retryable=True))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a chunk that is not JSON
+            self._post(Failure(f"the server sent an invalid stream: {excerpt(str(exc))}"))
+        except Exception as exc:  # connection refused/reset, TLS, protocol errors
+            unreachable = _unreachable_detail(exc, self._endpoint)
+            if unreachable is not None:
+                self._post(Failure(unreachable, retryable=True, unreachable=True))
+            else:
+                self._post(Failure(_connection_detail(exc),
+                                   retryable=_retryable_exception(exc)))
+        finally:
+            self._post(END)
+
+    def _exchange(self) -> None:
+        early = self._early
+        conn = early.sent() if early is not None else self._endpoint.connection(self._timeout)
+        try:
+            if early is None:
+                conn.connect()
+            with self._lock:
+                self._sock = conn.sock
+                if self._aborted:
+                    return
+            if early is None:
+                conn.request("POST", self._endpoint.path, self._body, self._headers)
+            response = conn.getresponse()
+            if response.status != 200:
+                raise http_failure(response)
+            self._read_events(response)
+        finally:
+            conn.close()
+
+    def _read_events(self, response: http.client.HTTPResponse) -> None:
+        """Parse Server-Sent Events; each ``data:`` payload is one JSON object (the
+        ``event:`` lines are not needed: every payload names its own type)."""
+        data: list[bytes] = []
+        for raw in response:
+            line = raw.rstrip(b"\r\n")
+            if line.startswith(b"data:"):
+                data.append(line[5:].strip())
+            elif not line and data:  # a blank line ends an event
+                if self._dispatch(b"\n".join(data)):
+                    return
+                data = []
+        if data:
+            self._dispatch(b"\n".join(data))
+
+    def _dispatch(self, payload: bytes) -> bool:
+        if payload == b"[DONE]":
+            self._post(DONE)
+            return True
+        self._post(json.loads(payload))
+        return False
+
+
+def http_failure(response: http.client.HTTPResponse) -> Failure:
+    body = response.read(MAX_ERROR_BODY).decode("utf-8", "replace")
+    detail = body
+    try:
+        error = json.loads(body).get("error")
+        detail = str(error.get("message") or error) if isinstance(error, dict) else str(error)
+    except (ValueError, AttributeError):
+        pass
+    return Failure(excerpt(detail) or response.reason or "no details", status=response.status,
+                   retryable=retryable(response.status) and not _quota(body),
+                   retry_after=_retry_after(response), body=body)
+
+
+def _quota(body: str) -> bool:
+    """Whether a 429 says the quota is spent: waiting does not help (OpenAI's
+    ``insufficient_quota``)."""
+    return "insufficient_quota" in body
+
+
+def _retry_after(response: http.client.HTTPResponse) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` (OpenAI) or ``Retry-After`` in seconds."""
+    for header, scale in (("retry-after-ms", 1000.0), ("Retry-After", 1.0)):
+        value = response.getheader(header)
+        if value:
+            try:
+                return float(value) / scale
+            except ValueError:
+                continue  # an HTTP date; plain backoff is good enough
+    return None
+
+
+def _connection_detail(exc: Exception) -> str:
+    import http.client
+
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, http.client.IncompleteRead | http.client.RemoteDisconnected):
+        text = f"the server closed the connection ({type(exc).__name__})"
+    return f"could not talk to the server: {excerpt(text)}"
+
+
+def _unreachable_detail(exc: Exception, endpoint: Endpoint) -> str | None:
+    """Words for an endpoint nobody answers at (refused, unknown host, no route), or None.
+
+    Worded without the phrases hosts such as OpenCode read as "retry me" (e.g. "connection
+    refused"): nonoka has already retried, and a host's own retries of a dead address only
+    make a person wait a minute and a half for the same answer.
+    """
+    import errno
+    import socket
+
+    where = f"{endpoint.host}:{endpoint.port}"
+    if isinstance(exc, socket.gaierror):
+        return (f"the host name {endpoint.host!r} does not resolve ({exc.strerror or exc}); "
+                "check the model's base URL (OPENAI_BASE_URL)")
+    if isinstance(exc, ConnectionRefusedError):
+        return (f"nothing accepts connections at {where}; is the model server running, and "
+                "is the model's base URL (OPENAI_BASE_URL) right?")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        return f"no route to {where} ({exc.strerror}); check the model's base URL"
+    return None
+
+
+def _retryable_exception(exc: Exception) -> bool:
+    """Network trouble is worth retrying; a TLS certificate problem never fixes itself."""
+    import http.client
+    import ssl
+
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return False
+    return isinstance(exc, OSError | EOFError | http.client.HTTPException)
+
+
+def excerpt(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
