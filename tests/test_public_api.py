@@ -59,12 +59,12 @@ PUBLIC: dict[str, list[str]] = {
         "StoredRowsSuite",
     ],
     "nonoka.testing.server": [
-        "AnthropicReply", "AnthropicStep", "Delay", "DropConnection", "HttpError",
+        "ANTHROPIC_STRICT_MODES", "AnthropicReply", "AnthropicStep", "Delay", "DropConnection", "HttpError",
         "RESPONSES_STRICT_MODES", "ReasoningItem", "Reply", "ResponseFailed", "ResponsesReply",
         "STRICT_MODES", "ScriptedAnthropicServer", "ScriptedOpenAIServer",
         "ScriptedResponsesServer", "Step", "StreamError", "Thinking", "anthropic_overloaded",
         "anthropic_rate_limited", "context_length_exceeded", "insufficient_quota",
-        "load_script", "main", "rate_limited", "step_from_json"
+        "load_script", "main", "rate_limited", "step_from_json",
     ],
 }
 

@@ -71,9 +71,9 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
 
     target = resolve_target(spec, os.environ)
     if known is None:
-        from nonoka.llm.model_ids import BUILTIN_IDS
+        from nonoka.llm.model_ids import known as catalogued
 
-        if spec in BUILTIN_IDS:
+        if catalogued(spec):
             from nonoka.llm.catalog import known_model
 
             known = known_model(spec)

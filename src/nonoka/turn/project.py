@@ -39,10 +39,10 @@ def open_stores(project: Path, reuse: StoreReuse | None = None) -> ProjectStores
 def described(project: Path, spec: str) -> KnownModel | None:
     """The catalog's entry for ``spec`` with the project's own ``[models]`` applied; the
     catalog is not loaded for a model neither describes."""
-    from nonoka.llm.model_ids import BUILTIN_IDS
+    from nonoka.llm.model_ids import known as catalogued
 
     config = project / ".nonoka" / "config.toml"
-    if spec not in BUILTIN_IDS and not (config.is_file() and "[models" in _text(config)):
+    if not catalogued(spec) and not (config.is_file() and "[models" in _text(config)):
         return None
     from nonoka.llm.catalog import project_models
 
