@@ -59,7 +59,8 @@ PUBLIC: dict[str, list[str]] = {
         "StoredRowsSuite",
     ],
     "nonoka.testing.server": [
-        "ANTHROPIC_STRICT_MODES", "AnthropicReply", "AnthropicStep", "Delay", "DropConnection", "HttpError",
+        "ANTHROPIC_STRICT_MODES", "AnthropicReply", "AnthropicStep", "Delay", "DropConnection",
+        "HttpError",
         "RESPONSES_STRICT_MODES", "ReasoningItem", "Reply", "ResponseFailed", "ResponsesReply",
         "STRICT_MODES", "ScriptedAnthropicServer", "ScriptedOpenAIServer",
         "ScriptedResponsesServer", "Step", "StreamError", "Thinking", "anthropic_overloaded",

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from nonoka.cli.opencode_cmd import (
     INSTALL_DIR,
+    Capabilities,
     InitError,
     init_project,
     opencode,
@@ -23,6 +24,12 @@ def _config(project: Path) -> dict[str, object]:
     data = json.loads((project / "opencode.json").read_text(encoding="utf-8"))
     assert isinstance(data, dict)
     return data
+
+
+@pytest.fixture(autouse=True)
+def _no_configured_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model ``init`` describes comes from the test, never the caller's environment."""
+    monkeypatch.delenv("NONOKA_MODEL", raising=False)
 
 
 def test_fresh_project_gets_provider_copy_and_config(tmp_path: Path) -> None:
@@ -68,6 +75,7 @@ def test_rerun_is_harmless_and_keeps_user_settings(tmp_path: Path) -> None:
     assert nonoka["options"] == {"timeoutMs": 5000, "command": ["/py", "-m", "nonoka", "bridge"],
                                  "model": "openai:gpt-4o-mini"}
     assert set(nonoka["models"]) == {"openai:gpt-4o", "default"}
+    assert nonoka["models"]["default"]["limit"] == {"context": 128000, "output": 16384}
     assert any("--model nonoka/default" in s for s in first.next_steps)
     assert (tmp_path / "opencode.json").stat().st_mode & 0o777 == 0o600
 
@@ -79,6 +87,91 @@ def test_rerun_is_harmless_and_keeps_user_settings(tmp_path: Path) -> None:
 
     init_project(tmp_path, python="/py", make_default=True)
     assert _config(tmp_path)["model"] == "nonoka/default"
+
+
+def test_the_model_entry_says_what_a_known_model_can_do(tmp_path: Path) -> None:
+    """From the catalog: images and PDFs (else OpenCode replaces a file with an error
+    text), reasoning, and the limits OpenCode compacts at and asks max_tokens by."""
+    report = init_project(tmp_path, python="/py", model="openai:o4-mini")
+    default = _config(tmp_path)["provider"]["nonoka"]["models"]["default"]  # type: ignore[index]
+    assert default == {
+        "name": "nonoka (configured model)",
+        "attachment": True,
+        "modalities": {"input": ["text", "image", "pdf"], "output": ["text"]},
+        "reasoning": True,
+        "limit": {"context": 200000, "output": 100000},
+    }
+    assert any("input text/image/pdf; reasons; context 200000, output 100000" in a
+               for a in report.actions), report.actions
+    assert not any("does not know" in s for s in report.next_steps)
+
+
+def test_an_unknown_model_is_described_by_options_or_the_project_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = init_project(tmp_path, python="/py", model="openai:my-model")
+    default = _config(tmp_path)["provider"]["nonoka"]["models"]["default"]  # type: ignore[index]
+    assert default == {"name": "nonoka (configured model)"}, "nothing is guessed"
+    assert any("nonoka does not know what openai:my-model can do" in s
+               for s in report.next_steps), report.next_steps
+
+    stated = Capabilities(attachments=True, reasoning=False, context=32768, output=4096)
+    init_project(tmp_path, python="/py", model="openai:my-model", capabilities=stated)
+    models = _config(tmp_path)["provider"]["nonoka"]["models"]  # type: ignore[index]
+    assert models["default"] == {
+        "name": "nonoka (configured model)", "attachment": True,
+        "modalities": {"input": ["text", "image", "pdf"], "output": ["text"]},
+        "reasoning": False, "limit": {"context": 32768, "output": 4096}}
+
+    # Or the project describes it ([models] in .nonoka/config.toml), for the model that
+    # NONOKA_MODEL names; options still override it.
+    other = tmp_path / "other"
+    (other / ".nonoka").mkdir(parents=True)
+    (other / ".nonoka" / "config.toml").write_text(
+        '[models."openai:local"]\ncontext_tokens = 8192\nmax_output_tokens = 1024\n'
+        "image_input = true\ninput = 0.0\noutput = 0.0\n", encoding="utf-8")
+    monkeypatch.setenv("NONOKA_MODEL", "openai:local")
+    init_project(other, python="/py", capabilities=Capabilities(output=2048))
+    default = _config(other)["provider"]["nonoka"]["models"]["default"]  # type: ignore[index]
+    assert default["modalities"] == {"input": ["text", "image"], "output": ["text"]}
+    assert default["reasoning"] is False
+    assert default["limit"] == {"context": 8192, "output": 2048}
+    assert "model" not in _config(other)["provider"]["nonoka"]["options"]  # type: ignore[index]
+
+
+def test_a_user_s_own_model_fields_are_kept(tmp_path: Path) -> None:
+    mine = {"name": "mine", "cost": {"input": 1}, "limit": {"context": 5, "output": 1}}
+    (tmp_path / "opencode.json").write_text(
+        json.dumps({"provider": {"nonoka": {"models": {"default": mine}}}}), encoding="utf-8")
+    init_project(tmp_path, python="/py", model="openai:unknown")
+    default = _config(tmp_path)["provider"]["nonoka"]["models"]["default"]  # type: ignore[index]
+    assert default == {"name": "mine", "cost": {"input": 1}, "limit": {"context": 5, "output": 1}}
+    init_project(tmp_path, python="/py", model="openai:gpt-4o")
+    default = _config(tmp_path)["provider"]["nonoka"]["models"]["default"]  # type: ignore[index]
+    assert default["name"] == "mine" and default["cost"] == {"input": 1}
+    assert default["limit"] == {"context": 128000, "output": 16384}
+
+
+def test_limits_need_both_numbers(tmp_path: Path) -> None:
+    with pytest.raises(InitError, match="give --output too"):
+        init_project(tmp_path, model="openai:unknown", capabilities=Capabilities(context=1000))
+    with pytest.raises(InitError, match="cannot exceed"):
+        init_project(tmp_path, model="openai:unknown",
+                     capabilities=Capabilities(context=1000, output=2000))
+    assert not (tmp_path / "opencode.json").exists()
+
+
+def test_the_command_takes_the_capabilities(tmp_path: Path) -> None:
+    result = CliRunner().invoke(opencode, [
+        "init", "--dir", str(tmp_path), "--model", "openai:m", "--attachments",
+        "--reasoning", "--context", "64000", "--output", "8000"])
+    assert result.exit_code == 0, result.output
+    said = "nonoka/default (openai:m): input text/image/pdf; reasons; context 64000"
+    assert said in result.output
+    default = _config(tmp_path)["provider"]["nonoka"]["models"]["default"]  # type: ignore[index]
+    assert default["limit"] == {"context": 64000, "output": 8000}
+    assert default["reasoning"] is True
+    bad = CliRunner().invoke(opencode, ["init", "--dir", str(tmp_path), "--context", "0"])
+    assert bad.exit_code == 2
 
 
 def test_a_stale_provider_copy_is_replaced(tmp_path: Path) -> None:

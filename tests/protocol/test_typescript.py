@@ -81,3 +81,18 @@ def test_a_construct_it_does_not_know_is_refused(spec: dict[str, Any]) -> None:
     schema = {"$defs": {"Holder": {"type": "object", "properties": {"x": spec}}}}
     with pytest.raises(UnsupportedSchemaError):
         render(schema)
+
+
+def test_a_model_read_and_written_differently_gets_two_valid_names() -> None:
+    # pydantic names a model used in a request and in an event ``Model-Input`` / ``-Output``.
+    schema = {"$defs": {
+        "Part-Input": {"type": "object", "properties": {"text": {"type": "string"}}},
+        "Part-Output": {"type": "object", "properties": {"text": {"type": "string"}},
+                        "required": ["text"]},
+        "Holder": {"type": "object", "properties": {
+            "parts": {"type": "array", "items": {"$ref": "#/$defs/Part-Input"}}}}}}
+    rendered = render(schema)
+    assert "export interface PartInput {" in rendered
+    assert "export interface PartOutput {" in rendered
+    assert "parts?: PartInput[];" in rendered
+    assert "Part-" not in rendered

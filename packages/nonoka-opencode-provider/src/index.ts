@@ -7,11 +7,27 @@
 
 export { createNonoka, DEFAULT_CANCEL_GRACE_MS, DEFAULT_COMMAND, DEFAULT_TIMEOUT_MS } from "./provider.js";
 export type { NonokaProvider, NonokaProviderSettings } from "./provider.js";
-export { mapFinishReason, mapUsage, NonokaError, NonokaLanguageModel } from "./model.js";
+export { bridgeFailure, mapFinishReason, mapUsage, NonokaError, NonokaLanguageModel } from "./model.js";
+export { ProviderCallError, providerCallError } from "./errors.js";
+export type { ProviderFailure } from "./errors.js";
 export { BridgeError, commandText, STDERR_TAIL_BYTES } from "./bridge.js";
 export { SessionTracker } from "./session.js";
 export type { SessionHint } from "./session.js";
-export { detectPurpose, toHostTools, toolOutputText, toProtocolMessages } from "./prompt.js";
+export {
+  detectPurpose,
+  filePart,
+  needsParts,
+  NONOKA_METADATA,
+  nonokaMetadata,
+  NOTICE_PREFIX,
+  partMetadata,
+  toCallOptions,
+  toHostTools,
+  toolOutputParts,
+  toolOutputText,
+  toProtocolMessages,
+} from "./prompt.js";
+export type { NonokaPartMetadata } from "./prompt.js";
 export {
   clearSessionId,
   ID_FILE_NAME,

@@ -3,9 +3,12 @@
  *
  * The host (OpenCode) calls `doStream` once per model step with the full history. The request
  * is shaped by the session tracker (`SessionTracker`), written to a fresh bridge, and the bridge's
- * events are mapped as they arrive: text deltas to text parts, host tool calls to `tool-call`
- * parts with `finishReason.unified = "tool-calls"` (the host runs the tool and calls again), usage
- * and the finish reason to the `finish` part, bridge errors to an `error` part the host shows.
+ * events are mapped as they arrive: text deltas to text parts, reasoning to reasoning parts
+ * (ended with the provider's metadata from `assistant_metadata`, so the host stores it and
+ * sends it back), host tool calls to `tool-call` parts with their provider metadata and
+ * `finishReason.unified = "tool-calls"` (the host runs the tool and calls again), usage (cache
+ * and reasoning tokens included) and the finish reason to the `finish` part, bridge errors to
+ * an `error` part the host shows: the provider's own failure as an `APICallError`.
  */
 
 import type {
@@ -23,13 +26,24 @@ import type {
 import { randomBytes } from "node:crypto";
 
 import { BridgeError, BridgeProcess } from "./bridge.js";
+import { isProviderFailure, providerCallError, ProviderCallError } from "./errors.js";
 import type { Logger } from "./idfile.js";
-import { detectPurpose, toHostTools, toProtocolMessages } from "./prompt.js";
+import {
+  detectPurpose,
+  needsParts,
+  NOTICE_PREFIX,
+  partMetadata,
+  toCallOptions,
+  toHostTools,
+  toProtocolMessages,
+  type NonokaPartMetadata,
+} from "./prompt.js";
 import {
   decodeEvent,
   encodeRequest,
   EventDecodeError,
   PROTOCOL_VERSION,
+  type AssistantMetadata,
   type BridgeEvent,
   type ChatRequest,
   type ErrorEvent,
@@ -110,15 +124,34 @@ export function mapFinishReason(reason: FinishReason | string): LanguageModelV3F
   }
 }
 
-/** A request's token counts in the v3 usage shape; nonoka reports no cache or reasoning split. */
+/**
+ * A request's token counts in the v3 usage shape, split as the AI SDK's OpenAI-compatible
+ * provider splits a call's: cache reads (and writes) are part of the input, reasoning part of
+ * the output; a count the bridge did not report is 0 (a cache write: unset), as there.
+ */
 export function mapUsage(totals: UsageTotals): LanguageModelV3Usage {
   const raw: Record<string, number> = { input_tokens: totals.input_tokens, output_tokens: totals.output_tokens };
   if (typeof totals.cost_usd === "number") raw["cost_usd"] = totals.cost_usd;
+  const cacheRead = totals.cache_read_tokens ?? 0;
+  const cacheWrite = totals.cache_write_tokens ?? undefined;
+  const reasoning = totals.reasoning_tokens ?? 0;
+  if (cacheRead > 0) raw["cache_read_tokens"] = cacheRead;
+  if (cacheWrite !== undefined) raw["cache_write_tokens"] = cacheWrite;
+  if (reasoning > 0) raw["reasoning_tokens"] = reasoning;
   return {
-    inputTokens: { total: totals.input_tokens, noCache: totals.input_tokens, cacheRead: undefined, cacheWrite: undefined },
-    outputTokens: { total: totals.output_tokens, text: totals.output_tokens, reasoning: undefined },
+    inputTokens: { total: totals.input_tokens, noCache: totals.input_tokens - cacheRead - (cacheWrite ?? 0), cacheRead, cacheWrite },
+    outputTokens: { total: totals.output_tokens, text: totals.output_tokens - reasoning, reasoning },
     raw,
   };
+}
+
+/** The bridge's failure as the error the host sees: the provider's own, when it answered. */
+export function bridgeFailure(event: ErrorEvent): NonokaError | ProviderCallError {
+  const provider = event.details?.["provider"];
+  if (event.code === "model_error" && isProviderFailure(provider)) {
+    return providerCallError(event.code, event.message, provider);
+  }
+  return new NonokaError(event.code, event.message, event.retryable === true, event.details ?? {});
 }
 
 export class NonokaLanguageModel implements LanguageModelV3 {
@@ -144,6 +177,7 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     const call = this.prepare(options);
     const content: LanguageModelV3Content[] = [];
     const texts = new Map<string, { type: "text"; text: string }>();
+    const thoughts = new Map<string, { type: "reasoning"; text: string; providerMetadata?: SharedV3ProviderMetadata }>();
     let warnings: SharedV3Warning[] = [];
     let finish: Extract<LanguageModelV3StreamPart, { type: "finish" }> | undefined;
     const reader = call.stream.getReader();
@@ -163,6 +197,23 @@ export class NonokaLanguageModel implements LanguageModelV3 {
         case "text-delta": {
           const text = texts.get(part.id);
           if (text !== undefined) text.text += part.delta;
+          break;
+        }
+        case "reasoning-start": {
+          const thought: { type: "reasoning"; text: string; providerMetadata?: SharedV3ProviderMetadata } = { type: "reasoning", text: "" };
+          if (part.providerMetadata !== undefined) thought.providerMetadata = part.providerMetadata;
+          thoughts.set(part.id, thought);
+          content.push(thought);
+          break;
+        }
+        case "reasoning-delta": {
+          const thought = thoughts.get(part.id);
+          if (thought !== undefined) thought.text += part.delta;
+          break;
+        }
+        case "reasoning-end": {
+          const thought = thoughts.get(part.id);
+          if (thought !== undefined && part.providerMetadata !== undefined) thought.providerMetadata = part.providerMetadata;
           break;
         }
         case "tool-call":
@@ -195,13 +246,18 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     if (messages.length === 0) {
       throw new Error("nonoka needs at least one message in the prompt");
     }
-    const { tools, warnings } = toHostTools(options.tools);
+    const { tools, warnings: toolWarnings } = toHostTools(options.tools);
+    const { options: callOptions, warnings: optionWarnings } = toCallOptions(options, config.providerName);
+    const warnings = [...toolWarnings, ...optionWarnings];
     const cwd = config.cwd();
     const tracker = config.tracker(cwd);
     const hint = tracker.prepare(messages, purpose);
+    // A bridge without `parts` would drop files, reasoning, metadata and options: make it refuse.
+    const required = [...config.requiredCapabilities];
+    if (needsParts(messages, callOptions) && !required.includes("parts")) required.push("parts");
     const request: OutgoingRequest = {
       type: "chat",
-      protocol: { version: PROTOCOL_VERSION, required_capabilities: config.requiredCapabilities },
+      protocol: { version: PROTOCOL_VERSION, required_capabilities: required, features: ["reasoning"] },
       request_id: `req-${randomBytes(8).toString("hex")}`,
       purpose,
       messages,
@@ -215,6 +271,7 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     if (hint.conversationKey !== undefined) request.conversation_key = hint.conversationKey;
     if (config.model !== undefined) request.model = config.model;
     if (config.limits !== undefined) request.limits = config.limits;
+    if (callOptions !== undefined) request.options = callOptions;
     return new BridgeCall(config, request, tracker, warnings, this.modelId, options.abortSignal);
   }
 }
@@ -237,6 +294,14 @@ class BridgeCall {
   private deadline: number | undefined;
   private openText: string | undefined;
   private textCount = 0;
+  /** The reasoning part the model is streaming, ended when its metadata arrives. */
+  private openReasoning: string | undefined;
+  /**
+   * What the provider attached to the message of the model call that just ended
+   * (`assistant_metadata`); each call's `usage` comes first and clears it, and its tool
+   * calls follow it.
+   */
+  private messageMetadata: Record<string, unknown> | undefined;
   private readonly callUsage: UsageTotals[] = [];
   private readonly bridgeWarnings: WarningEvent[] = [];
   private readonly errors: ErrorEvent[] = [];
@@ -297,6 +362,7 @@ class BridgeCall {
       const failure = error instanceof BridgeError || error instanceof NonokaError ? error : new BridgeError(String(error), { command: config.command });
       this.config.log(failure.message);
       this.closeText();
+      this.closeReasoning();
       this.emit({ type: "error", error: failure });
       this.emitFinish("error", undefined);
     } finally {
@@ -377,6 +443,18 @@ class BridgeCall {
         this.config.log(`bridge warning ${event.code}: ${event.message}`);
         this.notice(`${event.code}: ${event.message}`);
         break;
+      case "reasoning_delta":
+        if (event.text === "") break;
+        this.closeText();
+        if (this.openReasoning === undefined) {
+          this.openReasoning = `reasoning-${++this.textCount}`;
+          this.emit({ type: "reasoning-start", id: this.openReasoning });
+        }
+        this.emit({ type: "reasoning-delta", id: this.openReasoning, delta: event.text });
+        break;
+      case "assistant_metadata":
+        this.settleCall(event);
+        break;
       case "text_delta":
         if (event.text === "") break;
         if (this.openText === undefined) {
@@ -387,16 +465,21 @@ class BridgeCall {
         break;
       case "tool_call": {
         this.closeText();
+        this.closeReasoning();
         const input = event.arguments.trim() === "" ? "{}" : event.arguments;
+        const own: NonokaPartMetadata = {};
+        if (event.provider_metadata != null) own.provider_metadata = event.provider_metadata;
+        if (this.messageMetadata !== undefined) own.message_provider_metadata = this.messageMetadata;
+        const metadata = Object.keys(own).length > 0 ? { providerMetadata: partMetadata(own) } : {};
         if (event.executed_by === "nonoka") {
           // nonoka runs it itself; the host must not, and the session keeps the result.
-          this.emit({ type: "tool-call", toolCallId: event.tool_call_id, toolName: event.tool_name, input, providerExecuted: true, dynamic: true });
+          this.emit({ type: "tool-call", toolCallId: event.tool_call_id, toolName: event.tool_name, input, providerExecuted: true, dynamic: true, ...metadata });
           break;
         }
         this.emit({ type: "tool-input-start", id: event.tool_call_id, toolName: event.tool_name });
         this.emit({ type: "tool-input-delta", id: event.tool_call_id, delta: input });
         this.emit({ type: "tool-input-end", id: event.tool_call_id });
-        this.emit({ type: "tool-call", toolCallId: event.tool_call_id, toolName: event.tool_name, input });
+        this.emit({ type: "tool-call", toolCallId: event.tool_call_id, toolName: event.tool_name, input, ...metadata });
         break;
       }
       case "tool_result":
@@ -411,7 +494,15 @@ class BridgeCall {
         });
         break;
       case "usage":
-        this.callUsage.push({ input_tokens: event.input_tokens, output_tokens: event.output_tokens, cost_usd: event.cost_usd ?? null });
+        this.messageMetadata = undefined; // a model call ended; its metadata follows
+        this.callUsage.push({
+          input_tokens: event.input_tokens,
+          output_tokens: event.output_tokens,
+          cost_usd: event.cost_usd ?? null,
+          cache_read_tokens: event.cache_read_tokens ?? null,
+          cache_write_tokens: event.cache_write_tokens ?? null,
+          reasoning_tokens: event.reasoning_tokens ?? null,
+        });
         break;
       case "error":
         this.errors.push(event);
@@ -427,6 +518,7 @@ class BridgeCall {
     this.finished = true;
     this.tracker.noteRevision(this.session?.id, event.revision);
     this.closeText();
+    this.closeReasoning();
     if (event.finish_reason === "limit") {
       // An empty answer that ends "length" looks like success to the host: say which limit.
       this.emit({ type: "error", error: limitError(event.termination ?? undefined) });
@@ -437,7 +529,7 @@ class BridgeCall {
         type: "error",
         error:
           first !== undefined
-            ? new NonokaError(first.code, first.message, first.retryable === true, first.details ?? {})
+            ? bridgeFailure(first)
             : new NonokaError("internal_error", "the bridge finished the request with an error but did not say which"),
       });
     }
@@ -456,7 +548,14 @@ class BridgeCall {
         finishReason: reason,
         termination: termination ?? null,
         costUsd: typeof usage.cost_usd === "number" ? usage.cost_usd : null,
-        calls: this.callUsage.map((u) => ({ inputTokens: u.input_tokens, outputTokens: u.output_tokens, costUsd: u.cost_usd ?? null })),
+        calls: this.callUsage.map((u) => ({
+          inputTokens: u.input_tokens,
+          outputTokens: u.output_tokens,
+          costUsd: u.cost_usd ?? null,
+          cacheReadTokens: u.cache_read_tokens ?? null,
+          cacheWriteTokens: u.cache_write_tokens ?? null,
+          reasoningTokens: u.reasoning_tokens ?? null,
+        })),
         warnings: this.bridgeWarnings.map((w) => ({ code: w.code, message: w.message })),
         errors: this.errors.map((e) => ({ code: e.code, message: e.message, retryable: e.retryable === true })),
       },
@@ -467,12 +566,17 @@ class BridgeCall {
   private summedUsage(): UsageTotals {
     let cost: number | null = null;
     const totals = { input_tokens: 0, output_tokens: 0 };
+    const optional = { cache_read_tokens: null as number | null, cache_write_tokens: null as number | null, reasoning_tokens: null as number | null };
     for (const u of this.callUsage) {
       totals.input_tokens += u.input_tokens;
       totals.output_tokens += u.output_tokens;
       if (typeof u.cost_usd === "number") cost = (cost ?? 0) + u.cost_usd;
+      for (const name of ["cache_read_tokens", "cache_write_tokens", "reasoning_tokens"] as const) {
+        const value = u[name];
+        if (typeof value === "number") optional[name] = (optional[name] ?? 0) + value;
+      }
     }
-    return { ...totals, cost_usd: cost };
+    return { ...totals, cost_usd: cost, ...optional };
   }
 
   /**
@@ -487,15 +591,58 @@ class BridgeCall {
     if (this.request.purpose !== "chat") return;
     this.closeText();
     const id = `nonoka-notice-${++this.textCount}`;
-    this.emit({ type: "reasoning-start", id });
-    this.emit({ type: "reasoning-delta", id, delta: `nonoka: ${text}` });
-    this.emit({ type: "reasoning-end", id });
+    const providerMetadata = partMetadata({ kind: "notice" });
+    this.emit({ type: "reasoning-start", id, providerMetadata });
+    this.emit({ type: "reasoning-delta", id, delta: `${NOTICE_PREFIX}${text}` });
+    this.emit({ type: "reasoning-end", id, providerMetadata });
   }
 
+  /**
+   * After a model call (`assistant_metadata`): end its reasoning with the provider's metadata
+   * for each part, so the host stores and resends it; reasoning the bridge did not stream (an
+   * opaque form) is added here. What the provider attached to the message itself goes on
+   * every part of the answer (the host keeps metadata per part, not per message).
+   */
+  private settleCall(event: AssistantMetadata): void {
+    const message = event.provider_metadata ?? undefined;
+    this.messageMetadata = message;
+    event.reasoning.forEach((part, index) => {
+      const own: NonokaPartMetadata = { kind: "reasoning" };
+      if (part.provider_metadata != null) own.provider_metadata = part.provider_metadata;
+      if (message !== undefined) own.message_provider_metadata = message;
+      const providerMetadata = partMetadata(own);
+      if (index === 0 && this.openReasoning !== undefined) {
+        this.emit({ type: "reasoning-end", id: this.openReasoning, providerMetadata });
+        this.openReasoning = undefined;
+        return;
+      }
+      const id = `reasoning-${++this.textCount}`;
+      this.emit({ type: "reasoning-start", id, providerMetadata });
+      if (part.text !== "") this.emit({ type: "reasoning-delta", id, delta: part.text });
+      this.emit({ type: "reasoning-end", id, providerMetadata });
+    });
+    this.closeReasoning();
+    this.closeText();
+  }
+
+  /** End the open text part, with the message's provider metadata when there is any. */
   private closeText(): void {
     if (this.openText !== undefined) {
-      this.emit({ type: "text-end", id: this.openText });
+      const message = this.messageMetadata;
+      this.emit(
+        message !== undefined
+          ? { type: "text-end", id: this.openText, providerMetadata: partMetadata({ message_provider_metadata: message }) }
+          : { type: "text-end", id: this.openText },
+      );
       this.openText = undefined;
+    }
+  }
+
+  /** End the open reasoning part (its metadata never came: the call failed or was cut short). */
+  private closeReasoning(): void {
+    if (this.openReasoning !== undefined) {
+      this.emit({ type: "reasoning-end", id: this.openReasoning, providerMetadata: partMetadata({ kind: "reasoning" }) });
+      this.openReasoning = undefined;
     }
   }
 
@@ -505,6 +652,7 @@ class BridgeCall {
       await bridge.stop(this.config.cancelGraceMs);
       this.config.log(`the bridge for request ${this.request.request_id} ended without a finish event after being cancelled (${bridge.describeExit()})`);
       this.closeText();
+      this.closeReasoning();
       this.emitFinish("cancelled", undefined);
       return;
     }

@@ -1,63 +1,243 @@
 /**
- * From the AI SDK's call options to the protocol's request fields.
+ * From the AI SDK's call options to the protocol's request fields, losslessly.
  *
  * The host (OpenCode) owns its tools: it runs them and sends their results back in the next
  * call's history, which arrives here as `tool` messages answering the assistant's
  * `tool_call_id`s. Calls nonoka ran itself (provider-executed) are left out of the history:
  * the session already holds their results.
+ *
+ * Everything the prompt carries reaches the bridge (capability `parts`): files (images, PDFs,
+ * text files) as `parts`, a user message of several texts as its parts, the model's reasoning
+ * with the provider metadata this provider attached to it when it streamed it (key `nonoka`,
+ * `NONOKA_METADATA`), a tool call's provider metadata (a Gemini thought signature), and the
+ * call options (`toCallOptions`). A message or part the host marked for an OpenAI-compatible
+ * endpoint (`providerOptions.openaiCompatible`: fields the AI SDK's openai-compatible provider
+ * adds to the wire message) is carried as `provider_metadata.openai_compatible`, which the
+ * bridge adds to the wire message the same way.
  */
 
 import type {
+  JSONObject,
+  JSONValue,
   LanguageModelV3CallOptions,
+  LanguageModelV3DataContent,
   LanguageModelV3FilePart,
   LanguageModelV3Prompt,
   LanguageModelV3ToolResultOutput,
+  SharedV3ProviderMetadata,
+  SharedV3ProviderOptions,
   SharedV3Warning,
 } from "@ai-sdk/provider";
 
-import type { HostTool, ProtocolMessage, ProtocolToolCall, Purpose } from "./protocol.js";
+import type {
+  CallOptionsSpec,
+  FilePart,
+  HostTool,
+  ProtocolMessage,
+  ProtocolToolCall,
+  Purpose,
+  ReasoningPartInput,
+  TextPart,
+} from "./protocol.js";
+
+/** The providerMetadata / providerOptions key of what this provider attaches to parts. */
+export const NONOKA_METADATA = "nonoka";
+
+/** The host's key for fields an OpenAI-compatible endpoint adds to a wire message. */
+const HOST_OPENAI_COMPATIBLE = "openaiCompatible";
+/** The protocol's key for the same (`nonoka.llm.wire.OPENAI_COMPATIBLE`). */
+const OPENAI_COMPATIBLE = "openai_compatible";
+
+type Metadata = Record<string, unknown>;
+
+/**
+ * What this provider attaches to the parts it streams, under `NONOKA_METADATA`, so the host
+ * stores it with the message and sends it back (as `providerOptions`) in its history.
+ *
+ * - a reasoning part the model wrote: `{kind: "reasoning", provider_metadata?}`, the
+ *   protocol's `reasoning[].provider_metadata` (whether and where the provider wants it back);
+ * - a note from nonoka shown as reasoning (a branch, a recovery): `{kind: "notice"}`, never
+ *   sent back;
+ * - a tool call: `{provider_metadata?}`, the protocol's `tool_calls[].provider_metadata`;
+ * - any part of an answer whose provider attached fields to the message itself:
+ *   `{message_provider_metadata}`, the protocol's message `provider_metadata`.
+ */
+export interface NonokaPartMetadata {
+  kind?: "reasoning" | "notice";
+  provider_metadata?: Metadata;
+  message_provider_metadata?: Metadata;
+}
+
+/** A note from nonoka shown as a reasoning block begins with this. */
+export const NOTICE_PREFIX = "nonoka: ";
 
 /** The protocol's history for an AI SDK prompt, oldest first. */
 export function toProtocolMessages(prompt: LanguageModelV3Prompt): ProtocolMessage[] {
   const messages: ProtocolMessage[] = [];
   for (const message of prompt) {
     switch (message.role) {
-      case "system":
-        messages.push({ role: "system", content: message.content });
-        break;
-      case "user": {
-        const texts = message.content.map((part) => (part.type === "text" ? part.text : describeFile(part)));
-        messages.push({ role: "user", content: texts.join("\n") });
-        break;
-      }
-      case "assistant": {
-        let text = "";
-        const calls: ProtocolToolCall[] = [];
-        for (const part of message.content) {
-          if (part.type === "text") {
-            text += part.text;
-          } else if (part.type === "tool-call" && part.providerExecuted !== true) {
-            calls.push({ id: part.toolCallId, name: part.toolName, arguments: jsonText(part.input) });
-          } else if (part.type === "file") {
-            text += describeFile(part);
-          }
-          // reasoning, provider-executed calls and their results: nothing the session lacks
-        }
-        const out: ProtocolMessage = { role: "assistant", content: text };
-        if (calls.length > 0) out.tool_calls = calls;
+      case "system": {
+        const out: ProtocolMessage = { role: "system", content: message.content };
+        withHostFields(out, message.providerOptions);
         messages.push(out);
         break;
       }
+      case "user": {
+        const parts: Array<TextPart | FilePart> = message.content.map((part) =>
+          part.type === "text" ? textPart(part.text, part.providerOptions) : filePart(part),
+        );
+        messages.push(withParts({ role: "user" }, parts, message.providerOptions));
+        break;
+      }
+      case "assistant":
+        messages.push(assistantMessage(message.content, message.providerOptions));
+        break;
       case "tool":
         for (const part of message.content) {
-          if (part.type === "tool-result") {
-            messages.push({ role: "tool", content: toolOutputText(part.output), tool_call_id: part.toolCallId });
-          }
+          if (part.type !== "tool-result") continue; // approval responses: the host's business
+          const out = withParts({ role: "tool", tool_call_id: part.toolCallId }, toolOutputParts(part.output), message.providerOptions);
+          withHostFields(out, part.providerOptions);
+          messages.push(out);
         }
         break;
     }
   }
   return messages;
+}
+
+type AssistantContent = Extract<LanguageModelV3Prompt[number], { role: "assistant" }>["content"];
+
+function assistantMessage(content: AssistantContent, options: SharedV3ProviderOptions | undefined): ProtocolMessage {
+  let text = "";
+  const calls: ProtocolToolCall[] = [];
+  const reasoning: ReasoningPartInput[] = [];
+  let metadata: Metadata | undefined;
+  for (const part of content) {
+    const mine = nonokaMetadata(part.providerOptions);
+    if (metadata === undefined && mine?.message_provider_metadata !== undefined) metadata = mine.message_provider_metadata;
+    switch (part.type) {
+      case "text":
+        text += part.text;
+        break;
+      case "reasoning": {
+        if (mine?.kind === "notice") break; // nonoka's note to the person, never the model's
+        if (mine === undefined && part.text.startsWith(NOTICE_PREFIX)) break; // one whose metadata the host dropped
+        const item: ReasoningPartInput = { text: part.text };
+        if (mine?.provider_metadata !== undefined) item.provider_metadata = mine.provider_metadata;
+        reasoning.push(item);
+        break;
+      }
+      case "tool-call": {
+        if (part.providerExecuted === true) break; // nonoka ran it: the session holds its result
+        const call: ProtocolToolCall = { id: part.toolCallId, name: part.toolName, arguments: jsonText(part.input) };
+        if (mine?.provider_metadata !== undefined) call.provider_metadata = mine.provider_metadata;
+        calls.push(call);
+        break;
+      }
+      case "file":
+        text += describeFile(part);
+        break;
+      default:
+        break; // provider-executed results: the session holds them
+    }
+  }
+  const out: ProtocolMessage = { role: "assistant", content: text };
+  if (calls.length > 0) out.tool_calls = calls;
+  if (reasoning.length > 0) out.reasoning = reasoning;
+  if (metadata !== undefined) out.provider_metadata = { ...metadata };
+  withHostFields(out, options);
+  return out;
+}
+
+/**
+ * A message with `parts`: its text is the text parts joined by newlines; one plain text
+ * part stays a plain message (`content` only), exactly as a text-only history always was.
+ */
+function withParts(message: ProtocolMessage, parts: Array<TextPart | FilePart>, options: SharedV3ProviderOptions | undefined): ProtocolMessage {
+  const texts = parts.filter((p): p is TextPart => p.type === "text");
+  message.content = texts.map((p) => p.text).join("\n");
+  withHostFields(message, options);
+  const only = parts.length === 1 ? texts[0] : undefined;
+  if (only !== undefined) {
+    // One text: a plain message; fields the host set on that part go on the message, where
+    // the openai-compatible provider puts them for a one-text message.
+    const host = only.provider_metadata?.[OPENAI_COMPATIBLE];
+    if (isObject(host)) withHostFields(message, { [HOST_OPENAI_COMPATIBLE]: host as JSONObject });
+  } else if (parts.length > 0) {
+    message.parts = parts;
+  }
+  return message;
+}
+
+function textPart(text: string, options: SharedV3ProviderOptions | undefined): TextPart {
+  const part: TextPart = { type: "text", text };
+  const host = hostFields(options);
+  if (host !== undefined) part.provider_metadata = { [OPENAI_COMPATIBLE]: host };
+  return part;
+}
+
+/** A file as the protocol carries it: its bytes in base64, or the URL the host gave. */
+export function filePart(part: { mediaType: string; data: LanguageModelV3DataContent; filename?: string | undefined; providerOptions?: SharedV3ProviderOptions | undefined }): FilePart {
+  const out: FilePart = { type: "file", media_type: part.mediaType };
+  const data = part.data;
+  if (data instanceof URL) {
+    const inline = dataUrl(data.href);
+    if (inline !== undefined) {
+      out.data = inline.data;
+      if (part.mediaType === "" || part.mediaType.endsWith("/*")) out.media_type = inline.mediaType;
+    } else {
+      out.url = data.href;
+    }
+  } else {
+    out.data = typeof data === "string" ? data : Buffer.from(data).toString("base64");
+  }
+  if (part.filename !== undefined) out.filename = part.filename;
+  const host = hostFields(part.providerOptions);
+  if (host !== undefined) out.provider_metadata = { [OPENAI_COMPATIBLE]: host };
+  return out;
+}
+
+function dataUrl(href: string): { mediaType: string; data: string } | undefined {
+  const match = /^data:([^;,]*)(;[^,]*)?,(.*)$/s.exec(href);
+  if (match === null) return undefined;
+  const [, mediaType = "", params = "", body = ""] = match;
+  const data = params.split(";").includes("base64") ? body : Buffer.from(decodeURIComponent(body), "utf8").toString("base64");
+  return { mediaType, data };
+}
+
+/** The parts of a tool's output: its text, and the files (images...) it returned. */
+export function toolOutputParts(output: LanguageModelV3ToolResultOutput): Array<TextPart | FilePart> {
+  if (output.type !== "content") return [{ type: "text", text: toolOutputText(output) }];
+  const parts: Array<TextPart | FilePart> = [];
+  for (const item of output.value) {
+    switch (item.type) {
+      case "text":
+        parts.push({ type: "text", text: item.text });
+        break;
+      case "file-data":
+        parts.push(filePart({ mediaType: item.mediaType, data: item.data, filename: item.filename }));
+        break;
+      case "image-data":
+        parts.push(filePart({ mediaType: item.mediaType, data: item.data }));
+        break;
+      case "file-url":
+        parts.push(filePart({ mediaType: item.mediaType ?? "application/octet-stream", data: new URL(item.url) }));
+        break;
+      case "image-url":
+        parts.push(filePart({ mediaType: "image/*", data: new URL(item.url) }));
+        break;
+      default: {
+        // `media` (the AI SDK 5 name of file-data), file ids, custom parts: what can be carried is
+        const loose = item as { data?: unknown; mediaType?: unknown };
+        if (typeof loose.data === "string" && typeof loose.mediaType === "string") {
+          parts.push(filePart({ mediaType: loose.mediaType, data: loose.data }));
+        } else {
+          parts.push({ type: "text", text: JSON.stringify(item) });
+        }
+      }
+    }
+  }
+  return parts;
 }
 
 /** Host tools for the request, and warnings for those the bridge cannot offer. */
@@ -72,6 +252,120 @@ export function toHostTools(tools: LanguageModelV3CallOptions["tools"]): { tools
     }
   }
   return { tools: out, warnings };
+}
+
+/** Keys of `providerOptions.nonoka` with a meaning of their own (not body fields). */
+const PROVIDER_ONLY_OPTIONS = new Set(["purpose"]);
+
+/**
+ * The call options as the protocol's `options`, the way the AI SDK's openai-compatible
+ * provider puts them in a request body: `maxOutputTokens` → `max_tokens`, `temperature`,
+ * `topP` → `top_p`, `stopSequences` → `stop`, `seed`, `responseFormat` → `response_format`,
+ * `toolChoice` → `tool_choice` (only with tools), penalties → `extra`; the provider options
+ * under this provider's name (`providerOptions.nonoka`, where OpenCode puts a model's
+ * `options`): `reasoningEffort` → `reasoning_effort`, `textVerbosity` → `verbosity`, and
+ * every other field into `extra` by its own name, as that provider adds them to the body.
+ * `topK` has no Chat Completions field: it is dropped with a warning, as there.
+ */
+export function toCallOptions(
+  options: LanguageModelV3CallOptions,
+  providerName = NONOKA_METADATA,
+): { options: CallOptionsSpec | undefined; warnings: SharedV3Warning[] } {
+  const out: CallOptionsSpec = {};
+  const extra: Record<string, unknown> = {};
+  const warnings: SharedV3Warning[] = [];
+  if (options.maxOutputTokens !== undefined) out.max_tokens = options.maxOutputTokens;
+  if (options.temperature !== undefined) out.temperature = options.temperature;
+  if (options.topP !== undefined) out.top_p = options.topP;
+  if (options.topK !== undefined) warnings.push({ type: "unsupported", feature: "topK" });
+  if (options.frequencyPenalty !== undefined) extra["frequency_penalty"] = options.frequencyPenalty;
+  if (options.presencePenalty !== undefined) extra["presence_penalty"] = options.presencePenalty;
+  if (options.stopSequences !== undefined) out.stop = [...options.stopSequences];
+  if (options.seed !== undefined) out.seed = options.seed;
+  const mine: Record<string, unknown> = {};
+  for (const name of new Set([NONOKA_METADATA, providerName])) Object.assign(mine, options.providerOptions?.[name] ?? {});
+  if (options.responseFormat?.type === "json") {
+    const format = options.responseFormat;
+    out.response_format =
+      format.schema !== undefined
+        ? {
+            type: "json_schema",
+            json_schema: {
+              schema: format.schema,
+              strict: mine["strictJsonSchema"] !== false,
+              name: format.name ?? "response",
+              ...(format.description !== undefined ? { description: format.description } : {}),
+            },
+          }
+        : { type: "json_object" };
+  }
+  const choice = options.toolChoice;
+  if (choice !== undefined && (options.tools ?? []).length > 0) {
+    out.tool_choice = choice.type === "tool" ? { type: "function", function: { name: choice.toolName } } : choice.type;
+  }
+  for (const [key, value] of Object.entries(mine)) {
+    if (value === undefined || PROVIDER_ONLY_OPTIONS.has(key)) continue;
+    if (key === "reasoningEffort" && typeof value === "string") out.reasoning_effort = value;
+    else if (key === "textVerbosity") extra["verbosity"] = value;
+    else if (key === "strictJsonSchema") continue; // shapes response_format above
+    else extra[key] = value;
+  }
+  if (Object.keys(extra).length > 0) out.extra = extra;
+  return { options: Object.keys(out).length > 0 ? out : undefined, warnings };
+}
+
+/** Whether a request carries anything only a bridge with capability `parts` understands. */
+export function needsParts(messages: readonly ProtocolMessage[], options: CallOptionsSpec | undefined): boolean {
+  if (options !== undefined) return true;
+  return messages.some(
+    (m) =>
+      (m.parts ?? null) !== null ||
+      (m.reasoning ?? null) !== null ||
+      (m.provider_metadata ?? null) !== null ||
+      (m.tool_calls ?? []).some((c) => (c.provider_metadata ?? null) !== null),
+  );
+}
+
+/** The `nonoka` metadata the host sent back with a part, when there is any. */
+export function nonokaMetadata(options: SharedV3ProviderOptions | SharedV3ProviderMetadata | undefined): NonokaPartMetadata | undefined {
+  const value = options?.[NONOKA_METADATA];
+  if (value === undefined || value === null || typeof value !== "object") return undefined;
+  const out: NonokaPartMetadata = {};
+  const kind = value["kind"];
+  if (kind === "reasoning" || kind === "notice") out.kind = kind;
+  const own = value["provider_metadata"];
+  if (isObject(own)) out.provider_metadata = own;
+  const message = value["message_provider_metadata"];
+  if (isObject(message)) out.message_provider_metadata = message;
+  return out;
+}
+
+/** `NonokaPartMetadata` as the providerMetadata of a streamed part. */
+export function partMetadata(metadata: NonokaPartMetadata): SharedV3ProviderMetadata {
+  const value: JSONObject = {};
+  if (metadata.kind !== undefined) value["kind"] = metadata.kind;
+  if (metadata.provider_metadata !== undefined) value["provider_metadata"] = metadata.provider_metadata as JSONValue;
+  if (metadata.message_provider_metadata !== undefined) value["message_provider_metadata"] = metadata.message_provider_metadata as JSONValue;
+  return { [NONOKA_METADATA]: value };
+}
+
+/** `providerOptions.openaiCompatible` of a message or part: fields for the wire message. */
+function hostFields(options: SharedV3ProviderOptions | undefined): Metadata | undefined {
+  const fields = options?.[HOST_OPENAI_COMPATIBLE];
+  return isObject(fields) && Object.keys(fields).length > 0 ? { ...fields } : undefined;
+}
+
+/** Add a message's `providerOptions.openaiCompatible` to its protocol `provider_metadata`. */
+function withHostFields(message: ProtocolMessage, options: SharedV3ProviderOptions | undefined): void {
+  const host = hostFields(options);
+  if (host === undefined) return;
+  const current = message.provider_metadata ?? {};
+  const mine = current[OPENAI_COMPATIBLE];
+  message.provider_metadata = { ...current, [OPENAI_COMPATIBLE]: { ...(isObject(mine) ? mine : {}), ...host } };
+}
+
+function isObject(value: unknown): value is Metadata {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 const TITLE_SYSTEM = /\btitle generator\b/i;
@@ -116,7 +410,10 @@ function jsonText(input: unknown): string {
   return JSON.stringify(input);
 }
 
-/** A tool result as the text the model reads. */
+/**
+ * A tool result's text, as the AI SDK's openai-compatible provider writes it into a `tool`
+ * message (a `content` output's files go in `parts`: `toolOutputParts`).
+ */
 export function toolOutputText(output: LanguageModelV3ToolResultOutput): string {
   switch (output.type) {
     case "text":
@@ -126,21 +423,18 @@ export function toolOutputText(output: LanguageModelV3ToolResultOutput): string 
     case "error-json":
       return JSON.stringify(output.value);
     case "execution-denied":
-      return output.reason ? `Tool execution denied: ${output.reason}` : "Tool execution denied.";
+      return output.reason ?? "Tool call execution denied.";
     case "content":
       return output.value
-        .map((item) => (item.type === "text" ? item.text : `[${item.type} omitted: nonoka passes text only]`))
+        .filter((item): item is Extract<typeof item, { type: "text" }> => item.type === "text")
+        .map((item) => item.text)
         .join("\n");
   }
 }
 
-/** Text files are inlined; anything else is named, since the protocol carries text only. */
+/** A file in an assistant message (the model generated it): named in the text. */
 function describeFile(part: LanguageModelV3FilePart): string {
   const name = part.filename ?? "attachment";
-  if (part.mediaType.startsWith("text/") && !(part.data instanceof URL)) {
-    const text = typeof part.data === "string" ? Buffer.from(part.data, "base64").toString("utf8") : Buffer.from(part.data).toString("utf8");
-    return `[file ${name} (${part.mediaType})]\n${text}`;
-  }
   const where = part.data instanceof URL ? ` at ${part.data.href}` : "";
-  return `[file ${name} (${part.mediaType})${where} omitted: nonoka passes text only]`;
+  return `[file ${name} (${part.mediaType})${where}]`;
 }

@@ -16,7 +16,7 @@ export interface AssistantMetadata {
   type: "assistant_metadata";
   /** Echoed from the request, so a provider can match events to requests. */
   request_id?: string | null;
-  reasoning: ReasoningPart-Output[];
+  reasoning: ReasoningPartOutput[];
   provider_metadata?: Record<string, unknown> | null;
 }
 
@@ -232,7 +232,7 @@ export interface Message {
   /** The content in order, when it is more than one text: several texts, files. */
   parts?: (TextPart | FilePart)[] | null;
   /** An assistant message's reasoning, in the order it came. */
-  reasoning?: ReasoningPart-Input[] | null;
+  reasoning?: ReasoningPartInput[] | null;
   provider_metadata?: Record<string, unknown> | null;
 }
 
@@ -273,13 +273,13 @@ export interface ReasoningDeltaEvent {
 }
 
 /** What a model thought before it answered, as it streamed it: the text (empty when the provider gives only an opaque form) and the provider's metadata that must come back with it (a signature, an encrypted form, the field it arrived in). */
-export interface ReasoningPart-Input {
+export interface ReasoningPartInput {
   text?: string;
   provider_metadata?: Record<string, unknown> | null;
 }
 
 /** What a model thought before it answered, as it streamed it: the text (empty when the provider gives only an opaque form) and the provider's metadata that must come back with it (a signature, an encrypted form, the field it arrived in). */
-export interface ReasoningPart-Output {
+export interface ReasoningPartOutput {
   text: string;
   provider_metadata?: Record<string, unknown> | null;
 }

@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, test } from "node:test";
 
-import { BridgeError, createNonoka, NonokaError, readSessionId, idFilePath, writeSessionId } from "nonoka-opencode-provider";
+import type { LanguageModelV3Prompt, SharedV3ProviderMetadata } from "@ai-sdk/provider";
+import { APICallError } from "@ai-sdk/provider";
+import { BridgeError, createNonoka, NonokaError, ProviderCallError, providerCallError, readSessionId, idFilePath, toProtocolMessages, writeSessionId } from "nonoka-opencode-provider";
 
 import { assistantText, chatCall, collect, compactionCall, fakeProvider, ofType, sentFrames, tempDir, titleCall, user } from "./helpers.js";
 
@@ -30,7 +32,9 @@ describe("a chat step", () => {
 
     const [request] = sentFrames(tmp.dir);
     assert.equal(request?.["type"], "chat");
-    assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: [] });
+    // The call's options (max_tokens, tool_choice) need a bridge with capability parts.
+    assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: ["parts"], features: ["reasoning"] });
+    assert.deepEqual(request?.["options"], { max_tokens: 32000, tool_choice: "auto" });
     assert.equal(request?.["purpose"], "chat");
     assert.equal(request?.["new_session"], true);
     assert.equal(request?.["session_id"], undefined);
@@ -104,6 +108,130 @@ describe("a chat step", () => {
     assert.deepEqual(result.content.map((c) => c.type), ["text", "tool-call"]);
     assert.deepEqual(result.content[0], { type: "text", text: "Writing it." });
     assert.equal(result.finishReason.unified, "tool-calls");
+  });
+});
+
+describe("lossless both ways", () => {
+  test("a plain request asks for nothing new; the reasoning feature is always asked for", async () => {
+    await collect((await fakeProvider("text", tmp.dir).languageModel().doStream({ prompt: [user("hi")] })).stream);
+    const [request] = sentFrames(tmp.dir);
+    assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: [], features: ["reasoning"] });
+    assert.equal(request?.["options"], undefined);
+  });
+
+  test("reasoning streams, ends with its metadata; a call carries its own; usage splits cache and reasoning", async () => {
+    const parts = await collect((await fakeProvider("reasoning", tmp.dir).languageModel().doStream(chatCall([user("read a.txt")]))).stream);
+    assert.deepEqual(
+      parts.map((p) => p.type),
+      [
+        "stream-start", "response-metadata",
+        "reasoning-start", "reasoning-delta", "reasoning-delta",
+        "text-start", "text-delta",
+        "reasoning-end", "text-end",
+        "tool-input-start", "tool-input-delta", "tool-input-end", "tool-call",
+        "finish",
+      ],
+    );
+    assert.equal(ofType(parts, "reasoning-delta").map((p) => p.delta).join(""), "Let me think.");
+    const message = { openai_compatible: { extra_content: { tag: "m1" } } };
+    assert.deepEqual(ofType(parts, "reasoning-end")[0]?.providerMetadata, {
+      nonoka: { kind: "reasoning", provider_metadata: { openai_compatible: { field: "reasoning_content", send_back: true } }, message_provider_metadata: message },
+    });
+    assert.deepEqual(ofType(parts, "text-end")[0]?.providerMetadata, { nonoka: { message_provider_metadata: message } });
+    const call = ofType(parts, "tool-call")[0];
+    assert.deepEqual(call?.providerMetadata, {
+      nonoka: { provider_metadata: { openai_compatible: { extra_content: { google: { thought_signature: "c2ln" } } } }, message_provider_metadata: message },
+    });
+    const usage = ofType(parts, "finish")[0]?.usage;
+    assert.deepEqual(usage?.inputTokens, { total: 1200, noCache: 200, cacheRead: 1000, cacheWrite: undefined });
+    assert.deepEqual(usage?.outputTokens, { total: 9, text: 6, reasoning: 3 });
+
+    // OpenCode stores each part's providerMetadata and sends it back as providerOptions:
+    // the next request carries exactly what the bridge reported.
+    const stored = (metadata: SharedV3ProviderMetadata | undefined): SharedV3ProviderMetadata => {
+      assert.ok(metadata !== undefined);
+      return metadata;
+    };
+    const next: LanguageModelV3Prompt = [
+      user("read a.txt"),
+      {
+        role: "assistant",
+        content: [
+          { type: "reasoning", text: "Let me think.", providerOptions: stored(ofType(parts, "reasoning-end")[0]?.providerMetadata) },
+          { type: "text", text: "Reading it.", providerOptions: stored(ofType(parts, "text-end")[0]?.providerMetadata) },
+          { type: "tool-call", toolCallId: "call_s", toolName: "read", input: { filePath: "a.txt" }, providerOptions: stored(call?.providerMetadata) },
+        ],
+      },
+    ];
+    assert.deepEqual(toProtocolMessages(next)[1], {
+      role: "assistant",
+      content: "Reading it.",
+      tool_calls: [
+        { id: "call_s", name: "read", arguments: '{"filePath":"a.txt"}', provider_metadata: { openai_compatible: { extra_content: { google: { thought_signature: "c2ln" } } } } },
+      ],
+      reasoning: [{ text: "Let me think.", provider_metadata: { openai_compatible: { field: "reasoning_content", send_back: true } } }],
+      provider_metadata: message,
+    });
+  });
+
+  test("reasoning the bridge did not stream arrives whole with its metadata", async () => {
+    const parts = await collect((await fakeProvider("opaque-reasoning", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
+    assert.deepEqual(
+      parts.filter((p) => p.type.startsWith("reasoning")).map((p) => [p.type, "providerMetadata" in p ? p.providerMetadata : undefined]),
+      [
+        ["reasoning-start", { nonoka: { kind: "reasoning", provider_metadata: { openai_compatible: { encrypted: "xyz" } } } }],
+        ["reasoning-end", { nonoka: { kind: "reasoning", provider_metadata: { openai_compatible: { encrypted: "xyz" } } } }],
+      ],
+    );
+    const usage = ofType(parts, "finish")[0]?.usage;
+    assert.deepEqual(usage?.inputTokens, { total: 12, noCache: 12, cacheRead: 0, cacheWrite: undefined }, "the finish total, no cache reported");
+  });
+
+  test("doGenerate gathers reasoning with its metadata", async () => {
+    const result = await fakeProvider("reasoning", tmp.dir).languageModel().doGenerate(chatCall([user("read a.txt")]));
+    assert.deepEqual(result.content.map((c) => c.type), ["reasoning", "text", "tool-call"]);
+    assert.equal(result.content[0]?.type === "reasoning" ? result.content[0].text : "", "Let me think.");
+    assert.equal((result.content[0]?.providerMetadata?.["nonoka"] as Record<string, unknown>)?.["kind"], "reasoning");
+  });
+});
+
+describe("the provider's own failures", () => {
+  const providerError = async (env: Record<string, string>): Promise<unknown> => {
+    const provider = fakeProvider("provider-error", tmp.dir, { env: { FAKE_BRIDGE_LOG: `${tmp.dir}/requests.jsonl`, ...env } });
+    const parts = await collect((await provider.languageModel().doStream(chatCall([user("go")]))).stream);
+    assert.deepEqual(ofType(parts, "finish")[0]?.finishReason, { unified: "error", raw: "error" });
+    return ofType(parts, "error")[0]?.error;
+  };
+
+  test("are the AI SDK's APICallError, as the provider gave them: a context overflow", async () => {
+    const error = await providerError({});
+    assert.ok(APICallError.isInstance(error), "OpenCode checks APICallError.isInstance");
+    assert.ok(error instanceof ProviderCallError);
+    assert.equal(error.name, "AI_APICallError");
+    assert.equal(error.message, "This model's maximum context length is 128000 tokens.");
+    assert.equal(error.statusCode, 400);
+    assert.equal(JSON.parse(error.responseBody ?? "")["error"]["code"], "context_length_exceeded");
+    assert.equal(error.isRetryable, false);
+    assert.equal(error.responseHeaders, undefined);
+    assert.equal(error.nonokaCode, "model_error");
+  });
+
+  test("a rate limit keeps its retry-after; a spent quota is not retryable", async () => {
+    const limited = await providerError({ FAKE_ERROR_STATUS: "429", FAKE_ERROR_CODE: "rate_limit_exceeded", FAKE_ERROR_MESSAGE: "Rate limit reached", FAKE_RETRY_AFTER: "2.5", FAKE_RETRYABLE: "1" });
+    assert.ok(APICallError.isInstance(limited));
+    assert.deepEqual([limited.statusCode, limited.isRetryable, limited.responseHeaders], [429, true, { "retry-after": "2.5" }]);
+    const quota = await providerError({ FAKE_ERROR_STATUS: "429", FAKE_ERROR_CODE: "insufficient_quota", FAKE_ERROR_MESSAGE: "You exceeded your current quota" });
+    assert.ok(APICallError.isInstance(quota));
+    assert.deepEqual([quota.statusCode, quota.isRetryable, quota.message], [429, false, "You exceeded your current quota"]);
+  });
+
+  test("a body the openai-compatible provider cannot read leaves the status text as the message", () => {
+    const gemini = JSON.stringify([{ error: { code: 400, message: "Corrupted thought signature.", status: "INVALID_ARGUMENT" } }]);
+    const error = providerCallError("model_error", "model endpoint failed HTTP 400", { status: 400, body: gemini, retry_after: null, retryable: false });
+    assert.ok(APICallError.isInstance(error));
+    assert.deepEqual([error.message, error.responseBody, error.isRetryable], ["Bad Request", gemini, false]);
+    const plain = providerCallError("model_error", "model endpoint failed HTTP 502", { status: 502, body: "<html>bad gateway</html>", retryable: true });
+    assert.deepEqual([plain.message, plain.isRetryable], ["Bad Gateway", true]);
   });
 });
 

@@ -240,7 +240,9 @@ class BridgeHandler:
                            warnings=warnings,
                            revision_seen=self._revision_seen(choice.session))
         seed, prompt = split_for_new_session(self.request.messages)
-        plan = TurnInput("prompt", prompt) if prompt is not None else TurnInput()
+        last = self.request.messages[-1]
+        plan = TurnInput("prompt", prompt, prompt_message=last if last.parts else None
+                         ) if prompt is not None else TurnInput()
         return Opening(None, plan, seed=seed, warnings=warnings)
 
     def _revision_seen(self, session: Session | str) -> int | None:

@@ -163,7 +163,9 @@ def _appended(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> Tur
     if not users or (ending == users and all(
             e.role == "user" for e in stored[len(stored) - len(users):])):
         return _resumed(messages)
-    return TurnInput("prompt", users[-1], seed=[m for m in tail[:-1] if m.role != "system"])
+    last = [m for m in tail if m.role == "user"][-1]
+    return TurnInput("prompt", users[-1], seed=[m for m in tail[:-1] if m.role != "system"],
+                     prompt_message=last if last.parts else None)
 
 
 ORIGINAL_TEXT = 2000

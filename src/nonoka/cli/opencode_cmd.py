@@ -8,6 +8,16 @@ copies it into ``<project>/.nonoka/`` (a stable path that survives reinstalls an
 virtualenv moves) and points OpenCode at it, with the bridge command set to this very
 interpreter so it works from a virtualenv.
 
+The model entry (``nonoka/default``) states what the model behind it can do, so OpenCode
+sends what it would send the model directly: images and PDFs (``attachment``,
+``modalities``; without them OpenCode replaces a file with an error text), ``reasoning``,
+and its limits (``limit.context`` decides when OpenCode compacts, ``limit.output`` the
+``max_tokens`` it asks for). They come from nonoka's catalog (``nonoka.llm.catalog``, with
+the project's ``[models]`` tables in ``.nonoka/config.toml``) for the model ``--model``,
+``NONOKA_MODEL`` or the config file names, and from ``--attachments``, ``--reasoning``,
+``--context`` and ``--output``, which state them for a model the catalog does not know
+(or override it).
+
 Re-running is harmless: the copy is refreshed only when it differs, and the provider block
 is merged into ``opencode.json`` without touching the user's other settings.
 """
@@ -25,8 +35,9 @@ from typing import Any
 
 import click
 
-__all__ = ["CONFIG_FILE", "DEFAULT_MODEL", "INSTALL_DIR", "PROVIDER_ID", "InitError",
-           "InitReport", "init_project", "opencode", "shipped_provider_dir"]
+__all__ = ["CONFIG_FILE", "DEFAULT_MODEL", "INSTALL_DIR", "PROVIDER_ID", "Capabilities",
+           "InitError", "InitReport", "init_project", "model_entry", "opencode",
+           "shipped_provider_dir"]
 
 PROVIDER_ID = "nonoka"
 MODEL_ID = "default"
@@ -38,6 +49,18 @@ SCHEMA_URL = "https://opencode.ai/config.json"
 
 class InitError(Exception):
     """Something ``init`` refuses to do; the message says what to do instead."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a model can do, as ``--attachments``, ``--reasoning``, ``--context`` and
+    ``--output`` state it; ``None``: not stated (the catalog's value, if it has one)."""
+
+    attachments: bool | None = None
+    """Images and PDFs in (OpenCode's ``attachment`` and ``modalities.input``)."""
+    reasoning: bool | None = None
+    context: int | None = None
+    output: int | None = None
 
 
 @dataclass
@@ -62,23 +85,104 @@ def bridge_command(python: str | None = None) -> list[str]:
 
 
 def init_project(project: Path, *, python: str | None = None, model: str | None = None,
-                 make_default: bool | None = None) -> InitReport:
+                 make_default: bool | None = None,
+                 capabilities: Capabilities | None = None) -> InitReport:
     """Install the provider into ``project`` and merge its block into ``opencode.json``.
 
     ``model`` (a nonoka model spec such as ``openai:gpt-4o-mini``) is written to the
     provider's options; without it nonoka's own configuration decides. ``make_default``:
     ``True`` sets OpenCode's ``model`` to ``nonoka/default``, ``False`` never does, ``None``
-    only when the config names no model yet.
+    only when the config names no model yet. The ``default`` model entry gets the model's
+    capabilities (``model_entry``): the catalog's for the configured model, with
+    ``capabilities`` stating or overriding them.
     """
     project = project.resolve()
     if not project.is_dir():
         raise InitError(f"{project} is not a directory; create it first, or name another "
                         "project with --dir")
     report = InitReport(config_path=project / CONFIG_FILE, provider_dir=project / INSTALL_DIR)
+    spec = _configured_spec(project, model)
+    entry = model_entry(project, spec, capabilities or Capabilities())
     _install_provider(report)
-    _merge_config(report, python=python, model=model, make_default=make_default)
+    _merge_config(report, python=python, model=model, make_default=make_default, entry=entry)
+    _describe_entry(report, spec, entry)
     _suggest(report, project, model)
     return report
+
+
+# -- the model's capabilities ------------------------------------------------------------
+
+
+def _configured_spec(project: Path, model: str | None) -> str | None:
+    """The nonoka model ``nonoka/default`` runs: ``--model``, else nonoka's configuration
+    (``NONOKA_MODEL``, ``.nonoka/config.toml``); ``None`` when nothing names one."""
+    from nonoka.config import configured_model
+    from nonoka.errors import ConfigurationError
+
+    try:
+        return configured_model(project, model)
+    except ConfigurationError:  # none configured (or an unreadable config: run says so)
+        return None
+
+
+def model_entry(project: Path, spec: str | None, stated: Capabilities) -> dict[str, Any]:
+    """The fields of OpenCode's model entry that say what ``spec`` can do: the catalog's
+    (``nonoka.llm.catalog``, with the project's ``[models]`` tables), each overridden by
+    what ``stated`` sets. Only what is known is written: an empty dict for a model nobody
+    described and nothing stated."""
+    from nonoka.errors import ConfigurationError
+    from nonoka.llm.catalog import project_models
+
+    known = None
+    if spec is not None:
+        try:
+            known = project_models(project).get(spec)
+        except ConfigurationError as exc:
+            raise InitError(str(exc)) from exc
+    images = known.image_input if known is not None else None
+    pdfs = known.pdf_input if known is not None else None
+    if stated.attachments is not None:
+        images = pdfs = stated.attachments
+    reasoning = stated.reasoning if stated.reasoning is not None else (
+        known.reasoning if known is not None else None)
+    context = stated.context or (known.context_tokens if known is not None else None)
+    output = stated.output or (known.max_output_tokens if known is not None else None)
+    entry: dict[str, Any] = {}
+    if images is not None or pdfs is not None:
+        inputs = ["text", *(["image"] if images else []), *(["pdf"] if pdfs else [])]
+        entry["attachment"] = bool(images or pdfs)
+        entry["modalities"] = {"input": inputs, "output": ["text"]}
+    if reasoning is not None:
+        entry["reasoning"] = reasoning
+    if (context is None) != (output is None):
+        missing = "--output" if output is None else "--context"
+        raise InitError(f"OpenCode needs both limits of a model; nonoka does not know "
+                        f"{spec or 'the model'}'s, so give {missing} too")
+    if context is not None and output is not None:
+        if output > context:
+            raise InitError(f"--output ({output}) cannot exceed --context ({context})")
+        entry["limit"] = {"context": context, "output": output}
+    return entry
+
+
+def _describe_entry(report: InitReport, spec: str | None, entry: dict[str, Any]) -> None:
+    if entry:
+        said = []
+        if "modalities" in entry:
+            said.append("input " + "/".join(entry["modalities"]["input"]))
+        if "reasoning" in entry:
+            said.append("reasons" if entry["reasoning"] else "no reasoning")
+        if "limit" in entry:
+            said.append(f"context {entry['limit']['context']}, "
+                        f"output {entry['limit']['output']}")
+        report.actions.append(f"{DEFAULT_MODEL} ({spec or 'the configured model'}): "
+                              + "; ".join(said))
+    if spec is not None and not {"modalities", "limit"} <= entry.keys():
+        report.next_steps.append(
+            f"nonoka does not know what {spec} can do, so OpenCode treats it as text-only "
+            "with no known limits: re-run with --attachments/--no-attachments, "
+            "--reasoning/--no-reasoning, --context N and --output N, or describe it in "
+            f'.nonoka/config.toml ([models."{spec}"], docs/models.md)')
 
 
 # -- the provider files ------------------------------------------------------------------
@@ -137,15 +241,15 @@ def _same_files(files: list[Path], target: Path) -> bool:
 
 
 def _merge_config(report: InitReport, *, python: str | None, model: str | None,
-                  make_default: bool | None) -> None:
+                  make_default: bool | None, entry: dict[str, Any]) -> None:
     path = report.config_path
     jsonc = path.with_name(CONFIG_FILE + "c")
     existed = path.exists()
     if not existed and jsonc.exists():
         raise InitError(f"{jsonc.name} exists and its comments would be lost if nonoka "
                         f"rewrote it; add this to its \"provider\" object yourself:\n"
-                        + json.dumps({PROVIDER_ID: _provider_block({}, report, python, model)},
-                                     indent=2))
+                        + json.dumps({PROVIDER_ID: _provider_block({}, report, python, model,
+                                                                   entry)}, indent=2))
     config: dict[str, Any] = _read_config(path) if existed else {"$schema": SCHEMA_URL}
     before = json.dumps(config, sort_keys=True)
     providers = config.setdefault("provider", {})
@@ -155,7 +259,7 @@ def _merge_config(report: InitReport, *, python: str | None, model: str | None,
     if current is not None and not isinstance(current, dict):
         raise InitError(f'{path.name}: provider "{PROVIDER_ID}" is not an object; fix it and '
                         "re-run")
-    providers[PROVIDER_ID] = _provider_block(current or {}, report, python, model)
+    providers[PROVIDER_ID] = _provider_block(current or {}, report, python, model, entry)
     chosen = config.get("model")
     if make_default or (make_default is None and chosen is None):
         config["model"] = DEFAULT_MODEL
@@ -178,8 +282,9 @@ def _merge_config(report: InitReport, *, python: str | None, model: str | None,
 
 
 def _provider_block(current: dict[str, Any], report: InitReport, python: str | None,
-                    model: str | None) -> dict[str, Any]:
-    """The nonoka block, keeping whatever the user added to it (other options, models)."""
+                    model: str | None, entry: dict[str, Any]) -> dict[str, Any]:
+    """The nonoka block, keeping whatever the user added to it (other options, models);
+    the ``default`` model gets ``entry``'s capability fields, its other fields are kept."""
     block = dict(current)
     block["npm"] = f"file:{report.provider_dir}"
     block.setdefault("name", "nonoka")
@@ -191,7 +296,11 @@ def _provider_block(current: dict[str, Any], report: InitReport, python: str | N
     block["options"] = options
     models = current.get("models")
     models = dict(models) if isinstance(models, dict) else {}
-    models.setdefault(MODEL_ID, {"name": "nonoka (configured model)"})
+    default = models.get(MODEL_ID)
+    default = dict(default) if isinstance(default, dict) else {}
+    default.setdefault("name", "nonoka (configured model)")
+    default.update(entry)
+    models[MODEL_ID] = default
     block["models"] = models
     return block
 
@@ -263,19 +372,34 @@ def opencode() -> None:
                    "NONOKA_MODEL or .nonoka/config.toml when OpenCode runs).")
 @click.option("--make-default/--no-make-default", default=None,
               help="Make nonoka/default OpenCode's model (default: only if none is set).")
-def init(directory: Path, model: str | None, make_default: bool | None) -> None:
+@click.option("--attachments/--no-attachments", default=None,
+              help="The model takes images and PDFs (default: as nonoka's catalog says).")
+@click.option("--reasoning/--no-reasoning", default=None,
+              help="The model reasons before it answers (default: as the catalog says).")
+@click.option("--context", type=click.IntRange(min=1), metavar="TOKENS",
+              help="The model's context window (default: the catalog's).")
+@click.option("--output", type=click.IntRange(min=1), metavar="TOKENS",
+              help="The most tokens one answer may hold (default: the catalog's).")
+def init(directory: Path, model: str | None, make_default: bool | None,
+         attachments: bool | None, reasoning: bool | None, context: int | None,
+         output: int | None) -> None:
     """Set up this project so OpenCode runs every model step through nonoka.
 
     Copies the bundled provider into .nonoka/opencode-provider/ and merges a provider
     block "nonoka" (model nonoka/default) into opencode.json, with the bridge command
-    set to this Python's nonoka. Safe to re-run: other settings are kept. The bridge
-    keeps sessions in .nonoka/sessions.db, or where NONOKA_DATABASE_URL says (set it in
-    the provider's env option to choose another database).
+    set to this Python's nonoka, and the model's capabilities (images and PDFs,
+    reasoning, limits) from nonoka's catalog or the options. Safe to re-run: other
+    settings are kept. The bridge keeps sessions in .nonoka/sessions.db, or where
+    NONOKA_DATABASE_URL says (set it in the provider's env option to choose another
+    database).
     """
     from nonoka.cli.common import CliError
 
+    stated = Capabilities(attachments=attachments, reasoning=reasoning, context=context,
+                          output=output)
     try:
-        report = init_project(directory, model=model, make_default=make_default)
+        report = init_project(directory, model=model, make_default=make_default,
+                              capabilities=stated)
     except InitError as exc:
         raise CliError(str(exc), code="init_refused") from None
     for line in report.actions:

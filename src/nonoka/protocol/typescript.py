@@ -53,14 +53,14 @@ def _declaration(name: str, definition: Mapping[str, Any]) -> str:
     doc = _doc(definition.get("description", ""), "")
     if definition.get("type") == "object" and "properties" in definition:
         required = set(definition.get("required", ()))
-        lines = [f"{doc}export interface {name} {{"]
+        lines = [f"{doc}export interface {_name(name)} {{"]
         for prop, spec in definition["properties"].items():
             mark = "" if prop in required else "?"
             lines.append(f"{_doc(spec.get('description', ''), '  ')}"
                          f"  {_key(prop)}{mark}: {_type(spec)};")
         lines.append("}")
         return "\n".join(lines) + "\n"
-    return f"{doc}export type {name} ={_alias_body(definition)};\n"
+    return f"{doc}export type {_name(name)} ={_alias_body(definition)};\n"
 
 
 def _alias_body(definition: Mapping[str, Any]) -> str:
@@ -79,7 +79,7 @@ def _type(spec: Mapping[str, Any]) -> str:
         ref = spec["$ref"]
         if not ref.startswith(_REF):
             raise UnsupportedSchemaError(f"only local references are supported: {ref}")
-        return str(ref[len(_REF):])
+        return _name(str(ref[len(_REF):]))
     if "const" in spec:
         return json.dumps(spec["const"], ensure_ascii=False)
     if "enum" in spec:
@@ -102,6 +102,12 @@ def _type(spec: Mapping[str, Any]) -> str:
     if kind is None and not spec.keys() - {"description", "default", "title"}:
         return "unknown"  # any JSON value
     raise UnsupportedSchemaError(f"cannot translate {dict(spec)!r} to TypeScript")
+
+
+def _name(definition: str) -> str:
+    """A definition's name as a TypeScript identifier: pydantic names a model that reads
+    and writes differently ``Model-Input`` / ``Model-Output``; the dash is dropped."""
+    return "".join(c for c in definition if c.isalnum() or c in "_$")
 
 
 def _key(name: str) -> str:

@@ -5,9 +5,10 @@
  * stay the only one. The rest is exported for tests and scripts.
  */
 export { createNonoka, DEFAULT_CANCEL_GRACE_MS, DEFAULT_COMMAND, DEFAULT_TIMEOUT_MS } from "./provider.js";
-export { mapFinishReason, mapUsage, NonokaError, NonokaLanguageModel } from "./model.js";
+export { bridgeFailure, mapFinishReason, mapUsage, NonokaError, NonokaLanguageModel } from "./model.js";
+export { ProviderCallError, providerCallError } from "./errors.js";
 export { BridgeError, commandText, STDERR_TAIL_BYTES } from "./bridge.js";
 export { SessionTracker } from "./session.js";
-export { detectPurpose, toHostTools, toolOutputText, toProtocolMessages } from "./prompt.js";
+export { detectPurpose, filePart, needsParts, NONOKA_METADATA, nonokaMetadata, NOTICE_PREFIX, partMetadata, toCallOptions, toHostTools, toolOutputParts, toolOutputText, toProtocolMessages, } from "./prompt.js";
 export { clearSessionId, ID_FILE_NAME, idFilePath, isPlausibleSessionId, readSessionId, STATE_DIR_NAME, writeSessionId, } from "./idfile.js";
 export { conversationKey, decodeEvent, DEFAULT_MAX_FRAME_BYTES, encodeRequest, EventDecodeError, isContinuation, PROTOCOL_VERSION, } from "./protocol.js";

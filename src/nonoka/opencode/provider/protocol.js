@@ -18,6 +18,8 @@ const REQUIRED = {
     usage: { input_tokens: "number", output_tokens: "number" },
     error: { code: "string", message: "string" },
     finish: { finish_reason: "string", usage: "object" },
+    reasoning_delta: { text: "string" },
+    assistant_metadata: { reasoning: "object" },
 };
 /** Why a line from the bridge could not be used. `unknown_event_type` lines are skipped. */
 export class EventDecodeError extends Error {
