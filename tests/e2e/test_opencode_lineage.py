@@ -387,3 +387,29 @@ def test_the_tui_tool_turn_undo_compact_stay_one_lineage(
         assert ("user", "CREATE-FILE notes.txt") not in _chat_requests(server)[-2]
         _no_split(project, root)
     print(f"TUI e2e: {time.monotonic() - started:.1f} s")
+
+
+def test_two_opencode_sessions_alike_stay_in_their_own_lines(project: OpenCodeProject) -> None:
+    """OpenCode says which of its sessions each step belongs to (``setCacheKey``): two
+    sessions that begin with the same message never share a nonoka line, and
+    ``opencode session list`` and ``nonoka sessions list`` describe the same ones."""
+    project.opencode("SAME start")
+    project.opencode("SAME start")
+    listed = project.run(str(project.binary), "session", "list", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    hosts = [s["id"] for s in json.loads(listed.stdout)]
+    assert len(hosts) == 2
+    first, second = hosts
+    project.opencode("--session", first, "ONE goes on")
+    project.opencode("--session", second, "TWO goes on")
+    chats = _chats(project)
+    lines = {(r.get("metadata") or {}).get("host_session_id"): r["session_id"] for r in chats}
+    assert set(lines) == {first, second}, chats
+    assert len({r["session_id"] for r in chats}) == 2
+    requests = _chat_requests(project.server)
+    assert "ONE goes on" in requests[-2][-1][1] and "TWO goes on" in requests[-1][-1][1]
+    assert not any("ONE goes on" in content for _, content in requests[-1])
+    tree = project.nonoka("sessions", "list", "--tree", "--json")
+    assert tree.returncode == 0, tree.stderr
+    for sid in lines.values():
+        assert sid in tree.stdout

@@ -44,7 +44,8 @@ def test_fresh_project_gets_provider_copy_and_config(tmp_path: Path) -> None:
         "provider": {"nonoka": {
             "npm": f"file:{installed}",
             "name": "nonoka",
-            "options": {"command": ["/venv/bin/python", "-m", "nonoka", "bridge"]},
+            "options": {"command": ["/venv/bin/python", "-m", "nonoka", "bridge"],
+                        "setCacheKey": True},
             "models": {"default": {"name": "nonoka (configured model)"}},
         }},
         "model": "nonoka/default",
@@ -73,6 +74,7 @@ def test_rerun_is_harmless_and_keeps_user_settings(tmp_path: Path) -> None:
     assert providers["other"] == {"npm": "@ai-sdk/openai"}
     nonoka = providers["nonoka"]
     assert nonoka["options"] == {"timeoutMs": 5000, "command": ["/py", "-m", "nonoka", "bridge"],
+                                 "setCacheKey": True,
                                  "model": "openai:gpt-4o-mini"}
     assert set(nonoka["models"]) == {"openai:gpt-4o", "default"}
     assert nonoka["models"]["default"]["limit"] == {"context": 128000, "output": 16384}
@@ -222,7 +224,9 @@ def test_command_says_what_it_did(tmp_path: Path) -> None:
 
     bad = tmp_path / "opencode.json"
     bad.write_text("not json", encoding="utf-8")
-    failed = CliRunner().invoke(opencode, ["init", "--dir", str(tmp_path)])
+    from nonoka.cli.commands import cli  # failures are reported by the root group
+
+    failed = CliRunner().invoke(cli, ["opencode", "init", "--dir", str(tmp_path)])
     assert failed.exit_code == 1
     assert "not plain JSON" in failed.output
 

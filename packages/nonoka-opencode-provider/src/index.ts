@@ -16,6 +16,7 @@ export type { SessionHint } from "./session.js";
 export {
   detectPurpose,
   filePart,
+  hostSessionId,
   needsParts,
   NONOKA_METADATA,
   nonokaMetadata,

@@ -30,6 +30,7 @@ import { isProviderFailure, providerCallError, ProviderCallError } from "./error
 import type { Logger } from "./idfile.js";
 import {
   detectPurpose,
+  hostSessionId,
   needsParts,
   NOTICE_PREFIX,
   partMetadata,
@@ -269,6 +270,8 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     const revision = tracker.revisionOf(hint.sessionId);
     if (revision !== undefined) request.revision = revision;
     if (hint.conversationKey !== undefined) request.conversation_key = hint.conversationKey;
+    const host = purpose === "chat" ? hostSessionId(options, config.providerName) : undefined;
+    if (host !== undefined) request.host_session_id = host;
     if (config.model !== undefined) request.model = config.model;
     if (config.limits !== undefined) request.limits = config.limits;
     if (callOptions !== undefined) request.options = callOptions;

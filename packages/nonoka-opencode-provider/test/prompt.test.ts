@@ -3,6 +3,7 @@ import { describe, test } from "node:test";
 
 import {
   detectPurpose,
+  hostSessionId,
   needsParts,
   toCallOptions,
   toHostTools,
@@ -241,5 +242,22 @@ describe("detectPurpose", () => {
     assert.equal(detectPurpose({ ...userOnly, prompt: userOnly.prompt.slice(1) }), "compaction");
     assert.equal(detectPurpose(chatCall([user("Here is the conversation so far: a chat with tools")])), "chat");
     assert.equal(detectPurpose({ prompt: [user("hello")], providerOptions: { nonoka: { purpose: "compaction" } } }), "compaction");
+  });
+});
+
+describe("hostSessionId", () => {
+  test("reads OpenCode's session id from the provider options, then the header", () => {
+    const withKey = chatCall([user("hi")], { providerOptions: { nonoka: { promptCacheKey: "ses_abc" } } });
+    assert.equal(hostSessionId(withKey), "ses_abc");
+    const named = chatCall([user("hi")], { providerOptions: { mine: { promptCacheKey: "ses_x" } } });
+    assert.equal(hostSessionId(named, "mine"), "ses_x");
+    const header = chatCall([user("hi")], { headers: { "X-Session-Id": "ses_h" } });
+    assert.equal(hostSessionId(header), "ses_h");
+    assert.equal(hostSessionId(chatCall([user("hi")])), undefined);
+  });
+
+  test("is never forwarded to the model as a body field", () => {
+    const call = chatCall([user("hi")], { providerOptions: { nonoka: { promptCacheKey: "ses_abc" } } });
+    assert.equal(toCallOptions(call).options?.extra?.["promptCacheKey"], undefined);
   });
 });

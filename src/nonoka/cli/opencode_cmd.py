@@ -291,6 +291,9 @@ def _provider_block(current: dict[str, Any], report: InitReport, python: str | N
     options = current.get("options")
     options = dict(options) if isinstance(options, dict) else {}
     options["command"] = bridge_command(python)
+    # OpenCode then says which of its sessions each step belongs to (as promptCacheKey):
+    # one OpenCode session, one nonoka line, whatever the conversations' content.
+    options.setdefault("setCacheKey", True)
     if model:
         options["model"] = model
     block["options"] = options

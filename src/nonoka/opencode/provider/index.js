@@ -9,6 +9,6 @@ export { bridgeFailure, mapFinishReason, mapUsage, NonokaError, NonokaLanguageMo
 export { ProviderCallError, providerCallError } from "./errors.js";
 export { BridgeError, commandText, STDERR_TAIL_BYTES } from "./bridge.js";
 export { SessionTracker } from "./session.js";
-export { detectPurpose, filePart, needsParts, NONOKA_METADATA, nonokaMetadata, NOTICE_PREFIX, partMetadata, toCallOptions, toHostTools, toolOutputParts, toolOutputText, toProtocolMessages, } from "./prompt.js";
+export { detectPurpose, filePart, hostSessionId, needsParts, NONOKA_METADATA, nonokaMetadata, NOTICE_PREFIX, partMetadata, toCallOptions, toHostTools, toolOutputParts, toolOutputText, toProtocolMessages, } from "./prompt.js";
 export { clearSessionId, ID_FILE_NAME, idFilePath, isPlausibleSessionId, readSessionId, STATE_DIR_NAME, writeSessionId, } from "./idfile.js";
 export { conversationKey, decodeEvent, DEFAULT_MAX_FRAME_BYTES, encodeRequest, EventDecodeError, isContinuation, PROTOCOL_VERSION, } from "./protocol.js";

@@ -13,7 +13,7 @@
 import { randomBytes } from "node:crypto";
 import { BridgeError, BridgeProcess } from "./bridge.js";
 import { isProviderFailure, providerCallError, ProviderCallError } from "./errors.js";
-import { detectPurpose, needsParts, NOTICE_PREFIX, partMetadata, toCallOptions, toHostTools, toProtocolMessages, } from "./prompt.js";
+import { detectPurpose, hostSessionId, needsParts, NOTICE_PREFIX, partMetadata, toCallOptions, toHostTools, toProtocolMessages, } from "./prompt.js";
 import { decodeEvent, encodeRequest, EventDecodeError, PROTOCOL_VERSION, } from "./protocol.js";
 /** An `error` event from the bridge, as the host sees it: code and message together. */
 export class NonokaError extends Error {
@@ -206,6 +206,9 @@ export class NonokaLanguageModel {
             request.revision = revision;
         if (hint.conversationKey !== undefined)
             request.conversation_key = hint.conversationKey;
+        const host = purpose === "chat" ? hostSessionId(options, config.providerName) : undefined;
+        if (host !== undefined)
+            request.host_session_id = host;
         if (config.model !== undefined)
             request.model = config.model;
         if (config.limits !== undefined)

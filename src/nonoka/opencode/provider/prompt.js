@@ -217,7 +217,25 @@ export function toHostTools(tools) {
     return { tools: out, warnings };
 }
 /** Keys of `providerOptions.nonoka` with a meaning of their own (not body fields). */
-const PROVIDER_ONLY_OPTIONS = new Set(["purpose"]);
+const PROVIDER_ONLY_OPTIONS = new Set(["purpose", "promptCacheKey"]);
+/**
+ * The host's own id of the conversation: OpenCode puts its session id in the provider's
+ * options as `promptCacheKey` when the provider is configured with `setCacheKey: true`
+ * (`nonoka opencode init` writes it), and sends it as the `x-session-id` header.
+ */
+export function hostSessionId(options, providerName = NONOKA_METADATA) {
+    for (const name of new Set([providerName, NONOKA_METADATA])) {
+        const key = options.providerOptions?.[name]?.["promptCacheKey"];
+        if (typeof key === "string" && key.trim() !== "")
+            return key.trim().slice(0, 256);
+    }
+    for (const [name, value] of Object.entries(options.headers ?? {})) {
+        if (name.toLowerCase() === "x-session-id" && typeof value === "string" && value.trim() !== "") {
+            return value.trim().slice(0, 256);
+        }
+    }
+    return undefined;
+}
 /**
  * The call options as the protocol's `options`, the way the AI SDK's openai-compatible
  * provider puts them in a request body: `maxOutputTokens` → `max_tokens`, `temperature`,
