@@ -48,14 +48,19 @@ the provider, so a fallback to ``OPENAI_API_KEY`` would let a repository send a 
 OpenAI key to a port or host of its choosing."""
 BASE_URL_VARIABLE = "OPENAI_BASE_URL"
 """The one variable that points any provider at another endpoint."""
-KEYED = frozenset({"openai", "deepseek", "openrouter"})
+KEYED = frozenset({"openai", "deepseek", "openrouter", "openai-responses"})
 """Providers whose own endpoint refuses every request without a key: without it, nothing
 is sent (a local server, the others' default, needs none)."""
 
 
+OTHER_APIS = {"anthropic": ("ANTHROPIC_API_KEY", "https://api.anthropic.com")}
+"""Providers with an API of their own (``nonoka.llm.anthropic``): key and endpoint, for
+the messages that list every choice."""
+
+
 def provider_choices() -> str:
     """The provider prefixes, for messages: ``openai:, deepseek:, ...``."""
-    return ", ".join(f"{name}:" for name in PROVIDERS)
+    return ", ".join(f"{name}:" for name in (*PROVIDERS, *OTHER_APIS))
 
 
 def provider_lines() -> list[str]:
@@ -64,7 +69,10 @@ def provider_lines() -> list[str]:
     for name, (url, key) in PROVIDERS.items():
         where = url or DEFAULT_BASE_URL
         needs = "needed" if name in KEYED else "if the server wants one"
-        lines.append(f"{name + ':':<11} key {key} ({needs}); endpoint {where}")
+        lines.append(f"{name + ':':<17} key {key} ({needs}); {where}")
+    for name, (key, where) in OTHER_APIS.items():
+        lines.append(f"{name + ':':<17} key {key} (needed); {where} "
+                     f"({name.upper()}_BASE_URL)")
     return lines
 
 
