@@ -41,18 +41,17 @@ def test_a_long_render_leaves_the_server_answering(project: Path) -> None:
             finished.append(time.monotonic())
 
         page = threading.Thread(target=load)
-        started = time.monotonic()
         page.start()
-        waits = []
+        answered_meanwhile = 0
         while not finished:
-            asked = time.monotonic()
             assert ui.request(f"/s/{sid}/revision", token=True, timeout=120)[0] == 200
-            waits.append(time.monotonic() - asked)
-            time.sleep(0.05)
+            if not finished:  # answered while the long page was still rendering
+                answered_meanwhile += 1
+            time.sleep(0.02)
         page.join()
-        took = finished[0] - started
-        assert took > 1.0, "the page should take a while to render"
-        assert max(waits) < took / 3, f"a poll waited {max(waits):.2f} s of the {took:.2f} s"
+        # Ordering, not timing: polls were answered before the render finished (a
+        # render on the event loop would have held every one of them until the end).
+        assert answered_meanwhile >= 3, answered_meanwhile
     finally:
         ui.stop()
 

@@ -202,7 +202,8 @@ def import_command(file: Path, on_conflict: str, as_json: bool, place: Place) ->
     if as_json:
         print_json({**report.as_json(), **({"error": error} if error else {})})
         if error:
-            raise SystemExit(1)  # the report above carries the error
+            click.echo(f"nonoka: {error}", err=True)
+            raise SystemExit(1)  # the report above carries the error too
         return
     for sid in report.imported:
         click.echo(f"imported {sid}")

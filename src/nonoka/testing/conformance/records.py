@@ -237,6 +237,7 @@ class RecordStoreSuite:
         assert summary.model_dump(exclude={"cost_usd"}) == {
             "model_calls": 6, "input_tokens": 1353, "output_tokens": 61,
             "tool_calls": 3, "errors": 1, "warnings": 2,
+            "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0,
         }
         assert summary.cost_usd == pytest.approx(1.1035)
         reopened = await records.reopen()
