@@ -76,7 +76,7 @@ async def copy_database(source: ProjectStores, target: ProjectStores) -> CopyRep
                 async with src.reader() as reader:
                     with spool.open("w", encoding="utf-8") as out:
                         out.write(header_line())
-                        async for line in session_lines(reader, sid):
+                        async for line in session_lines(reader, sid, set()):
                             out.write(line)
                         out.write(jsonl.dumps({"type": "end", "sessions": 1}) + "\n")
                 await import_jsonl(target, spool, on_conflict="skip")

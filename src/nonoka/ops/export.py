@@ -1,7 +1,10 @@
 """``nonoka sessions export``: sessions as JSONL (lossless) or Markdown (for a person).
 
 Both stream: entries are read in batches and written as they come, so the memory an
-export needs does not grow with the session.
+export needs does not grow with the session. The files entries refer to go into the
+JSONL once each, before the first session that refers to them (``media_lines``); the
+Markdown names them (``[image shot.png, image/png, 2.0 MiB]``) and never holds their
+bytes.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, TextIO
 
+from nonoka.errors import CorruptSessionError
 from nonoka.ops import jsonl
 from nonoka.ops.backends import backend_for
 from nonoka.ops.model import SessionReader
+from nonoka.store.media import describe, file_parts
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 
@@ -26,15 +31,21 @@ def header_line() -> str:
                         "nonoka": __version__, "exported_at": time.time()}) + "\n"
 
 
-async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator[str]:
+async def session_lines(reader: SessionReader, session_id: str,
+                        sent: set[str] | None = None) -> AsyncIterator[str]:
     """The JSONL lines of one session (several to a string), its ``end_session`` line
-    (with the digest) last.
+    (with the digest) last; with ``sent`` (the digests of the files already written to
+    the same file), the ``media`` lines of the files it refers to that are not there yet
+    come first (``media_lines``), read in the same transaction as the session.
 
     Nothing is yielded for a session without a checkpoint.
     """
     head = await reader.head(session_id)
     if head is None:
         return
+    if sent is not None:
+        async for line in media_lines(reader, session_id, sent):
+            yield line
     index = await reader.index(session_id)
     record = None if index is None else SessionRecord.model_validate(index)
     lineage = None
@@ -76,6 +87,26 @@ async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator
                        "digest": digest.hexdigest()}) + "\n"
 
 
+async def media_lines(reader: SessionReader, session_id: str,
+                      sent: set[str]) -> AsyncIterator[str]:
+    """The ``media`` lines of the files the session refers to that are not in ``sent``
+    (the digests already written to the same file), which it then holds too.
+
+    A reference whose file is not stored is a ``CorruptSessionError``: the export could
+    not be imported (``nonoka db check`` lists such references).
+    """
+    for digest in await reader.files(session_id):
+        if digest in sent:
+            continue
+        file = await reader.file(digest)
+        if file is None:
+            raise CorruptSessionError(
+                f"session {session_id} refers to the file {digest}, which is not stored; "
+                "nothing of the session was exported (run `nonoka db check`)")
+        sent.add(digest)
+        yield jsonl.media_line(file)
+
+
 async def export_jsonl(stores: ProjectStores, session_ids: list[str] | None,
                        out: TextIO) -> int:
     """Write the sessions (every one when ``None``) to ``out``; the number written.
@@ -86,9 +117,10 @@ async def export_jsonl(stores: ProjectStores, session_ids: list[str] | None,
     ids = await _resolve(backend.session_ids, session_ids)
     out.write(header_line())
     written = 0
+    sent: set[str] = set()
     async with backend.reader() as reader:
         for sid in ids:
-            async for line in session_lines(reader, sid):
+            async for line in session_lines(reader, sid, sent):
                 out.write(line)
             written += 1
     out.write(jsonl.dumps({"type": "end", "sessions": written}) + "\n")
@@ -167,16 +199,23 @@ def _fence(text: str) -> str:
     return f"{ticks}\n{text}\n{ticks}"
 
 
+def _files_markdown(entry: Any) -> str:
+    """The entry's files, named: ``[image shot.png, image/png, 2.0 MiB]`` (their bytes,
+    stored or inline, never written)."""
+    return "".join(f"{describe(part)}\n\n" for part in file_parts(entry.metadata))
+
+
 def _entry_markdown(entry: Any) -> str:
     role = entry.role
     if role == "tool":
         name = entry.metadata.get("tool_name", "tool")
         label = "error" if entry.metadata.get("is_error") else "result"
         return (f"<details><summary>{label} of {name}</summary>\n\n{_fence(entry.content)}"
-                "\n\n</details>\n\n")
+                f"\n\n{_files_markdown(entry)}</details>\n\n")
     parts = [f"## {role.capitalize()}\n\n"]
     if entry.content:
         parts.append(entry.content.rstrip() + "\n\n")
+    parts.append(_files_markdown(entry))
     for call in entry.tool_calls:
         parts.append(f"<details><summary>tool call: {call.name}</summary>\n\n"
                      f"{_fence(call.arguments)}\n\n</details>\n\n")

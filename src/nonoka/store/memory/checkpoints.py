@@ -72,7 +72,7 @@ class MemoryCheckpointStore(StepUpdateWriter):
                 snapshot, stored + 1, state.memory_generation, entries, row.created_at, now,
                 marks)
             if plan.rewrite:
-                _collect(db, needed(row.media.values()))
+                collect_media(db, needed(row.media.values()))
             return stored + 1
 
     async def fork_session(self, state: SessionState, parent_id: str, at: int,
@@ -178,7 +178,7 @@ class MemoryCheckpointStore(StepUpdateWriter):
             for key in keys:
                 del db.step_updates[key]
             if row is not None:
-                _collect(db, needed(row.media.values()))
+                collect_media(db, needed(row.media.values()))
             return row is not None or bool(keys)
 
     # -- SessionLeases -------------------------------------------------------------------
@@ -226,8 +226,9 @@ class MemoryCheckpointStore(StepUpdateWriter):
 
 
 
-def _collect(db: MemoryDatabase, candidates: list[str]) -> None:
-    """Forget the files among ``candidates`` no stored entry refers to (the lock held)."""
+def collect_media(db: MemoryDatabase, candidates: list[str]) -> None:
+    """Forget the files among ``candidates`` no stored entry refers to (call it with the
+    database's lock held)."""
     if not candidates:
         return
     referenced = {d for row in db.checkpoints.values() for value in row.media.values()

@@ -261,14 +261,14 @@ class PostgresCheckpointStore(StepUpdateWriter):
             await conn.execute("SELECT 1 FROM checkpoints WHERE session_id = %s FOR UPDATE",
                                (session_id,))
             await _detach_branches(conn, session_id)
-            gone, dropped = await _drop_entries(conn, session_id)
+            gone, dropped = await drop_entries(conn, session_id)
             removed += gone
             for table in ("checkpoints", "step_updates"):
                 cur = await conn.execute(f"DELETE FROM {table} WHERE session_id = %s",
                                          (session_id,))
                 removed += cur.rowcount
             # Files no other entry refers to go with it, in the same transaction.
-            await _collect(conn, dropped)
+            await collect_media(conn, dropped)
         return removed > 0
 
     # -- SessionLeases --------------------------------------------------------------------
@@ -405,7 +405,7 @@ async def _detach_branches(conn: Any, session_id: str) -> None:
         await conn.execute(_DETACH, (child,))
 
 
-async def _drop_entries(conn: Any, session_id: str) -> tuple[int, list[str]]:
+async def drop_entries(conn: Any, session_id: str) -> tuple[int, list[str]]:
     """Delete the session's entry rows; how many, and the files they referred to."""
     row = await (await conn.execute(_DROP, (session_id,))).fetchone()
     return (0, []) if row is None else (int(row[0]), list(row[1] or []))
@@ -440,7 +440,7 @@ async def keep_media(conn: Any, files: list[Media]) -> None:
 _KEEP_ROUNDS = 8
 
 
-async def _collect(conn: Any, candidates: list[str]) -> None:
+async def collect_media(conn: Any, candidates: list[str]) -> None:
     """Delete the files among ``candidates`` that no entry row refers to any more, in the
     transaction that removed the references. Each is locked first (``FOR UPDATE``: a save
     referring to it again holds ``FOR KEY SHARE`` until it commits), and only then is the
@@ -470,7 +470,7 @@ async def write_session(conn: Any, state: SessionState, texts: SnapshotTexts | N
         if await created.fetchone() is None:  # another process created it meanwhile
             raced = await (await conn.execute(_LOCK_ROW, (sid,))).fetchone()
             raise conflict_error(state, None if raced is None else int(raced[0]))
-        _, dropped = await _drop_entries(conn, sid)
+        _, dropped = await drop_entries(conn, sid)
         stored, start, new = 0, 0, entries
     else:
         stored, count, generation = row
@@ -481,7 +481,7 @@ async def write_session(conn: Any, state: SessionState, texts: SnapshotTexts | N
         start, new = count, plan.new_entries
         if plan.rewrite:
             await _detach_branches(conn, sid)
-            _, dropped = await _drop_entries(conn, sid)
+            _, dropped = await drop_entries(conn, sid)
             await conn.execute(_DETACH, (sid,))
             start = 0
         await conn.execute(
@@ -496,5 +496,5 @@ async def write_session(conn: Any, state: SessionState, texts: SnapshotTexts | N
                 None if files is None else files_column(files) for _, files in encoded]))
         else:
             await conn.execute(_APPEND, (sid, start, rows))
-    await _collect(conn, dropped)  # after the new rows: a file they keep stays
+    await collect_media(conn, dropped)  # after the new rows: a file they keep stays
     return int(stored) + 1

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 REFS = "json_each(CASE WHEN json_valid({m}) THEN {m} ELSE '[]' END)"
 """The digests a ``media`` column names, as a table (a damaged value names none)."""
 
-_REFERENCED = ("EXISTS (SELECT 1 FROM session_entries e, " + REFS.format(m="e.media")
+REFERENCED = ("EXISTS (SELECT 1 FROM session_entries e, " + REFS.format(m="e.media")
                + " j WHERE e.media IS NOT NULL AND j.value = {d})")
 """Whether any entry row refers to the digest ``{d}`` (read through the partial index of
 the rows that refer to files)."""
@@ -65,5 +65,5 @@ def collect(db: sqlite3.Connection, candidates: list[str]) -> int:
     if not candidates:
         return 0
     return db.execute("DELETE FROM media WHERE digest IN (SELECT value FROM json_each(?)) "
-                      "AND NOT " + _REFERENCED.format(d="media.digest"),
+                      "AND NOT " + REFERENCED.format(d="media.digest"),
                       (column(candidates),)).rowcount

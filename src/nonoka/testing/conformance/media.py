@@ -108,8 +108,7 @@ class MediaSuite:
             loaded = await _load(store, state.session_id)
             assert loaded == state
             assert [e.metadata for e in loaded.memory_entries] == [e.metadata for e in entries]
-            parts = loaded.memory_entries[1].parts
-            assert parts is not None and parts[1].data == SHOT["data"]
+            assert loaded.memory_entries[1].metadata["parts"][1]["data"] == SHOT["data"]
             assert loaded.memory_entries[1].to_message().parts == entries[1].to_message().parts
 
     async def test_a_row_holds_a_reference_and_the_file_is_stored_once(
@@ -135,7 +134,7 @@ class MediaSuite:
                                                        {**SHOT, "filename": "copy.png"})])
         assert engine.stored_media() == {digest(IMAGE): len(IMAGE)}
         loaded = await _load(engine.store, first.session_id)
-        assert [e.parts[1].data for e in loaded.memory_entries[1::2]  # type: ignore[index]
+        assert [e.metadata["parts"][1]["data"] for e in loaded.memory_entries[1::2]
                 ] == [SHOT["data"]] * 5
         copy = (await _load(engine.store, other.session_id)).memory_entries[0]
         assert copy.metadata["parts"][1] == {**SHOT, "filename": "copy.png"}
