@@ -440,7 +440,7 @@ def vacuum_command(as_json: bool) -> None:
               help="List this many of the largest sessions.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 def stats_command(largest: int, as_json: bool) -> None:
-    """Sessions, entries, events, bytes by table, and the largest sessions."""
+    """Sessions, entries, events, files, bytes by table, and the largest sessions."""
     from nonoka.cli.render import print_json
     from nonoka.ops.maintenance import stats
 
@@ -453,7 +453,9 @@ def stats_command(largest: int, as_json: bool) -> None:
         print_json(result.as_json())
         return
     click.echo(f"engine    {result.engine}\nsessions  {result.sessions}\n"
-               f"entries   {result.entries}\nevents    {result.events}\n\nbytes by table")
+               f"entries   {result.entries}\nevents    {result.events}\n"
+               f"files     {result.media} ({_size(result.media_bytes)}, each stored once)\n"
+               "\nbytes by table")
     for name, size in result.bytes_by_table.items():
         click.echo(f"  {name.ljust(20)} {_size(size).rjust(10)}")
     if result.largest:

@@ -32,8 +32,10 @@ async def list_sessions(project: Path, *, limit: int = 20,
 
 
 async def show_session(project: Path, ref: str, *, limit: int = 50) -> SessionDetail:
-    """The session ``ref`` (an id or an unambiguous prefix), its last ``limit`` events and
-    the usage summed over its whole log."""
+    """The session ``ref`` (an id or an unambiguous prefix), its last ``limit`` events,
+    the usage summed over its whole log and the files its conversation holds."""
+    from nonoka.ops.files import session_files
+
     if not has_database(project):
         raise CliError(f"there are no sessions in {project} yet (no .nonoka/sessions.db)")
     async with open_for_reading(project) as stores:
@@ -41,7 +43,9 @@ async def show_session(project: Path, ref: str, *, limit: int = 50) -> SessionDe
         events = await stores.events.list_events(record.session_id, limit=limit)
         usage = await stores.events.usage_summary(record.session_id)
         branches = await branches_of(stores, record.session_id)
-    return SessionDetail(record=record, events=events, usage=usage, branches=branches)
+        files = await session_files(stores, record.session_id)
+    return SessionDetail(record=record, events=events, usage=usage, branches=branches,
+                         files=files)
 
 
 async def fork(project: Path, ref: str, at: int | None) -> str:
