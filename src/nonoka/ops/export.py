@@ -95,7 +95,8 @@ async def media_lines(reader: SessionReader, session_id: str,
     A reference whose file is not stored is a ``CorruptSessionError``: the export could
     not be imported (``nonoka db check`` lists such references).
     """
-    for digest in await reader.files(session_id):
+    listed = getattr(reader, "files", None)  # a reader of a store without files has none
+    for digest in await listed(session_id) if listed is not None else []:
         if digest in sent:
             continue
         file = await reader.file(digest)

@@ -335,8 +335,9 @@ async def import_jsonl(stores: ProjectStores, path: Path,
                                                          item.entries))
                     events = (EventRow(e["seq"], float(e["at"]), e["kind"], e["data"])
                               for e in _read(events_file, item.events_at, item.events))
+                    extra = {"media": files} if files else {}  # a backend from before files
                     if await backend.write_session(head, entries, steps, events, index,
-                                                   files):
+                                                   **extra):
                         if new_id is None:
                             report.imported.append(item.session_id)
                         else:
