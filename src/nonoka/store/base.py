@@ -217,12 +217,12 @@ def with_media(session_id: str, entries: list[MemoryEntry], marks: dict[int, str
     return entries
 
 
-def media_marks(columns: Sequence[str | None], first: int = 0) -> dict[int, str]:
-    """The rows (by position, from ``first``) whose ``media`` column names files. One
-    C-level count settles the usual batch, where no row does."""
+def media_marks(columns: Sequence[str | None]) -> dict[int, str]:
+    """The rows (by position) whose ``media`` column names files. One C-level count
+    settles the usual batch, where no row does."""
     if columns.count(None) == len(columns):
         return {}
-    return {at: value for at, value in enumerate(columns, first) if value is not None}
+    return {at: value for at, value in enumerate(columns) if value is not None}
 
 
 @runtime_checkable

@@ -282,7 +282,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         dropped: list[str] = []
         if plan.rewrite or row is None:
             lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
-            dropped = stored_media.referenced_by(db, sid)
+            if plan.rewrite:  # (a new session's leftover rows: `db vacuum` collects theirs)
+                dropped = stored_media.referenced_by(db, sid)
             db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
             start = 0
         if plan.new_entries or start == 0:
