@@ -416,8 +416,10 @@ async def keep_media(conn: Any, files: list[Media]) -> None:
     process's delete does meanwhile: a stored file is locked (``FOR KEY SHARE``), so a
     garbage collection that wants it waits for this transaction and then sees its
     references; a missing one is inserted (invisible to others until the commit). A file
-    another transaction inserted first is locked in the next round."""
-    missing = [f.digest for f in media_rows(files)]
+    another transaction inserted first is locked in the next round. Files are locked and
+    inserted in digest order, as the collection locks them: two saves of the same files
+    never wait for each other in a cycle."""
+    missing = sorted(f.digest for f in media_rows(files))
     by_digest = {f.digest: f for f in files}
     for _ in range(_KEEP_ROUNDS):
         rows = await (await conn.execute(_KEEP_LOCK, (missing,))).fetchall()
