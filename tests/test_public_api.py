@@ -54,7 +54,8 @@ PUBLIC: dict[str, list[str]] = {
     "nonoka.testing": ["FunctionModel", "ModelRequestRecord", "ScriptExhaustedError",
                        "ScriptedModel", "call", "calls", "text"],
     "nonoka.testing.conformance": [
-        "BranchingSuite", "CheckpointStoreSuite", "RecordStore", "RecordStoreSuite",
+        "BranchingSuite", "CheckpointStoreSuite", "MediaHarness", "MediaSuite",
+        "RecordStore", "RecordStoreSuite",
         "RecordsHarness", "RowsHarness", "SessionLeasesSuite", "StoreHarness", "StoredRows",
         "StoredRowsSuite",
     ],

@@ -20,7 +20,7 @@ from tests.conftest import ScriptItem
 from tests.pg import schema_url, temp_schema
 
 TABLES = {"checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
-          "session_leases", "nonoka_migrations"}
+          "session_leases", "nonoka_migrations", "media"}
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def on_postgres(project: Project, scripted: list[ScriptItem]) -> Iterator[Projec
 def test_vacuum_says_what_postgresql_did(on_postgres: Project) -> None:
     done = on_postgres.nonoka("db", "vacuum")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("VACUUM (ANALYZE) done on 7 table(s)"), done.stdout
+    assert done.stdout.startswith("VACUUM (ANALYZE) done on 8 table(s)"), done.stdout
     assert "->" not in done.stdout and "B freed)" not in done.stdout  # not a file size
     for table in TABLES:
         assert f"  {table} " in done.stdout

@@ -34,12 +34,12 @@ from nonoka.store.postgres.records import PostgresRecordStore
 from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite.records import SQLiteRecordStore
-from nonoka.testing.conformance import RecordsHarness, RecordStore, RowsHarness, StoredRows
+from nonoka.testing.conformance import MediaHarness, RecordsHarness, RecordStore, StoredRows
 from tests import pg
 
 
-class EngineHarness(RowsHarness, Protocol):
-    """A ``RowsHarness`` for one of nonoka's engines, which the fixtures close."""
+class EngineHarness(MediaHarness, Protocol):
+    """A ``MediaHarness`` for one of nonoka's engines, which the fixtures close."""
 
     name: str
 
@@ -78,6 +78,12 @@ class MemoryHarness:
             self.database.checkpoints[session_id] = CheckpointRow(json_text, 1, 0, [], now, now)
         else:
             row.state_json = json_text
+
+    def stored_media(self) -> dict[str, int]:
+        return {digest: file.size for digest, file in self.database.media.items()}
+
+    def delete_media(self, digest: str) -> None:
+        del self.database.media[digest]
 
     def dump(self, session_id: str) -> StoredRows | None:
         row = self.database.checkpoints.get(session_id)
@@ -139,6 +145,14 @@ class SQLiteHarness:
                 (session_id, json_text, now, now),
             )
 
+    def stored_media(self) -> dict[str, int]:
+        with self._raw() as db:
+            return dict(db.execute("SELECT digest, length(data) FROM media"))
+
+    def delete_media(self, digest: str) -> None:
+        with self._raw() as db:
+            db.execute("DELETE FROM media WHERE digest = ?", (digest,))
+
     def dump(self, session_id: str) -> StoredRows | None:
         with self._raw() as db:
             row = db.execute("SELECT state_json, revision FROM checkpoints WHERE session_id = ?",
@@ -197,6 +211,13 @@ class PostgresHarness:
             "DO UPDATE SET state_json = excluded.state_json",
             (session_id, json_text, now, now),
         )
+
+    def stored_media(self) -> dict[str, int]:
+        rows = self.raw.execute("SELECT digest, octet_length(data) FROM media").fetchall()
+        return {str(digest): int(str(size)) for digest, size in rows}
+
+    def delete_media(self, digest: str) -> None:
+        self.raw.execute("DELETE FROM media WHERE digest = %s", (digest,))
 
     def dump(self, session_id: str) -> StoredRows | None:
         with self.raw.transaction():

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +21,12 @@ from typing import Any, Protocol
 import pytest
 
 from nonoka import Agent, Runner
+from nonoka.errors import ConfigurationError
+from nonoka.ops import jsonl
 from nonoka.ops.copy import copy_database
-from nonoka.ops.export import export_jsonl
+from nonoka.ops.export import export_jsonl, export_markdown
 from nonoka.ops.importer import import_jsonl
-from nonoka.ops.maintenance import check
+from nonoka.ops.maintenance import check, stats, vacuum
 from nonoka.ops.model import SearchHit, SearchQuery
 from nonoka.ops.prune import delete_sessions, prune
 from nonoka.ops.search import search
@@ -34,6 +37,7 @@ from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 from nonoka.testing import ScriptedModel, text
 from nonoka.testing.conformance import states
+from nonoka.testing.conformance.media import IMAGE, SHOT, digest, file_part, payload, with_files
 from nonoka.turn.lineage import fork_session
 
 HOUR = 3600.0
@@ -118,6 +122,30 @@ async def continue_session(stores: ProjectStores, sid: str) -> None:
     assert after.memory_entries[:kept] == before.memory_entries
     assert [(e.role, e.content) for e in after.memory_entries[kept:]] == [
         ("user", "and then?"), ("assistant", f"continued {sid[:8]}")]
+PDF = file_part(payload(20_000, 9), "application/pdf", filename="spec.pdf")
+PDF_DIGEST = digest(payload(20_000, 9))
+
+
+async def add_files(stores: ProjectStores, sid: str, *files: dict[str, object]) -> None:
+    """Append a user message holding ``files`` and an answer to the session."""
+    state = await stores.checkpoints.load_session(sid)
+    assert state is not None
+    await stores.checkpoints.save_session(state.model_copy(update={"memory_entries": [
+        *state.memory_entries, with_files("user", "look at these", *files),
+        MemoryEntry.assistant("I see them")]}))
+
+
+async def drop_file(stores: ProjectStores, name: str) -> None:
+    """Remove a stored file behind the engine's back, as a damaged database would."""
+    store: Any = stores.checkpoints
+    if hasattr(store, "transaction"):
+        with store.transaction() as db:
+            db.execute("DELETE FROM media WHERE digest = ?", (name,))
+    elif hasattr(store.database, "media"):
+        del store.database.media[name]
+    else:
+        async with store.database.connection() as conn:
+            await conn.execute("DELETE FROM media WHERE digest = %s", (name,))
 
 
 def found(hits: list[SearchHit]) -> list[tuple[str, int | None, set[str]]]:
@@ -270,7 +298,7 @@ class SessionOpsSuite:
                       for n in range(3)])
         text = await export_text(stores)
         first = json.loads(text.splitlines()[0])
-        assert first["format"] == "nonoka-sessions" and first["version"] == 1
+        assert first["format"] == "nonoka-sessions" and first["version"] == jsonl.VERSION
         target = await ops_engine.fresh()
         path = _write(text)
         report = await import_jsonl(target, path)
@@ -454,6 +482,157 @@ class SessionOpsSuite:
         assert found == [("warning", "index_without_checkpoint", ghost),
                          ("warning", "orphan_events", lost)]
 
+    @pytest.mark.asyncio
+    async def test_check_reports_references_without_their_file_and_stray_files(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        sid = await add_session(stores, title="files")
+        await add_files(stores, sid, SHOT, PDF)
+        assert await check(stores) == []
+        await drop_file(stores, digest(IMAGE))
+        found = [(f.level, f.kind, f.session_id) for f in await check(stores)]
+        assert found == [("error", "missing_media", sid)]
+        message = (await check(stores))[0].message
+        assert digest(IMAGE) in message and "entry 8 " in message
+        other = await add_session(stores, title="stray")
+        await add_files(stores, other, file_part(b"stray bytes"))
+        state = await stores.checkpoints.load_session(other)
+        assert state is not None  # a compaction that drops it collects it at once
+        await stores.checkpoints.save_session(state.model_copy(update={
+            "memory_entries": state.memory_entries[:2], "memory_generation": 5}))
+        assert (await stats(stores)).media == 1
+
+    # -- files ----------------------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_export_carries_each_file_once_and_imports_it_anywhere(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        a = await add_session(stores, title="a")
+        b = await add_session(stores, title="b")
+        await add_files(stores, a, SHOT)
+        await add_files(stores, a, SHOT)  # sent again: still one file
+        await add_files(stores, b, {**SHOT, "filename": "copy.png"}, PDF)
+        text = await export_text(stores)
+        lines = [json.loads(line) for line in text.splitlines()]
+        kinds = [line.get("type") for line in lines[1:]]
+        media = [line for line in lines if line.get("type") == "media"]
+        assert sorted(m["digest"] for m in media) == sorted([digest(IMAGE), PDF_DIGEST])
+        first_session = kinds.index("session")
+        for m in media:  # before the first session that refers to it
+            user = next(n for n, line in enumerate(lines) if line.get("type") == "entry"
+                        and m["digest"] in line["entry"])
+            assert lines.index(m) < user
+        assert kinds[0] == "media" and first_session > 0
+        assert SHOT["data"][:200] not in "".join(
+            line["entry"] for line in lines if line.get("type") == "entry")
+        target = await ops_engine.fresh()
+        report = await import_jsonl(target, _write(text))
+        assert sorted(report.imported) == sorted([a, b])
+        for sid in (a, b):
+            assert await snapshot_of(target, sid) == await snapshot_of(stores, sid)
+        assert body(await export_text(target)) == body(text)
+        copied = await stats(target)
+        assert (copied.media, copied.media_bytes) == (2, len(IMAGE) + 20_000)
+        assert await check(target) == []
+
+    @pytest.mark.asyncio
+    async def test_an_export_that_lost_or_changed_a_file_imports_nothing(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        sid = await add_session(stores, title="a")
+        await add_files(stores, sid, SHOT)
+        lines = (await export_text(stores)).splitlines(keepends=True)
+        at = next(n for n, line in enumerate(lines) if '"type":"media"' in line)
+        changed = json.loads(lines[at])
+        changed["data"] = changed["data"][:-8] + "AAAAAAA="
+        cases = {
+            "without the file": "".join(lines[:at] + lines[at + 1:]),
+            "bytes changed": "".join([*lines[:at], json.dumps(changed) + "\n",
+                                      *lines[at + 1:]]),
+            "file after the session": "".join([*lines[:at], *lines[at + 1:-1], lines[at],
+                                               lines[-1]]),
+        }
+        target = await ops_engine.fresh()
+        for name, content in cases.items():
+            with pytest.raises(ConfigurationError, match="othing was imported"):
+                await import_jsonl(target, _write(content))
+            assert await target.checkpoints.load_session(sid) is None, name
+            assert (await stats(target)).media == 0, name
+
+    @pytest.mark.asyncio
+    async def test_markdown_names_files_and_never_holds_their_bytes(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        sid = await add_session(stores, title="a")
+        await add_files(stores, sid, SHOT, PDF)
+        out = io.StringIO()
+        await export_markdown(stores, [sid], out)
+        text = out.getvalue()
+        assert "[image shot.png, image/png, 293.0 KiB]" in text
+        assert "[file spec.pdf, application/pdf, 19.5 KiB]" in text
+        assert SHOT["data"][:40] not in text and PDF["data"][:40] not in text
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("how", ["delete", "prune"])
+    async def test_removing_sessions_collects_the_files_nothing_refers_to(
+            self, ops_engine: OpsHarness, how: str) -> None:
+        stores = ops_engine.stores
+        a = await add_session(stores, title="a", age=40 * DAY)
+        b = await add_session(stores, title="b", age=HOUR)
+        await add_files(stores, a, SHOT, PDF)
+        await add_files(stores, b, SHOT)
+        child = await branch(stores, a, 10)  # holds a's files through the shared entries
+        await stores.index.upsert_session(SessionRecord(
+            session_id=child, title="child", status="completed",
+            last_active=time.time() - 40 * DAY, metadata={"forked_from": a, "fork_point": 10}))
+        assert (await stats(stores)).media == 2
+        if how == "delete":
+            removed = await delete_sessions(stores, [a])
+        else:
+            removed = await prune(stores, older_than=30 * DAY, keep_last=2)
+        assert removed.removed == [a]
+        assert (await stats(stores)).media == 2  # the branch still holds both
+        loaded = await stores.checkpoints.load_session(child)
+        assert loaded is not None and loaded.memory_entries[8].metadata["parts"][1] == SHOT
+        dry = await delete_sessions(stores, [child], dry_run=True)
+        assert dry.bytes_freed > 20_000  # the PDF only the branch holds now
+        await delete_sessions(stores, [child])
+        after = await stats(stores)
+        assert (after.media, after.media_bytes) == (1, len(IMAGE))
+        await delete_sessions(stores, [b])
+        assert (await stats(stores)).media == 0
+        assert await check(stores) == []
+
+    @pytest.mark.asyncio
+    async def test_search_never_reads_a_files_bytes(self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        sid = await add_session(stores, title="a")
+        inline = with_files("user", "an inline heron picture", file_part(payload(3_000, 5)))
+        state = await stores.checkpoints.load_session(sid)
+        assert state is not None
+        await stores.checkpoints.save_session(state.model_copy(update={
+            "memory_entries": [*state.memory_entries, inline]}))
+        await add_files(stores, sid, file_part(payload(3_000, 5)))
+        tokens = [w for w in re.split(r"[^A-Za-z0-9]", inline.metadata["parts"][1]["data"])
+                  if len(w) > 12][:3]
+        assert tokens
+        for token in tokens:
+            assert await search(stores, SearchQuery(token)) == []
+        assert [h.session_id for h in await search(stores, SearchQuery("heron"))] == [sid]
+
+    @pytest.mark.asyncio
+    async def test_stats_count_files_once_and_vacuum_drops_stray_ones(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        for title in ("a", "b"):
+            await add_files(stores, await add_session(stores, title=title), SHOT)
+        numbers = await stats(stores)
+        assert (numbers.media, numbers.media_bytes) == (1, len(IMAGE))
+        assert numbers.as_json()["media_bytes"] == len(IMAGE)
+        await vacuum(stores)
+        assert (await stats(stores)).media == 1
+
     # -- copy -----------------------------------------------------------------------
 
     @pytest.mark.asyncio
@@ -471,6 +650,22 @@ class SessionOpsSuite:
         assert second.copied == [busy] and second.already == [ids[0], ids[2]] and second.ok
         assert body(await export_text(target)) == body(await export_text(stores))
         assert {h.session_id for h in await search(target, SearchQuery("narwhal"))} == set(ids)
+
+    @pytest.mark.asyncio
+    async def test_copy_carries_the_files(self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        ids = sorted([await add_session(stores, title=f"s{n}") for n in range(2)])
+        for sid in ids:
+            await add_files(stores, sid, SHOT)
+        await add_files(stores, ids[1], PDF)
+        target = await ops_engine.fresh()
+        report = await copy_database(stores, target)
+        assert report.ok and report.copied == ids
+        for sid in ids:
+            assert await target.checkpoints.load_session(sid) == \
+                await stores.checkpoints.load_session(sid)
+        assert (await stats(target)).media == 2
+        assert await check(target) == []
 
 
 Lines = list[dict[str, Any]]

@@ -8,10 +8,11 @@ engine in ``engines.py``.
 
 from __future__ import annotations
 
-from nonoka.store.base import BranchingStore
+from nonoka.store.base import BranchingStore, MediaStore
 from nonoka.testing.conformance import (
     BranchingSuite,
     CheckpointStoreSuite,
+    MediaSuite,
     RecordStoreSuite,
     SessionLeasesSuite,
     StoredRowsSuite,
@@ -38,6 +39,11 @@ class TestRecordStore(RecordStoreSuite):
 class TestBranching(BranchingSuite):
     async def test_every_engine_shares_entries_itself(self, store: object) -> None:
         assert isinstance(store, BranchingStore)
+
+
+class TestMedia(MediaSuite):
+    async def test_every_engine_serves_files_by_digest(self, store: object) -> None:
+        assert isinstance(store, MediaStore)
 
 
 class TestSessionOps(SessionOpsSuite):

@@ -8,6 +8,8 @@ session, and the lease is taken only while the checkpoint is unchanged.
 
 from __future__ import annotations
 
+import base64
+import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -115,6 +117,30 @@ async def test_entries_that_disagree_with_the_checkpoint_give_no_template(
         db.execute("DELETE FROM session_entries WHERE seq = 1")
     assert runtime.load_next_call("s1") is None
     assert early.load_next_call("s1") is None
+
+
+async def test_rows_that_refer_to_stored_files_come_back_with_their_bytes(
+        runtime: SQLiteCheckpointStore, calls: NextCallStore) -> None:
+    """What the early dispatch encodes is the conversation the runtime saved: a file
+    stored once by digest is put back in its part, byte for byte."""
+    data = base64.b64encode(bytes(range(256)) * 40).decode()
+    look = MemoryEntry.make("user", "look", parts=[
+        {"type": "text", "text": "look"},
+        {"type": "file", "media_type": "image/png", "data": data, "filename": "a.png"}])
+    state = _state().model_copy(update={"memory_entries": [*_state().memory_entries, look]})
+    revision = await runtime.save_session(state)
+    with runtime.transaction(write=False) as db:
+        (stored,) = db.execute("SELECT entry_json FROM session_entries WHERE seq = 2"
+                               ).fetchone()
+    assert data not in stored and '"media":"sha256:' in stored
+    assert calls.save_next_call("s1", revision, "t")
+    found = calls.load_next_call("s1")
+    assert found is not None
+    assert [json.loads(e) for e in found.entries] == [
+        json.loads(entry_json(e)) for e in state.memory_entries]
+    with runtime.transaction() as db:  # a file that is gone: nothing to guess from
+        db.execute("DELETE FROM media")
+    assert calls.load_next_call("s1") is None
 
 
 def test_which_stores_keep_templates() -> None:

@@ -193,7 +193,7 @@ def _print_tables(tables: list[Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @place_options
 def stats_command(largest: int, largest_old: int | None, as_json: bool, place: Place) -> None:
-    """Sessions, entries, events, bytes by table, and the largest sessions; on
+    """Sessions, entries, events, files, bytes by table, and the largest sessions; on
     PostgreSQL also each table's live and dead rows and when it was last vacuumed."""
     from nonoka.cli.render import print_json
     from nonoka.ops.maintenance import stats, table_health
@@ -211,7 +211,8 @@ def stats_command(largest: int, largest_old: int | None, as_json: bool, place: P
                                            if tables else {})})
         return
     click.echo(f"engine    {result.engine}\nsessions  {result.sessions}\n"
-               f"entries   {result.entries}\nevents    {result.events}\n")
+               f"entries   {result.entries}\nevents    {result.events}\n"
+               f"files     {result.media} ({size(result.media_bytes)}, each stored once)\n")
     if tables:
         click.echo("tables (PostgreSQL: size with indexes and TOAST)")
         _print_tables(tables)

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -30,6 +30,9 @@ from nonoka.redact import redact
 from nonoka.state.entries import MemoryEntry
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
 from nonoka.turn.status import LiveStatus
+
+if TYPE_CHECKING:
+    from nonoka.ops.files import SessionFile
 
 SHORT_ID = 8
 TITLE_WIDTH = 48
@@ -226,11 +229,14 @@ class SessionDetail:
     """What the session is doing now (``record.status`` shows its status already)."""
     entries: list[MemoryEntry] | None = None
     """The conversation, when asked for (``--entries``)."""
+    files: list[SessionFile] = field(default_factory=list)
+    """The files the conversation holds, in order (named, never their bytes)."""
 
     def as_json(self) -> dict[str, Any]:
         holder = self.live.as_json() if self.live is not None else None
         shown = {"session": {**self.record.model_dump(mode="json"), "holder": holder},
                  "lineage": {**lineage_fields(self.record), "branches": self.branches},
+                 "files": [f.as_json() for f in self.files],
                  "events": [e.model_dump(mode="json") for e in self.events],
                  "usage": self.usage.model_dump(mode="json")}
         if self.entries is not None:
@@ -410,7 +416,15 @@ def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]
                                     f"{lineage['fork_point']} ({lineage['fork_reason']})"))
     if detail.branches:
         rows.append(("branches", ", ".join(short_id(b) for b in detail.branches)))
+    rows += [("files" if n == 0 else "", f"{f.label} at entry {f.position}")
+             for n, f in enumerate(detail.files[:MAX_FILES_SHOWN])]
+    if len(detail.files) > MAX_FILES_SHOWN:
+        rows.append(("", f"... and {len(detail.files) - MAX_FILES_SHOWN} more (--json lists "
+                         "them all)"))
     return [(name, shown(value, one_line=True)) for name, value in rows]
+
+
+MAX_FILES_SHOWN = 20
 
 
 def _usage_line(usage: UsageSummary) -> str:

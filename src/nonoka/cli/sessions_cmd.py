@@ -44,7 +44,10 @@ async def list_sessions(where: Place | Path, *, limit: int = 20, include_titles:
 async def show_session(where: Place | Path, ref: str, *, limit: int = 50,
                        entries: bool = False) -> SessionDetail:
     """The session ``ref`` (an id or an unambiguous prefix), its last ``limit`` events and
-    the usage summed over its whole log; with ``entries``, its conversation too."""
+    the usage summed over its whole log, the files its conversation holds; with
+    ``entries``, its conversation too."""
+    from nonoka.ops.files import session_files
+
     if not has_database(where):
         raise no_database(where)
     async with open_for_reading(where) as stores:
@@ -54,8 +57,9 @@ async def show_session(where: Place | Path, ref: str, *, limit: int = 50,
         branches = await branches_of(stores, record.session_id)
         live = await live_status(stores, record)
         stored = await stores.checkpoints.load_session(record.session_id) if entries else None
+        files = await session_files(stores, record.session_id)
     return SessionDetail(record=with_live_status(record, live), events=events, usage=usage,
-                         branches=branches, live=live,
+                         branches=branches, live=live, files=files,
                          entries=None if stored is None else list(stored.memory_entries))
 
 

@@ -99,7 +99,7 @@ async def _copy(src: Any, dst: Any, target: ProjectStores, sid: str, spool: Path
     async with src.reader() as reader:
         with spool.open("w", encoding="utf-8") as out:
             out.write(header_line())
-            async for line in session_lines(reader, sid):
+            async for line in session_lines(reader, sid, set()):
                 out.write(line)
             out.write(jsonl.dumps({"type": "end", "sessions": 1}) + "\n")
     await import_jsonl(target, spool, on_conflict="skip")

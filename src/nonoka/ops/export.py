@@ -7,7 +7,10 @@ every stored text in it is redacted whole (``nonoka.redact``) and its control ch
 are escaped (``nonoka.ops.printable``), in a file as on a terminal.
 
 Both stream: entries are read in batches and written as they come, so the memory an
-export needs does not grow with the session.
+export needs does not grow with the session. The files entries refer to go into the
+JSONL once each, before the first session that refers to them (``media_lines``); the
+Markdown names them (``[image shot.png, image/png, 2.0 MiB]``) and never holds their
+bytes.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, TextIO
 
-from nonoka.errors import ConfigurationError, StoreError
+from nonoka.errors import ConfigurationError, CorruptSessionError, StoreError
 from nonoka.ops import jsonl, stored
 from nonoka.ops.backends import backend_for
 from nonoka.ops.model import SessionReader
 from nonoka.ops.printable import printable
 from nonoka.redact import redact_text
+from nonoka.store.media import describe, file_parts
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 
@@ -35,9 +39,12 @@ def header_line() -> str:
                         "nonoka": __version__, "exported_at": time.time()}) + "\n"
 
 
-async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator[str]:
+async def session_lines(reader: SessionReader, session_id: str,
+                        sent: set[str] | None = None) -> AsyncIterator[str]:
     """The JSONL lines of one session (several to a string), its ``end_session`` line
-    (with the digest) last.
+    (with the digest) last; with ``sent`` (the digests of the files already written to
+    the same file), the ``media`` lines of the files it refers to that are not there yet
+    come first (``media_lines``), read in the same transaction as the session.
 
     Nothing is yielded for a session without a checkpoint. A stored value the format
     cannot carry (``ops.stored``), or entries that are not the checkpoint's
@@ -47,6 +54,9 @@ async def session_lines(reader: SessionReader, session_id: str) -> AsyncIterator
     head = await reader.head(session_id)
     if head is None:
         return
+    if sent is not None:
+        async for line in media_lines(reader, session_id, sent):
+            yield line
     index = await reader.index(session_id)
     record = None if index is None else stored.index_record(session_id, index)
     lineage = None
@@ -114,6 +124,27 @@ def _check_entries(session_id: str, start: int, rows: list[tuple[int, str]]) -> 
             stored.text(session_id, f"entry {seq}", text)
 
 
+async def media_lines(reader: SessionReader, session_id: str,
+                      sent: set[str]) -> AsyncIterator[str]:
+    """The ``media`` lines of the files the session refers to that are not in ``sent``
+    (the digests already written to the same file), which it then holds too.
+
+    A reference whose file is not stored is a ``CorruptSessionError``: the export could
+    not be imported (``nonoka db check`` lists such references).
+    """
+    listed = getattr(reader, "files", None)  # a reader of a store without files has none
+    for digest in await listed(session_id) if listed is not None else []:
+        if digest in sent:
+            continue
+        file = await reader.file(digest)
+        if file is None:
+            raise CorruptSessionError(
+                f"session {session_id} refers to the file {digest}, which is not stored; "
+                "nothing of the session was exported (run `nonoka db check`)")
+        sent.add(digest)
+        yield jsonl.media_line(file)
+
+
 async def export_jsonl(stores: ProjectStores, session_ids: list[str] | None,
                        out: TextIO) -> int:
     """Write the sessions (every one when ``None``) to ``out``; the number written.
@@ -125,9 +156,10 @@ async def export_jsonl(stores: ProjectStores, session_ids: list[str] | None,
     ids = await _resolve(backend.session_ids, session_ids)
     out.write(header_line())
     written = 0
+    sent: set[str] = set()
     async with backend.reader() as reader:
         for sid in ids:
-            async for line in session_lines(reader, sid):
+            async for line in session_lines(reader, sid, sent):
                 out.write(line)
             written += 1
     out.write(jsonl.dumps({"type": "end", "sessions": written}) + "\n")
@@ -234,6 +266,12 @@ def _fence(text: str) -> str:
     return f"{ticks}\n{text}\n{ticks}"
 
 
+def _files_markdown(entry: Any) -> str:
+    """The entry's files, named: ``[image shot.png, image/png, 2.0 MiB]`` (their bytes,
+    stored or inline, never written)."""
+    return "".join(f"{_shown(describe(part))}\n\n" for part in file_parts(entry.metadata))
+
+
 def _entry_markdown(seq: int, text: object) -> str:
     from pydantic import ValidationError
 
@@ -250,10 +288,11 @@ def _entry_markdown(seq: int, text: object) -> str:
         name = _shown(str(entry.metadata.get("tool_name", "tool")))
         label = "error" if entry.metadata.get("is_error") else "result"
         return (f"<details><summary>{label} of {name}</summary>\n\n"
-                f"{_fence(_shown(entry.content))}\n\n</details>\n\n")
+                f"{_fence(_shown(entry.content))}\n\n{_files_markdown(entry)}</details>\n\n")
     parts = [f"## {role.capitalize()}\n\n"]
     if entry.content:
         parts.append(_shown(entry.content).rstrip() + "\n\n")
+    parts.append(_files_markdown(entry))
     for call in entry.tool_calls:
         parts.append(f"<details><summary>tool call: {_shown(call.name)}</summary>\n\n"
                      f"{_fence(_shown(call.arguments))}\n\n</details>\n\n")

@@ -3,14 +3,17 @@
 Two passes over the file. The first checks all of it — header and format version, every
 line's shape and every value against what the readers of the stored rows accept
 (``ops.import_checks``), entries numbered in order, each session's closing counts and
-digest, the closing ``end`` line — and remembers where each session's rows start; then
-the parents the sessions name are followed, and a loop of parents is refused. A
-truncated, corrupt or unreadable file fails here, naming the line, and nothing is
-written. The second pass writes each session in one transaction of its own (a running
-turn waits for one session, never for the whole file), reading its rows from the file
-again, so a session of any length imports in constant memory. Should a write fail, the
-error says which sessions are already stored; the same import run again adds the rest.
-A session whose id is already stored is skipped or imported under a new id
+digest, each file's bytes against its digest and every entry's references against the
+files carried before it, the closing ``end`` line — and remembers where each session's
+rows and each file start; then the parents the sessions name are followed, and a loop
+of parents is refused. A truncated, corrupt or unreadable file fails here, naming the
+line, and nothing is written. The second pass writes each session in one transaction of
+its own with the files it refers to (a running turn waits for one session, never for
+the whole file; a file already stored is kept as it is), reading its rows from the file
+again, so a session of any length imports in constant memory (its files are held while
+it is written). Should a write fail, the error says which sessions are already stored;
+the same import run again adds the rest. A session whose id is already stored is
+skipped or imported under a new id
 (``on_conflict``), never overwritten.
 """
 
@@ -30,6 +33,7 @@ from nonoka.ops import jsonl
 from nonoka.ops.backends import backend_for
 from nonoka.ops.import_checks import ImportFileError, LineError
 from nonoka.ops.model import EventRow, SessionHead, StepRow
+from nonoka.store.media import Media, canonical_bytes, digest_of, digests, is_digest, references
 from nonoka.store.project import ProjectStores
 
 OnConflict = Literal["skip", "rename", "fail"]
@@ -54,6 +58,8 @@ class _Planned:
     events_at: int = 0
     index: dict[str, Any] | None = None
     """The index row as it is stored (as ``SessionRecord`` reads it)."""
+    files: dict[str, None] = field(default_factory=dict)
+    """The digests of the files its entries refer to, in order."""
 
 
 @dataclass
@@ -115,6 +121,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "end_session": {"session_id": str, "entries": int, "steps": int, "events": int,
                     "digest": str},
     "end": {"sessions": int},
+    "media": {"digest": str, "media_type": str, "size": int, "data": str},
 }
 
 
@@ -149,6 +156,11 @@ def check_header(number: int, raw: bytes) -> None:
 
 def plan(handle: BinaryIO) -> list[_Planned]:
     """The first pass: check the whole file; where each session's rows are."""
+    return _planned(handle).sessions
+
+
+def _planned(handle: BinaryIO) -> _Planner:
+    """``plan``, with where each file's line is."""
     handle.seek(0)
     first = handle.readline(HEADER_LIMIT)
     if not first.endswith(b"\n"):
@@ -159,7 +171,8 @@ def plan(handle: BinaryIO) -> list[_Planned]:
     try:
         for number, offset, raw in _lines(handle, 2):
             planner.line(number, offset, raw)
-        return planner.finish()
+        planner.finish()
+        return planner
     except ImportFileError as exc:
         message = str(exc)
         if "othing was imported" in message:
@@ -183,6 +196,8 @@ class _Planner:
         self.digest = hashlib.sha256()
         self.ended = False
         self.section = 0
+        self.media: dict[str, int] = {}
+        """Each file carried so far: digest → where its line starts."""
 
     def line(self, number: int, offset: int, raw: bytes) -> None:
         if self.ended:
@@ -202,6 +217,8 @@ class _Planner:
             self._open(number, offset, raw, value)
         elif kind == "end":
             self._end(number, value)
+        elif kind == "media":
+            self._media(number, offset, value)
         elif self.current is None:
             raise ImportFileError(f"line {number}: a {kind} line outside a session")
         elif kind == "end_session":
@@ -233,6 +250,20 @@ class _Planner:
         self.digest = hashlib.sha256(raw)
         self.section = 0
 
+    def _media(self, number: int, offset: int, value: dict[str, Any]) -> None:
+        """A file: outside any session, its bytes what its digest and size say."""
+        if self.current is not None:
+            raise ImportFileError(f"line {number}: a media line inside session "
+                                  f"{self.current.session_id}")
+        data = canonical_bytes(value["data"])
+        digest = value["digest"]
+        if data is None or not is_digest(digest) or digest_of(data) != digest \
+                or len(data) != value["size"]:
+            raise ImportFileError(f"line {number}: the bytes of the file {digest!r:.80} "
+                                  "do not match its digest and size (the file was changed "
+                                  "or damaged)")
+        self.media.setdefault(digest, offset)
+
     def _end(self, number: int, value: dict[str, Any]) -> None:
         if self.current is not None:
             raise ImportFileError(f"line {number}: session {self.current.session_id} has no "
@@ -258,6 +289,13 @@ class _Planner:
             checks.entry_line(value)
             current.entries_at = current.entries_at or offset
             current.entries += 1
+            for digest in digests(references(value["entry"])):
+                if digest not in self.media:
+                    raise ImportFileError(
+                        f"line {number}: entry {value['seq']} of session "
+                        f"{current.session_id} refers to the file {digest}, which the file "
+                        "does not carry before it")
+                current.files[digest] = None
         elif kind == "step":
             self.steps.append((number, checks.step_line(value)))
             current.steps_at = current.steps_at or offset
@@ -267,13 +305,12 @@ class _Planner:
             current.events_at = current.events_at or offset
             current.events += 1
 
-    def finish(self) -> list[_Planned]:
+    def finish(self) -> None:
         if not self.ended:
             where = (f"in session {self.current.session_id}" if self.current
                      else "after the last session")
             raise ImportFileError(f"the file ends {where} without its closing line: it is "
                                   "truncated; nothing was imported")
-        return self.sessions
 
 
 def _close(number: int, value: dict[str, Any], current: _Planned, digest: Any) -> None:
@@ -297,6 +334,17 @@ def _read(handle: BinaryIO, offset: int, count: int) -> Iterator[dict[str, Any]]
         yield json.loads(handle.readline(jsonl.MAX_LINE + 1))
 
 
+def _files(handle: BinaryIO, offsets: dict[str, int], wanted: dict[str, None]) -> list[Media]:
+    """The files ``wanted`` names, read again from their lines (checked by ``plan``)."""
+    files = []
+    for digest in wanted:
+        (line,) = _read(handle, offsets[digest], 1)
+        data = canonical_bytes(line["data"])
+        assert data is not None  # plan checked it
+        files.append(Media(digest, line["media_type"], data))
+    return files
+
+
 async def import_jsonl(stores: ProjectStores, path: Path,
                        on_conflict: OnConflict = "skip") -> ImportReport:
     """Import every session of the export at ``path`` (checked whole first).
@@ -307,7 +355,8 @@ async def import_jsonl(stores: ProjectStores, path: Path,
     backend = backend_for(stores)
     report = ImportReport()
     with path.open("rb") as handle:
-        planned = plan(handle)
+        planner = _planned(handle)
+        planned = planner.sessions
         stored = set(await backend.session_ids())
         if on_conflict == "fail":
             clash = [p.session_id for p in planned if p.session_id in stored]
@@ -318,17 +367,19 @@ async def import_jsonl(stores: ProjectStores, path: Path,
         with path.open("rb") as entries_file, path.open("rb") as events_file:
             for item in planned:
                 try:
-                    await _write(backend, item, (handle, entries_file, events_file),
+                    files = _files(handle, planner.media, item.files)
+                    await _write(backend, item, (handle, entries_file, events_file), files,
                                  on_conflict, report)
                 except (NonokaError, OSError) as exc:
                     raise _interrupted(item.session_id, exc, report) from exc
     return report
 
 
-async def _write(backend: Any, item: _Planned, files: tuple[BinaryIO, BinaryIO, BinaryIO],
-                 on_conflict: OnConflict, report: ImportReport) -> None:
-    """Write one planned session (in one transaction), as ``on_conflict`` says."""
-    handle, entries_file, events_file = files
+async def _write(backend: Any, item: _Planned, handles: tuple[BinaryIO, BinaryIO, BinaryIO],
+                 files: list[Media], on_conflict: OnConflict, report: ImportReport) -> None:
+    """Write one planned session with the files it refers to (in one transaction), as
+    ``on_conflict`` says."""
+    handle, entries_file, events_file = handles
     (session,) = _read(handle, item.offset, 1)
     steps = [StepRow(s["step_id"], s["update_type"], s["payload"], float(s["updated_at"]))
              for s in _read(handle, item.steps_at, item.steps)]
@@ -341,7 +392,8 @@ async def _write(backend: Any, item: _Planned, files: tuple[BinaryIO, BinaryIO, 
         entries = (e["entry"] for e in _read(entries_file, item.entries_at, item.entries))
         events = (EventRow(e["seq"], float(e["at"]), e["kind"], e["data"])
                   for e in _read(events_file, item.events_at, item.events))
-        if await backend.write_session(head, entries, steps, events, index):
+        extra = {"media": files} if files else {}  # a backend from before files
+        if await backend.write_session(head, entries, steps, events, index, **extra):
             if new_id is None:
                 report.imported.append(item.session_id)
             else:

@@ -28,7 +28,9 @@ async def check(stores: ProjectStores) -> list[Finding]:
     without a checkpoint, checkpoints whose entry count disagrees with the entries, the
     entries' digest chain (SQLite), and whether each session loads and exports."""
     backend = backend_for(stores)
-    return [*await backend.check(), *await _sessions(stores, backend)]
+    rows = await backend.check()
+    known = {f.session_id for f in rows if f.kind == "missing_media" and f.session_id}
+    return [*rows, *await _sessions(stores, backend, known)]
 
 
 async def repair(stores: ProjectStores) -> list[Finding]:
@@ -37,11 +39,13 @@ async def repair(stores: ProjectStores) -> list[Finding]:
     return await backend_for(stores).repair()
 
 
-async def _sessions(stores: ProjectStores, backend: OpsBackend) -> list[Finding]:
+async def _sessions(stores: ProjectStores, backend: OpsBackend,
+                    known: set[str]) -> list[Finding]:
     """An ``unreadable`` error for each session the runtime cannot load, an
-    ``unexportable`` one for each the export cannot read."""
+    ``unexportable`` one for each the export cannot read; not for the sessions in
+    ``known``, whose error the row checks named already (a file that is not stored)."""
     found = []
-    ids = await backend.session_ids()
+    ids = [sid for sid in await backend.session_ids() if sid not in known]
     for sid in ids:
         try:
             await stores.checkpoints.load_session(sid)

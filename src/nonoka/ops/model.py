@@ -1,17 +1,20 @@
 """The rows session operations move around, and the capability each engine implements.
 
 A session is exported and imported as its stored rows, as text: the snapshot, every
-conversation entry, the step updates, the event log and the index row. Moving text, not
+conversation entry, the step updates, the event log and the index row, and the files its
+entries refer to (stored once, by digest: ``nonoka.store.media``). Moving text, not
 decoded models, is what makes an export lossless and byte-for-byte comparable between
 engines.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from nonoka.store.media import Media
 
 
 @dataclass(frozen=True)
@@ -130,11 +133,16 @@ class Stats:
     events: int
     bytes_by_table: dict[str, int] = field(default_factory=dict)
     largest: list[tuple[str, int, int]] = field(default_factory=list)
-    """``(session_id, entries, bytes)``, the largest first."""
+    """``(session_id, entries, bytes)``, the largest first (entry text; files apart)."""
+    media: int = 0
+    """Files stored (each once, however many entries refer to it)."""
+    media_bytes: int = 0
+    """Their bytes."""
 
     def as_json(self) -> dict[str, Any]:
         return {"engine": self.engine, "sessions": self.sessions, "entries": self.entries,
-                "events": self.events, "bytes_by_table": self.bytes_by_table,
+                "events": self.events, "media": self.media, "media_bytes": self.media_bytes,
+                "bytes_by_table": self.bytes_by_table,
                 "largest": [{"session_id": s, "entries": n, "bytes": b}
                             for s, n, b in self.largest]}
 
@@ -164,6 +172,15 @@ class SessionReader(Protocol):
         text), or ``None``; ``ops.stored.index_record`` reads it."""
         ...
 
+    async def files(self, session_id: str) -> list[str]:
+        """The digests of the files the session's entries refer to (a branch's shared
+        entries included), each once, in the order the entries first refer to them."""
+        ...
+
+    async def file(self, digest: str) -> Media | None:
+        """A stored file, or ``None`` when nothing is stored under ``digest``."""
+        ...
+
 
 class Searchable(Protocol):
     async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]: ...
@@ -180,9 +197,11 @@ class Exportable(Protocol):
 class Importable(Protocol):
     async def write_session(self, head: SessionHead, entries: Iterable[str],
                             steps: list[StepRow], events: Iterable[EventRow],
-                            index: dict[str, Any] | None) -> bool:
-        """Write one whole session in one transaction; ``False`` (and nothing written)
-        when a checkpoint with its id exists."""
+                            index: dict[str, Any] | None,
+                            media: Sequence[Media] = ()) -> bool:
+        """Write one whole session in one transaction, with the files its entries refer
+        to (``media``; those already stored are kept as they are); ``False`` (and nothing
+        written) when a checkpoint with its id exists."""
         ...
 
 
@@ -207,7 +226,8 @@ class Maintainable(Protocol):
         ...
 
     async def vacuum(self) -> tuple[int, int]:
-        """Reclaim space; ``(bytes before, bytes after)``."""
+        """Reclaim space (files no entry refers to are deleted first); ``(bytes before,
+        bytes after)``."""
         ...
 
     async def stats(self, largest: int = 10) -> Stats: ...

@@ -31,6 +31,8 @@ from nonoka.state.session_state import (
     merge_step_updates,
     migrate_state_dict,
 )
+from nonoka.store import media
+from nonoka.store.media import Media
 from nonoka.store.reuse import DecodedSnapshots, SnapshotTexts
 
 
@@ -164,7 +166,74 @@ _WRITTEN_APART = {*SNAPSHOT_EXCLUDE, "trace", "current_plan"}
 
 
 def entry_json(entry: MemoryEntry) -> str:
+    """An entry's row as it is stored when it holds no inline file (``encode_entry``)."""
     return entry.model_dump_json()
+
+
+def encode_entry(entry: MemoryEntry) -> tuple[str, list[Media] | None]:
+    """An entry's row text, and the files whose bytes go to the ``media`` table instead
+    (``None`` for an entry without inline files: its row is ``entry_json``'s).
+
+    This is where a store decides what is stored once, by digest (``nonoka.store.media``):
+    each inline file part of ``metadata["parts"]`` becomes a reference. An entry without
+    parts costs one dictionary look-up more than ``entry_json``: no other pass over it.
+    """
+    meta = entry.metadata
+    if meta:
+        parts = meta.get("parts")
+        if parts:
+            moved = media.stored_parts(parts)
+            if moved is not None:
+                kept, files = moved
+                stored = entry.model_copy(update={"metadata": {**meta, "parts": kept}})
+                return stored.model_dump_json(), files
+    return entry.model_dump_json(), None
+
+
+def media_rows(files: Iterable[Media]) -> list[Media]:
+    """Each file once (the same bytes sent again in a later turn are one row)."""
+    return list({f.digest: f for f in files}.values())
+
+
+def with_media(session_id: str, entries: list[MemoryEntry], marks: dict[int, str],
+               found: dict[str, str], first: int = 0) -> list[MemoryEntry]:
+    """``entries`` with the files of the rows ``marks`` names (position in ``entries`` →
+    the row's ``media`` column) put back from ``found`` (digest → base64 text), in place.
+
+    A reference whose file is not stored is a ``CorruptSessionError`` naming the entry
+    and the digest (``nonoka db check`` lists every such reference).
+    """
+    for at in marks:
+        entry = entries[at]
+        try:
+            parts = media.restored_parts(entry.metadata["parts"], found)
+        except KeyError as exc:
+            raise CorruptSessionError(
+                f"session {session_id}: stored entry {first + at} refers to the file "
+                f"{exc.args[0]}, which is not stored (run `nonoka db check`); the rows were "
+                "left as they are") from None
+        entries[at] = entry.model_copy(update={"metadata": {**entry.metadata,
+                                                            "parts": parts}})
+    return entries
+
+
+def media_marks(columns: Sequence[str | None]) -> dict[int, str]:
+    """The rows (by position) whose ``media`` column names files. One C-level count
+    settles the usual batch, where no row does."""
+    if columns.count(None) == len(columns):
+        return {}
+    return {at: value for at, value in enumerate(columns) if value is not None}
+
+
+@runtime_checkable
+class MediaStore(Protocol):
+    """Optional capability: the files entries refer to, stored once by digest
+    (``nonoka.store.media``), read without loading a session (every engine nonoka
+    ships has it: ``nonoka ui`` serves images with it)."""
+
+    async def load_media(self, digest: str) -> Media | None:
+        """The file stored under ``digest``; ``None`` when nothing is."""
+        ...
 
 
 def decode_state(

@@ -24,7 +24,8 @@ class StoredNextCall:
         self.status = status
         """The session's stored status (``completed``, ``paused``...)."""
         self.entries = entries
-        """The stored conversation entries (``MemoryEntry`` JSON), oldest first."""
+        """The stored conversation entries (``MemoryEntry`` JSON), oldest first, the
+        files their rows refer to put back (``nonoka.store.media``)."""
 
     def __repr__(self) -> str:
         return (f"StoredNextCall(revision={self.revision!r}, status={self.status!r}, "

@@ -32,7 +32,15 @@ from starlette.staticfiles import StaticFiles
 from nonoka.errors import NonokaError
 from nonoka.ui import format as fmt
 from nonoka.ui import pages, queries
-from nonoka.ui.data import NotAvailableError, SessionRecord, UiData
+from nonoka.ui.data import (
+    IMAGE_TYPES,
+    NotAvailableError,
+    SessionRecord,
+    UiData,
+    describe,
+    file_parts,
+    is_digest,
+)
 from nonoka.ui.markdown import render as markdown
 from nonoka.ui.queries import BadQuery
 from nonoka.ui.security import ASGIApp, TokenGuard
@@ -57,7 +65,8 @@ def templates() -> Environment:
                        clock=fmt.clock, duration=fmt.duration, number=fmt.number,
                        markdown=markdown)
     env.globals.update(link=fmt.link, is_long=fmt.is_long, first_line=fmt.first_line,
-                       pretty_json=fmt.pretty_json)
+                       pretty_json=fmt.pretty_json, file_parts=file_parts,
+                       describe_file=describe, shown_image=shown_image)
     return env
 
 
@@ -72,6 +81,16 @@ class Deferred(Response):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         response = await run_in_threadpool(self.make)
         await response(scope, receive, send)
+
+
+def shown_image(part: dict[str, Any]) -> str | None:
+    """The address the page shows a file part's image at (``/media/<digest>``), or
+    ``None``: only a stored file (a reference, never inline bytes) of an image type the
+    media route serves."""
+    digest = part.get("media")
+    if is_digest(digest) and part.get("media_type") in IMAGE_TYPES:
+        return f"/media/{digest}"
+    return None
 
 
 class Pages:
@@ -151,6 +170,21 @@ class Pages:
 
         return Deferred(make)
 
+    async def media(self, request: Request) -> Response:
+        """A stored image by its digest, as stored, with its stored media type: only a
+        raster image type on the allow-list (``IMAGE_TYPES``; never SVG, HTML or
+        anything a browser would run), inline under a name of its own, never sniffed
+        (the guard's ``X-Content-Type-Options: nosniff`` and content security policy
+        come with it, as with every answer)."""
+        digest = str(request.path_params["digest"])
+        file = await self.data.media(digest)
+        if file is None or file.media_type not in IMAGE_TYPES:
+            return Response("404 Not Found: no image is stored under this digest.\n",
+                            status_code=404, media_type="text/plain")
+        name = f"{digest.partition(':')[2][:16]}.{file.media_type.partition('/')[2]}"
+        return Response(file.data, media_type=file.media_type,
+                        headers={"content-disposition": f'inline; filename="{name}"'})
+
     async def revision(self, request: Request) -> Response:
         record = await self.lookup(request)
         if isinstance(record, Response):
@@ -227,6 +261,7 @@ def create_app(data: UiData, settings: Settings, *, token: str,
         Route("/s/{sid}/revision", endpoints.revision),
         Route("/s/{sid}/parts", endpoints.parts),
         Route("/s/{sid}/{action}", endpoints.act, methods=["POST"]),
+        Route("/media/{digest}", endpoints.media),
         Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

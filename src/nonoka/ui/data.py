@@ -33,15 +33,18 @@ from nonoka.errors import ConfigurationError
 from nonoka.redact import redact, redact_text
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.session_state import SessionState
-from nonoka.store.base import decode_entries, decode_session
+from nonoka.store.base import MediaStore, decode_entries, decode_session
+from nonoka.store.media import IMAGE_TYPES, Media, describe, file_parts, is_digest
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
 
 __all__ = [
+    "IMAGE_TYPES",
     "EntryPage",
     "EntryRow",
     "EventRecord",
     "LineageNode",
+    "Media",
     "NotAvailableError",
     "SessionPage",
     "SessionQuery",
@@ -49,6 +52,9 @@ __all__ = [
     "SessionState",
     "UiData",
     "UsageSummary",
+    "describe",
+    "file_parts",
+    "is_digest",
 ]
 
 SORTS = {
@@ -412,6 +418,15 @@ class UiData:
 
     async def usage(self, session_id: str) -> UsageSummary:
         return await self.stores.events.usage_summary(session_id)
+
+    async def media(self, digest: str) -> Media | None:
+        """A stored file by its digest (``nonoka.store.media``). Entries come back from
+        ``entries`` with their files' references, never their bytes: the page asks for
+        each image on its own."""
+        checkpoints = self.stores.checkpoints
+        if not is_digest(digest) or not isinstance(checkpoints, MediaStore):
+            return None
+        return await checkpoints.load_media(digest)
 
     async def is_running(self, session_id: str) -> bool:
         """Whether a live process runs a turn of the session now (``nonoka.turn.status``)."""

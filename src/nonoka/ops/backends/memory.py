@@ -8,10 +8,11 @@ recently active session first, latest position first.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from nonoka.ops.backends.sql import media_findings
 from nonoka.ops.model import (
     EventRow,
     Finding,
@@ -24,7 +25,8 @@ from nonoka.ops.model import (
 )
 from nonoka.ops.sharing import Facts, Lineage, attribute, keeps
 from nonoka.ops.text import document_words, entry_text
-from nonoka.store.memory.checkpoints import MemoryCheckpointStore
+from nonoka.store.media import Media, digests, needed, references
+from nonoka.store.memory.checkpoints import MemoryCheckpointStore, collect_media
 from nonoka.store.memory.database import CheckpointRow, StoredEvent
 from nonoka.store.memory.database import StepRow as MemoryStepRow
 from nonoka.store.memory.records import MemoryRecordStore
@@ -52,16 +54,21 @@ class MemoryOps:
 
     async def write_session(self, head: SessionHead, entries: Iterable[str],
                             steps: list[StepRow], events: Iterable[EventRow],
-                            index: dict[str, Any] | None) -> bool:
+                            index: dict[str, Any] | None,
+                            media: Sequence[Media] = ()) -> bool:
         sid = head.session_id
         texts = list(entries)
+        marks = {seq: refs for seq, refs in ((seq, references(t)) for seq, t in
+                                             enumerate(texts)) if refs is not None}
         log = [StoredEvent(e.seq, e.at, e.kind, e.data) for e in events]
         with self.db.lock, self.records.lock:
             if sid in self.db.checkpoints:
                 return False
+            for file in media:
+                self.db.media.setdefault(file.digest, file)
             self.db.checkpoints[sid] = CheckpointRow(head.snapshot, head.revision,
                                                      head.memory_generation, texts,
-                                                     head.created_at, head.updated_at)
+                                                     head.created_at, head.updated_at, marks)
             for key in [k for k in self.db.step_updates if k[0] == sid]:
                 del self.db.step_updates[key]
             for step in steps:
@@ -136,6 +143,11 @@ class MemoryOps:
             row = self.db.checkpoints.get(session_id)
             size = 0 if row is None else len(row.state_json.encode()) + sum(
                 len(e.encode()) for e in row.entries)
+            if row is not None and row.media:  # the files only this session refers to
+                others = {d for sid, other in self.db.checkpoints.items()
+                          if sid != session_id for d in needed(other.media.values())}
+                size += sum(self.db.media[d].size for d in needed(row.media.values())
+                            if d in self.db.media and d not in others)
             size += sum(len(s.payload_json.encode()) for k, s in self.db.step_updates.items()
                         if k[0] == session_id)
             size += sum(len(e.data_json.encode())
@@ -156,27 +168,51 @@ class MemoryOps:
                   for sid in sorted(index_only)]
         found += [Finding("warning", "orphan_events", f"{n} event(s) of a session that is "
                           "not stored", sid) for sid, n in sorted(logs.items()) if n]
-        return found
+        with self.db.lock:
+            missing, referenced = self._references()
+            files = [(d, f.data) for d, f in sorted(self.db.media.items())]
+            unreferenced = [(d, f.size) for d, f in sorted(self.db.media.items())
+                            if d not in referenced]
+        return found + media_findings(missing, unreferenced, files)
+
+    def _references(self) -> tuple[list[tuple[str, int, str]], set[str]]:
+        """References without their file, and every digest referred to (lock held)."""
+        missing, referenced = [], set()
+        for sid, row in sorted(self.db.checkpoints.items()):
+            for seq, value in sorted(row.media.items()):
+                for digest in digests(value):
+                    referenced.add(digest)
+                    if digest not in self.db.media:
+                        missing.append((sid, seq, digest))
+        return missing, referenced
 
     async def repair(self) -> list[Finding]:
         """Nothing to rebuild: this engine stores nothing derived from other rows."""
         return []
 
     async def vacuum(self) -> tuple[int, int]:
-        size = await self._size()
-        return size, size
+        before = await self._size()
+        with self.db.lock:
+            collect_media(self.db, list(self.db.media))
+        return before, await self._size()
 
     async def _size(self) -> int:
-        return sum([await self.session_bytes(s) for s in await self.session_ids()])
+        text = sum([await self.session_bytes(s) for s in await self.session_ids()])
+        with self.db.lock:
+            return text + sum(f.size for f in self.db.media.values())
 
     async def stats(self, largest: int = 10) -> Stats:
         with self.db.lock, self.records.lock:
             sizes = [(sid, len(row.entries), sum(len(e.encode()) for e in row.entries))
                      for sid, row in self.db.checkpoints.items()]
             events = sum(len(log) for log in self.records.events.values())
+            files = [f.size for f in self.db.media.values()]
         sizes.sort(key=lambda s: (-s[2], s[0]))
-        return Stats("memory", len(sizes), sum(s[1] for s in sizes), events,
-                     {"session_entries": sum(s[2] for s in sizes)}, sizes[:largest])
+        by_table = {"session_entries": sum(s[2] for s in sizes)}
+        if files:
+            by_table["media"] = sum(files)
+        return Stats("memory", len(sizes), sum(s[1] for s in sizes), events, by_table,
+                     sizes[:largest], len(files), sum(files))
 
 
 def _lineage(rows: dict[str, list[str]], index: dict[str, SessionRecord]) -> Lineage:
@@ -239,5 +275,14 @@ class _Reader:
             text = self._ops.records.sessions.get(session_id)
         return None if text is None else SessionRecord.model_validate_json(text).model_dump(
             mode="json")
+
+    async def files(self, session_id: str) -> list[str]:
+        with self._ops.db.lock:
+            row = self._ops.db.checkpoints.get(session_id)
+            return [] if row is None else needed(v for _, v in sorted(row.media.items()))
+
+    async def file(self, digest: str) -> Media | None:
+        with self._ops.db.lock:
+            return self._ops.db.media.get(digest)
 
 

@@ -9,12 +9,19 @@ writes one session per transaction. Search uses the GIN expression indexes of mi
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from nonoka.ops import stored
-from nonoka.ops.backends.sql import CHAIN, checks, kept_sessions, segments, title_match
+from nonoka.ops.backends.sql import (
+    CHAIN,
+    checks,
+    kept_sessions,
+    media_findings,
+    segments,
+    title_match,
+)
 from nonoka.ops.batches import batches
 from nonoka.ops.model import (
     EventRow,
@@ -28,14 +35,20 @@ from nonoka.ops.model import (
 )
 from nonoka.ops.sharing import Facts, Lineage, attribute
 from nonoka.store import index_sql
-from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
+from nonoka.store.media import Media, digests, references
+from nonoka.store.postgres.checkpoints import (
+    PostgresCheckpointStore,
+    collect_media,
+    drop_entries,
+    keep_media,
+)
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
-from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG
+from nonoka.store.postgres.migrations import ENTRY_VECTOR, MEDIA_REFS, SEARCH_CONFIG
 from nonoka.store.project import ProjectStores
 
 BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
-          "session_leases", "nonoka_migrations")
+          "session_leases", "nonoka_migrations", "media")
 _PURPOSE = "coalesce(s.metadata ->> 'purpose', 'chat')"
 _TSQUERY = f"plainto_tsquery('{SEARCH_CONFIG}', %(q)s)"
 
@@ -63,7 +76,8 @@ class PostgresOps:
 
     async def write_session(self, head: SessionHead, entries: Iterable[str],
                             steps: list[StepRow], events: Iterable[EventRow],
-                            index: dict[str, Any] | None) -> bool:
+                            index: dict[str, Any] | None,
+                            media: Sequence[Media] = ()) -> bool:
         sid = head.session_id
         async with self.database.transaction() as conn:
             created = await conn.execute(
@@ -74,15 +88,20 @@ class PostgresOps:
                  head.created_at, head.updated_at))
             if await created.fetchone() is None:
                 return False
-            for table in ("session_entries", "step_updates", "events", "cli_sessions"):
+            _, dropped = await drop_entries(conn, sid)  # rows left without a checkpoint
+            for table in ("step_updates", "events", "cli_sessions"):
                 await conn.execute(f"DELETE FROM {table} WHERE session_id = %s", (sid,))
+            if media:
+                await keep_media(conn, list(media))
             start = 0
             for batch in batches(entries):
                 await conn.execute(
-                    "INSERT INTO session_entries (session_id, seq, entry_json) "
-                    "SELECT %s, %s + ord - 1, entry FROM unnest(%s::text[]) "
-                    "WITH ORDINALITY AS t(entry, ord)", (sid, start, batch))
+                    "INSERT INTO session_entries (session_id, seq, entry_json, media) "
+                    "SELECT %s, %s + ord - 1, entry, refs FROM unnest(%s::text[], "
+                    "%s::text[]) WITH ORDINALITY AS t(entry, refs, ord)",
+                    (sid, start, batch, [references(text) for text in batch]))
                 start += len(batch)
+            await collect_media(conn, dropped)
             async with conn.cursor() as cur:
                 if steps:
                     await cur.executemany(
@@ -159,7 +178,7 @@ class PostgresOps:
                                r[5]) for r in rows]
 
     async def session_bytes(self, session_id: str) -> int:
-        sql = """SELECT
+        sql = f"""SELECT
             (SELECT coalesce(sum(octet_length(state_json)), 0) FROM checkpoints
              WHERE session_id = %(s)s) +
             (SELECT coalesce(sum(octet_length(entry_json)), 0) FROM session_entries
@@ -167,7 +186,8 @@ class PostgresOps:
             (SELECT coalesce(sum(octet_length(payload_json)), 0) FROM step_updates
              WHERE session_id = %(s)s) +
             (SELECT coalesce(sum(octet_length(data_json::text)), 0) FROM events
-             WHERE session_id = %(s)s)"""
+             WHERE session_id = %(s)s) +
+            {_FREED_MEDIA}"""
         async with self.database.connection() as conn:
             row = await (await conn.execute(sql, {"s": session_id})).fetchone()
         return int(row[0]) if row else 0
@@ -185,6 +205,11 @@ class PostgresOps:
                 "AND NOT (i.indisvalid AND i.indisready)")).fetchall()
             found += [Finding("error", "invalid_index", f"index {name} is not valid; "
                               "REINDEX it") for (name,) in rows]
+            missing = await (await conn.execute(_MISSING_MEDIA)).fetchall()
+            unreferenced = await (await conn.execute(_UNREFERENCED_MEDIA)).fetchall()
+            kept = await (await conn.execute(
+                "SELECT digest, data FROM media ORDER BY digest")).fetchall()
+            found += media_findings(missing, unreferenced, kept)
         return found
 
     async def repair(self) -> list[Finding]:
@@ -193,6 +218,9 @@ class PostgresOps:
 
     async def vacuum(self) -> tuple[int, int]:
         before = await self._size()
+        async with self.database.transaction() as conn:  # files no entry refers to
+            rows = await (await conn.execute(_UNREFERENCED_MEDIA)).fetchall()
+            await collect_media(conn, [r[0] for r in rows])
         async with self.database.connection() as conn:  # autocommit: VACUUM needs it
             for table in TABLES:
                 await conn.execute(f"VACUUM (ANALYZE) {table}")
@@ -224,7 +252,8 @@ class PostgresOps:
         async with self.database.transaction() as conn:
             counts = await (await conn.execute(
                 "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM "
-                "session_entries), (SELECT count(*) FROM events)")).fetchone()
+                "session_entries), (SELECT count(*) FROM events), (SELECT count(*) FROM "
+                "media), (SELECT coalesce(sum(size), 0) FROM media)")).fetchone()
             sizes = await (await conn.execute(
                 "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c WHERE "
                 "c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' "
@@ -236,11 +265,30 @@ class PostgresOps:
         assert counts is not None
         return Stats("postgresql", int(counts[0]), int(counts[1]), int(counts[2]),
                      {str(n): int(b) for n, b in sizes},
-                     [(str(s), int(n), int(b)) for s, n, b in top])
+                     [(str(s), int(n), int(b)) for s, n, b in top], int(counts[3]),
+                     int(counts[4]))
 
 
 def _mark(name: str) -> str:
     return f"%({name})s"
+
+
+_REFS = MEDIA_REFS.format(m="e.media")
+_REFERENCED = ("EXISTS (SELECT 1 FROM session_entries e WHERE e.media IS NOT NULL "
+               f"AND {_REFS} @> ARRAY[{{d}}])")
+_MISSING_MEDIA = (f"SELECT e.session_id, e.seq, d FROM session_entries e, unnest({_REFS}) d "
+                  "WHERE e.media IS NOT NULL AND NOT EXISTS (SELECT 1 FROM media m WHERE "
+                  "m.digest = d) ORDER BY 1, 2, 3")
+_UNREFERENCED_MEDIA = (f"SELECT m.digest, m.size FROM media m WHERE NOT "
+                       f"{_REFERENCED.format(d='m.digest')} ORDER BY m.digest")
+_FREED_MEDIA = f"""(SELECT coalesce(sum(m.size), 0) FROM media m
+    WHERE m.digest IN (SELECT unnest({_REFS}) FROM session_entries e
+                       WHERE e.session_id = %(s)s AND e.media IS NOT NULL)
+    AND NOT EXISTS (SELECT 1 FROM session_entries e WHERE e.media IS NOT NULL
+                    AND e.session_id <> %(s)s AND {_REFS} @> ARRAY[m.digest])
+    AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.base_session_id = %(s)s))"""
+"""The bytes of the files only the session refers to (what its delete frees; a session
+that branches share keeps its files in the branches)."""
 
 
 _BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
@@ -320,3 +368,19 @@ class _Reader:
         if isinstance(record["metadata"], str):
             record["metadata"] = json.loads(record["metadata"])
         return record
+
+    async def files(self, session_id: str) -> list[str]:
+        found: dict[str, None] = {}
+        for sid, first, stop in await self._chain(session_id):
+            rows = await (await self._conn.execute(
+                "SELECT media FROM session_entries WHERE session_id = %s AND seq >= %s "
+                "AND seq < %s AND media IS NOT NULL ORDER BY seq",
+                (sid, first, 2**62 if stop is None else stop))).fetchall()
+            for (value,) in rows:
+                found.update(dict.fromkeys(digests(value)))
+        return list(found)
+
+    async def file(self, digest: str) -> Media | None:
+        row = await (await self._conn.execute(
+            "SELECT media_type, data FROM media WHERE digest = %s", (digest,))).fetchone()
+        return None if row is None else Media(digest, row[0], bytes(row[1]))

@@ -1,5 +1,6 @@
-"""What the two SQL engines' backends share: ``db check``'s queries and where a branch's
-entries live, written in SQL both SQLite and PostgreSQL speak."""
+"""What the two SQL engines' backends share: ``db check``'s queries (and its findings
+about stored files) and where a branch's entries live, written in SQL both SQLite and
+PostgreSQL speak."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from nonoka.errors import CorruptSessionError
 from nonoka.ops.model import Finding, SearchQuery
 from nonoka.ops.sharing import Lineage
+from nonoka.store.media import digest_of, size_label
 
 Check = tuple[str, Callable[[tuple[Any, ...]], Finding]]
 
@@ -98,3 +100,19 @@ def checks(own_entries: str) -> list[Check]:
          lambda r: Finding("warning", "orphan_events",
                            f"{r[1]} event(s) of a session that is not stored", r[0])),
     ]
+
+
+def media_findings(missing: Iterable[tuple[Any, ...]], unreferenced: Iterable[tuple[Any, ...]],
+                   stored: Iterable[tuple[Any, ...]]) -> list[Finding]:
+    """``db check``'s findings about files: references without their file (an error: the
+    session does not load), files whose bytes do not give their digest (an error), and
+    files no entry refers to (a warning: ``nonoka db vacuum`` deletes them)."""
+    found = [Finding("error", "missing_media", f"entry {seq} refers to the file {digest}, "
+                     "which is not stored", sid) for sid, seq, digest in missing]
+    found += [Finding("error", "media_digest", f"the bytes stored as {digest} do not give "
+                      "that digest (damaged)") for digest, data in stored
+              if digest_of(bytes(data)) != digest]
+    found += [Finding("warning", "unreferenced_media", f"the file {digest} "
+                      f"({size_label(int(size))}) is stored but no entry refers to it "
+                      "(`nonoka db vacuum` deletes it)") for digest, size in unreferenced]
+    return found

@@ -14,13 +14,20 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, closing, suppress
 from typing import Any
 
 from nonoka.ops import stored
 from nonoka.ops.backends import sqlite_chains as chains
-from nonoka.ops.backends.sql import CHAIN, checks, kept_sessions, segments, title_match
+from nonoka.ops.backends.sql import (
+    CHAIN,
+    checks,
+    kept_sessions,
+    media_findings,
+    segments,
+    title_match,
+)
 from nonoka.ops.batches import batches
 from nonoka.ops.model import (
     EventRow,
@@ -35,7 +42,9 @@ from nonoka.ops.model import (
 from nonoka.ops.sharing import Facts, Lineage, attribute
 from nonoka.ops.text import document_words, entry_text, fts5_query
 from nonoka.store import index_sql
+from nonoka.store.media import Media, digests, references
 from nonoka.store.project import ProjectStores
+from nonoka.store.sqlite import media as stored_media
 from nonoka.store.sqlite import search as search_index
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.database import connect_read_only, sqlite_error
@@ -44,12 +53,12 @@ from nonoka.store.sqlite.migrations import INDEXED_UPTO, NEXT_DOC
 
 BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
-          "session_leases", "next_calls", "search_state")
+          "session_leases", "next_calls", "search_state", "media")
 _HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
          "created_at, updated_at FROM checkpoints WHERE session_id = ?")
 _PURPOSE = "coalesce(json_extract(s.metadata, '$.purpose'), 'chat')"
-_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
-                 f"VALUES (?, ?, ?, ?, {NEXT_DOC})")
+_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, media, "
+                 f"doc) VALUES (?, ?, ?, ?, ?, {NEXT_DOC})")
 
 
 class SQLiteOps:
@@ -85,14 +94,17 @@ class SQLiteOps:
 
     async def write_session(self, head: SessionHead, entries: Iterable[str],
                             steps: list[StepRow], events: Iterable[EventRow],
-                            index: dict[str, Any] | None) -> bool:
+                            index: dict[str, Any] | None,
+                            media: Sequence[Media] = ()) -> bool:
         sid = head.session_id
         with self.store.transaction() as db:
             if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?",
                           (sid,)).fetchone():
                 return False
+            dropped = stored_media.referenced_by(db, sid)  # rows left without a checkpoint
             for table in ("session_entries", "step_updates", "events", "cli_sessions"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
+            stored_media.keep(db, media)
             db.execute(
                 "INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
                 "memory_generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -103,8 +115,9 @@ class SQLiteOps:
                 rows = []
                 for n, text in batch:
                     chain = chain.add(text)
-                    rows.append((sid, n, text, chain.encode()))
+                    rows.append((sid, n, text, chain.encode(), references(text)))
                 db.executemany(_INSERT_ENTRY, rows)
+            stored_media.collect(db, dropped)
             db.executemany(
                 "INSERT INTO step_updates (session_id, step_id, update_type, payload_json, "
                 "updated_at) VALUES (?, ?, ?, ?, ?)",
@@ -219,6 +232,8 @@ class SQLiteOps:
             (SELECT coalesce(sum(length(CAST(data_json AS BLOB))), 0) FROM events
              WHERE session_id = ?1)"""
         with self.store.transaction(write=False) as db:
+            if has_media(db):
+                sql += f" + {_FREED_MEDIA}"
             return int(db.execute(sql, (session_id,)).fetchone()[0])
 
     def settle(self) -> None:
@@ -242,6 +257,10 @@ class SQLiteOps:
             for sql, finding in checks(own):
                 found += [finding(row) for row in db.execute(sql)]
             found += chains.check(db, chains.links(db, bases))
+            if has_media(db):
+                found += media_findings(
+                    db.execute(_MISSING_MEDIA), db.execute(_UNREFERENCED_MEDIA),
+                    db.execute("SELECT digest, data FROM media ORDER BY digest"))
         return found
 
     async def repair(self) -> list[Finding]:
@@ -257,6 +276,10 @@ class SQLiteOps:
 
     async def vacuum(self) -> tuple[int, int]:
         before = self._size()
+        if not self.store.read_only:
+            with self.store.transaction() as db:  # files no entry refers to any more
+                db.execute(f"DELETE FROM media WHERE NOT "
+                           f"{_REFERENCED.format(d='media.digest')}")
         self.catch_up()
         with self.store.transaction() as db:
             db.execute("INSERT INTO session_search (session_search) VALUES ('optimize')")
@@ -275,9 +298,11 @@ class SQLiteOps:
 
     async def stats(self, largest: int = 10) -> Stats:
         with self.store.transaction(write=False) as db:
-            sessions, entries, events = db.execute(
+            files = ("(SELECT count(*) FROM media), (SELECT coalesce(sum(size), 0) FROM media)"
+                     if has_media(db) else "0, 0")
+            sessions, entries, events, files, file_bytes = db.execute(
                 "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM "
-                "session_entries), (SELECT count(*) FROM events)").fetchone()
+                f"session_entries), (SELECT count(*) FROM events), {files}").fetchone()
             by_table: dict[str, int] = {}
             for name, size in db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
                 owner = _owner(str(name))
@@ -288,11 +313,36 @@ class SQLiteOps:
                 (largest,)).fetchall()
         return Stats("sqlite", int(sessions), int(entries), int(events),
                      dict(sorted(by_table.items(), key=lambda kv: -kv[1])),
-                     [(str(s), int(n), int(b)) for s, n, b in top])
+                     [(str(s), int(n), int(b)) for s, n, b in top], int(files),
+                     int(file_bytes))
 
 
 def _mark(name: str) -> str:
     return f":{name}"
+
+
+_REFERENCED = stored_media.REFERENCED
+_REFS = stored_media.REFS
+_MISSING_MEDIA = (f"SELECT e.session_id, e.seq, j.value FROM session_entries e, "
+                  f"{_REFS.format(m='e.media')} j WHERE e.media IS NOT NULL AND NOT EXISTS "
+                  "(SELECT 1 FROM media m WHERE m.digest = j.value) ORDER BY 1, 2, 3")
+_UNREFERENCED_MEDIA = (f"SELECT digest, size FROM media WHERE NOT "
+                       f"{_REFERENCED.format(d='media.digest')} ORDER BY digest")
+_FREED_MEDIA = f"""(SELECT coalesce(sum(m.size), 0) FROM media m
+    WHERE m.digest IN (SELECT j.value FROM session_entries e, {_REFS.format(m='e.media')} j
+                       WHERE e.session_id = ?1 AND e.media IS NOT NULL)
+    AND NOT EXISTS (SELECT 1 FROM session_entries e, {_REFS.format(m='e.media')} j
+                    WHERE e.media IS NOT NULL AND e.session_id <> ?1 AND j.value = m.digest)
+    AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.base_session_id = ?1))"""
+"""The bytes of the files only the session refers to (what its delete frees; a session
+that branches share keeps its files in the branches)."""
+
+
+def has_media(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'media'"
+                      ).fetchone() is not None
+
+
 
 
 _BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
@@ -385,4 +435,19 @@ class _Reader:
         if row is None:
             return None
         return dict(zip(index_sql.COLUMNS, row, strict=True))  # metadata as JSON text
+
+    async def files(self, session_id: str) -> list[str]:
+        if not has_media(self._db):
+            return []
+        found: dict[str, None] = {}
+        for sid, first, stop in self._chain(session_id):
+            for (value,) in self._db.execute(
+                    "SELECT media FROM session_entries WHERE session_id = ? AND seq >= ? "
+                    "AND seq < ? AND media IS NOT NULL ORDER BY seq",
+                    (sid, first, 2**62 if stop is None else stop)):
+                found.update(dict.fromkeys(digests(value)))
+        return list(found)
+
+    async def file(self, digest: str) -> Media | None:
+        return stored_media.load(self._db, digest) if has_media(self._db) else None
 

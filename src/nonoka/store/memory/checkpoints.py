@@ -24,10 +24,13 @@ from nonoka.store.base import (
     conflict_error,
     decode_entries,
     decode_session,
-    entry_json,
+    encode_entry,
+    media_rows,
     next_update_time,
     snapshot_json,
+    with_media,
 )
+from nonoka.store.media import Media, base64_text, digests, files_column, needed
 from nonoka.store.memory.database import CheckpointRow, MemoryDatabase, StepRow
 from nonoka.store.reuse import StoreReuse
 
@@ -54,11 +57,22 @@ class MemoryCheckpointStore(StepUpdateWriter):
             if row is None:
                 row = CheckpointRow(snapshot, 0, state.memory_generation, [], now, now)
             plan = EntryPlan(state, len(row.entries), row.memory_generation)
-            new = [entry_json(e) for e in plan.new_entries]
+            start = 0 if plan.rewrite else len(row.entries)
+            marks = {} if plan.rewrite else dict(row.media)
+            new = []
+            for seq, entry in enumerate(plan.new_entries, start):
+                text, files = encode_entry(entry)
+                new.append(text)
+                if files is not None:
+                    marks[seq] = files_column(files)
+                    for file in media_rows(files):
+                        db.media.setdefault(file.digest, file)
             entries = new if plan.rewrite else row.entries + new
             db.checkpoints[state.session_id] = CheckpointRow(
-                snapshot, stored + 1, state.memory_generation, entries, row.created_at, now
-            )
+                snapshot, stored + 1, state.memory_generation, entries, row.created_at, now,
+                marks)
+            if plan.rewrite:
+                collect_media(db, needed(row.media.values()))
             return stored + 1
 
     async def fork_session(self, state: SessionState, parent_id: str, at: int,
@@ -76,7 +90,8 @@ class MemoryCheckpointStore(StepUpdateWriter):
             now = time.time()
             db.checkpoints[state.session_id] = CheckpointRow(
                 snapshot_json(state, self.reuse.texts), 1, state.memory_generation,
-                parent.entries[:at], now, now)
+                parent.entries[:at], now, now,
+                {seq: value for seq, value in parent.media.items() if seq < at})
             return 1
 
     async def stored_revision(self, session_id: str) -> int | None:
@@ -94,10 +109,15 @@ class MemoryCheckpointStore(StepUpdateWriter):
         return decode_session(session_id, snapshot, [], revision, steps), count
 
     async def load_entries(self, session_id: str, start: int, stop: int) -> list[MemoryEntry]:
+        start, stop = max(0, start), max(0, stop)
         with self.database.lock:
             row = self.database.checkpoints.get(session_id)
-            texts = [] if row is None else row.entries[max(0, start):max(0, stop)]
-        return decode_entries(session_id, texts)
+            texts = [] if row is None else row.entries[start:stop]
+            marks = {} if row is None else {seq - start: value for seq, value in
+                                            row.media.items() if start <= seq < stop}
+            found = self._found(marks)
+        entries = decode_entries(session_id, texts, start)
+        return with_media(session_id, entries, marks, found, start) if marks else entries
 
     async def load_session(self, session_id: str) -> SessionState | None:
         db = self.database
@@ -107,7 +127,22 @@ class MemoryCheckpointStore(StepUpdateWriter):
                 return None
             steps = self._steps(session_id)
             snapshot, entries, revision = row.state_json, list(row.entries), row.revision
-        return decode_session(session_id, snapshot, entries, revision, steps)
+            marks = dict(row.media)
+            found = self._found(marks)
+        if not marks:
+            return decode_session(session_id, snapshot, entries, revision, steps)
+        decoded = with_media(session_id, decode_entries(session_id, entries), marks, found)
+        return decode_session(session_id, snapshot, [], revision, steps, decoded)
+
+    def _found(self, marks: dict[int, str]) -> dict[str, str]:
+        """The files the rows ``marks`` names refer to, as base64 (the lock held)."""
+        stored = self.database.media
+        return {d: base64_text(stored[d].data) for d in needed(marks.values()) if d in stored}
+
+    async def load_media(self, digest: str) -> Media | None:
+        """``MediaStore``: the file stored under ``digest``."""
+        with self.database.lock:
+            return self.database.media.get(digest)
 
     def _steps(self, session_id: str) -> list[tuple[str, str, str, float]]:
         """The session's step updates in time order (call with the lock held)."""
@@ -138,11 +173,13 @@ class MemoryCheckpointStore(StepUpdateWriter):
     async def delete_session(self, session_id: str) -> bool:
         db = self.database
         with db.lock:
-            found = db.checkpoints.pop(session_id, None) is not None
+            row = db.checkpoints.pop(session_id, None)
             keys = [k for k in db.step_updates if k[0] == session_id]
             for key in keys:
                 del db.step_updates[key]
-            return found or bool(keys)
+            if row is not None:
+                collect_media(db, needed(row.media.values()))
+            return row is not None or bool(keys)
 
     # -- SessionLeases -------------------------------------------------------------------
 
@@ -187,3 +224,15 @@ class MemoryCheckpointStore(StepUpdateWriter):
     async def close(self) -> None:
         """Nothing to release; the data lives as long as the ``MemoryDatabase``."""
 
+
+
+def collect_media(db: MemoryDatabase, candidates: list[str]) -> None:
+    """Forget the files among ``candidates`` no stored entry refers to (call it with the
+    database's lock held)."""
+    if not candidates:
+        return
+    referenced = {d for row in db.checkpoints.values() for value in row.media.values()
+                  for d in digests(value)}
+    for digest in candidates:
+        if digest not in referenced:
+            db.media.pop(digest, None)

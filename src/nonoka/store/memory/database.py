@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from nonoka.store.media import Media
+
 
 @dataclass
 class CheckpointRow:
@@ -20,6 +22,9 @@ class CheckpointRow:
     entries: list[str]
     created_at: float
     updated_at: float
+    media: dict[int, str] = field(default_factory=dict)
+    """The entries that refer to stored files: position → the digests, as the SQL
+    engines' ``media`` column holds them (``nonoka.store.media``)."""
 
 
 @dataclass
@@ -38,6 +43,8 @@ class MemoryDatabase:
     step_updates: dict[tuple[str, str, str], StepRow] = field(default_factory=dict)
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)
     """``session_id`` → ``(owner, expiry)`` on the ``time.monotonic`` clock."""
+    media: dict[str, Media] = field(default_factory=dict)
+    """The files entries refer to, by digest, each once."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_order: int = 0
 

@@ -173,6 +173,46 @@ async def m006_search_index(conn: AsyncConnection[Any]) -> None:
         f"USING gin (({ENTRY_VECTOR.format(e='entry_json')}))")
 
 
+MEDIA_REFS = "nonoka_media({m})"
+"""The digests an entry row's ``media`` column names, as a ``text[]`` (a damaged value
+names none); the expression the references index is built on."""
+
+
+@migration
+async def m007_media(conn: AsyncConnection[Any]) -> None:
+    """Files stored once, by digest (``nonoka.store.media``): the ``media`` table (its
+    bytes kept out of line and not compressed: images and PDFs are compressed already),
+    and each entry row's ``media`` column, the JSON array of the digests it refers to
+    (``NULL`` for a row without files, which every existing row keeps: they load as they
+    always did). Two partial indexes hold only the rows that refer to files, so a save of
+    an entry without files never writes them: one finds a session's such rows (a load
+    asks for them in its own statement), the other, a GIN index on the digests, whether
+    any row still refers to a file (a delete's garbage collection). Nothing is
+    rewritten."""
+    await conn.execute(
+        """CREATE TABLE media (
+            digest text COLLATE "C" PRIMARY KEY,
+            media_type text NOT NULL,
+            size bigint NOT NULL,
+            created_at double precision NOT NULL,
+            data bytea NOT NULL
+        )""")
+    await conn.execute("ALTER TABLE media ALTER COLUMN data SET STORAGE EXTERNAL")
+    await conn.execute("ALTER TABLE session_entries ADD COLUMN media text")
+    await conn.execute(
+        """CREATE FUNCTION nonoka_media(media text) RETURNS text[]
+        LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+        BEGIN
+            RETURN ARRAY(SELECT jsonb_array_elements_text(media::jsonb));
+        EXCEPTION WHEN others THEN
+            RETURN '{}'::text[];
+        END $$""")
+    await conn.execute("CREATE INDEX session_entries_media ON session_entries "
+                       "(session_id, seq) WHERE media IS NOT NULL")
+    await conn.execute(f"CREATE INDEX session_entries_media_refs ON session_entries "
+                       f"USING gin (({MEDIA_REFS.format(m='media')})) WHERE media IS NOT NULL")
+
+
 # -- the runner's PostgreSQL side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -40,15 +40,19 @@ from nonoka.store.base import (
     conflict_error,
     decode_entries,
     decode_session,
-    entry_json,
+    encode_entry,
+    media_marks,
     next_revision,
     next_update_time,
     snapshot_json,
     stored_lease,
+    with_media,
 )
+from nonoka.store.media import Media, files_column, needed
 from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.reuse import Decoded, StoreReuse
 from nonoka.store.sqlite import leases, lineage, next_calls
+from nonoka.store.sqlite import media as stored_media
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.migrations import NEXT_DOC
@@ -127,10 +131,11 @@ class _Written(NamedTuple):
     chain: Chain
 
 
-_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
-                 f"VALUES (?, ?, ?, ?, {NEXT_DOC})")
+_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, media, "
+                 f"doc) VALUES (?, ?, ?, ?, ?, {NEXT_DOC})")
 """An entry row with its search ``doc`` (``NEXT_DOC``: one past every doc stored and
-every doc indexed), so the search's catch-up has nothing to number."""
+every doc indexed), so the search's catch-up has nothing to number, and the digests of
+the files it refers to (``NULL`` for most rows)."""
 
 _STEPS = ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
           "WHERE session_id = ? ORDER BY updated_at, rowid")
@@ -274,14 +279,18 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         count, generation = (0, state.memory_generation) if row is None else row[1:]
         plan = EntryPlan(state, count, generation)
         start = count
+        dropped: list[str] = []
         if plan.rewrite or row is None:
             lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
+            if plan.rewrite:  # (a new session's leftover rows: `db vacuum` collects theirs)
+                dropped = stored_media.referenced_by(db, sid)
             db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
             start = 0
         if plan.new_entries or start == 0:
             chain = self._chain_before(db, sid, start)
             self._insert(db, sid, start, plan.new_entries, chain, revision,
                          state.memory_generation)
+        stored_media.collect(db, dropped)  # after the new rows: a file they keep stays
         now = time.time()
         db.execute(
             _UPSERT_CHECKPOINT,
@@ -300,13 +309,20 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         the session holds once this transaction commits (``transaction`` forgets it
         if it does not). One loop, one statement for the usual one entry: this runs
         twice a turn."""
-        rows = []
+        rows: list[tuple[str, int, str, str, str | None]] = []
         seq = start
+        files: list[Media] = []
         for entry in entries:
-            text = entry_json(entry)
+            text, moved = encode_entry(entry)
             chain = chain.add(text)
-            rows.append((sid, seq, text, chain.encode()))
+            if moved is None:
+                rows.append((sid, seq, text, chain.encode(), None))
+            else:
+                rows.append((sid, seq, text, chain.encode(), files_column(moved)))
+                files += moved
             seq += 1
+        if files:
+            stored_media.keep(db, files)
         if len(rows) == 1:
             db.execute(_INSERT_ENTRY, rows[0])
         elif rows:
@@ -363,8 +379,18 @@ class SQLiteCheckpointStore(StepUpdateWriter):
 
     async def load_entries(self, session_id: str, start: int, stop: int) -> list[MemoryEntry]:
         with self.transaction(write=False) as db:
-            texts = lineage.resolved_entries(db, session_id, max(0, start), max(0, stop))
-        return decode_entries(session_id, texts)
+            rows = lineage.resolved_entries(db, session_id, max(0, start), max(0, stop),
+                                            "entry_json, media")
+            marks = media_marks([r[1] for r in rows])
+            found = stored_media.fetch(db, needed(marks.values())) if marks else {}
+        entries = decode_entries(session_id, [r[0] for r in rows], max(0, start))
+        return with_media(session_id, entries, marks, found, max(0, start)) if marks \
+            else entries
+
+    async def load_media(self, digest: str) -> Media | None:
+        """``MediaStore``: the file stored under ``digest``."""
+        with self.transaction(write=False) as db:
+            return stored_media.load(db, digest)
 
     async def load_session(self, session_id: str) -> SessionState | None:
         path = str(self._path)
@@ -383,14 +409,29 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             start = len(reused) if reused is not None else 0
             # A branch's first entries are its bases' rows: read through them.
             rows = lineage.resolved_entries(db, session_id, start, None,
-                                            "entry_json, key_chain")
+                                            "entry_json, key_chain, media")
             steps = db.execute(_STEPS, (session_id,)).fetchall()
+            # The files of the rows that refer to some, in the same read (one query).
+            marks = media_marks([r[2] for r in rows])
+            found = stored_media.fetch(db, needed(marks.values())) if marks else {}
         if start + len(rows) != count:
             raise CorruptSessionError(
                 f"session {session_id}: {start + len(rows)} entry rows stored but the "
                 f"snapshot expects {count}; the rows were left as they are"
             )
         texts = [r[0] for r in rows]
+        if marks:
+            new = with_media(session_id, decode_entries(session_id, texts, start), marks,
+                             found, start)
+            if reused is None:
+                state = decode_session(session_id, snapshot, [], revision, steps, new)
+                if rows[-1][1] is not None:
+                    cache.put(path, session_id, Decoded(created_at, new, rows[-1][1]))
+                return state.model_copy(update={"memory_entries": EntrySnapshot(new)})
+            combined = cache.extend(reused, start, new)
+            cache.put(path, session_id, Decoded(created_at, combined, rows[-1][1]))
+            return decode_session(session_id, snapshot, [], revision, steps,
+                                  EntrySnapshot(combined), self.reuse.snapshots)
         if reused is None:
             state = decode_session(session_id, snapshot, texts, revision, steps)
             if count and rows[-1][1] is not None:
@@ -420,11 +461,14 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         self._written.pop(session_id, None)
         with self.transaction() as db:
             lineage.detach_branches(db, session_id)
+            dropped = stored_media.referenced_by(db, session_id)
             removed = sum(
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
                 for table in ("checkpoints", "session_entries", "step_updates")
             )
             db.execute("DELETE FROM next_calls WHERE session_id = ?", (session_id,))
+            # Files no other entry refers to go with it, in the same transaction.
+            stored_media.collect(db, dropped)
         return removed > 0
 
     # -- NextCallStore -------------------------------------------------------------------

@@ -85,14 +85,16 @@ def entry_row(db: sqlite3.Connection, session_id: str, seq: int,
 
 def detach_branches(db: sqlite3.Connection, session_id: str) -> int:
     """Give every branch based on ``session_id`` its own copy of the shared entries, so the
-    session may rewrite or delete its rows; returns how many branches were detached."""
+    session may rewrite or delete its rows; returns how many branches were detached.
+    The copies refer to the same stored files (``media``): the files are not copied."""
     children = db.execute("SELECT session_id, base_count FROM checkpoints "
                           "WHERE base_session_id = ?", (session_id,)).fetchall()
     for child, count in children:
-        shared = resolved_entries(db, session_id, 0, int(count), "entry_json, key_chain")
+        shared = resolved_entries(db, session_id, 0, int(count),
+                                  "entry_json, key_chain, media")
         db.executemany(
-            "INSERT INTO session_entries (session_id, seq, entry_json, key_chain, doc) "
-            f"VALUES (?, ?, ?, ?, {NEXT_DOC})",
+            "INSERT INTO session_entries (session_id, seq, entry_json, key_chain, media, doc) "
+            f"VALUES (?, ?, ?, ?, ?, {NEXT_DOC})",
             [(child, seq, *row) for seq, row in enumerate(shared)])
         db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
                    "WHERE session_id = ?", (child,))

@@ -300,6 +300,29 @@ def m008_search_doc_in_entry_row(db: sqlite3.Connection) -> None:
                f"BEGIN {forget}{renumber} END")
 
 
+@migration
+def m009_media(db: sqlite3.Connection) -> None:
+    """Files stored once, by digest (``nonoka.store.media``): the ``media`` table (the
+    bytes last in the row, so reading a file's type and size never reads its bytes),
+    and each entry row's ``media`` column, the JSON array of the digests it refers to
+    (``NULL`` for a row without files, which every existing row keeps: they load as
+    they always did). The partial index holds only the rows that refer to files: the
+    garbage collection of a delete reads it, a save of an entry without files never
+    writes it. Nothing is rewritten."""
+    db.execute(
+        """CREATE TABLE media (
+            digest TEXT PRIMARY KEY,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            data BLOB NOT NULL
+        )"""
+    )
+    db.execute("ALTER TABLE session_entries ADD COLUMN media TEXT")
+    db.execute("CREATE INDEX session_entries_media ON session_entries (media) "
+               "WHERE media IS NOT NULL")
+
+
 # -- the runner's SQLite side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -16,8 +16,10 @@ import sqlite3
 import time
 from urllib.parse import quote
 
+from nonoka.store.media import needed, restored_text
 from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import leases, lineage
+from nonoka.store.sqlite import media as stored_media
 from nonoka.store.sqlite.migrations import MIGRATIONS, check_known
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
@@ -56,9 +58,18 @@ def load(db: sqlite3.Connection, session_id: str, with_entries: bool = True
     template, revision, status, count, _ = row
     if not with_entries:
         return StoredNextCall(template, revision, status, [])
-    entries = lineage.resolved_entries(db, session_id)
-    if len(entries) != count:
+    rows = lineage.resolved_entries(db, session_id, columns="entry_json, media")
+    if len(rows) != count:
         return None  # not what the checkpoint says: the runtime will report it
+    entries = [r[0] for r in rows]
+    wanted = needed(r[1] for r in rows if r[1] is not None)
+    if wanted:  # rows that refer to stored files get their bytes back, as a load does
+        found = stored_media.fetch(db, wanted)
+        try:
+            entries = [text if row[1] is None else restored_text(text, found)
+                       for text, row in zip(entries, rows, strict=True)]
+        except (KeyError, ValueError):
+            return None  # a file is missing or a row is damaged: the runtime reports it
     return StoredNextCall(template, revision, status, entries)
 
 

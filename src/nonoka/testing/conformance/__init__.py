@@ -39,6 +39,10 @@ runs the same tests by subclassing the suites in its own pytest files. It needs
 - ``StoredRowsSuite`` (fixture ``engine``, a ``RowsHarness`` with back doors into the
   stored rows): entries appended and rewritten, deletes, and corrupt, old or newer data
   refused without being changed.
+- ``MediaSuite`` (fixture ``engine``, a ``MediaHarness``: a ``RowsHarness`` with back
+  doors into the stored files): the files in entries' parts round trip byte for byte,
+  are stored once however many entries, branches and sessions hold them, and go with
+  the last entry that refers to them.
 - ``RecordStoreSuite`` (fixture ``records``, a ``RecordsHarness``): the session index
   and the event log.
 
@@ -54,6 +58,7 @@ pytest.register_assert_rewrite(
     "nonoka.testing.conformance.branches",
     "nonoka.testing.conformance.checkpoints",
     "nonoka.testing.conformance.leases",
+    "nonoka.testing.conformance.media",
     "nonoka.testing.conformance.records",
     "nonoka.testing.conformance.rows",
 )
@@ -61,6 +66,7 @@ pytest.register_assert_rewrite(
 from nonoka.testing.conformance.branches import BranchingSuite  # noqa: E402
 from nonoka.testing.conformance.checkpoints import CheckpointStoreSuite  # noqa: E402
 from nonoka.testing.conformance.harness import (  # noqa: E402
+    MediaHarness,
     RecordsHarness,
     RecordStore,
     RowsHarness,
@@ -68,12 +74,15 @@ from nonoka.testing.conformance.harness import (  # noqa: E402
     StoreHarness,
 )
 from nonoka.testing.conformance.leases import SessionLeasesSuite  # noqa: E402
+from nonoka.testing.conformance.media import MediaSuite  # noqa: E402
 from nonoka.testing.conformance.records import RecordStoreSuite  # noqa: E402
 from nonoka.testing.conformance.rows import StoredRowsSuite  # noqa: E402
 
 __all__ = [
     "BranchingSuite",
     "CheckpointStoreSuite",
+    "MediaHarness",
+    "MediaSuite",
     "RecordStore",
     "RecordStoreSuite",
     "RecordsHarness",

@@ -61,6 +61,19 @@ class RowsHarness(StoreHarness, Protocol):
         ...
 
 
+class MediaHarness(RowsHarness, Protocol):
+    """A ``RowsHarness`` with back doors into the stored files: the files an entry's
+    parts hold are stored once, by digest (``sha256:<hex>`` of the bytes)."""
+
+    def stored_media(self) -> dict[str, int]:
+        """Every stored file: digest → size in bytes."""
+        ...
+
+    def delete_media(self, digest: str) -> None:
+        """Remove a stored file (as a damaged database would), its references left."""
+        ...
+
+
 class RecordStore(SessionIndex, EventLog, Protocol):
     """What a record engine implements: both protocols, plus ``close``."""
 

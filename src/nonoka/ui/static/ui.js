@@ -95,6 +95,26 @@
     return response.json();
   }
 
+  // Images are fetched with the header too (an <img src> could not carry it) and shown
+  // from a blob: address that only this page can read.
+  async function showImages(scope) {
+    for (const img of $$("img[data-media]", scope)) {
+      const path = img.dataset.media;
+      img.removeAttribute("data-media");
+      if (!path.startsWith("/media/")) continue;
+      try {
+        const response = await fetch(path, { headers: auth, credentials: "omit" });
+        if (!response.ok) continue;
+        const url = URL.createObjectURL(await response.blob());
+        img.removeAttribute("width");
+        img.removeAttribute("height");
+        img.src = url;
+        const link = img.closest("a[data-media]");
+        if (link) { link.href = url; link.target = "_blank"; link.rel = "noopener"; }
+      } catch (error) { /* the caption still names the file */ }
+    }
+  }
+
   // -- the sessions page ---------------------------------------------------------------
   const filters = $("#filters");
   if (filters) {
@@ -140,6 +160,7 @@
   });
 
   const conversation = $("#conversation");
+  showImages(conversation);
   const earlier = $("#load-earlier");
   if (earlier) {
     earlier.addEventListener("click", async () => {
@@ -149,6 +170,7 @@
         const anchor = conversation.firstElementChild;
         const top = anchor ? anchor.getBoundingClientRect().top : 0;
         conversation.insertAdjacentHTML("afterbegin", chunk.html);
+        showImages(conversation);
         if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - top);
         root.dataset.first = String(chunk.first);
         if (chunk.first <= 0) earlier.parentElement.remove();
@@ -184,6 +206,7 @@
         conversation.appendChild(el);
       });
       root.dataset.last = String(chunk.last);
+      showImages(conversation);
       if (chunk.last >= chunk.total - 1) break;
     }
     const empty = $("#panel-conversation .empty-panel");
