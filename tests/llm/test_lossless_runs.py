@@ -141,6 +141,28 @@ async def test_an_image_reaches_the_model_and_a_tools_image_follows_its_run(
     assert state.memory_entries[0].parts == prompt.parts
 
 
+async def test_the_fields_a_host_adds_to_a_part_reach_the_model(
+        store: SQLiteCheckpointStore) -> None:
+    """What OpenCode's provider spreads onto a wire part (the part's
+    ``providerOptions``: a text's cache hint, a field of the host's own) arrives there
+    through nonoka."""
+    server = _server([text("Fine print.")])
+    prompt = Message(role="user", content="Read it", parts=[
+        TextPart(text="Read it", provider_metadata={
+            "openai_compatible": {"cache_control": {"type": "ephemeral"}}}),
+        FilePart(media_type="image/png", data=PNG, provider_metadata={
+            "openai_compatible": {"x_trace": "a1"}})])
+    try:
+        result = await Runner(store).run_react(Agent(model=_model(server)), prompt)
+    finally:
+        server.close()
+    assert result.success, result.error
+    assert server.requests[0]["messages"][0]["content"] == [
+        {"type": "text", "text": "Read it", "cache_control": {"type": "ephemeral"}},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"},
+         "x_trace": "a1"}]
+
+
 async def test_a_host_tool_result_with_an_image_is_sent_after_the_run(
         store: SQLiteCheckpointStore) -> None:
     from nonoka import ToolResult, host_tool

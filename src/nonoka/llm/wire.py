@@ -298,7 +298,16 @@ def _carry(message: dict[str, Any], meta: Mapping[str, Any]) -> None:
 
 def _wire_part(part: Mapping[str, Any]) -> dict[str, Any]:
     """A content part: text, an image (``image_url``, inline bytes as a data URL), a
-    PDF or another file (``file`` with ``file_data``), a text file (its text)."""
+    PDF or another file (``file`` with ``file_data``), a text file (its text); the
+    fields the host's provider adds to a part (a cache hint, say) as given."""
+    wired = _content_part(part)
+    extra = (part.get("provider_metadata") or {}).get(OPENAI_COMPATIBLE)
+    if extra:
+        wired.update(extra)
+    return wired
+
+
+def _content_part(part: Mapping[str, Any]) -> dict[str, Any]:
     if part.get("type") == "text":
         return {"type": "text", "text": part.get("text", "")}
     media_type = part.get("media_type", "application/octet-stream")
