@@ -413,3 +413,106 @@ def test_two_opencode_sessions_alike_stay_in_their_own_lines(project: OpenCodePr
     assert tree.returncode == 0, tree.stderr
     for sid in lines.values():
         assert sid in tree.stdout
+
+
+def test_a_fork_after_compaction_is_a_branch_and_the_original_goes_on(
+        project: OpenCodeProject) -> None:
+    """Compaction, then ``--fork``, then back to the original: the fork is a branch with
+    its fork point, the original continues in its own line, and nothing is rewritten in
+    place (no ``history_compacted`` classification of either step)."""
+    config_file = project.path / "opencode.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["provider"]["nonoka"]["models"] = {
+        "default": {"name": "nonoka", "limit": {"context": 2000, "output": 200}}}
+    config_file.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    started = time.monotonic()
+
+    project.opencode("TURN-ONE")
+    root = project.session_id()
+    big = project.opencode("--continue", "TURN-TWO-BIG")
+    assert SUMMARY in big.stdout, project.explain(big)
+    listed = project.run(str(project.binary), "session", "list", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    (host,) = [s["id"] for s in json.loads(listed.stdout)]
+
+    fork = project.opencode("--session", host, "--fork", "FORKED-TURN")
+    assert "ANSWER-FORKED-TURN" in fork.stdout, project.explain(fork)
+    back = project.opencode("--session", host, "BACK-TURN")
+    assert "ANSWER-BACK-TURN" in back.stdout, project.explain(back)
+
+    # Each OpenCode session's history reached the model: the summary, then its own turn.
+    requests = _chat_requests(project.server)
+    assert requests[-2][-1] == ("user", "FORKED-TURN")
+    assert requests[-1][-1] == ("user", "BACK-TURN")
+    assert not any(content == "FORKED-TURN" for _, content in requests[-1])
+
+    chats = {r["session_id"]: r for r in _chats(project)}
+    assert root in chats, chats
+    assert (chats[root].get("metadata") or {}).get("host_session_id") == host
+    branches = [r for r in chats.values() if r["forked_from"] == root]
+    assert len(branches) == 1, chats
+    branch = branches[0]
+    assert branch["fork_point"] is not None and branch["fork_point"] > 0
+
+    def texts(sid: str) -> list[str]:
+        shown = project.nonoka("sessions", "show", sid, "--json", "--entries")
+        assert shown.returncode == 0, shown.stderr
+        return [e["text"] for e in json.loads(shown.stdout)["entries"]]
+
+    assert "FORKED-TURN" in texts(branch["session_id"])
+    kept = texts(root)
+    assert "BACK-TURN" in kept and "FORKED-TURN" not in kept
+    for sid in (root, branch["session_id"]):
+        codes = {e["data"].get("code") for e in project.show(sid)["events"]
+                 if e["kind"] == "warning"}
+        assert "history_compacted" not in codes, (sid, codes)
+    _no_split(project, root)
+    print(f"fork-after-compaction e2e: {time.monotonic() - started:.1f} s")
+
+
+def test_an_undo_after_compaction_is_a_branch(project: OpenCodeProject) -> None:
+    """Compaction, one more turn, then an undo of that turn (``revert`` through the
+    server API, what the TUI's ``/undo`` calls) and a new turn: a branch at the undone
+    turn, the parent kept whole, no rewrite in place."""
+    config_file = project.path / "opencode.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["provider"]["nonoka"]["models"] = {
+        "default": {"name": "nonoka", "limit": {"context": 2000, "output": 200}}}
+    config_file.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    started = time.monotonic()
+    serve = _Serve(project)
+    try:
+        session = serve.call("POST", "/session", {})["id"]
+        assert serve.say(session, "TURN-ONE") == "ANSWER-TURN-ONE"
+        root = project.session_id()
+        serve.say(session, "TURN-TWO-BIG")
+        deadline = time.monotonic() + 60  # OpenCode compacts after the answer
+        while not any(_is_compaction(r) for r in project.server.requests):
+            assert time.monotonic() < deadline, "OpenCode never compacted"
+            time.sleep(0.3)
+        assert serve.say(session, "TURN-THREE") == "ANSWER-TURN-THREE"
+        users = [m["info"]["id"] for m in serve.call("GET", f"/session/{session}/message")
+                 if m["info"]["role"] == "user"]
+        serve.call("POST", f"/session/{session}/revert", {"messageID": users[-1]})
+        assert serve.say(session, "TURN-FOUR") == "ANSWER-TURN-FOUR"
+    finally:
+        serve.close()
+
+    requests = _chat_requests(project.server)
+    assert requests[-1][-1] == ("user", "TURN-FOUR")
+    assert not any(content == "TURN-THREE" for _, content in requests[-1])
+
+    chats = {r["session_id"]: r for r in _chats(project)}
+    assert root in chats, chats
+    branches = [r for r in chats.values() if r["forked_from"] == root]
+    assert len(branches) == 1, chats
+    assert branches[0]["fork_point"] is not None and branches[0]["fork_point"] > 0
+    for sid in (root, branches[0]["session_id"]):
+        codes = {e["data"].get("code") for e in project.show(sid)["events"]
+                 if e["kind"] == "warning"}
+        assert "history_compacted" not in codes, (sid, codes)
+    shown = project.nonoka("sessions", "show", root, "--json", "--entries")
+    assert shown.returncode == 0, shown.stderr
+    assert "TURN-THREE" in [e["text"] for e in json.loads(shown.stdout)["entries"]]
+    _no_split(project, root)
+    print(f"undo-after-compaction e2e: {time.monotonic() - started:.1f} s")
