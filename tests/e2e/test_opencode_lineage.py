@@ -459,6 +459,13 @@ def test_a_fork_after_compaction_is_a_branch_and_the_original_goes_on(
         assert shown.returncode == 0, shown.stderr
         return [e["text"] for e in json.loads(shown.stdout)["entries"]]
 
+    # OpenCode's list and nonoka's describe the same two conversations.
+    listed = project.run(str(project.binary), "session", "list", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    hosts = {s["id"] for s in json.loads(listed.stdout)}
+    lines = {(r.get("metadata") or {}).get("host_session_id"): r["session_id"]
+             for r in chats.values()}
+    assert set(lines) == hosts and lines[host] == root, (lines, hosts)
     assert "FORKED-TURN" in texts(branch["session_id"])
     kept = texts(root)
     assert "BACK-TURN" in kept and "FORKED-TURN" not in kept
