@@ -258,8 +258,8 @@ def report(r: Result, description: str) -> bool:
     width = max(len(name) for name, _, _ in rows)
     print(f"{'':<{width}} | {'bytes':>12} | {'x':>5}")
     print("-" * (width + 23))
-    for name, value, ratio in rows:
-        print(f"{name:<{width}} | {kib(value):>12} | "
+    for name, size_, ratio in rows:
+        print(f"{name:<{width}} | {kib(size_):>12} | "
               f"{'' if ratio is None else f'{ratio:.2f}':>5}")
     print("\n(x: against the payload; for bytes written, against the raw append)\n")
     print("SQLite, bytes written by the store, by phase:")
