@@ -109,3 +109,14 @@ def test_a_kill_mid_answer_keeps_what_streamed(project: Path, slow: str) -> None
     assert again.returncode == 0, again.stderr
     sent = SlowStream.bodies[-1]["messages"]
     assert all(m["role"] != "assistant" for m in sent), sent
+    assert logged[:40] not in json.dumps(sent)  # nor in any other message
+
+    # The Markdown export shows the killed turn's text once, after the conversation; the
+    # next turn's answer, stored whole, is not shown as cut short.
+    exported = run_nonoka(project, "sessions", "export", sid, "--format", "markdown",
+                          env=bridge.env)
+    assert exported.returncode == 0, exported.stderr
+    heading = "## Assistant (interrupted: the process ended mid-answer)"
+    assert exported.stdout.count(heading) == 1, exported.stdout[-2000:]
+    assert exported.stdout.index("go on") < exported.stdout.index(heading)
+    assert logged[:40] in exported.stdout[exported.stdout.index(heading):]

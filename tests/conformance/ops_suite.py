@@ -39,6 +39,7 @@ from nonoka.testing import ScriptedModel, text
 from nonoka.testing.conformance import states
 from nonoka.testing.conformance.media import IMAGE, SHOT, digest, file_part, payload, with_files
 from nonoka.turn.lineage import fork_session
+from nonoka.turn.partial import unfinished_answers
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -146,6 +147,26 @@ async def drop_file(stores: ProjectStores, name: str) -> None:
     else:
         async with store.database.connection() as conn:
             await conn.execute("DELETE FROM media WHERE digest = %s", (name,))
+
+
+async def add_streamed(stores: ProjectStores, sid: str, pieces: list[str], *,
+                       stored: bool = False, then: str = "") -> None:
+    """A turn's log of an answer streamed in ``pieces``: stored whole (a ``model_call``
+    and ``finish`` follow), else cut short (``then`` follows, if anything)."""
+    await stores.events.append_event(sid, "request", {"messages": 1})
+    for piece in pieces:
+        await stores.events.append_event(sid, "partial_answer", {"text": piece})
+    if stored:
+        await stores.events.append_event(sid, "model_call", {"model": "m"})
+        await stores.events.append_event(sid, "finish", {"finish_reason": "stop"})
+    elif then:
+        await stores.events.append_event(sid, then, {"code": "x", "messages": 1})
+
+
+async def markdown_text(stores: ProjectStores, sid: str) -> str:
+    out = io.StringIO()
+    await export_markdown(stores, [sid], out)
+    return out.getvalue()
 
 
 def found(hits: list[SearchHit]) -> list[tuple[str, int | None, set[str]]]:
@@ -572,6 +593,43 @@ class SessionOpsSuite:
         assert "[image shot.png, image/png, 293.0 KiB]" in text
         assert "[file spec.pdf, application/pdf, 19.5 KiB]" in text
         assert SHOT["data"][:40] not in text and PDF["data"][:40] not in text
+
+    @pytest.mark.asyncio
+    async def test_markdown_shows_an_answer_cut_short_after_the_conversation(
+            self, ops_engine: OpsHarness) -> None:
+        stores = ops_engine.stores
+        sid = await add_session(stores, title="a", words="last stored answer")
+        await add_streamed(stores, sid, ["a copy of ", "an answer stored whole"],
+                           stored=True)
+        await add_streamed(stores, sid, ["half an \x1b[31manswer ", "Bearer abcdefgh12345678 ",
+                                         "and then"])
+        text = await markdown_text(stores, sid)
+        heading = "## Assistant (interrupted: the process ended mid-answer)"
+        assert text.count(heading) == 1 and "an answer stored whole" not in text
+        cut = text.index(heading)
+        assert text.index("last stored answer") < cut < text.index("## Usage")
+        assert "half an \\x1b[31manswer Bearer [redacted] and then" in text[cut:]
+        assert "\x1b" not in text and "abcdefgh12345678" not in text
+
+        target = await ops_engine.fresh()  # the JSONL carries the pieces, so does an import
+        await import_jsonl(target, _write(await export_text(stores, [sid])))
+        events = await target.events.list_events(sid, limit=1000)
+        assert [a.text for _, a in unfinished_answers(events)] == [
+            "half an \x1b[31manswer Bearer [redacted] and then"]
+        assert await markdown_text(target, sid) == text
+
+    @pytest.mark.asyncio
+    async def test_markdown_names_why_an_answer_was_cut_short(self, ops_engine: OpsHarness
+                                                              ) -> None:
+        stores = ops_engine.stores
+        sid = await add_session(stores, title="a")
+        await add_streamed(stores, sid, ["the call failed here"], then="error")
+        await add_streamed(stores, sid, ["killed here"], then="request")
+        await stores.events.append_event(sid, "finish", {"finish_reason": "stop"})
+        text = await markdown_text(stores, sid)
+        failed = text.index("## Assistant (interrupted: the turn ended mid-answer)")
+        killed = text.index("## Assistant (interrupted: the process ended mid-answer)")
+        assert failed < text.index("the call failed here") < killed < text.index("killed here")
 
     @pytest.mark.asyncio
     @pytest.mark.parametrize("how", ["delete", "prune"])

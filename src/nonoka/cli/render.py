@@ -29,6 +29,7 @@ from nonoka.events import (
 from nonoka.redact import redact
 from nonoka.state.entries import MemoryEntry
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+from nonoka.turn.partial import PARTIAL, Unfinished, unfinished_answers
 from nonoka.turn.status import LiveStatus
 
 if TYPE_CHECKING:
@@ -358,18 +359,16 @@ _EARLY_OUTCOMES = {
 
 def _timeline(events: Sequence[EventRecord], now: float | None) -> list[tuple[str, str, str]]:
     """``(time, label, text)`` rows; a request that never logged ``finish`` before the next
-    one began is marked, since that is what a killed process leaves behind."""
+    one began is marked, since that is what a killed process leaves behind, and so is an
+    answer streamed but never stored (``nonoka.turn.partial``), where it was cut short."""
     rows: list[tuple[str, str, str]] = []
     open_request = False
-    streamed: list[EventRecord] = []
-    for event in events:
-        if event.kind == "partial_answer":
-            streamed.append(event)  # shown only if no stored answer follows
-            continue
-        if event.kind in ("model_call", "request", "finish", "error"):
-            if streamed and event.kind != "model_call":
-                rows.append(_interrupted_answer(streamed, now))
-            streamed = []
+    unfinished = dict(unfinished_answers(events))
+    for n, event in enumerate(events):
+        if n in unfinished:
+            rows.append(_interrupted_answer(unfinished[n], now))
+        if event.kind == PARTIAL:
+            continue  # shown whole, above, when no stored answer follows
         if event.kind == "request":
             if open_request:
                 rows.append(("", "interrupted", "the request above never finished (its "
@@ -379,17 +378,15 @@ def _timeline(events: Sequence[EventRecord], now: float | None) -> list[tuple[st
             open_request = False
         label, text = describe_event(event)
         rows.append((clock(event.at, now), shown(label, one_line=True), shown(text)))
-    if streamed:
-        rows.append(_interrupted_answer(streamed, now))
+    if len(events) in unfinished:
+        rows.append(_interrupted_answer(unfinished[len(events)], now))
     return rows
 
 
-def _interrupted_answer(streamed: Sequence[EventRecord], now: float | None
-                        ) -> tuple[str, str, str]:
+def _interrupted_answer(answer: Unfinished, now: float | None) -> tuple[str, str, str]:
     """What the model streamed of an answer it never finished (the process died, or the
     call failed): never stored as an answer, shown as what the person saw."""
-    text = "".join(str(e.data.get("text", "")) for e in streamed)
-    return (clock(streamed[0].at, now), "interrupted answer", shown(text))
+    return (clock(answer.at, now), "interrupted answer", shown(answer.text))
 
 
 def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]:

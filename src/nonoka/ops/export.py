@@ -30,6 +30,7 @@ from nonoka.redact import redact_text
 from nonoka.store.media import describe, file_parts
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
+from nonoka.turn.partial import Streamed, Unfinished
 
 
 def header_line() -> str:
@@ -233,6 +234,8 @@ async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
             out.write("\n")
             async for rows in reader.entries(sid):
                 out.write("".join([_entry_markdown(seq, text) for seq, text in rows]))
+            out.write("".join([_unfinished_markdown(answer)
+                               for answer in await _unfinished(reader, sid)]))
             usage = await stores.events.usage_summary(sid)
             out.write(f"## Usage\n\n| model calls | input tokens | output tokens | cost | "
                       f"tool calls | errors |\n|---:|---:|---:|---:|---:|---:|\n"
@@ -240,6 +243,30 @@ async def export_markdown(stores: ProjectStores, session_ids: list[str] | None,
                       f"| ${usage.cost_usd:.4f} | {usage.tool_calls} | {usage.errors} |\n")
     out.flush()
     return len(ids)
+
+
+async def _unfinished(reader: SessionReader, sid: str) -> list[Unfinished]:
+    """The answers the session's turns streamed but never stored (``nonoka.turn.partial``):
+    its event log holds them, its conversation does not."""
+    found: list[Unfinished] = []
+    streamed = Streamed()
+    try:
+        async for event in reader.events(sid):
+            left = streamed.see(event)
+            if left is not None:
+                found.append(left)
+    except StoreError:
+        pass  # a damaged log: the conversation is still worth reading
+    left = streamed.end()
+    return [*found, left] if left is not None else found
+
+
+def _unfinished_markdown(answer: Unfinished) -> str:
+    cause = "the process ended" if answer.process_ended else "the turn ended"
+    return (f"## Assistant (interrupted: {cause} mid-answer)\n\n"
+            f"*An unfinished answer, streamed from {_when(answer.at)} and never stored: "
+            "the text below is what the model streamed before it was cut short.*\n\n"
+            f"{_fence(_shown(answer.text))}\n\n")
 
 
 def _shown(text: str) -> str:
@@ -255,7 +282,7 @@ def _title(record: SessionRecord | None, sid: str) -> str:
 def _when(at: float) -> str:
     try:
         return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
-    except (OverflowError, ValueError, OSError):
+    except (OverflowError, ValueError, OSError, TypeError):
         return f"{at!r} (not a time)"
 
 

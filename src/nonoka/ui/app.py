@@ -245,7 +245,7 @@ class Pages:
 
 
 PARTS = ("header", "summary", "timeline_panel", "plan_panel", "usage_panel", "sidebar",
-         "tab_counts")
+         "tab_counts", "cut_short")
 """The sections of ``_session.html`` a live page swaps in."""
 
 

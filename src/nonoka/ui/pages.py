@@ -6,12 +6,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nonoka.redact import redact_text
+from nonoka.turn.partial import unfinished_answers
 from nonoka.ui import charts, graph, queries, timeline
 from nonoka.ui import format as fmt
 from nonoka.ui.data import (
     SORTS,
     STATUSES,
     EntryPage,
+    EventRecord,
     LineageNode,
     SessionPage,
     SessionQuery,
@@ -96,6 +99,19 @@ class LedgerRow:
         return "error" if self.fraction >= 1 else "warn" if self.fraction >= 0.8 else "ok"
 
 
+@dataclass(frozen=True)
+class CutShort:
+    """An answer a turn streamed but never stored (``nonoka.turn.partial``), as the
+    conversation's end shows it."""
+
+    text: str
+    """Redacted whole (its pieces were one by one, as they were logged)."""
+    at: float
+    label: str
+    streaming: bool = False
+    """The session runs now and its log ends with it: the answer is still streaming."""
+
+
 @dataclass
 class SessionView:
     record: SessionRecord
@@ -112,6 +128,8 @@ class SessionView:
     actions: bool
     parent: SessionRecord | None = None
     events_shown: int = 0
+    cut_short: list[CutShort] = field(default_factory=list)
+    """Answers streamed but never stored, shown after the conversation."""
     extras: dict[str, str] = field(default_factory=dict)
 
 
@@ -125,13 +143,28 @@ async def session_view(data: UiData, record: SessionRecord, *, actions: bool) ->
     lineage = await data.lineage_of(record)
     parent_id = parent_of(record)
     parent = await data.get_session(parent_id) if parent_id else None
+    running = await data.is_running(sid)
     return SessionView(
         record=record, usage=await data.usage(sid), state=state, entries=entries,
         timeline=line, plan=graph.build(state) if state is not None else None,
         ledger=ledger(state) if state is not None else [], lineage=lineage,
         charts=[charts.tokens_chart(line.turns), charts.cost_chart(line.turns)],
-        revision=revision, running=await data.is_running(sid), actions=actions,
-        parent=parent, events_shown=len(events))
+        revision=revision, running=running, actions=actions,
+        parent=parent, events_shown=len(events), cut_short=cut_short(events, running))
+
+
+def cut_short(events: list[EventRecord], running: bool) -> list[CutShort]:
+    """The answers ``events`` (the latest of the log) hold that were streamed and never
+    stored: by the same rule as ``nonoka sessions show``; a session running now is still
+    streaming the one its log ends with."""
+    shown = []
+    for _, answer in unfinished_answers(events):
+        streaming = running and answer.ended_by == ""
+        label = ("streaming: the answer so far" if streaming else
+                 "interrupted: the process ended mid-answer" if answer.process_ended else
+                 "interrupted: the turn ended mid-answer")
+        shown.append(CutShort(redact_text(answer.text), answer.at, label, streaming))
+    return shown
 
 
 def ledger(state: SessionState) -> list[LedgerRow]:

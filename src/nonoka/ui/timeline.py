@@ -148,12 +148,19 @@ def _row(event: EventRecord, previous: float | None, request_at: float | None,
         row.tone = "recovery"
         row.text = (f"answer stored by an ended process replayed ({data.get('entries', 0)} "
                     "entries)")
-    elif kind == "early_request":
-        row.label = "early request"
-        row.text = str(data.get("outcome", "?"))
     else:
-        row.text = json.dumps(data, ensure_ascii=False)[:400]
+        row.label, row.text = _plain(kind, data, row.label)
     return row
+
+
+def _plain(kind: str, data: dict[str, Any], label: str) -> tuple[str, str]:
+    """The label and text of an event shown without numbers."""
+    if kind == "partial_answer":  # its text shows whole (redacted whole, not piece by
+        # piece) at the conversation's end when no stored answer follows
+        return "streamed", f"{len(str(data.get('text', ''))):,} characters of the answer"
+    if kind == "early_request":
+        return "early request", str(data.get("outcome", "?"))
+    return label, json.dumps(data, ensure_ascii=False)[:400]
 
 
 def _int(value: Any) -> int:

@@ -214,7 +214,8 @@
     if (nearBottom && root.dataset.tab === "conversation") window.scrollTo(0, document.body.scrollHeight);
     const parts = await getJSON(base + "/parts");
     const map = { header: "#part-header", summary: "#part-summary", timeline_panel: "#part-timeline",
-      plan_panel: "#part-plan", usage_panel: "#part-usage", sidebar: "#part-sidebar", tab_counts: "#part-tabs" };
+      plan_panel: "#part-plan", usage_panel: "#part-usage", sidebar: "#part-sidebar", tab_counts: "#part-tabs",
+      cut_short: "#part-cut-short" };
     Object.keys(map).forEach((key) => { const el = $(map[key]); if (el && key in parts) el.innerHTML = parts[key]; });
     bindTabs();
     showTab(root.dataset.tab || "conversation");
