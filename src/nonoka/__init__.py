@@ -5,9 +5,41 @@ names below are loaded on first use, so importing a small submodule (as the per-
 ``nonoka bridge`` does) stays cheap.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: it imports a module, and the handler below
+# must come first.
 
-from importlib import import_module
+
+def _quiet_while_the_bridge_starts() -> None:
+    """``nonoka bridge``: until the bridge installs its own handlers (its first line of
+    ``main``), SIGINT or SIGTERM end the process at once, quietly, with status 0, as a
+    signal before any request does later: nothing was read or written yet. Without this,
+    SIGINT in the bridge's first ~30 ms (Python still importing) printed a
+    KeyboardInterrupt traceback. Run first thing here, where ``python -m nonoka bridge``
+    and the ``nonoka`` script both begin (``sys.argv[0]`` is ``-m`` while ``-m`` imports
+    the package); it imports nothing that is not loaded already."""
+    import sys
+
+    argv = sys.argv
+    if argv[1:2] != ["bridge"] or not (
+            argv[0] == "-m" or argv[0].replace("\\", "/").rsplit("/", 1)[-1]
+            in ("nonoka", "nonoka.exe")):
+        return
+    import _signal  # type: ignore[import-not-found]  # `signal` without its enums: faster
+    import os
+
+    def stop(signum: int, frame: object) -> None:
+        os._exit(0)
+
+    try:
+        for signum in (_signal.SIGTERM, _signal.SIGINT):
+            _signal.signal(signum, stop)
+    except ValueError:  # not the main thread: not the bridge starting
+        pass
+
+
+_quiet_while_the_bridge_starts()
+
+from importlib import import_module  # noqa: E402
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs every spawn ~4 ms
 

@@ -8,6 +8,10 @@ each of them in turn. Two environment variables, read once when this module is i
 ``NONOKA_FAULT=<point>:<n>[,<point>:<n>...]``
     the n-th time (1-based, counted per process) ``<point>`` is reached, the process
     sends itself SIGKILL: no ``finally``, no flush, no goodbye — a real crash.
+``NONOKA_FAULT=<point>:<n>:full``
+    instead of dying, the write at that point fails the way a full disk fails it: a
+    ``StoreError`` with SQLite's "database or disk is full" (a real full disk cannot be
+    aimed at one write), so a test reaches a write late in a turn.
 ``NONOKA_FAULT_TRACE=<file>``
     every point reached is appended to ``<file>``, one name per line, so the campaign
     enumerates the points from a clean run instead of guessing with sleeps.
@@ -52,15 +56,24 @@ def _noop(name: str) -> None:
     """Unarmed: nothing to do (the usual case)."""
 
 
-def _parse(spec: str) -> dict[str, int]:
-    """``"a:2,b:1"`` → ``{"a": 2, "b": 1}``; a malformed spec is an error, not a no-op."""
-    targets: dict[str, int] = {}
+KILL = "kill"
+FULL = "full"
+"""What an armed point does: die (SIGKILL), or fail its write as a full disk would."""
+
+
+def _parse(spec: str) -> dict[str, tuple[int, str]]:
+    """``"a:2,b:1:full"`` → ``{"a": (2, "kill"), "b": (1, "full")}``; a malformed spec
+    is an error, not a no-op."""
+    targets: dict[str, tuple[int, str]] = {}
     for part in spec.split(","):
-        name, sep, count = part.strip().rpartition(":")
+        text, action = part.strip(), KILL
+        if text.endswith(f":{FULL}"):
+            text, action = text[:-len(FULL) - 1], FULL
+        name, sep, count = text.rpartition(":")
         if not sep or not name or not count.isdigit() or int(count) < 1:
-            raise ValueError(f"{FAULT_ENV}={spec!r}: expected <point>:<n> with n >= 1, "
-                             "comma-separated")
-        targets[name] = int(count)
+            raise ValueError(f"{FAULT_ENV}={spec!r}: expected <point>:<n>[:full] with "
+                             "n >= 1, comma-separated")
+        targets[name] = (int(count), action)
     return targets
 
 
@@ -71,14 +84,20 @@ def _armed(spec: str, trace: str) -> Callable[[str], None]:
                 if trace else -1)
 
     def point(name: str) -> None:
-        """Count ``name``; trace it; die if this is the armed occurrence."""
+        """Count ``name``; trace it; die (or fail) if this is the armed occurrence."""
         n = seen[name] = seen.get(name, 0) + 1
         if trace_fd >= 0:
             os.write(trace_fd, f"{name}\n".encode())
-        if targets.get(name) == n:
-            import signal
+        count, action = targets.get(name, (0, KILL))
+        if count != n:
+            return
+        if action == FULL:
+            from nonoka.errors import StoreError
 
-            os.kill(os.getpid(), signal.SIGKILL)
+            raise StoreError(f"database or disk is full (injected at {name})")
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
     return point
 

@@ -153,3 +153,45 @@ def test_nonoka_run_saves_the_session_on_a_signal(project: Path, server: Scripte
     state = load_state(bridge, rows[0][0])
     assert state.status == SessionStatus.CANCELLED
     assert [e.content for e in state.memory_entries][-1] == "a long question"
+
+
+def _nonoka_frames(err: str) -> list[str]:
+    """The traceback lines that name a file of nonoka's own."""
+    return [line for line in err.splitlines()
+            if line.strip().startswith("File ") and f"{os.sep}nonoka{os.sep}" in line]
+
+
+def test_a_sigint_while_the_bridge_starts_ends_quietly(bridge: Bridge) -> None:
+    """SIGINT in the bridge's first milliseconds, while Python imports nonoka (before the
+    bridge's own handlers): no KeyboardInterrupt traceback out of nonoka's code, exit 0
+    as for any signal before a request.
+
+    Earlier still, while the interpreter itself starts (its streams, ``site``, ``runpy``
+    looking for the package), CPython's own handler is in charge and may print its
+    traceback: no code of nonoka runs yet. Those runs are only counted here."""
+    outcomes: dict[str, int] = {}
+    for delay_ms in (0, 5, 10, 15, 20, 25, 30, 40, 50) * 4:
+        proc = bridge.spawn()
+        time.sleep(delay_ms / 1000)
+        proc.send_signal(signal.SIGINT)
+        err = _finish(proc)
+        assert not _nonoka_frames(err), (delay_ms, err)
+        if "Traceback" in err or "Fatal Python error" in err:
+            outcome = "interpreter start-up"
+        else:
+            assert proc.returncode in (0, -signal.SIGINT), (delay_ms, proc.returncode, err)
+            assert not err, (delay_ms, err)
+            outcome = f"exit {proc.returncode}"
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert outcomes.get("exit 0"), f"no run got as far as nonoka: {outcomes}"
+
+
+def test_a_sigterm_while_the_bridge_starts_exits_0(bridge: Bridge) -> None:
+    """SIGTERM once nonoka's code runs: exit 0 (before the interpreter runs any of it,
+    the plain death by the signal), never a traceback."""
+    for delay_ms in (0, 10, 20, 30, 40) * 2:
+        proc = bridge.spawn()
+        time.sleep(delay_ms / 1000)
+        proc.send_signal(signal.SIGTERM)
+        err = _finish(proc)
+        assert proc.returncode in (0, -signal.SIGTERM) and not err, (delay_ms, err)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -16,12 +19,13 @@ from urllib.parse import quote
 import pytest
 
 from nonoka.errors import StoreError
-from nonoka.store.postgres.database import PostgresDatabase
+from nonoka.store.postgres.database import CONNECT_TIMEOUT, PostgresDatabase
+from nonoka.store.postgres.migrations import MIGRATION_LOCK
 from nonoka.testing import text
 from nonoka.testing.server import Delay, Step
 from tests.conftest import ScriptItem
 from tests.pg import PG_URL, connect, temp_schema
-from tests.support.bridge import Bridge, chat, of_type, one, text_of, user
+from tests.support.bridge import BRIDGE, Bridge, chat, of_type, one, text_of, user
 
 
 @pytest.fixture
@@ -148,3 +152,101 @@ async def test_a_statement_error_is_not_retried(schema: str) -> None:
         await database.close()
 
 
+
+
+# -- lost (or never had) while opening -------------------------------------------------------
+
+
+def _backend_waiting_on_lock(app: str, deadline: float) -> int:
+    """The pid of the bridge's opening backend once it waits for the migration lock."""
+    while time.monotonic() < deadline:
+        with connect() as conn:
+            row = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+                               "AND wait_event_type = 'Lock'", (app,)).fetchone()
+        if row is not None:
+            return int(str(row[0]))
+        time.sleep(0.05)
+    pytest.fail("the bridge never waited for the migration lock")
+
+
+def test_a_backend_terminated_while_the_store_opens_is_retryable(
+        bridge: Bridge, scripted: list[ScriptItem], schema: str) -> None:
+    """The bridge's first connection migrates a fresh schema; it waits for the migration
+    lock (held here), and an operator ends it there: the error says to send again, and
+    sending again works."""
+    app = f"nonoka_open_{secrets.token_hex(4)}"
+    bridge.env["NONOKA_DATABASE_URL"] = _url(schema, app)
+    scripted.append(text("the answer"))
+    request = json.dumps({"cwd": str(bridge.project),
+                          **chat([user("hello")], new_session=True, request_id="r1")})
+    with connect() as holder, holder.transaction():
+        holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                       (MIGRATION_LOCK, schema))
+        requests = bridge.project / "requests.jsonl"
+        requests.write_text(request + "\n")
+        with requests.open("rb") as stdin:
+            proc = subprocess.Popen(BRIDGE, stdin=stdin, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, cwd=bridge.project,
+                                    env=bridge.env)
+        try:
+            pid = _backend_waiting_on_lock(app, time.monotonic() + 30)
+            with connect() as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    stderr = err.decode()
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr
+    events = [json.loads(x) for x in out.splitlines() if x.strip()]
+    error = one(events, "error")
+    assert error["retryable"] is True, error
+    assert "send the request again" in error["message"], error
+    assert events[-1]["type"] == "finish" and events[-1]["finish_reason"] == "error"
+    again = bridge.run(chat([user("hello")], new_session=True, request_id="r1"))
+    assert not of_type(again, "error"), again
+    assert text_of(again) == "the answer"
+
+
+def test_an_unreachable_server_fails_the_turn_promptly(
+        bridge: Bridge, scripted: list[ScriptItem]) -> None:
+    """Nothing listens on the port: an error event, a finish, well within the timeout."""
+    with socket.socket() as probe:  # a local port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bridge.env["NONOKA_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{port}/test"
+    scripted.append(text("never asked"))
+    started = time.monotonic()
+    events = bridge.run(chat([user("hello")], new_session=True))
+    assert time.monotonic() - started < CONNECT_TIMEOUT
+    error = one(events, "error")
+    assert error["retryable"] is False, error
+    assert str(port) in error["message"], error
+    assert events[-1]["type"] == "finish" and events[-1]["finish_reason"] == "error"
+
+
+def test_a_silent_server_fails_the_turn_within_the_connect_timeout(
+        bridge: Bridge, scripted: list[ScriptItem]) -> None:
+    """A port that accepts the TCP connection and never answers (a hung server, a
+    blackholing firewall): libpq's connect_timeout, set by default, ends the wait."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        bridge.env["NONOKA_DATABASE_URL"] = (
+            f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=2")
+        scripted.append(text("never asked"))
+        started = time.monotonic()
+        events = bridge.run(chat([user("hello")], new_session=True))
+        assert time.monotonic() - started < 15
+    error = one(events, "error")
+    assert "timeout" in error["message"].lower(), error
+    assert events[-1]["type"] == "finish" and events[-1]["finish_reason"] == "error"
+
+
+def test_the_connect_timeout_is_bounded_by_default() -> None:
+    database = PostgresDatabase("postgresql://postgres@127.0.0.1:5432/test")
+    assert database._kwargs["connect_timeout"] == CONNECT_TIMEOUT
+    own = PostgresDatabase("postgresql://postgres@127.0.0.1:5432/test?connect_timeout=3")
+    assert "connect_timeout" not in own._kwargs  # the URL's own applies

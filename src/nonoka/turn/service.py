@@ -234,6 +234,8 @@ class TurnService:
             return TurnOutcome(FINISH_CANCELLED, turn.session_id, turn.new, usage=journal.usage)
         except Exception as exc:  # whatever went wrong, the turn must be answered
             raised = failure_of(exc)
+            if await turn.answer_stored(exc):
+                raised = _answered_anyway(exc, turn.session_id)
             await journal.error(raised.code, raised.message)
             return TurnOutcome(FINISH_ERROR, turn.session_id, turn.new, failure=raised,
                                usage=journal.usage)
@@ -266,6 +268,17 @@ class TurnService:
             print(f"nonoka: closing the project database failed: {exc}", file=sys.stderr)
 
 
+def _answered_anyway(exc: Exception, session_id: str | None) -> Failure:
+    """A write that failed after the turn's answer was stored: the answer stands, so the
+    advice is not the store's usual "send the request again" (a resent prompt would be
+    answered, and stored, a second time)."""
+    return Failure(StoreError.code,
+                   f"{str(exc).rstrip('. ')}; the answer was stored (session {session_id}), "
+                   "only the rest of the turn's record (its log entry or final status) could "
+                   "not be written: free some space; there is no need to resend the "
+                   "request, the answer is kept", retryable=False)
+
+
 class _Turn:
     """One run of ``TurnService.run``: the session it landed in and the event stream."""
 
@@ -275,6 +288,25 @@ class _Turn:
         self.sink = sink
         self.session_id: str | None = None
         self.new = False
+        self.entries_before: int | None = None
+        """Entries the session held when the turn started to run in it."""
+
+    async def answer_stored(self, exc: Exception) -> bool:
+        """Whether ``exc``, a store failure that trying again would not cure (a full disk,
+        a read-only file), came after this turn's final answer was stored: the stored
+        session has grown in this turn and ends with an answer that calls no tool."""
+        if (type(exc) is not StoreError or exc.retryable or self.session_id is None
+                or self.entries_before is None):
+            return False
+        try:
+            stored = await self.service.runner.load_session(self.session_id)
+        except Exception:  # cannot tell: the failure is reported as it is
+            return False
+        if stored is None:
+            return False
+        entries = stored.memory.entries
+        return (len(entries) > self.entries_before and entries[-1].role == "assistant"
+                and not entries[-1].tool_calls)
 
     async def run(self, chosen: Opening, limits: RuntimeLimits | None,
                   lease_owner: Callable[[str], str | None] | None) -> RunResult:
@@ -307,6 +339,7 @@ class _Turn:
             loaded = created or await service.current(sid, target)
             plan = chosen.plan if isinstance(chosen.plan, TurnInput) else chosen.plan(loaded)
             await self._check_revision(loaded, chosen.revision_seen)
+            self.entries_before = len(loaded.memory.entries)
             # A new session got its limits when it was created.
             result = await self._feed(plan, loaded, None if self.new else limits)
             journal.latest = result.session

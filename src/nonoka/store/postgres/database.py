@@ -127,7 +127,9 @@ class PostgresDatabase:
     async def _pool_or_error(self) -> AsyncConnectionPool[Any]:
         try:
             return await self._open()
-        except psycopg.Error as exc:  # cannot connect or migrate: not a lost connection
+        except _LostWhileOpening as lost:  # connected, then the server ended the session
+            raise self._error(lost.error) from lost.error
+        except psycopg.Error as exc:  # cannot connect (or a migration failed): as it is
             raise StoreError(f"{self.where}: {_message(exc)}") from exc
 
     def _error(self, exc: psycopg.Error) -> StoreError:
@@ -153,10 +155,14 @@ class PostgresDatabase:
                 )
                 await pool.open(wait=False)
                 try:
-                    async with await psycopg.AsyncConnection.connect(
-                        self._url, **self._kwargs
-                    ) as conn:
-                        await migrate(conn, self.where, self.schema)
+                    conn = await psycopg.AsyncConnection.connect(self._url, **self._kwargs)
+                    try:
+                        async with conn:
+                            await migrate(conn, self.where, self.schema)
+                    except psycopg.Error as exc:
+                        if connection_lost(exc):
+                            raise _LostWhileOpening(exc) from exc
+                        raise
                 except BaseException:
                     await pool.close()
                     raise
@@ -170,6 +176,16 @@ class PostgresDatabase:
             pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+class _LostWhileOpening(Exception):
+    """The opening connection was established, then lost (while checking or migrating):
+    unlike a failure to connect at all (a wrong name, password or host), a new try may
+    well work."""
+
+    def __init__(self, error: psycopg.Error) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def connection_lost(exc: BaseException) -> bool:
