@@ -217,16 +217,23 @@ def test_a_really_full_disk_is_a_clear_error_and_loses_nothing(
     state_dir = bridge.db.parent
     shutil.copytree(state_dir, small_disk / "state")
     shutil.rmtree(state_dir)
-    state_dir.symlink_to(small_disk / "state")
-    filler = small_disk / "filler"
-    with filler.open("wb", buffering=0) as handle, contextlib.suppress(OSError):
-        while True:
-            handle.write(b"\0" * 512)
-    scripted.append(text("stored now"))
-    events, _ = run_bridge(bridge, chat(history, session_id=sid))
-    failed_with(events, "store_error", "free some space")
-    filler.unlink()
-    assert_retry_completes(bridge, sid, history, scripted)
+    state_dir.mkdir()
+    # Bound over the project's own .nonoka/ (a link there is refused, as it should be).
+    mounted = subprocess.run(["mount", "--bind", str(small_disk / "state"), str(state_dir)],
+                             capture_output=True, text=True, check=False)
+    assert mounted.returncode == 0, mounted.stderr
+    try:
+        filler = small_disk / "filler"
+        with filler.open("wb", buffering=0) as handle, contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * 512)
+        scripted.append(text("stored now"))
+        events, _ = run_bridge(bridge, chat(history, session_id=sid))
+        failed_with(events, "store_error", "free some space")
+        filler.unlink()
+        assert_retry_completes(bridge, sid, history, scripted)
+    finally:
+        subprocess.run(["umount", "-l", str(state_dir)], check=False)
 
 
 def test_the_cli_reports_broken_storage_without_a_traceback(
