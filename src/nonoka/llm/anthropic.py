@@ -2,9 +2,9 @@
 by default; built on the standard library only (no SDK on the hot path).
 
 The request is ``nonoka.llm.anthropic_wire``'s (content blocks, merging, breakpoints,
-options); this module sends it and reads the answer. The blocking HTTP exchange runs on
-a daemon worker thread and the parsed server-sent events cross to the event loop through
-an ``asyncio.Queue``, as in the OpenAI-compatible adapter, so ``on_text`` and
+options); this module reads the answer. Sending, retrying and reading the stream are
+``nonoka.llm.transport``'s, as for the OpenAI adapters (``DIALECT`` says how the Messages
+API differs: its error answers, ``message_stop``, its variables), so ``on_text`` and
 ``on_reasoning`` run on the loop thread and cancelling the awaiting task ends the
 exchange at once.
 
@@ -23,19 +23,15 @@ Internal: not part of the public API (docs/architecture.md, "Public API"); use
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import os
-import random
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nonoka.errors import ConfigurationError, ModelError
+from nonoka.errors import ConfigurationError
 from nonoka.llm.anthropic_wire import (
     BASE_URL_VARIABLE,
     CACHE_SETTINGS,
@@ -53,12 +49,20 @@ from nonoka.llm.anthropic_wire import (
     request_headers,
 )
 from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
+from nonoka.llm.transport import (
+    MAX_ERROR_BODY,
+    Dialect,
+    Failure,
+    Transport,
+    excerpt,
+    retry_after,
+    retryable,
+)
 from nonoka.state.entries import EntryMessages
 from nonoka.state.messages import Message, ReasoningPart, ToolCall
 
 if TYPE_CHECKING:
     import http.client
-    import socket
 
     from nonoka.llm.catalog import KnownModel
 
@@ -66,12 +70,6 @@ __all__ = ["AnthropicChatModel", "anthropic_model", "conversation", "prompt_cach
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds to connect and to wait for each next byte of an answer."""
-RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every 5xx (529: overloaded), as the SDK
-UNREACHABLE_RETRIES = 1
-MAX_RETRY_WAIT = 30.0
-MAX_ERROR_BODY = 64 * 1024
-EXCERPT_CHARS = 300
-
 ERROR_STATUSES = {
     "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
     "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
@@ -127,13 +125,13 @@ class AnthropicChatModel:
         cache_control(prompt_cache)  # refuse a bad setting now, not at the first call
         self.prompt_cache = prompt_cache
         self._label = label
-        self._timeout = timeout
-        self._max_retries = max(0, max_retries)
-        self._backoff_base = backoff_base
         self._known = known
         self._max_tokens = max_tokens or (known.max_output_tokens if known is not None
                                           else DEFAULT_MAX_TOKENS)
-        self._headers = request_headers(self._api_key, extra_headers)
+        self._transport = Transport(self._endpoint, request_headers(self._api_key, extra_headers),
+                                    self._api_key, timeout=timeout, max_retries=max_retries,
+                                    backoff_base=backoff_base,
+                                    thread_name="nonoka-anthropic-http", dialect=DIALECT)
 
     @property
     def name(self) -> str:
@@ -187,48 +185,9 @@ class AnthropicChatModel:
     ) -> ModelResponse:
         body = self.request_body(messages, tools, options)
         one_hour = self._one_hour(options)
-        attempt = 0
-        while True:
-            stream = _Stream(on_text=on_text, on_reasoning=on_reasoning)
-            try:
-                await self._attempt(body, stream)
-                return stream.response(self.model, self._cost_function(one_hour))
-            except _Failure as failure:
-                budget = min(self._max_retries, UNREACHABLE_RETRIES if failure.unreachable
-                             else self._max_retries)
-                if not failure.retryable or stream.delivered or attempt >= budget:
-                    raise self._error(failure, attempt + 1) from None
-                await asyncio.sleep(self._wait(attempt, failure.retry_after))
-                attempt += 1
-
-    async def _attempt(self, body: bytes, stream: _Stream) -> None:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[object] = asyncio.Queue()
-
-        def post(item: object) -> None:
-            with suppress(RuntimeError):  # the loop is gone: nobody is listening any more
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-
-        exchange = _Exchange(self._endpoint, body, self._headers, self._timeout, post)
-        worker = threading.Thread(target=exchange.run, name="nonoka-anthropic-http",
-                                  daemon=True)
-        worker.start()
-        try:
-            while (item := await queue.get()) is not _END:
-                if isinstance(item, _Failure):
-                    raise item
-                if isinstance(item, dict):
-                    await stream.feed(item)
-        finally:
-            exchange.abort()
-        if not stream.stopped:
-            raise _Failure("the stream ended before the answer was complete", retryable=True)
-
-    def _wait(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), MAX_RETRY_WAIT)
-        delay = min(self._backoff_base * 2.0**attempt, MAX_RETRY_WAIT)
-        return delay * random.uniform(0.5, 1.0)
+        stream = await self._transport.run(
+            body, lambda: _Stream(on_text=on_text, on_reasoning=on_reasoning), None)
+        return stream.response(self.model, self._cost_function(one_hour))
 
     def _cost_function(self, one_hour: bool) -> Callable[[int, int, int, int, int],
                                                           float | None]:
@@ -250,20 +209,6 @@ class AnthropicChatModel:
 
         return price
 
-    def _error(self, failure: _Failure, attempts: int) -> ModelError:
-        status = f" HTTP {failure.status}" if failure.status is not None else ""
-        message = f"model endpoint {self._endpoint.url} failed{status}: {failure.detail}"
-        if failure.status == 401:
-            message += f" (check {KEY_VARIABLE})"
-        if attempts > 1:
-            message += f" (gave up after {attempts} attempts)"
-        body = failure.body
-        if self._api_key:
-            message = message.replace(self._api_key, "***")
-            body = None if body is None else body.replace(self._api_key, "***")
-        return ModelError(message, endpoint=self._endpoint.url, status=failure.status,
-                          retryable=failure.retryable, body=body,
-                          retry_after=failure.retry_after)
 
 
 def conversation(messages: Sequence[Message]) -> Conversation:
@@ -338,25 +283,6 @@ def anthropic_model(spec: str, environ: Mapping[str, str], *, known: KnownModel 
 # -- the stream ---------------------------------------------------------------------------
 
 
-class _Failure(Exception):
-    """Why one attempt failed; turned into a ``ModelError`` once retrying is over."""
-
-    def __init__(self, detail: str, *, status: int | None = None, retryable: bool = False,
-                 retry_after: float | None = None, unreachable: bool = False,
-                 body: str | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.status = status
-        self.retryable = retryable
-        self.retry_after = retry_after
-        self.unreachable = unreachable
-        self.body = body
-        """The provider's error body as it sent it."""
-
-
-_END = object()  # the worker is finished
-
-
 @dataclass
 class _Block:
     kind: str
@@ -382,8 +308,13 @@ class _Stream:
     stopped: bool = False
     delivered: bool = False
     """Text or thinking has reached a sink: retrying would repeat it."""
+    done: bool = False  # the Messages API sends no ``data: [DONE]``
 
-    async def feed(self, event: dict[str, Any]) -> None:
+    def complete(self) -> bool:
+        return self.stopped
+
+    async def feed(self, event: dict[str, Any], _sink: TextSink | None = None) -> None:
+        """One decoded event; the sinks are the stream's own (text and thinking)."""
         kind = event.get("type")
         if kind == "content_block_delta":
             await self._delta(event)
@@ -509,103 +440,19 @@ def _usage(usage: Mapping[str, Any],
                  cache_read_tokens=read, cache_write_tokens=written, reasoning_tokens=thought)
 
 
-def _retryable(status: int) -> bool:
-    return status in RETRYABLE_STATUSES or status >= 500
-
-
-def _event_failure(event: Mapping[str, Any]) -> _Failure:
+def _event_failure(event: Mapping[str, Any]) -> Failure:
     """A mid-stream ``error`` event (``overloaded_error``...)."""
     error = event.get("error")
     kind = str(error.get("type")) if isinstance(error, dict) else "error"
     message = str(error.get("message") or "") if isinstance(error, dict) else str(error)
     status = ERROR_STATUSES.get(kind)
-    return _Failure(_excerpt(f"{kind}: {message}"), status=status,
-                    retryable=status is not None and _retryable(status),
-                    body=json.dumps(event))
+    return Failure(excerpt(f"{kind}: {message}"), status=status,
+                   retryable=status is not None and retryable(status), body=json.dumps(event))
 
 
-class _Exchange:
-    """One blocking request/response on the worker thread; results go through ``post``."""
-
-    def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
-                 timeout: float, post: Callable[[object], None]) -> None:
-        self._endpoint = endpoint
-        self._body = body
-        self._headers = headers
-        self._timeout = timeout
-        self._post = post
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._aborted = False
-
-    def abort(self) -> None:
-        """Wake the worker out of any blocking read (called from the loop thread)."""
-        import socket
-
-        with self._lock:
-            self._aborted = True
-            sock = self._sock
-        if sock is not None:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def run(self) -> None:
-        try:
-            self._exchange()
-        except _Failure as failure:
-            self._post(failure)
-        except TimeoutError:
-            self._post(_Failure(f"no answer within {self._timeout:g}s (timeout)", retryable=True))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            self._post(_Failure(f"the server sent an invalid stream: {_excerpt(str(exc))}"))
-        except Exception as exc:  # connection refused/reset, TLS, protocol errors
-            unreachable = _unreachable_detail(exc, self._endpoint)
-            if unreachable is not None:
-                self._post(_Failure(unreachable, retryable=True, unreachable=True))
-            else:
-                self._post(_Failure(_connection_detail(exc),
-                                    retryable=_retryable_exception(exc)))
-        finally:
-            self._post(_END)
-
-    def _exchange(self) -> None:
-        conn = self._endpoint.connection(self._timeout)
-        try:
-            conn.connect()
-            with self._lock:
-                self._sock = conn.sock
-                if self._aborted:
-                    return
-            conn.request("POST", self._endpoint.path, self._body, self._headers)
-            response = conn.getresponse()
-            if response.status != 200:
-                raise _http_failure(response)
-            self._read_events(response)
-        finally:
-            conn.close()
-
-    def _read_events(self, response: http.client.HTTPResponse) -> None:
-        """Server-sent events: each ``data:`` payload is one JSON event (its ``type``
-        repeats the ``event:`` line's name)."""
-        data: list[bytes] = []
-        for raw in response:
-            line = raw.rstrip(b"\r\n")
-            if line.startswith(b"data:"):
-                data.append(line[5:].strip())
-            elif not line and data:
-                if self._dispatch(b"\n".join(data)):
-                    return
-                data = []
-        if data:
-            self._dispatch(b"\n".join(data))
-
-    def _dispatch(self, payload: bytes) -> bool:
-        event = json.loads(payload)
-        self._post(event)
-        return isinstance(event, dict) and event.get("type") in ("message_stop", "error")
-
-
-def _http_failure(response: http.client.HTTPResponse) -> _Failure:
+def _http_failure(response: http.client.HTTPResponse) -> Failure:
+    """An error answer: its ``error.type`` and message; ``x-should-retry`` decides, when
+    sent, whether to retry (as the SDK does)."""
     body = response.read(MAX_ERROR_BODY).decode("utf-8", "replace")
     detail = body
     kind = None
@@ -617,59 +464,15 @@ def _http_failure(response: http.client.HTTPResponse) -> _Failure:
     except (ValueError, AttributeError):
         pass
     should = (response.getheader("x-should-retry") or "").lower()
-    retryable = should == "true" or (should != "false" and _retryable(response.status))
-    return _Failure(_excerpt(detail) or response.reason or "no details",
-                    status=response.status, retryable=retryable,
-                    retry_after=_retry_after(response), body=body)
+    again = should == "true" or (should != "false" and retryable(response.status))
+    return Failure(excerpt(detail) or response.reason or "no details",
+                   status=response.status, retryable=again,
+                   retry_after=retry_after(response), body=body)
 
 
-def _retry_after(response: http.client.HTTPResponse) -> float | None:
-    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds)."""
-    for header, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = response.getheader(header)
-        if value:
-            try:
-                return float(value) / scale
-            except ValueError:
-                continue  # an HTTP date; plain backoff is good enough
-    return None
+def _last_event(event: object) -> bool:
+    return isinstance(event, dict) and event.get("type") in ("message_stop", "error")
 
 
-def _connection_detail(exc: Exception) -> str:
-    import http.client
-
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, http.client.IncompleteRead | http.client.RemoteDisconnected):
-        text = f"the server closed the connection ({type(exc).__name__})"
-    return f"could not talk to the server: {_excerpt(text)}"
-
-
-def _unreachable_detail(exc: Exception, endpoint: Endpoint) -> str | None:
-    """Words for an endpoint nobody answers at, naming the variable that sets it."""
-    import errno
-    import socket
-
-    where = f"{endpoint.host}:{endpoint.port}"
-    if isinstance(exc, socket.gaierror):
-        return (f"the host name {endpoint.host!r} does not resolve ({exc.strerror or exc}); "
-                f"check {BASE_URL_VARIABLE}")
-    if isinstance(exc, ConnectionRefusedError):
-        return (f"nothing accepts connections at {where}; is the server running, and is "
-                f"{BASE_URL_VARIABLE} right?")
-    if isinstance(exc, OSError) and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
-        return f"no route to {where} ({exc.strerror}); check {BASE_URL_VARIABLE}"
-    return None
-
-
-def _retryable_exception(exc: Exception) -> bool:
-    import http.client
-    import ssl
-
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return False
-    return isinstance(exc, OSError | EOFError | http.client.HTTPException)
-
-
-def _excerpt(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
+DIALECT = Dialect(base_url_variable=BASE_URL_VARIABLE, key_variable=KEY_VARIABLE,
+                  failure=_http_failure, last_event=_last_event)

@@ -1,14 +1,16 @@
 """HTTP and Server-Sent Events plumbing shared by the streaming model adapters.
 
-Both the Chat Completions adapter (``nonoka.llm.openai``) and the Responses API adapter
-(``nonoka.llm.responses``) post one JSON body and read a stream of ``data:`` events. What
-they share lives here: the blocking exchange on a daemon worker thread, whose parsed
-events cross to the event loop through an ``asyncio.Queue`` (so sinks run on the loop
-thread, and cancelling the awaiting task shuts the socket down, which ends the worker at
-once); the retry loop (rate limits, 5xx, timeouts and dropped connections, only while
-nothing has been delivered to the caller); how an HTTP error, a network failure and a
-``Retry-After`` header become a ``ModelError`` (status, the provider's body, the key
-masked); and pricing a call at explicit or catalog prices.
+The Chat Completions adapter (``nonoka.llm.openai``), the Responses API adapter
+(``nonoka.llm.responses``) and the Messages API adapter (``nonoka.llm.anthropic``) post
+one JSON body and read a stream of ``data:`` events; a ``Dialect`` says how a vendor's
+error answers, last event and variables differ. What they share lives here: the
+blocking exchange on a daemon worker thread, whose parsed events cross to the event loop
+through an ``asyncio.Queue`` (so sinks run on the loop thread, and cancelling the
+awaiting task shuts the socket down, which ends the worker at once); the retry loop
+(rate limits, 5xx, timeouts and dropped connections, only while nothing has been
+delivered to the caller); how an HTTP error, a network failure and a ``Retry-After``
+header become a ``ModelError`` (status, the provider's body, the key masked); and
+pricing a call at explicit or catalog prices.
 
 Standard library only, plus ``nonoka.errors``; ``http.client`` and ``socket`` are loaded
 when a request is made.
@@ -25,6 +27,7 @@ import random
 import threading
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nonoka.errors import ModelError
@@ -36,7 +39,6 @@ if TYPE_CHECKING:
     from nonoka.llm.base import TextSink
     from nonoka.llm.catalog import KnownModel
     from nonoka.llm.inflight import EarlyRequest
-    from nonoka.llm.wire import Endpoint
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every 5xx; the same set as the SDK
 UNREACHABLE_RETRIES = 1
@@ -61,6 +63,19 @@ class Failure(Exception):
         self.retry_after = retry_after
         self.unreachable = unreachable
         """Nobody answers at the address: worth one quick retry (a restarting server), no more."""
+
+
+class Endpoint(Protocol):
+    """Where a request goes (``nonoka.llm.wire.Endpoint``, or a vendor's own)."""
+
+    host: str
+    port: int
+    path: str
+    """The request target, including any query string."""
+    url: str
+    """For messages: no credentials, no query."""
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection: ...
 
 
 END = object()  # the worker is finished
@@ -88,14 +103,32 @@ class Accumulator(Protocol):
 S = TypeVar("S", bound=Accumulator)
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between the vendors' streaming APIs on the wire."""
+
+    base_url_variable: str = "OPENAI_BASE_URL"
+    """The variable that sets the endpoint, named when nobody answers there."""
+    key_variable: str | None = None
+    """The variable that sets the key, named when the endpoint answers 401."""
+    failure: Callable[[http.client.HTTPResponse], Failure] | None = None
+    """How an error answer reads (``http_failure``, OpenAI's shape, when ``None``)."""
+    last_event: Callable[[Any], bool] | None = None
+    """Whether a decoded payload ends the stream (besides ``data: [DONE]``)."""
+
+
+OPENAI = Dialect()
+
+
 class Transport:
     """Posts a body to one endpoint and streams the answer into an ``Accumulator``,
     retrying what is worth retrying; failures become ``ModelError``."""
 
     def __init__(self, endpoint: Endpoint, headers: dict[str, str], api_key: str | None, *,
                  timeout: float, max_retries: int, backoff_base: float,
-                 thread_name: str) -> None:
+                 thread_name: str, dialect: Dialect = OPENAI) -> None:
         self.endpoint = endpoint
+        self.dialect = dialect
         self.headers = headers
         self._api_key = api_key
         self._timeout = timeout
@@ -132,7 +165,8 @@ class Transport:
             with suppress(RuntimeError):  # the loop is gone: nobody is listening any more
                 loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early)
+        exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early,
+                            self.dialect)
         worker = threading.Thread(target=exchange.run, name=self._thread_name, daemon=True)
         worker.start()
         try:
@@ -159,6 +193,8 @@ class Transport:
         url = self.endpoint.url
         status = f" HTTP {failure.status}" if failure.status is not None else ""
         message = f"model endpoint {url} failed{status}: {failure.detail}"
+        if failure.status == 401 and self.dialect.key_variable:
+            message += f" (check {self.dialect.key_variable})"
         if attempts > 1:
             message += f" (gave up after {attempts} attempts)"
         if self._api_key:
@@ -221,8 +257,9 @@ class Exchange:
 
     def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
                  timeout: float, post: Callable[[object], None],
-                 early: EarlyRequest | None = None) -> None:
+                 early: EarlyRequest | None = None, dialect: Dialect = OPENAI) -> None:
         self._endpoint = endpoint
+        self._dialect = dialect
         self._early = early
         self._body = body
         self._headers = headers
@@ -253,7 +290,8 @@ class Exchange:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a chunk that is not JSON
             self._post(Failure(f"the server sent an invalid stream: {excerpt(str(exc))}"))
         except Exception as exc:  # connection refused/reset, TLS, protocol errors
-            unreachable = _unreachable_detail(exc, self._endpoint)
+            unreachable = _unreachable_detail(exc, self._endpoint,
+                                              self._dialect.base_url_variable)
             if unreachable is not None:
                 self._post(Failure(unreachable, retryable=True, unreachable=True))
             else:
@@ -276,7 +314,7 @@ class Exchange:
                 conn.request("POST", self._endpoint.path, self._body, self._headers)
             response = conn.getresponse()
             if response.status != 200:
-                raise http_failure(response)
+                raise (self._dialect.failure or http_failure)(response)
             self._read_events(response)
         finally:
             conn.close()
@@ -300,8 +338,10 @@ class Exchange:
         if payload == b"[DONE]":
             self._post(DONE)
             return True
-        self._post(json.loads(payload))
-        return False
+        event = json.loads(payload)
+        self._post(event)
+        last = self._dialect.last_event
+        return last is not None and last(event)
 
 
 def http_failure(response: http.client.HTTPResponse) -> Failure:
@@ -314,7 +354,7 @@ def http_failure(response: http.client.HTTPResponse) -> Failure:
         pass
     return Failure(excerpt(detail) or response.reason or "no details", status=response.status,
                    retryable=retryable(response.status) and not _quota(body),
-                   retry_after=_retry_after(response), body=body)
+                   retry_after=retry_after(response), body=body)
 
 
 def _quota(body: str) -> bool:
@@ -323,7 +363,7 @@ def _quota(body: str) -> bool:
     return "insufficient_quota" in body
 
 
-def _retry_after(response: http.client.HTTPResponse) -> float | None:
+def retry_after(response: http.client.HTTPResponse) -> float | None:
     """Seconds to wait, from ``retry-after-ms`` (OpenAI) or ``Retry-After`` in seconds."""
     for header, scale in (("retry-after-ms", 1000.0), ("Retry-After", 1.0)):
         value = response.getheader(header)
@@ -344,7 +384,7 @@ def _connection_detail(exc: Exception) -> str:
     return f"could not talk to the server: {excerpt(text)}"
 
 
-def _unreachable_detail(exc: Exception, endpoint: Endpoint) -> str | None:
+def _unreachable_detail(exc: Exception, endpoint: Endpoint, variable: str) -> str | None:
     """Words for an endpoint nobody answers at (refused, unknown host, no route), or None.
 
     Worded without the phrases hosts such as OpenCode read as "retry me" (e.g. "connection
@@ -357,12 +397,12 @@ def _unreachable_detail(exc: Exception, endpoint: Endpoint) -> str | None:
     where = f"{endpoint.host}:{endpoint.port}"
     if isinstance(exc, socket.gaierror):
         return (f"the host name {endpoint.host!r} does not resolve ({exc.strerror or exc}); "
-                "check the model's base URL (OPENAI_BASE_URL)")
+                f"check the model's base URL ({variable})")
     if isinstance(exc, ConnectionRefusedError):
         return (f"nothing accepts connections at {where}; is the model server running, and "
-                "is the model's base URL (OPENAI_BASE_URL) right?")
+                f"is the model's base URL ({variable}) right?")
     if isinstance(exc, OSError) and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
-        return f"no route to {where} ({exc.strerror}); check the model's base URL"
+        return f"no route to {where} ({exc.strerror}); check the model's base URL ({variable})"
     return None
 
 
