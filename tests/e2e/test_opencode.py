@@ -266,7 +266,10 @@ def test_opencode_drives_nonoka_across_processes(project: OpenCodeProject) -> No
     sessions_seen = [e["data"] for e in events if e["kind"] == "session"]
     assert sessions_seen[-1] == {"new": False, "recovery_reason": None}
 
-    # 3) The id file is lost: the bridge recovers the session by conversation key.
+    # 3) The id file is lost: OpenCode names its own session on every step (the
+    #    x-session-id header, and promptCacheKey with setCacheKey), which finds the nonoka
+    #    session at once: nothing to recover. (The id file and the conversation key are
+    #    the fallback for hosts that name no session: tests/provider, test_provider_bridge.)
     project.id_file.unlink()
     three = project.opencode("--continue", "TURN-THREE")
     assert "ANSWER-THREE" in three.stdout, project.explain(three)
@@ -274,8 +277,7 @@ def test_opencode_drives_nonoka_across_processes(project: OpenCodeProject) -> No
     detail = project.show(session_id)
     recoveries = [e["data"] for e in detail["events"] if e["kind"] == "session"
                   and e["data"].get("recovery_reason")]
-    assert recoveries == [{"new": False, "recovery_reason": "session_id_missing"}]
-    assert "recovered session" in three.stderr  # the provider's debug log says so too
+    assert recoveries == []
 
     # 4) The title request ran in its own session; the chat session holds the turns and usage.
     rows = project.sessions()

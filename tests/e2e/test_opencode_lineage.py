@@ -158,7 +158,9 @@ def test_run_session_fork_branches_and_the_original_goes_on(project: OpenCodePro
     assert len(branches) == 1, chats
     assert branches[0]["forked_from"] == root
     assert branches[0]["fork_point"] is not None
-    assert project.session_id() == branches[0]["session_id"]
+    assert project.session_id() == root  # the last step was the original's
+    hosts = {(r.get("metadata") or {}).get("host_session_id") for r in chats.values()}
+    assert opencode_session in hosts and len(hosts) == 2, chats
     tree = project.nonoka("sessions", "list", "--tree")
     assert tree.returncode == 0, tree.stderr
     assert branches[0]["session_id"][:8] in tree.stdout and root[:8] in tree.stdout
