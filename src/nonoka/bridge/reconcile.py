@@ -140,7 +140,7 @@ def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message],
         if role == "system":
             continue
         meta = entry.metadata
-        if nonokas_own(meta):
+        if meta and nonokas_own(meta):  # the test first: most entries have no metadata
             if is_summary(meta):
                 return None
             continue
