@@ -391,6 +391,58 @@ def test_the_tui_tool_turn_undo_compact_stay_one_lineage(
     print(f"TUI e2e: {time.monotonic() - started:.1f} s")
 
 
+def test_the_tui_compaction_then_undo_is_a_branch(tmp_path: Path, opencode_bin: Path) -> None:
+    """In the TUI: two turns, ``/compact``, one more turn, ``/undo`` of it, a new turn.
+    The undo after the compaction is a branch with its fork point; the parent keeps the
+    undone turn; nothing is rewritten in place."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for the TUI test (apt-get install tmux)")
+    started = time.monotonic()
+    with ScriptedOpenAIServer(_tui_step(tmp_path / "project")) as server:
+        project = OpenCodeProject(tmp_path, opencode_bin, server)
+        assert project.run("git", "init", "-q", ".").returncode == 0
+        assert project.init().returncode == 0
+        tui = _Tui(project)
+        try:
+            tui.wait("Ask anything")
+            time.sleep(1)
+            tui.say("TURN-ONE", "ANSWER-TURN-ONE")
+            root = project.session_id()
+            tui.say("TURN-TWO", "ANSWER-TURN-TWO")
+            tui.keys("-l", "/compact")
+            time.sleep(1)
+            tui.keys("Enter")
+            tui.wait(SUMMARY)
+            tui.say("TURN-THREE", "ANSWER-TURN-THREE")
+            tui.keys("-l", "/undo")
+            time.sleep(1)
+            tui.keys("Enter")
+            tui.wait("reverted")
+            time.sleep(2)  # the undone message comes back into the prompt; say() clears it
+            tui.say("TURN-FOUR", "ANSWER-TURN-FOUR")
+        finally:
+            tui.close()
+
+    last = _chat_requests(server)[-1]
+    assert last[-1] == ("user", "TURN-FOUR")
+    assert ("user", "TURN-THREE") not in last
+    chats = {r["session_id"]: r for r in _chats(project)}
+    roots = [r for r in chats.values() if r["forked_from"] is None]
+    assert [r["session_id"] for r in roots] == [root], chats
+    branches = [r for r in chats.values() if r["forked_from"] is not None]
+    assert len(branches) == 1 and branches[0]["forked_from"] == root, chats
+    assert branches[0]["fork_point"] is not None and branches[0]["fork_point"] > 0
+    for sid in (root, branches[0]["session_id"]):
+        codes = {e["data"].get("code") for e in project.show(sid)["events"]
+                 if e["kind"] == "warning"}
+        assert "history_compacted" not in codes, (sid, codes)
+    shown = project.nonoka("sessions", "show", root, "--json", "--entries")
+    assert shown.returncode == 0, shown.stderr
+    assert "TURN-THREE" in [e["text"] for e in json.loads(shown.stdout)["entries"]]
+    _no_split(project, root)
+    print(f"TUI compaction-then-undo e2e: {time.monotonic() - started:.1f} s")
+
+
 def test_two_opencode_sessions_alike_stay_in_their_own_lines(project: OpenCodeProject) -> None:
     """OpenCode says which of its sessions each step belongs to (``setCacheKey``): two
     sessions that begin with the same message never share a nonoka line, and
