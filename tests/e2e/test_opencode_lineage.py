@@ -443,6 +443,45 @@ def test_the_tui_compaction_then_undo_is_a_branch(tmp_path: Path, opencode_bin: 
     print(f"TUI compaction-then-undo e2e: {time.monotonic() - started:.1f} s")
 
 
+def test_a_tui_and_a_run_at_the_same_time_stay_in_their_own_lines(
+        tmp_path: Path, opencode_bin: Path) -> None:
+    """The TUI open in a project while ``opencode run`` works in the same project, both
+    starting with the same words: two nonoka lines, one per OpenCode session, and
+    neither's turns reach the other's model requests."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for the TUI test (apt-get install tmux)")
+    with ScriptedOpenAIServer(_tui_step(tmp_path / "project")) as server:
+        project = OpenCodeProject(tmp_path, opencode_bin, server)
+        assert project.run("git", "init", "-q", ".").returncode == 0
+        assert project.init().returncode == 0
+        tui = _Tui(project)
+        try:
+            tui.wait("Ask anything")
+            time.sleep(1)
+            tui.say("SAME-OPENING", "ANSWER-SAME-OPENING")
+            beside = project.opencode("SAME-OPENING")
+            assert "ANSWER-SAME-OPENING" in beside.stdout, project.explain(beside)
+            ran = project.run(str(project.binary), "session", "list", "--format", "json")
+            assert ran.returncode == 0, ran.stderr
+            newest = max(json.loads(ran.stdout), key=lambda s: s["created"])["id"]
+            tui.say("TUI-TURN", "ANSWER-TUI-TURN")
+            more = project.opencode("--session", newest, "RUN-TURN")
+            assert "ANSWER-RUN-TURN" in more.stdout, project.explain(more)
+        finally:
+            tui.close()
+
+    requests = _chat_requests(server)
+    tui_request = next(r for r in requests if r[-1] == ("user", "TUI-TURN"))
+    run_request = next(r for r in requests if r[-1] == ("user", "RUN-TURN"))
+    assert tui_request == [("user", "SAME-OPENING"), ("assistant", "ANSWER-SAME-OPENING"),
+                           ("user", "TUI-TURN")]
+    assert run_request == [("user", "SAME-OPENING"), ("assistant", "ANSWER-SAME-OPENING"),
+                           ("user", "RUN-TURN")]
+    chats = _chats(project)
+    hosts = {(r.get("metadata") or {}).get("host_session_id") for r in chats}
+    assert len(chats) == 2 and len(hosts) == 2 and None not in hosts, chats
+
+
 def test_two_opencode_sessions_alike_stay_in_their_own_lines(project: OpenCodeProject) -> None:
     """OpenCode says which of its sessions each step belongs to (``setCacheKey``): two
     sessions that begin with the same message never share a nonoka line, and
