@@ -1,0 +1,188 @@
+"""Kill campaign at random moments of a streamed turn: start-up, mid-answer, the save.
+
+Each run SIGKILLs a real ``nonoka bridge`` at a random time after its request was sent
+(a seeded draw over the whole turn: before the model answers, while the answer streams,
+while the turn is saved), then a fresh bridge gets the same request, as a host retries
+after a crash. After every kill:
+
+- what the killed turn journaled of its answer (``partial_answer``) is a prefix of what
+  the host received, short of it by at most one journaling window (2 KB, plus the piece
+  that crossed it);
+- the retried turn (a host retries a turn whose ``finish`` it did not see) completes,
+  and the database holds the prompt once and the whole answer once: nothing lost,
+  nothing doubled;
+- the database passes ``PRAGMA integrity_check``.
+
+A sample runs with the suite; ``-m slow`` runs the long campaign.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.turn.journal import PARTIAL_BYTES
+from tests.support.bridge import Bridge, chat, user
+from tests.support.processes import model_env
+
+PIECES = [f"w{i:03d}x " * 8 for i in range(160)]
+ANSWER = "".join(PIECES)
+PIECE_SECONDS = 0.005
+SAMPLE = 8
+CAMPAIGN = 40
+
+
+class Stream(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint streaming ``ANSWER`` a piece every 5 ms."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        try:
+            for piece in PIECES:
+                self._send({"delta": {"content": piece}, "finish_reason": None})
+                time.sleep(PIECE_SECONDS)
+            self._send({"delta": {}, "finish_reason": "stop"})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def _send(self, choice: dict[str, Any]) -> None:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [{"index": 0, **choice}]}
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.flush()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stream)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def _killed_turn(bridge: Bridge, delay: float, streamed: int = 0) -> tuple[str, bool]:
+    """Send the request, SIGKILL the bridge after ``delay`` seconds (and once it has
+    streamed ``streamed`` characters); what it streamed, and whether its ``finish``
+    reached the host first."""
+    proc = bridge.spawn()
+    assert proc.stdin is not None and proc.stdout is not None
+    seen: list[str] = []
+    finished: list[bool] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            event = json.loads(line)
+            if event.get("type") == "text_delta":
+                seen.append(event["text"])
+            elif event.get("type") == "finish":
+                finished.append(True)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    proc.stdin.write(json.dumps({"cwd": str(bridge.project),
+                                 **chat([user("talk")])}).encode() + b"\n")
+    proc.stdin.flush()
+    time.sleep(delay)
+    deadline = time.monotonic() + 30
+    while sum(map(len, seen)) < streamed and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    reader.join(timeout=10)
+    assert proc.stderr is not None
+    proc.stderr.close()
+    proc.stdout.close()
+    proc.stdin.close()
+    return "".join(seen), bool(finished)
+
+
+def _stored(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, dict[str, Any]]]]:
+    """The session's conversation and event log, read with plain ``sqlite3``."""
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        rows = conn.execute("SELECT entry_json FROM session_entries ORDER BY session_id, seq")
+        entries = [(e["role"], e["content"]) for e in (json.loads(r[0]) for r in rows)]
+        events = [(kind, json.loads(data)) for kind, data in conn.execute(
+            "SELECT kind, data_json FROM events ORDER BY session_id, seq")]
+    conn.close()
+    return entries, events
+
+
+def _campaign(tmp_path: Path, endpoint: str, runs: int, seed: int) -> dict[str, int]:
+    """Kill ``runs`` turns at seeded random moments; how many kills fell before the
+    answer streamed, while it streamed, and after the host had all of it."""
+    draw = random.Random(seed)
+    landed = {"before": 0, "mid-stream": 0, "after": 0}
+    turn = len(PIECES) * PIECE_SECONDS
+    for run in range(runs):
+        delay = draw.uniform(0.0, turn + 0.6)  # start-up, the stream, the save after it
+        project = tmp_path / f"run{run}"
+        project.mkdir()
+        bridge = Bridge(project, None)
+        bridge.env.update(model_env(endpoint))
+        seen, finished = _killed_turn(bridge, delay)
+        landed["before" if not seen else "after" if seen == ANSWER else "mid-stream"] += 1
+        where = f"run {run} (seed {seed}, killed after {delay * 1000:.0f} ms)"
+        if bridge.db.exists():
+            entries, events = _stored(bridge.db)
+            logged = "".join(d["text"] for kind, d in events if kind == "partial_answer")
+            assert seen.startswith(logged), where
+            if ("assistant", ANSWER) not in entries:  # the answer was not stored yet
+                assert len(seen) - len(logged) <= PARTIAL_BYTES + len(PIECES[0]), (
+                    where, len(seen), len(logged))
+        if not finished:  # the host retries a turn it did not see end; one it saw, not
+            done = bridge.run(chat([user("talk")]))
+            assert done[-1]["type"] == "finish" and done[-1]["finish_reason"] == "stop", (
+                where, done)
+        entries, _ = _stored(bridge.db)
+        assert entries == [("user", "talk"), ("assistant", ANSWER)], (where, entries[:4])
+    print(f"kills (seed {seed}): {landed}")
+    return landed
+
+
+def test_kills_at_random_moments_of_a_streamed_turn_lose_and_double_nothing(
+        tmp_path: Path, endpoint: str) -> None:
+    _campaign(tmp_path, endpoint, SAMPLE, seed=int(os.environ.get("NONOKA_KILL_SEED", "7")))
+
+
+@pytest.mark.slow
+def test_a_long_kill_campaign_over_a_streamed_turn(tmp_path: Path, endpoint: str) -> None:
+    _campaign(tmp_path, endpoint, CAMPAIGN, seed=int(time.time()))
+
+
+def test_a_kill_mid_answer_leaves_its_text_journaled(tmp_path: Path, endpoint: str) -> None:
+    """The campaign's prefix check has something to check: a kill in the middle of the
+    answer leaves journaled text, which the retried turn does not store as an answer."""
+    project = tmp_path / "probe"
+    project.mkdir()
+    bridge = Bridge(project, None)
+    bridge.env.update(model_env(endpoint))
+    seen, _ = _killed_turn(bridge, 0.0, streamed=len(ANSWER) // 2)
+    _, events = _stored(bridge.db)
+    logged = "".join(d["text"] for kind, d in events if kind == "partial_answer")
+    assert 0 < len(logged) <= len(seen) < len(ANSWER)
+    bridge.run(chat([user("talk")]))
+    entries, _ = _stored(bridge.db)
+    assert entries == [("user", "talk"), ("assistant", ANSWER)]
