@@ -50,7 +50,7 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path loads this m
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = [
+__all__ = (
     "ConfigurationError",
     "CorruptSessionError",
     "Failure",
@@ -66,7 +66,7 @@ __all__ = [
     "UnsupportedVersionError",
     "WorkspaceError",
     "failure_of",
-]
+)
 
 
 class NonokaError(Exception):

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from nonoka.llm.base import Usage
 from nonoka.state.messages import ProviderMetadata, ReasoningPart, ToolCall
 
-__all__ = ["EventSink", "ModelCalled", "ReasoningDelta", "RunEvent", "RunWarning", "TextDelta",
-           "ToolCallFinished", "ToolCallRequested"]
+__all__ = ("EventSink", "ModelCalled", "ReasoningDelta", "RunEvent", "RunWarning", "TextDelta",
+           "ToolCallFinished", "ToolCallRequested")
 
 
 @dataclass(frozen=True)

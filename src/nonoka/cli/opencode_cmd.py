@@ -35,9 +35,9 @@ from typing import Any
 
 import click
 
-__all__ = ["CONFIG_FILE", "DEFAULT_MODEL", "INSTALL_DIR", "PROVIDER_ID", "Capabilities",
+__all__ = ("CONFIG_FILE", "DEFAULT_MODEL", "INSTALL_DIR", "PROVIDER_ID", "Capabilities",
            "InitError", "InitReport", "init_project", "model_entry", "opencode",
-           "shipped_provider_dir"]
+           "shipped_provider_dir")
 
 PROVIDER_ID = "nonoka"
 MODEL_ID = "default"

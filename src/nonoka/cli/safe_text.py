@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from nonoka.ops.printable import printable
 from nonoka.redact import redact_text
 
-__all__ = ["highlighted", "printable", "shown"]
+__all__ = ("highlighted", "printable", "shown")
 
 
 def shown(text: object, *, one_line: bool = False) -> str:

@@ -7,7 +7,8 @@ constants the code uses (exit codes, providers, database URL forms), so it stays
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 
 def _exit_codes() -> str:
@@ -110,15 +111,15 @@ def _protocol() -> str:
     ])
 
 
-TOPICS: dict[str, tuple[str, Callable[[], str]]] = {
+TOPICS: Mapping[str, tuple[str, Callable[[], str]]] = MappingProxyType({
     "database": ("where sessions are stored, --db/--dir, backups, damage", _database),
     "exit-codes": ("how failures are reported, and the exit codes", _exit_codes),
     "models": ("providers, their key variables and endpoints", _models),
     "protocol": ("what nonoka bridge reads and writes", _protocol),
     "retention": ("deleting and pruning sessions, automatically too", _retention),
     "statuses": ("what a session's status means", _statuses),
-}
-"""Topic name: (one line for the list, the text)."""
+})
+"""Topic name: (one line for the list, the text); read-only."""
 
 
 def topic_list() -> str:

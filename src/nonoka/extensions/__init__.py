@@ -3,4 +3,4 @@
 from nonoka.extensions.approval import ToolApproval
 from nonoka.extensions.base import ExtensionContext, LoopExtension, ToolDecision
 
-__all__ = ["ExtensionContext", "LoopExtension", "ToolApproval", "ToolDecision"]
+__all__ = ("ExtensionContext", "LoopExtension", "ToolApproval", "ToolDecision")

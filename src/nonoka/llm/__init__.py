@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from nonoka.llm.catalog import KnownModel
     from nonoka.state.prefix_memo import ConversationPasses
 
-__all__ = ["AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec", "Usage",
-           "resolve_model"]
+__all__ = ("AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec", "Usage",
+           "resolve_model")
 
 _BASE = frozenset({"AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec",
                    "Usage"})

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
     from nonoka.llm.catalog import KnownModel
 
-__all__ = ["AnthropicChatModel", "anthropic_model", "conversation", "prompt_cache_setting"]
+__all__ = ("AnthropicChatModel", "anthropic_model", "conversation", "prompt_cache_setting")
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds to connect and to wait for each next byte of an answer."""

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 from nonoka.config import CONFIG_FILE
 from nonoka.errors import ConfigurationError
 
-__all__ = ["KnownModel", "Prices", "cost", "known_model", "models_from_config",
-           "project_models"]
+__all__ = ("KnownModel", "Prices", "cost", "known_model", "models_from_config",
+           "project_models")
 
 
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]

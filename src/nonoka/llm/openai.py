@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from nonoka.llm.catalog import KnownModel
     from nonoka.llm.inflight import Inflight
 
-__all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
+__all__ = ("DEFAULT_BASE_URL", "OpenAIChatModel")
 
 
 class OpenAIChatModel:

@@ -68,7 +68,7 @@ from nonoka.state.messages import Message, ReasoningPart, ToolCall
 if TYPE_CHECKING:
     from nonoka.llm.catalog import KnownModel
 
-__all__ = ["OPENAI_RESPONSES", "OpenAIResponsesModel", "input_items"]
+__all__ = ("OPENAI_RESPONSES", "OpenAIResponsesModel", "input_items")
 
 OPENAI_RESPONSES = "openai_responses"
 """The ``provider_metadata`` key of what the Responses API sent that must go back: a

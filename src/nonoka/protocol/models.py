@@ -46,7 +46,7 @@ from nonoka.protocol.frames import (
 from nonoka.protocol.values import ErrorCode, ExecutedBy, FinishReason, RecoveryReason
 from nonoka.state.messages import Message, ReasoningPart
 
-__all__ = [
+__all__ = (
     "AssistantMetadata",
     "BaseEvent",
     "CallOptionsSpec",
@@ -74,7 +74,7 @@ __all__ = [
     "encode_event",
     "encode_request",
     "validate_request",
-]
+)
 
 
 class _WireValue:

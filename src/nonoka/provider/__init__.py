@@ -26,7 +26,7 @@ from nonoka.provider.idfile import (
 from nonoka.provider.process import BridgeError, BridgeTimeoutError
 from nonoka.provider.result import ProviderResult
 
-__all__ = [
+__all__ = (
     "DEFAULT_CANCEL_GRACE",
     "DEFAULT_TIMEOUT",
     "ID_FILE_NAME",
@@ -44,4 +44,4 @@ __all__ = [
     "is_plausible_session_id",
     "read_session_id",
     "write_session_id",
-]
+)

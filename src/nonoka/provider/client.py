@@ -66,8 +66,8 @@ from nonoka.provider.process import (
 from nonoka.provider.result import ProviderResult
 from nonoka.state.messages import Message
 
-__all__ = ["DEFAULT_CANCEL_GRACE", "DEFAULT_TIMEOUT", "EventCallback", "MessageLike",
-           "NonokaProvider", "ProviderStream", "ToolLike", "default_command"]
+__all__ = ("DEFAULT_CANCEL_GRACE", "DEFAULT_TIMEOUT", "EventCallback", "MessageLike",
+           "NonokaProvider", "ProviderStream", "ToolLike", "default_command")
 
 logger = logging.getLogger("nonoka.provider")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from nonoka.errors import ConfigurationError
 from nonoka.state.ids import SESSION_ID_PATTERN
 
-__all__ = [
+__all__ = (
     "ID_FILE_NAME",
     "STATE_DIR_NAME",
     "clear_session_id",
@@ -27,7 +27,7 @@ __all__ = [
     "is_plausible_session_id",
     "read_session_id",
     "write_session_id",
-]
+)
 
 logger = logging.getLogger("nonoka.provider")
 

@@ -21,8 +21,8 @@ from nonoka.errors import NonokaError
 from nonoka.protocol.frames import DEFAULT_MAX_FRAME_BYTES, ProtocolError
 from nonoka.protocol.values import ErrorCode
 
-__all__ = ["STDERR_TAIL_BYTES", "BridgeError", "BridgeProcess", "BridgeTimeoutError",
-           "StderrTail", "describe_exit", "merged_env"]
+__all__ = ("STDERR_TAIL_BYTES", "BridgeError", "BridgeProcess", "BridgeTimeoutError",
+           "StderrTail", "describe_exit", "merged_env")
 
 STDERR_TAIL_BYTES = 8192
 """How much of the bridge's stderr is kept (the end of it: that is where the failure is)."""

@@ -22,7 +22,7 @@ from nonoka.protocol.models import (
 from nonoka.protocol.values import ExecutedBy, FinishReason
 from nonoka.state.messages import Message, ToolCall
 
-__all__ = ["ProviderResult"]
+__all__ = ("ProviderResult",)
 
 
 @dataclass

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
     from nonoka.store.sqlite.records import SQLiteRecordStore
 
-__all__ = [
+__all__ = (
     "CheckpointStore",
     "EventLog",
     "MemoryCheckpointStore",
@@ -45,7 +45,7 @@ __all__ = [
     "hold_lease",
     "new_lease_owner",
     "open_project_stores",
-]
+)
 
 _WHERE = {
     "CheckpointStore": "base",

@@ -20,8 +20,8 @@ from nonoka.errors import ConfigurationError, SessionBusyError, StoreError
 from nonoka.store.base import SessionLeases, check_lease_args
 from nonoka.store.lease_terms import DEFAULT_TTL, lease_host, new_lease_owner
 
-__all__ = ["DEFAULT_TTL", "HeldLease", "hold_lease", "holder_is_dead", "lease_host",
-           "lease_wait_from_env", "new_lease_owner", "owner_process", "process_gone"]
+__all__ = ("DEFAULT_TTL", "HeldLease", "hold_lease", "holder_is_dead", "lease_host",
+           "lease_wait_from_env", "new_lease_owner", "owner_process", "process_gone")
 
 _FIRST_POLL = 0.05
 _MAX_POLL = 0.5

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from nonoka.store.next_call_row import StoredNextCall
 
-__all__ = ["ClosableNextCallStore", "NextCallStore", "StoredNextCall"]
+__all__ = ("ClosableNextCallStore", "NextCallStore", "StoredNextCall")
 
 
 @runtime_checkable

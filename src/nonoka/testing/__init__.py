@@ -19,7 +19,7 @@ from nonoka.llm.base import ModelResponse, TextSink, ToolSpec, Usage
 from nonoka.state.messages import Message, ToolCall
 from nonoka.state.tokens import estimate_tokens
 
-__all__ = [
+__all__ = (
     "FunctionModel",
     "ModelRequestRecord",
     "ScriptExhaustedError",
@@ -27,7 +27,7 @@ __all__ = [
     "call",
     "calls",
     "text",
-]
+)
 
 _ids = itertools.count(1)
 

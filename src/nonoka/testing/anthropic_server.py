@@ -65,7 +65,7 @@ from nonoka.testing.anthropic_replies import (
 from nonoka.testing.replies import Reply
 from nonoka.testing.steps import Delay, DropConnection, HttpError
 
-__all__ = ["AnthropicStep", "ScriptedAnthropicServer"]
+__all__ = ("AnthropicStep", "ScriptedAnthropicServer")
 
 AnthropicStep: TypeAlias = ("AnthropicReply | ModelResponse | Reply | str | HttpError | Delay"
                             " | DropConnection | StreamError")

@@ -97,7 +97,7 @@ from nonoka.testing.steps import (
 )
 from nonoka.testing.strict import STRICT_MODES, Produced, checked_modes
 
-__all__ = [
+__all__ = (
     "ANTHROPIC_STRICT_MODES",
     "RESPONSES_STRICT_MODES",
     "STRICT_MODES",
@@ -124,7 +124,7 @@ __all__ = [
     "main",
     "rate_limited",
     "step_from_json",
-]
+)
 
 Script: TypeAlias = "Sequence[Step] | Callable[[dict[str, Any]], Step]"
 

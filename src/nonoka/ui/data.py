@@ -38,7 +38,7 @@ from nonoka.store.media import IMAGE_TYPES, Media, describe, file_parts, is_dige
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
 
-__all__ = [
+__all__ = (
     "IMAGE_TYPES",
     "EntryPage",
     "EntryRow",
@@ -55,7 +55,7 @@ __all__ = [
     "describe",
     "file_parts",
     "is_digest",
-]
+)
 
 SORTS = {
     "last_active": "last_active",

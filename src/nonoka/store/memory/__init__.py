@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     )
     from nonoka.store.memory.records import MemoryRecordStore
 
-__all__ = ["CheckpointRow", "MemoryCheckpointStore", "MemoryDatabase", "MemoryRecordDatabase",
-           "MemoryRecordStore", "StepRow", "StoredEvent"]
+__all__ = ("CheckpointRow", "MemoryCheckpointStore", "MemoryDatabase", "MemoryRecordDatabase",
+           "MemoryRecordStore", "StepRow", "StoredEvent")
 
 _WHERE = {
     "MemoryCheckpointStore": "checkpoints",

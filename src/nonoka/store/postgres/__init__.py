@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from nonoka.store.postgres.database import PostgresDatabase
     from nonoka.store.postgres.records import PostgresRecordStore
 
-__all__ = ["PostgresCheckpointStore", "PostgresDatabase", "PostgresRecordStore"]
+__all__ = ("PostgresCheckpointStore", "PostgresDatabase", "PostgresRecordStore")
 
 _WHERE = {
     "PostgresCheckpointStore": "checkpoints",

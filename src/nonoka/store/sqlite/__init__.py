@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from nonoka.store.sqlite.next_calls import SQLiteNextCalls
     from nonoka.store.sqlite.records import SQLiteRecordStore
 
-__all__ = ["SQLiteCheckpointStore", "SQLiteNextCalls", "SQLiteRecordStore"]
+__all__ = ("SQLiteCheckpointStore", "SQLiteNextCalls", "SQLiteRecordStore")
 
 _WHERE = {
     "SQLiteCheckpointStore": "checkpoints",

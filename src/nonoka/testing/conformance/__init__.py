@@ -78,7 +78,7 @@ from nonoka.testing.conformance.media import MediaSuite  # noqa: E402
 from nonoka.testing.conformance.records import RecordStoreSuite  # noqa: E402
 from nonoka.testing.conformance.rows import StoredRowsSuite  # noqa: E402
 
-__all__ = [
+__all__ = (
     "BranchingSuite",
     "CheckpointStoreSuite",
     "MediaHarness",
@@ -91,4 +91,4 @@ __all__ = [
     "StoreHarness",
     "StoredRows",
     "StoredRowsSuite",
-]
+)

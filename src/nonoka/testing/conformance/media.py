@@ -251,6 +251,7 @@ class MediaSuite:
     async def test_a_branch_reads_a_window_of_its_parents_files(
             self, store: CheckpointStore) -> None:
         if not isinstance(store, BranchingStore):
+            # An optional capability; every bundled engine has it (tests/conformance).
             pytest.skip("the store has no load_entries of its own")
         state = await _saved(store, _conversation())
         child = await Runner(store).fork_session(state.session_id, at=4)
@@ -273,6 +274,7 @@ class MediaSuite:
 
     async def test_a_stored_file_is_served_by_its_digest(self, store: CheckpointStore) -> None:
         if not isinstance(store, MediaStore):
+            # An optional capability; every bundled engine has it (tests/conformance).
             pytest.skip("the store does not serve files by digest (MediaStore)")
         await _saved(store, [with_files("user", "look", SHOT)])
         found = await store.load_media(digest(IMAGE))
