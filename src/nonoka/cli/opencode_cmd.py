@@ -346,13 +346,6 @@ def _suggest(report: InitReport, project: Path, model: str | None) -> None:
             "choose nonoka's model: export NONOKA_MODEL=openai:gpt-4o-mini (plus "
             "OPENAI_API_KEY, and OPENAI_BASE_URL for another endpoint), or add "
             'model = "openai:gpt-4o-mini" to .nonoka/config.toml, or re-run with --model')
-    gitignore = project / ".gitignore"
-    ignored = gitignore.is_file() and any(
-        line.strip().rstrip("/") in (".nonoka", "/.nonoka")
-        for line in gitignore.read_text(encoding="utf-8", errors="replace").splitlines())
-    if not ignored:
-        report.next_steps.append("add .nonoka/ to .gitignore: it holds the session database "
-                                 "and the provider copy")
     report.next_steps.append(f'run: opencode run --model {DEFAULT_MODEL} "hello"   '
                              "(continue with: opencode run --continue \"...\")")
 
