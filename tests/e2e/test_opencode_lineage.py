@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -327,67 +328,76 @@ class _Tui:
                        check=False)
 
 
-def test_the_tui_tool_turn_undo_compact_stay_one_lineage(
-        tmp_path: Path, opencode_bin: Path) -> None:
+@contextmanager
+def _tui_in(tmp_path: Path, binary: Path) -> Iterator[tuple[OpenCodeProject,
+                                                            ScriptedOpenAIServer, _Tui]]:
+    """A project set up by ``nonoka opencode init``, answered by ``_tui_step``, with
+    OpenCode's TUI open on it in tmux (closed afterwards)."""
     if shutil.which("tmux") is None:
         pytest.fail("tmux is needed for the TUI test (apt-get install tmux)")
-    started = time.monotonic()
     with ScriptedOpenAIServer(_tui_step(tmp_path / "project")) as server:
-        project = OpenCodeProject(tmp_path, opencode_bin, server)
+        project = OpenCodeProject(tmp_path, binary, server)
         assert project.run("git", "init", "-q", ".").returncode == 0
         assert project.init().returncode == 0
         tui = _Tui(project)
         try:
             tui.wait("Ask anything")
             time.sleep(1)
-            tui.say("TURN-ONE", "ANSWER-TURN-ONE")
-            root = project.session_id()
-            tui.say("CREATE-FILE notes.txt", "DONE-ONE")
-            notes = project.path / "notes.txt"
-            assert notes.is_file()
-            db = project.path / ".nonoka" / "sessions.db"
-            stored_before = project.show(root)["session"]["message_count"]
-            tui.keys("-l", "/undo")
-            time.sleep(1)
-            tui.keys("Enter")
-            deadline = time.monotonic() + 30
-            while notes.exists():  # OpenCode restored the project's files from its snapshot
-                assert time.monotonic() < deadline, tui.screen()
-                time.sleep(0.3)
-            tui.wait("reverted")
-            time.sleep(2)  # the undone message comes back into the prompt; say() clears it
-            tui.say("TURN-TWO", "ANSWER-TURN-TWO")
-            tui.keys("-l", "/compact")
-            time.sleep(1)
-            tui.keys("Enter")
-            tui.wait(SUMMARY)
-            tui.say("TURN-THREE", "ANSWER-TURN-THREE")
+            yield project, server, tui
         finally:
             tui.close()
 
-        # Nothing rolled back: the undone turn is still stored, the database still private.
-        assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
-        parent = project.show(root)
-        assert parent["session"]["message_count"] >= stored_before
-        # One lineage: the undo branched the conversation; the compaction stayed in it.
-        chats = {r["session_id"]: r for r in _chats(project)}
-        roots = [r for r in chats.values() if r["forked_from"] is None]
-        assert [r["session_id"] for r in roots] == [root], chats
-        branches = [r for r in chats.values() if r["forked_from"] is not None]
-        assert len(branches) == 1 and branches[0]["forked_from"] == root, chats
-        assert project.session_id() == branches[0]["session_id"]
-        summaries = [r for r in project.sessions() if _purpose(r) == "compaction"]
-        assert [r["metadata"].get("compaction_of") for r in summaries] == [
-            branches[0]["session_id"]]
-        tree = project.nonoka("sessions", "list", "--tree")
-        assert tree.returncode == 0, tree.stderr
-        branch_line = next(line for line in tree.stdout.splitlines()
-                           if branches[0]["session_id"][:8] in line)
-        assert branch_line.lstrip().startswith(("└", "├")), tree.stdout  # drawn under its root
-        last = _chat_requests(server)[-1]
-        assert last[:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
-        assert ("user", "CREATE-FILE notes.txt") not in _chat_requests(server)[-2]
-        _no_split(project, root)
+
+def test_the_tui_tool_turn_undo_compact_stay_one_lineage(
+        tmp_path: Path, opencode_bin: Path) -> None:
+    started = time.monotonic()
+    with _tui_in(tmp_path, opencode_bin) as (project, server, tui):
+        tui.say("TURN-ONE", "ANSWER-TURN-ONE")
+        root = project.session_id()
+        tui.say("CREATE-FILE notes.txt", "DONE-ONE")
+        notes = project.path / "notes.txt"
+        assert notes.is_file()
+        db = project.path / ".nonoka" / "sessions.db"
+        stored_before = project.show(root)["session"]["message_count"]
+        tui.keys("-l", "/undo")
+        time.sleep(1)
+        tui.keys("Enter")
+        deadline = time.monotonic() + 30
+        while notes.exists():  # OpenCode restored the project's files from its snapshot
+            assert time.monotonic() < deadline, tui.screen()
+            time.sleep(0.3)
+        tui.wait("reverted")
+        time.sleep(2)  # the undone message comes back into the prompt; say() clears it
+        tui.say("TURN-TWO", "ANSWER-TURN-TWO")
+        tui.keys("-l", "/compact")
+        time.sleep(1)
+        tui.keys("Enter")
+        tui.wait(SUMMARY)
+        tui.say("TURN-THREE", "ANSWER-TURN-THREE")
+
+    # Nothing rolled back: the undone turn is still stored, the database still private.
+    assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
+    parent = project.show(root)
+    assert parent["session"]["message_count"] >= stored_before
+    # One lineage: the undo branched the conversation; the compaction stayed in it.
+    chats = {r["session_id"]: r for r in _chats(project)}
+    roots = [r for r in chats.values() if r["forked_from"] is None]
+    assert [r["session_id"] for r in roots] == [root], chats
+    branches = [r for r in chats.values() if r["forked_from"] is not None]
+    assert len(branches) == 1 and branches[0]["forked_from"] == root, chats
+    assert project.session_id() == branches[0]["session_id"]
+    summaries = [r for r in project.sessions() if _purpose(r) == "compaction"]
+    assert [r["metadata"].get("compaction_of") for r in summaries] == [
+        branches[0]["session_id"]]
+    tree = project.nonoka("sessions", "list", "--tree")
+    assert tree.returncode == 0, tree.stderr
+    branch_line = next(line for line in tree.stdout.splitlines()
+                       if branches[0]["session_id"][:8] in line)
+    assert branch_line.lstrip().startswith(("└", "├")), tree.stdout  # drawn under its root
+    last = _chat_requests(server)[-1]
+    assert last[:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
+    assert ("user", "CREATE-FILE notes.txt") not in _chat_requests(server)[-2]
+    _no_split(project, root)
     print(f"TUI e2e: {time.monotonic() - started:.1f} s")
 
 
@@ -395,33 +405,22 @@ def test_the_tui_compaction_then_undo_is_a_branch(tmp_path: Path, opencode_bin: 
     """In the TUI: two turns, ``/compact``, one more turn, ``/undo`` of it, a new turn.
     The undo after the compaction is a branch with its fork point; the parent keeps the
     undone turn; nothing is rewritten in place."""
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is needed for the TUI test (apt-get install tmux)")
     started = time.monotonic()
-    with ScriptedOpenAIServer(_tui_step(tmp_path / "project")) as server:
-        project = OpenCodeProject(tmp_path, opencode_bin, server)
-        assert project.run("git", "init", "-q", ".").returncode == 0
-        assert project.init().returncode == 0
-        tui = _Tui(project)
-        try:
-            tui.wait("Ask anything")
-            time.sleep(1)
-            tui.say("TURN-ONE", "ANSWER-TURN-ONE")
-            root = project.session_id()
-            tui.say("TURN-TWO", "ANSWER-TURN-TWO")
-            tui.keys("-l", "/compact")
-            time.sleep(1)
-            tui.keys("Enter")
-            tui.wait(SUMMARY)
-            tui.say("TURN-THREE", "ANSWER-TURN-THREE")
-            tui.keys("-l", "/undo")
-            time.sleep(1)
-            tui.keys("Enter")
-            tui.wait("reverted")
-            time.sleep(2)  # the undone message comes back into the prompt; say() clears it
-            tui.say("TURN-FOUR", "ANSWER-TURN-FOUR")
-        finally:
-            tui.close()
+    with _tui_in(tmp_path, opencode_bin) as (project, server, tui):
+        tui.say("TURN-ONE", "ANSWER-TURN-ONE")
+        root = project.session_id()
+        tui.say("TURN-TWO", "ANSWER-TURN-TWO")
+        tui.keys("-l", "/compact")
+        time.sleep(1)
+        tui.keys("Enter")
+        tui.wait(SUMMARY)
+        tui.say("TURN-THREE", "ANSWER-TURN-THREE")
+        tui.keys("-l", "/undo")
+        time.sleep(1)
+        tui.keys("Enter")
+        tui.wait("reverted")
+        time.sleep(2)  # the undone message comes back into the prompt; say() clears it
+        tui.say("TURN-FOUR", "ANSWER-TURN-FOUR")
 
     last = _chat_requests(server)[-1]
     assert last[-1] == ("user", "TURN-FOUR")
@@ -448,27 +447,16 @@ def test_a_tui_and_a_run_at_the_same_time_stay_in_their_own_lines(
     """The TUI open in a project while ``opencode run`` works in the same project, both
     starting with the same words: two nonoka lines, one per OpenCode session, and
     neither's turns reach the other's model requests."""
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is needed for the TUI test (apt-get install tmux)")
-    with ScriptedOpenAIServer(_tui_step(tmp_path / "project")) as server:
-        project = OpenCodeProject(tmp_path, opencode_bin, server)
-        assert project.run("git", "init", "-q", ".").returncode == 0
-        assert project.init().returncode == 0
-        tui = _Tui(project)
-        try:
-            tui.wait("Ask anything")
-            time.sleep(1)
-            tui.say("SAME-OPENING", "ANSWER-SAME-OPENING")
-            beside = project.opencode("SAME-OPENING")
-            assert "ANSWER-SAME-OPENING" in beside.stdout, project.explain(beside)
-            ran = project.run(str(project.binary), "session", "list", "--format", "json")
-            assert ran.returncode == 0, ran.stderr
-            newest = max(json.loads(ran.stdout), key=lambda s: s["created"])["id"]
-            tui.say("TUI-TURN", "ANSWER-TUI-TURN")
-            more = project.opencode("--session", newest, "RUN-TURN")
-            assert "ANSWER-RUN-TURN" in more.stdout, project.explain(more)
-        finally:
-            tui.close()
+    with _tui_in(tmp_path, opencode_bin) as (project, server, tui):
+        tui.say("SAME-OPENING", "ANSWER-SAME-OPENING")
+        beside = project.opencode("SAME-OPENING")
+        assert "ANSWER-SAME-OPENING" in beside.stdout, project.explain(beside)
+        ran = project.run(str(project.binary), "session", "list", "--format", "json")
+        assert ran.returncode == 0, ran.stderr
+        newest = max(json.loads(ran.stdout), key=lambda s: s["created"])["id"]
+        tui.say("TUI-TURN", "ANSWER-TUI-TURN")
+        more = project.opencode("--session", newest, "RUN-TURN")
+        assert "ANSWER-RUN-TURN" in more.stdout, project.explain(more)
 
     requests = _chat_requests(server)
     tui_request = next(r for r in requests if r[-1] == ("user", "TUI-TURN"))
