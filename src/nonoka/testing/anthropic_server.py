@@ -38,7 +38,6 @@ import sys
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, TypeAlias, cast
 
 from nonoka.llm.base import ModelResponse
@@ -63,6 +62,7 @@ from nonoka.testing.anthropic_replies import (
     start_event,
 )
 from nonoka.testing.replies import Reply
+from nonoka.testing.served import ServedScript
 from nonoka.testing.steps import Delay, DropConnection, HttpError
 
 __all__ = ("AnthropicStep", "ScriptedAnthropicServer")
@@ -74,7 +74,7 @@ AnthropicScript: TypeAlias = ("Sequence[AnthropicStep]"
 _ANSWERS = (AnthropicReply, ModelResponse, Reply, str)
 
 
-class ScriptedAnthropicServer:
+class ScriptedAnthropicServer(ServedScript[AnthropicStep]):
     """Serves ``POST /v1/messages`` from a script.
 
     ``requests`` holds every request's JSON body, ``bodies`` its exact bytes and
@@ -109,38 +109,12 @@ class ScriptedAnthropicServer:
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
-    # lifecycle -----------------------------------------------------------------------
+    # lifecycle: start, close and the context manager are ServedScript's ----------
 
-    def start(self) -> ScriptedAnthropicServer:
-        self._httpd = _HTTPServer(self._address, _Handler, self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={
-            "poll_interval": 0.05}, name="scripted-anthropic-server", daemon=True)
-        self._thread.start()
-        return self
+    THREAD_NAME = "scripted-anthropic-server"
 
-    def close(self) -> None:
-        """Stop serving; pending ``Delay`` steps end at once and their clients are dropped."""
-        if self._httpd is None:
-            return
-        self._closing.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join()
-        self._httpd = None
-
-    def __enter__(self) -> ScriptedAnthropicServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-    @property
-    def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError("the scripted server is not running; use it as a context manager")
-        return int(self._httpd.server_address[1])
+    def _serving(self) -> ThreadingHTTPServer:
+        return _HTTPServer(self._address, _Handler, self)
 
     @property
     def base_url(self) -> str:
@@ -148,21 +122,6 @@ class ScriptedAnthropicServer:
         return f"http://{self._address[0]}:{self.port}"
 
     # script ---------------------------------------------------------------------------
-
-    @property
-    def remaining(self) -> int:
-        if callable(self._script):
-            return 0
-        return max(0, len(self._script) - self._used)
-
-    def assert_done(self) -> None:
-        """Fail when the script ran out or when scripted steps were never used."""
-        if self.failures:
-            raise AssertionError(f"scripted server: {self.failures[0]}")
-        if self.remaining:
-            total = len(self._script) if not callable(self._script) else 0
-            raise AssertionError(f"scripted server has {self.remaining} unused step(s) "
-                                 f"of {total}; it got {len(self.requests)} request(s)")
 
     def _take_step(self, body: dict[str, Any], raw: bytes, headers: dict[str, str],
                    ) -> tuple[AnthropicStep | None, CacheUsage | None]:

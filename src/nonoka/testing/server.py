@@ -56,8 +56,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeAlias
+from typing import Any, TypeAlias
 
 from nonoka.llm.base import ModelResponse
 from nonoka.state.messages import ToolCall
@@ -84,6 +83,7 @@ from nonoka.testing.responses import (
     response_events,
     response_id,
 )
+from nonoka.testing.served import ServedScript
 from nonoka.testing.steps import (
     Delay,
     DropConnection,
@@ -129,7 +129,7 @@ __all__ = (
 Script: TypeAlias = "Sequence[Step] | Callable[[dict[str, Any]], Step]"
 
 
-class ScriptedOpenAIServer:
+class ScriptedOpenAIServer(ServedScript[Step]):
     """Serves ``POST /v1/chat/completions`` from a script and ``GET /v1/models``.
 
     Every chat request is recorded: ``requests`` holds the JSON bodies and ``headers`` the
@@ -164,60 +164,18 @@ class ScriptedOpenAIServer:
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
-    # lifecycle -----------------------------------------------------------------------
+    # lifecycle: start, close and the context manager are ServedScript's ----------
 
-    def start(self) -> Self:
-        self._httpd = _HTTPServer(self._address, _Handler, self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={
-            "poll_interval": 0.05}, name="scripted-openai-server", daemon=True)
-        self._thread.start()
-        return self
+    THREAD_NAME = "scripted-openai-server"
 
-    def close(self) -> None:
-        """Stop serving; pending ``Delay`` steps end at once and their clients are dropped."""
-        if self._httpd is None:
-            return
-        self._closing.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()  # joins the request threads
-        if self._thread is not None:
-            self._thread.join()
-        self._httpd = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-    @property
-    def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError("the scripted server is not running; use it as a context manager")
-        return int(self._httpd.server_address[1])
+    def _serving(self) -> ThreadingHTTPServer:
+        return _HTTPServer(self._address, _Handler, self)
 
     @property
     def base_url(self) -> str:
         return f"http://{self._address[0]}:{self.port}/v1"
 
     # script ---------------------------------------------------------------------------
-
-    @property
-    def remaining(self) -> int:
-        """Unused steps of a list script (0 for a function script)."""
-        if callable(self._script):
-            return 0
-        return max(0, len(self._script) - self._used)
-
-    def assert_done(self) -> None:
-        """Fail when the script ran out or when scripted steps were never used."""
-        if self.failures:
-            raise AssertionError(f"scripted server: {self.failures[0]}")
-        if self.remaining:
-            total = len(self._script) if not callable(self._script) else 0
-            raise AssertionError(f"scripted server has {self.remaining} unused step(s) "
-                                 f"of {total}; it got {len(self.requests)} request(s)")
 
     def _take_step(self, body: dict[str, Any],
                    headers: dict[str, str]) -> tuple[Step | None, bool]:
