@@ -25,8 +25,31 @@ def words(text: str) -> list[str]:
 
 
 def fts5_query(query_words: list[str]) -> str:
-    """An FTS5 query matching documents holding every word: ``"a" "b"``."""
-    return " ".join('"' + w.replace('"', '""') + '"' for w in query_words)
+    """An FTS5 query matching documents holding every word: ``"a" "b"``.
+
+    The index keeps no word positions (``detail=column``), so each quoted string must be
+    one token: a word SQLite's tokenizer splits where Python's does not (letters newer
+    than SQLite's Unicode tables) is split by that tokenizer itself."""
+    tokens: dict[str, None] = {}
+    for word in query_words:
+        for token in (word,) if word.isascii() else fts5_tokens(word):
+            tokens.setdefault(token, None)
+    return " ".join('"' + t.replace('"', '""') + '"' for t in tokens)
+
+
+def fts5_tokens(text: str) -> list[str]:
+    """``text`` as the index's tokenizer (``unicode61 remove_diacritics 0``) splits it."""
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute("CREATE VIRTUAL TABLE t USING fts5(b, tokenize='unicode61 "
+                   "remove_diacritics 0')")
+        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        db.execute("INSERT INTO t (b) VALUES (?)", (text,))
+        return [str(r[0]) for r in db.execute("SELECT term FROM v ORDER BY offset")]
+    finally:
+        db.close()
 
 
 def entry_text(entry_json: str) -> tuple[str, str]:

@@ -349,7 +349,7 @@ _BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT N
 _PENDING = ("SELECT d.doc, d.session_id, d.seq, d.entry_json, coalesce(s.title, ''), "
             "coalesce(s.status, ''), s.last_active FROM session_entries d "
             "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
-            f"WHERE (d.doc > {INDEXED_UPTO} OR d.doc IS NULL)")
+            f"WHERE d.doc > {INDEXED_UPTO}")
 
 
 def _facts(db: sqlite3.Connection) -> dict[str, Facts]:

@@ -213,6 +213,24 @@ async def m007_media(conn: AsyncConnection[Any]) -> None:
                        f"USING gin (({MEDIA_REFS.format(m='media')})) WHERE media IS NOT NULL")
 
 
+
+@migration
+async def m008_compact_tables(conn: AsyncConnection[Any]) -> None:
+    """Tables that keep their size (bench/README.md, ``store_size.py``).
+
+    Every save updates its session's ``checkpoints`` row and every turn its
+    ``cli_sessions`` row. With pages filled to half, the new version finds room on its
+    own page, and the next update there prunes the dead one without waiting for
+    ``VACUUM``; full pages sent each version to a new page, leaving the old ones dead
+    until autovacuum came (a 5,000-message session built in seconds: 8 MB of dead
+    snapshots for one live row). The search index's pending list (new entries not yet
+    merged into the index proper) is held to 128 kB instead of 4 MB: its pages, once
+    merged, stay allocated, and a search reads the whole list. Nothing is rewritten:
+    pages already full stay so until the table is rewritten (``VACUUM FULL``)."""
+    await conn.execute("ALTER TABLE checkpoints SET (fillfactor = 50)")
+    await conn.execute("ALTER TABLE cli_sessions SET (fillfactor = 50)")
+    await conn.execute("ALTER INDEX session_entries_search SET (gin_pending_list_limit = 128)")
+
 # -- the runner's PostgreSQL side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -323,6 +323,96 @@ def m009_media(db: sqlite3.Connection) -> None:
                "WHERE media IS NOT NULL")
 
 
+
+_ENTRY_COLUMNS = "doc, session_id, seq, key_chain, media, entry_json"
+
+
+@migration
+def m010_compact_tables(db: sqlite3.Connection) -> None:
+    """Smaller tables and fewer pages written a save (bench/README.md, ``store_size.py``).
+
+    ``session_entries`` becomes a rowid table whose rowid is the search ``doc``, with a
+    unique ``(session_id, seq)`` index: a ``WITHOUT ROWID`` table's interior pages carry
+    copies of whole rows and its long rows spill onto mostly empty overflow pages, and
+    the separate doc index goes. ``checkpoints`` keeps the snapshot in its last column,
+    so the counters a save changes sit on the row's first page and a snapshot that did
+    not change is not written again. The full-text index keeps which entries hold a word
+    but no longer where (``detail=column``). Rewrites both tables once, keeping every
+    doc number; the next search indexes every entry again, in batches. A row inserted
+    without a doc by another writer gets one after every doc indexed (the
+    ``search_renumber`` trigger; nonoka's writers give ``NEXT_DOC`` themselves, so it
+    never fires for them).
+    """
+    for trigger in ("search_delete", "search_update"):
+        db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    for view in ("search_docs", "search_text"):
+        db.execute(f"DROP VIEW IF EXISTS {view}")
+    db.execute("ALTER TABLE session_entries RENAME TO session_entries_m009")
+    db.execute("ALTER TABLE checkpoints RENAME TO checkpoints_m009")
+    db.execute(
+        """CREATE TABLE checkpoints (
+            session_id TEXT PRIMARY KEY,
+            revision INTEGER NOT NULL,
+            entry_count INTEGER NOT NULL,
+            memory_generation INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            base_session_id TEXT,
+            base_count INTEGER NOT NULL DEFAULT 0,
+            state_json TEXT NOT NULL
+        )"""
+    )
+    db.execute("INSERT INTO checkpoints SELECT session_id, revision, entry_count, "
+               "memory_generation, created_at, updated_at, base_session_id, base_count, "
+               "state_json FROM checkpoints_m009 ORDER BY rowid")
+    db.execute(
+        """CREATE TABLE session_entries (
+            doc INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            key_chain TEXT,
+            media TEXT,
+            entry_json TEXT NOT NULL
+        )"""
+    )
+    db.execute(f"INSERT INTO session_entries ({_ENTRY_COLUMNS}) SELECT {_ENTRY_COLUMNS} "
+               "FROM session_entries_m009 WHERE doc IS NOT NULL ORDER BY doc")
+    missing = db.execute("SELECT session_id, seq, key_chain, media, entry_json "
+                         "FROM session_entries_m009 WHERE doc IS NULL "
+                         "ORDER BY session_id, seq").fetchall()
+    for row in missing:  # one at a time: each takes the doc after the last
+        db.execute(f"INSERT INTO session_entries ({_ENTRY_COLUMNS}) "
+                   f"VALUES ({NEXT_DOC}, ?, ?, ?, ?, ?)", row)
+    db.execute("DROP TABLE session_entries_m009")
+    db.execute("DROP TABLE checkpoints_m009")
+    # Word positions go (``detail=column``: less than half the index; search asks for
+    # words, never phrases); everything is indexed again by the next search's catch-up.
+    db.execute("DROP TABLE session_search")
+    db.execute("CREATE VIRTUAL TABLE session_search USING fts5(body,content=search_text,"
+               "content_rowid=doc,columnsize=0,detail=column,"
+               "tokenize='unicode61 remove_diacritics 0')")
+    db.execute("UPDATE search_state SET indexed = 0")
+    db.execute("CREATE INDEX checkpoints_base ON checkpoints (base_session_id) "
+               "WHERE base_session_id IS NOT NULL")
+    db.execute("CREATE UNIQUE INDEX session_entries_key ON session_entries (session_id, seq)")
+    db.execute("CREATE INDEX session_entries_media ON session_entries (media) "
+               "WHERE media IS NOT NULL")
+    db.execute("CREATE VIEW search_docs(doc,session_id,seq)AS SELECT doc,session_id,seq "
+               "FROM session_entries")
+    text = SEARCH_BODY.format(e="entry_json")
+    db.execute(f"CREATE VIEW search_text(doc,body)AS SELECT doc,{text} FROM session_entries")
+    here = "WHERE doc=new.doc"
+    renumber = f"UPDATE session_entries SET doc={NEXT_DOC} {here};"
+    old = SEARCH_BODY.format(e="old.entry_json")
+    forget = (f"INSERT INTO session_search(session_search,rowid,body)SELECT'delete',old.doc,"
+              f"{old} WHERE old.doc<={INDEXED_UPTO};")
+    db.execute(f"CREATE TRIGGER search_delete AFTER DELETE ON session_entries BEGIN {forget} "
+               "END")
+    db.execute("CREATE TRIGGER search_update AFTER UPDATE OF entry_json ON session_entries "
+               f"BEGIN {forget}{renumber} END")
+    db.execute(f"CREATE TRIGGER search_renumber AFTER INSERT ON session_entries "
+               f"WHEN new.doc<={INDEXED_UPTO} BEGIN {renumber} END")
+
 # -- the runner's SQLite side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -1,8 +1,7 @@
 """Bringing a SQLite file's full-text index up to date (migrations ``m007_search_index``,
-``m008_search_doc_in_entry_row``).
+``m008_search_doc_in_entry_row``, ``m010_compact_tables``).
 
-A save only gives each new entry its ``doc`` number (a column of its row; rows others
-insert without one are numbered here first); their words are
+A save only gives each new entry its ``doc`` number (the row's rowid); their words are
 indexed here, in batches of ``BATCH`` entries, one short write transaction each, so a
 writer working meanwhile waits at most one batch. Every search calls ``catch_up`` first,
 so it always sees every stored entry. Standard library only.
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from nonoka.store.sqlite.migrations import INDEXED_UPTO, NEXT_DOC, SEARCH_BODY
+from nonoka.store.sqlite.migrations import INDEXED_UPTO, SEARCH_BODY
 
 BATCH = 2000
 
@@ -24,22 +23,10 @@ WHERE doc > ?1 AND doc <= ?2 ORDER BY doc
 
 
 def pending(db: sqlite3.Connection) -> int:
-    """How many entries wait to be indexed (with a doc not indexed yet, or none)."""
-    row = db.execute(f"SELECT (SELECT count(*) FROM session_entries WHERE doc > "
-                     f"{INDEXED_UPTO}) + (SELECT count(*) FROM session_entries "
-                     "WHERE doc IS NULL)").fetchone()
+    """How many entries wait to be indexed."""
+    row = db.execute(f"SELECT count(*) FROM session_entries WHERE doc > {INDEXED_UPTO}"
+                     ).fetchone()
     return int(row[0])
-
-
-def number_docs(db: sqlite3.Connection) -> int:
-    """Give a doc to every entry row inserted without one (not by nonoka's writers,
-    which number their rows), in ``(session_id, seq)`` order; how many. Runs inside the
-    caller's write transaction; the doc index finds such rows (``NULL`` sorts first)."""
-    rows = db.execute("SELECT session_id, seq FROM session_entries WHERE doc IS NULL "
-                      "ORDER BY session_id, seq").fetchall()
-    db.executemany(f"UPDATE session_entries SET doc = {NEXT_DOC} "
-                   "WHERE session_id = ? AND seq = ?", rows)
-    return len(rows)
 
 
 def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
@@ -49,7 +36,6 @@ def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
     while True:
         db.execute("BEGIN IMMEDIATE")
         try:
-            number_docs(db)
             upto = int(db.execute(INDEXED_UPTO.strip("()")).fetchone()[0])
             row = db.execute("SELECT max(doc) FROM (SELECT doc FROM session_entries "
                              "WHERE doc > ? ORDER BY doc LIMIT ?)", (upto, batch)).fetchone()
