@@ -169,6 +169,36 @@ def redact(value: Any) -> Any:
     return value
 
 
+
+SETTLE_LINE = 2048
+"""How much of an unfinished last line ``settled`` holds back at most."""
+SETTLE_BLOCK = 65536
+"""How much of an open private key block ``settled`` holds back at most."""
+
+
+def settled(text: str) -> int:
+    """How much of a text that is still growing (an answer being streamed) can be masked
+    and stored now: no credential ``redact_text`` knows is cut in two at that point.
+
+    Every pattern ends at the end of a line except private key blocks (PEM and PGP
+    armour, PuTTY's private lines), so the cut is after the last line break, before a
+    block whose end has not come yet; a last line longer than ``SETTLE_LINE`` is cut at
+    its last space (a token never holds one), and a block is held back for
+    ``SETTLE_BLOCK`` characters at most."""
+    cut = text.rfind("\n") + 1
+    if len(text) - cut > SETTLE_LINE:
+        cut = max(cut, text.rfind(" ") + 1, text.rfind("\t") + 1)
+    for start, end in _BLOCKS:
+        opened = text.rfind(start)
+        if opened >= 0 and len(text) - opened <= SETTLE_BLOCK \
+                and text.find(end, opened) < 0:
+            cut = min(cut, opened)
+    return cut
+
+
+_BLOCKS = (("-----BEGIN ", "-----END "), ("Private-Lines:", "Private-MAC:"))
+"""Where the multi-line secrets ``redact_text`` masks start, and where they end."""
+
 # -- files ---------------------------------------------------------------------------------
 
 _ENV_LINE = re.compile(r"^(\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*\s*[=:]\s*)(.*)$")

@@ -38,7 +38,7 @@ from nonoka.events import (
     ToolCallFinished,
     ToolCallRequested,
 )
-from nonoka.redact import redact, redact_text
+from nonoka.redact import redact, redact_text, settled
 from nonoka.runtime.session import Session
 from nonoka.store.base import RevisionReader
 from nonoka.store.lease_terms import lease_host
@@ -132,7 +132,9 @@ class Journal:
     async def on_event(self, event: RunEvent) -> None:
         """Log a runtime event and add its usage to the turn's; streamed text is logged
         in pieces as it streams (``partial_answer``), so a turn killed mid-answer keeps
-        what the person already saw, short of ``PARTIAL_BYTES`` or ``PARTIAL_SECONDS``."""
+        what the person already saw, short of ``PARTIAL_BYTES`` or ``PARTIAL_SECONDS``
+        and of what a piece may not end in (``nonoka.redact.settled``: the unfinished
+        line, an open key block), since each piece is masked on its own."""
         if isinstance(event, TextDelta):
             await self._stream(event.text)
             return
@@ -176,10 +178,14 @@ class Journal:
         if size < PARTIAL_BYTES and now - self._streamed_at < PARTIAL_SECONDS:
             return
         self._streamed_at = now
-        chunk = "".join(buffered)
+        text = "".join(buffered)
+        cut = settled(text)  # each piece is masked alone: none may hold half a secret
         buffered.clear()
-        with contextlib.suppress(NonokaError):  # the answer matters more than its copy
-            await self.log("partial_answer", {"text": chunk})
+        if cut < len(text):
+            buffered.append(text[cut:])
+        if cut:
+            with contextlib.suppress(NonokaError):  # the answer matters more than its copy
+                await self.log("partial_answer", {"text": text[:cut]})
 
     async def error(self, code: str, message: str) -> None:
         """Log an error; a failing log must not hide the error itself."""

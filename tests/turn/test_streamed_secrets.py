@@ -1,0 +1,67 @@
+"""A streamed answer is journaled in pieces and each piece is masked alone
+(``nonoka.redact.settled``): no piece may end half way through a credential, or the
+stored timeline (and every export of it) would hold the half the mask did not see."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nonoka.events import TextDelta
+from nonoka.redact import SETTLE_LINE, redact_text, settled
+from nonoka.store.project import open_project_stores
+from nonoka.turn.journal import PARTIAL_BYTES, Journal
+
+KEY = "sk-proj-" + "Zq8vT2mL" * 6
+PEM = ("-----BEGIN RSA PRIVATE KEY-----\n" + "MIIEowIBAAKCAQEA7bq\n" * 200
+       + "-----END RSA PRIVATE KEY-----\n")
+ANSWERS = {
+    "token on a long line": "word " * (PARTIAL_BYTES // 5 - 3) + f"the key {KEY} works",
+    "password to the line's end": "x" * (PARTIAL_BYTES - 20) + "\npassword: correct horse "
+                                  "battery staple\nmore",
+    "key block": "here it is:\n" + PEM + "done",
+    "bearer header": "y " * (PARTIAL_BYTES // 2 - 6) + "Authorization: Bearer "
+                     "abcdefgh12345678ijkl\n",
+}
+
+
+def _deltas(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+@pytest.mark.parametrize("size", [1, 7, 64])
+@pytest.mark.parametrize("name", list(ANSWERS))
+async def test_no_stored_piece_holds_part_of_a_secret(tmp_path: Path, name: str,
+                                                      size: int) -> None:
+    answer = ANSWERS[name]
+    assert redact_text(answer) != answer  # the whole answer holds a secret
+    stores = open_project_stores(tmp_path)
+    try:
+        book = Journal(stores, title="streamed")
+        book.start("s")
+        for piece in _deltas(answer, size):
+            await book.on_event(TextDelta(piece))
+        events = await stores.events.list_events("s", limit=10_000)
+    finally:
+        await stores.close()
+    pieces = [e.data["text"] for e in events if e.kind == "partial_answer"]
+    assert pieces, "nothing was journaled"
+    stored = "".join(pieces)
+    for secret in (KEY, "horse", "MIIEowIBAAKCAQEA7bq", "abcdefgh12345678ijkl"):
+        assert secret not in stored, (name, size, pieces[-3:])
+    # cut where masking the pieces one by one masks what masking it whole does
+    assert redact_text(answer).startswith(stored), (name, size)
+
+
+def test_the_cut_is_never_inside_a_line_or_an_open_block() -> None:
+    assert settled("first line\nsecond li") == len("first line\n")
+    assert settled("no break yet") == 0
+    long = "a " * SETTLE_LINE + "tok"
+    assert settled(long) == len(long) - 3
+    open_block = "ok\n-----BEGIN PRIVATE KEY-----\nMIIE\n"
+    assert settled(open_block) == 3
+    closed = open_block + "-----END PRIVATE KEY-----\n"
+    assert settled(closed) == len(closed)
+    putty = "Private-Lines: 2\nAAAA\n"
+    assert settled("x\n" + putty) == 2
