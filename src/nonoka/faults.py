@@ -12,6 +12,9 @@ each of them in turn. Two environment variables, read once when this module is i
     instead of dying, the write at that point fails the way a full disk fails it: a
     ``StoreError`` with SQLite's "database or disk is full" (a real full disk cannot be
     aimed at one write), so a test reaches a write late in a turn.
+``NONOKA_FAULT=<point>:<n>:busy``
+    the write fails the way a write lock held too long by another process fails it: a
+    retryable ``StoreError`` whose advice is to send the request again.
 ``NONOKA_FAULT_TRACE=<file>``
     every point reached is appended to ``<file>``, one name per line, so the campaign
     enumerates the points from a clean run instead of guessing with sleeps.
@@ -58,7 +61,9 @@ def _noop(name: str) -> None:
 
 KILL = "kill"
 FULL = "full"
-"""What an armed point does: die (SIGKILL), or fail its write as a full disk would."""
+BUSY = "busy"
+"""What an armed point does: die (SIGKILL), or fail its write as a full disk or a lock
+held too long would."""
 
 
 def _parse(spec: str) -> dict[str, tuple[int, str]]:
@@ -67,11 +72,12 @@ def _parse(spec: str) -> dict[str, tuple[int, str]]:
     targets: dict[str, tuple[int, str]] = {}
     for part in spec.split(","):
         text, action = part.strip(), KILL
-        if text.endswith(f":{FULL}"):
-            text, action = text[:-len(FULL) - 1], FULL
+        for failure in (FULL, BUSY):
+            if text.endswith(f":{failure}"):
+                text, action = text[:-len(failure) - 1], failure
         name, sep, count = text.rpartition(":")
         if not sep or not name or not count.isdigit() or int(count) < 1:
-            raise ValueError(f"{FAULT_ENV}={spec!r}: expected <point>:<n>[:full] with "
+            raise ValueError(f"{FAULT_ENV}={spec!r}: expected <point>:<n>[:full|:busy] with "
                              "n >= 1, comma-separated")
         targets[name] = (int(count), action)
     return targets
@@ -95,6 +101,11 @@ def _armed(spec: str, trace: str) -> Callable[[str], None]:
             from nonoka.errors import StoreError
 
             raise StoreError(f"database or disk is full (injected at {name})")
+        if action == BUSY:
+            from nonoka.errors import StoreError
+
+            raise StoreError(f"database is locked (injected at {name}); nothing was "
+                             "written: send the request again", retryable=True)
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -268,15 +269,21 @@ class TurnService:
             print(f"nonoka: closing the project database failed: {exc}", file=sys.stderr)
 
 
+_RESEND = re.compile(r";\s*(?:nothing was written:\s*)?send the request again")
+"""The store's own advice in a failure's text, dropped once the answer is stored."""
+
+
 def _answered_anyway(exc: Exception, session_id: str | None) -> Failure:
     """A write that failed after the turn's answer was stored: the answer stands, so the
     advice is not the store's usual "send the request again" (a resent prompt would be
-    answered, and stored, a second time)."""
+    answered, and stored, a second time), even when the failure itself would pass."""
+    cause = _RESEND.sub("", str(exc)).rstrip(". ")
+    remedy = "free some space; " if "full" in cause else ""
     return Failure(StoreError.code,
-                   f"{str(exc).rstrip('. ')}; the answer was stored (session {session_id}), "
-                   "only the rest of the turn's record (its log entry or final status) could "
-                   "not be written: free some space; there is no need to resend the "
-                   "request, the answer is kept", retryable=False)
+                   f"{cause}; the answer was stored (session {session_id}), only the rest "
+                   "of the turn's record (its log entry or final status) could not be "
+                   f"written: {remedy}there is no need to resend the request, the answer "
+                   "is kept", retryable=False)
 
 
 class _Turn:
@@ -292,10 +299,10 @@ class _Turn:
         """Entries the session held when the turn started to run in it."""
 
     async def answer_stored(self, exc: Exception) -> bool:
-        """Whether ``exc``, a store failure that trying again would not cure (a full disk,
-        a read-only file), came after this turn's final answer was stored: the stored
-        session has grown in this turn and ends with an answer that calls no tool."""
-        if (type(exc) is not StoreError or exc.retryable or self.session_id is None
+        """Whether ``exc``, a store failure (a full disk, a read-only file, a lock held
+        too long), came after this turn's final answer was stored: the stored session
+        has grown in this turn and ends with an answer that calls no tool."""
+        if (type(exc) is not StoreError or self.session_id is None
                 or self.entries_before is None):
             return False
         try:
