@@ -232,3 +232,39 @@ async def test_text_search_finds_a_branch_by_the_entries_it_shares(data: UiData)
     assert await found("root entry 3") == {root, shares}
     assert await found("root entry 5") == {root}
     assert before in await found("root entry 1")
+
+
+async def test_an_answer_cut_short_long_ago_is_found_past_the_events_window(
+        data: UiData) -> None:
+    """The page shows the latest 500 events; an answer cut short before them is still
+    shown, and only its pieces (and what closed them) are read, not the copies a stored
+    answer followed."""
+    from nonoka.ui.pages import TIMELINE_EVENTS, cut_short
+
+    stores = data.stores
+    sid = await add(stores, "long log", entries=2, last_active=time.time())
+    log = stores.events.append_event
+    await log(sid, "request", {"messages": 1})
+    await log(sid, "partial_answer", {"text": "a copy of "})
+    await log(sid, "partial_answer", {"text": "a stored answer"})
+    await log(sid, "model_call", {"model": "m"})
+    await log(sid, "finish", {"finish_reason": "stop"})
+    await log(sid, "request", {"messages": 3})
+    await log(sid, "partial_answer", {"text": "once upon "})
+    await log(sid, "warning", {"code": "w", "message": "not a closing entry"})
+    await log(sid, "partial_answer", {"text": "a time"})
+    await log(sid, "error", {"code": "model_error", "message": "cut"})
+    for n in range(TIMELINE_EVENTS + 20):
+        await log(sid, "warning", {"code": "w", "message": f"later {n}"})
+    await log(sid, "request", {"messages": 5})
+    await log(sid, "partial_answer", {"text": "still going"})
+
+    window = await data.events(sid, limit=TIMELINE_EVENTS)
+    assert all(e.kind != "partial_answer" or e.data["text"] == "still going" for e in window)
+    found = await data.unfinished_events(sid)
+    assert [e.kind for e in found] == ["partial_answer", "partial_answer", "error",
+                                       "partial_answer"]
+    shown = [(c.text, c.label) for c in cut_short(found, running=False)]
+    assert shown == [("once upon a time", "interrupted: the turn ended mid-answer"),
+                     ("still going", "interrupted: the process ended mid-answer")]
+    assert await data.unfinished_events(str(uuid.uuid4())) == []

@@ -37,6 +37,7 @@ from nonoka.store.base import MediaStore, decode_entries, decode_session
 from nonoka.store.media import IMAGE_TYPES, Media, describe, file_parts, is_digest
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+from nonoka.turn.partial import CLOSING, PARTIAL, STORED
 
 __all__ = (
     "IMAGE_TYPES",
@@ -415,6 +416,29 @@ class UiData:
         return [EventRecord(session_id=session_id, seq=int(seq), at=float(at), kind=kind,
                             data=redact(json.loads(text)))
                 for seq, at, kind, text in sorted(rows)]
+
+    async def unfinished_events(self, session_id: str) -> list[EventRecord]:
+        """The pieces of every streamed answer no stored answer followed, with the entry
+        that closed each (``nonoka.turn.partial``), from the whole log however long: an
+        answer cut short stays on the page after ``events``' window has moved on. The
+        pieces a stored answer followed (most of them) are not read."""
+        data = "data_json" if self.engine == "sqlite" else "data_json::text"
+        closing = ", ".join(f"'{kind}'" for kind in CLOSING)
+        next_closing = (f"(SELECT e.seq FROM events e WHERE e.session_id = p.session_id "
+                        f"AND e.seq > p.seq AND e.kind IN ({closing}) ORDER BY e.seq LIMIT 1)")
+        statement: Statement = (
+            f"WITH pieces AS (SELECT p.seq, {next_closing} AS closed FROM events p "
+            f"WHERE p.session_id = ? AND p.kind = '{PARTIAL}'), "
+            "cut AS (SELECT p.seq, p.closed FROM pieces p LEFT JOIN events c ON "
+            "c.session_id = ? AND c.seq = p.closed "
+            f"WHERE c.kind IS NULL OR c.kind <> '{STORED}') "
+            f"SELECT seq, at, kind, {data} FROM events WHERE session_id = ? AND seq IN ("
+            "SELECT seq FROM cut UNION SELECT closed FROM cut WHERE closed IS NOT NULL) "
+            "ORDER BY seq", [session_id, session_id, session_id])
+        (rows,) = await self._query(statement)
+        return [EventRecord(session_id=session_id, seq=int(seq), at=float(at), kind=kind,
+                            data=redact(json.loads(text)))
+                for seq, at, kind, text in rows]
 
     async def usage(self, session_id: str) -> UsageSummary:
         return await self.stores.events.usage_summary(session_id)

@@ -150,13 +150,14 @@ async def session_view(data: UiData, record: SessionRecord, *, actions: bool) ->
         ledger=ledger(state) if state is not None else [], lineage=lineage,
         charts=[charts.tokens_chart(line.turns), charts.cost_chart(line.turns)],
         revision=revision, running=running, actions=actions,
-        parent=parent, events_shown=len(events), cut_short=cut_short(events, running))
+        parent=parent, events_shown=len(events),
+        cut_short=cut_short(await data.unfinished_events(sid), running))
 
 
 def cut_short(events: list[EventRecord], running: bool) -> list[CutShort]:
-    """The answers ``events`` (the latest of the log) hold that were streamed and never
-    stored: by the same rule as ``nonoka sessions show``; a session running now is still
-    streaming the one its log ends with."""
+    """The answers ``events`` (``UiData.unfinished_events``) hold that were streamed and
+    never stored: by the same rule as ``nonoka sessions show``; a session running now is
+    still streaming the one its log ends with."""
     shown = []
     for _, answer in unfinished_answers(events):
         streaming = running and answer.ended_by == ""
