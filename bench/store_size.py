@@ -111,6 +111,8 @@ class Result:
     sqlite_written: int = 0
     raw_db: int = 0
     raw_written: int = 0
+    raw_per_message_written: int = 0
+    """The raw append committing each message alone, as the runtime's two saves do."""
     tables: dict[str, int] = field(default_factory=dict)
     written: dict[str, int] = field(default_factory=dict)
     """The store's bytes written, by phase."""
@@ -158,9 +160,11 @@ async def measure_sqlite(tmp: Path, turns: list[list[MemoryEntry]], result: Resu
     result.tables = table_sizes(path)
 
 
-def measure_raw(tmp: Path, turns: list[list[MemoryEntry]]) -> tuple[int, int]:
-    """(database bytes, bytes written) of the raw floor."""
-    path = tmp / "raw.db"
+def measure_raw(tmp: Path, turns: list[list[MemoryEntry]], *, per_message: bool = False
+                ) -> tuple[int, int]:
+    """(database bytes, bytes written) of the raw floor: one exchange a transaction, or
+    (``per_message``) one message a transaction, as the runtime commits them."""
+    path = tmp / ("raw-per-message.db" if per_message else "raw.db")
     db = _raw_connect(path)
     db.execute("CREATE TABLE session_entries (session_id TEXT NOT NULL, "
                "seq INTEGER NOT NULL, entry_json TEXT NOT NULL, "
@@ -170,9 +174,10 @@ def measure_raw(tmp: Path, turns: list[list[MemoryEntry]]) -> tuple[int, int]:
     for turn in turns:
         rows = [(SESSION, seq + i, entry_json(e)) for i, e in enumerate(turn)]
         seq += len(turn)
-        db.execute("BEGIN")
-        db.executemany("INSERT INTO session_entries VALUES (?, ?, ?)", rows)
-        db.execute("COMMIT")
+        for group in ([[row] for row in rows] if per_message else [rows]):
+            db.execute("BEGIN")
+            db.executemany("INSERT INTO session_entries VALUES (?, ?, ?)", group)
+            db.execute("COMMIT")
     db.close()
     return file_bytes(path), wchar() - before
 
@@ -249,6 +254,8 @@ def report(r: Result, description: str) -> bool:
         ("raw SQLite database", r.raw_db, r.raw_db / r.payload),
         ("bytes written, store", r.sqlite_written, r.sqlite_written / r.raw_written),
         ("bytes written, raw append", r.raw_written, 1.0),
+        ("bytes written, raw append a message a commit", r.raw_per_message_written,
+         r.raw_per_message_written / r.raw_written),
     ]
     if r.postgres_db is not None:
         rows.append(("PostgreSQL tables (after VACUUM)", r.postgres_db,
@@ -262,6 +269,11 @@ def report(r: Result, description: str) -> bool:
         print(f"{name:<{width}} | {kib(size_):>12} | "
               f"{'' if ratio is None else f'{ratio:.2f}':>5}")
     print("\n(x: against the payload; for bytes written, against the raw append)\n")
+    saves = r.sqlite_written - r.written.get("index row (one an exchange)", 0)
+    print("bytes written against the raw append a message a commit (the runtime's "
+          "commits):\n"
+          f"  the store, all of it             {r.sqlite_written / r.raw_per_message_written:.2f}\n"
+          f"  without the session list's row   {saves / r.raw_per_message_written:.2f}\n")
     print("SQLite, bytes written by the store, by phase:")
     for name, size in r.written.items():
         print(f"  {name:<32} {kib(size):>12}")
@@ -295,6 +307,7 @@ async def run(args: argparse.Namespace) -> int:
         tmp = Path(name)
         result = Result(args.messages)
         result.raw_db, result.raw_written = measure_raw(tmp, turns)
+        _, result.raw_per_message_written = measure_raw(tmp, turns, per_message=True)
         await measure_sqlite(tmp, turns, result)
     description = f"SQLite {sqlite3.sqlite_version}"
     if not args.no_postgres:

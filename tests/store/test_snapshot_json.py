@@ -110,3 +110,29 @@ def test_a_snapshot_row_read_again_gives_the_same_state_with_the_entries_given()
     mine.extension_state["ext"]["items"].append(2)
     again = decode_state("again", text, [], 5, first, kept)
     assert again.extension_state == {"ext": {"items": [1]}}
+
+
+def test_the_running_time_is_stored_to_the_millisecond() -> None:
+    """A float's full digits change length from one save to the next about every other
+    save, which moves the rest of the snapshot (bench/README.md, ``store_size.py``); to
+    the millisecond, about half as often (92 against 179 changes here), and it reads
+    back as written."""
+    import itertools
+    import random
+
+    from nonoka.state.ledger import RuntimeUsage
+
+    rng = random.Random(3)
+    seconds, lengths, full = 0.0, [], []
+    base = Session("clock").to_state()
+    for _ in range(400):  # saves of a running session: a few ms to a few s apart
+        seconds += rng.uniform(0.002, 3.0)
+        runtime = base.runtime_state.model_copy(
+            update={"usage": RuntimeUsage(wall_seconds=seconds)})
+        text = snapshot_json(base.model_copy(update={"runtime_state": runtime}))
+        assert json.loads(text)["runtime_state"]["usage"]["wall_seconds"] == round(seconds, 3)
+        lengths.append(len(text))
+        full.append(len(repr(seconds)))
+    changes = sum(a != b for a, b in itertools.pairwise(lengths))
+    full_changes = sum(a != b for a, b in itertools.pairwise(full))
+    assert changes < full_changes * 0.6, (changes, full_changes)
