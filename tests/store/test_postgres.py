@@ -181,3 +181,26 @@ async def test_processes_migrating_a_fresh_schema_at_once(schema: str) -> None:
     with pg.connect(schema) as raw:
         sessions = {r[0] for r in raw.execute("SELECT session_id FROM checkpoints")}
     assert sessions == {f"p{n}" for n in range(8)}
+
+
+async def test_a_session_saved_many_times_keeps_its_checkpoint_rows_size(schema: str) -> None:
+    """Every save updates the session's one ``checkpoints`` row. With its pages filled to
+    half (``m008_compact_tables``) each new version finds room on its own page and the
+    next update there prunes the old one, so the table stays a few pages without
+    ``VACUUM``; on full pages each version went to a new page (400 saves: ~70 pages)."""
+    from nonoka.state.session_state import TraceEvent
+
+    store = PostgresCheckpointStore(pg.PG_URL, schema=schema)
+    try:
+        state = _state("busy").model_copy(update={"trace": [
+            TraceEvent(kind="turn", detail=f"event {n} " + "x" * 40) for n in range(60)]})
+        for n in range(400):
+            entries = [*state.memory_entries, MemoryEntry.make("user", f"message {n}")]
+            revision = await store.save_session(state.model_copy(
+                update={"memory_entries": entries, "turn_count": n}))
+            state = state.model_copy(update={"memory_entries": entries, "revision": revision})
+    finally:
+        await store.close()
+    with pg.connect(schema) as raw:
+        row = raw.execute("SELECT pg_relation_size('checkpoints') / 8192").fetchone()
+    assert row is not None and isinstance(row[0], int) and row[0] <= 8, row
