@@ -169,7 +169,6 @@ def redact(value: Any) -> Any:
     return value
 
 
-
 SETTLE_LINE = 2048
 """How much of an unfinished last line ``settled`` holds back at most."""
 SETTLE_BLOCK = 65536
@@ -198,6 +197,7 @@ def settled(text: str) -> int:
 
 _BLOCKS = (("-----BEGIN ", "-----END "), ("Private-Lines:", "Private-MAC:"))
 """Where the multi-line secrets ``redact_text`` masks start, and where they end."""
+
 
 # -- files ---------------------------------------------------------------------------------
 

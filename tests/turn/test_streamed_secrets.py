@@ -65,3 +65,30 @@ def test_the_cut_is_never_inside_a_line_or_an_open_block() -> None:
     assert settled(closed) == len(closed)
     putty = "Private-Lines: 2\nAAAA\n"
     assert settled("x\n" + putty) == 2
+
+
+@pytest.mark.parametrize("end", ["error", "finish"])
+async def test_an_answer_a_turn_ends_mid_stream_is_journaled_to_its_last_piece(
+        tmp_path: Path, end: str) -> None:
+    """A stream that breaks (an error) or a turn cancelled mid-answer: the process is
+    alive, so what streamed since the last piece (under 2 KB and 250 ms: not journaled
+    yet) is written before the turn's last entry, and the interrupted answer is whole."""
+    from nonoka.turn.partial import unfinished_answers
+
+    answer = "first line\nthe second line, cut short at"
+    stores = open_project_stores(tmp_path)
+    try:
+        book = Journal(stores, title="cut")
+        book.start("s")
+        for piece in _deltas(answer, 5):
+            await book.on_event(TextDelta(piece))
+        if end == "error":
+            await book.error("model_error", "the stream ended early")
+        else:
+            await book.finish("cancelled", refresh=False)
+        events = await stores.events.list_events("s", limit=100)
+    finally:
+        await stores.close()
+    assert [e.kind for e in events][-2:] == ["partial_answer", end]
+    (_, cut), = unfinished_answers(events)
+    assert cut.text == answer and cut.ended_by == end

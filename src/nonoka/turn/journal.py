@@ -187,8 +187,20 @@ class Journal:
             with contextlib.suppress(NonokaError):  # the answer matters more than its copy
                 await self.log("partial_answer", {"text": text[:cut]})
 
+    async def _stream_ended(self) -> None:
+        """Log what streamed since the last piece when the answer will not be stored:
+        the turn ends here (an error, a cancel), so nothing more of it comes, and this
+        process is alive to write it."""
+        if self._streamed:
+            text = "".join(self._streamed)
+            self._streamed.clear()
+            with contextlib.suppress(Exception):
+                await self.log("partial_answer", {"text": text})
+
     async def error(self, code: str, message: str) -> None:
-        """Log an error; a failing log must not hide the error itself."""
+        """Log an error (after the rest of an answer it cut short); a failing log must
+        not hide the error itself."""
+        await self._stream_ended()
         with contextlib.suppress(Exception):
             await self.log("error", {"code": code, "message": message})
 
@@ -200,6 +212,7 @@ class Journal:
         ``stopped``: the limit that ended the turn (``limit``, ``detail``), so the timeline
         names it.
         """
+        await self._stream_ended()
         if refresh:
             await self.refresh()
         with contextlib.suppress(Exception):  # the timeline must not stop the finish

@@ -323,7 +323,6 @@ def m009_media(db: sqlite3.Connection) -> None:
                "WHERE media IS NOT NULL")
 
 
-
 _ENTRY_COLUMNS = "doc, session_id, seq, key_chain, media, entry_json"
 
 
@@ -415,6 +414,7 @@ def m010_compact_tables(db: sqlite3.Connection) -> None:
                f"BEGIN {forget}{renumber} END")
     db.execute(f"CREATE TRIGGER search_renumber AFTER INSERT ON session_entries "
                f"WHEN new.doc<={INDEXED_UPTO} BEGIN {renumber} END")
+
 
 # -- the runner's SQLite side ----------------------------------------------------------
 
