@@ -133,9 +133,9 @@ class _Written(NamedTuple):
 
 _INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, media, "
                  f"doc) VALUES (?, ?, ?, ?, ?, {NEXT_DOC})")
-"""An entry row with its search ``doc`` (``NEXT_DOC``: one past every doc stored and
-every doc indexed), so the search's catch-up has nothing to number, and the digests of
-the files it refers to (``NULL`` for most rows)."""
+"""An entry row with its search ``doc``, the row's rowid (``NEXT_DOC``: one past every
+doc stored and every doc indexed, never one the full-text index already holds), and the
+digests of the files it refers to (``NULL`` for most rows)."""
 
 _STEPS = ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
           "WHERE session_id = ? ORDER BY updated_at, rowid")
