@@ -48,7 +48,15 @@ from nonoka.llm.anthropic_wire import (
     request_body,
     request_headers,
 )
-from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
+from nonoka.llm.base import (
+    CallOptions,
+    CompletesWithOptions,
+    ModelResponse,
+    ReasoningSink,
+    TextSink,
+    ToolSpec,
+    Usage,
+)
 from nonoka.llm.transport import (
     MAX_ERROR_BODY,
     Dialect,
@@ -87,7 +95,7 @@ STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_c
 (``pause_turn``) is kept as sent."""
 
 
-class AnthropicChatModel:
+class AnthropicChatModel(CompletesWithOptions):
     """A ``ChatModel`` for Anthropic's Messages API (``POST /v1/messages``), always
     streaming, with prompt caching (``prompt_cache``: ``"5m"``, ``"1h"`` or ``"off"``;
     a call's ``CallOptions.extra["prompt_cache"]`` overrides it).
@@ -164,15 +172,6 @@ class AnthropicChatModel:
         if isinstance(automatic, Mapping):
             return automatic.get("ttl") == "1h"
         return self._cache_setting(options) == "1h"
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        on_text: TextSink | None = None,
-    ) -> ModelResponse:
-        return await self.complete_with(messages, tools, on_text=on_text)
 
     async def complete_with(
         self,

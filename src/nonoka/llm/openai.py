@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from nonoka.llm.base import (
     CallOptions,
+    CompletesWithOptions,
     ModelResponse,
     ReasoningSink,
     TextSink,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 __all__ = ("DEFAULT_BASE_URL", "OpenAIChatModel")
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(CompletesWithOptions):
     """A ``ChatModel`` for any OpenAI-compatible endpoint (OpenAI, DeepSeek, vLLM, Ollama,
     llama.cpp, OpenRouter), always streaming.
 
@@ -139,15 +140,6 @@ class OpenAIChatModel:
         ``options``."""
         return self.frame(tools, options).body(
             encoded_messages(messages, self._wire_memo)).encode()
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        on_text: TextSink | None = None,
-    ) -> ModelResponse:
-        return await self.complete_with(messages, tools, on_text=on_text)
 
     async def complete_with(
         self,

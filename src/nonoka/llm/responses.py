@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from nonoka.errors import ConfigurationError
 from nonoka.llm.base import (
     CallOptions,
+    CompletesWithOptions,
     ModelResponse,
     ReasoningSink,
     TextSink,
@@ -84,7 +85,7 @@ SEPARATOR = "\n\n"
 """Between the texts of two message items (or two reasoning summaries) of one answer."""
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(CompletesWithOptions):
     """A ``ChatModel`` for OpenAI's Responses API (``POST {base}/responses``), always
     streaming and stateless.
 
@@ -148,15 +149,6 @@ class OpenAIResponsesModel:
             if name not in FIXED_FIELDS:
                 payload[name] = value
         return json.dumps(payload).encode()
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        on_text: TextSink | None = None,
-    ) -> ModelResponse:
-        return await self.complete_with(messages, tools, on_text=on_text)
 
     async def complete_with(
         self,

@@ -34,10 +34,9 @@ from __future__ import annotations
 import itertools
 import json
 import socket
-import sys
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, TypeAlias, cast
 
 from nonoka.llm.base import ModelResponse
@@ -62,7 +61,7 @@ from nonoka.testing.anthropic_replies import (
     start_event,
 )
 from nonoka.testing.replies import Reply
-from nonoka.testing.served import ServedScript
+from nonoka.testing.served import ScriptedHandler, ScriptedHTTPServer, ServedScript
 from nonoka.testing.steps import Delay, DropConnection, HttpError
 
 __all__ = ("AnthropicStep", "ScriptedAnthropicServer")
@@ -168,28 +167,13 @@ class ScriptedAnthropicServer(ServedScript[AnthropicStep]):
             return next(self._numbers)
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 owner: ScriptedAnthropicServer) -> None:
-        self.owner = owner
-        super().__init__(address, handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
-            super().handle_error(request, client_address)
+_HTTPServer: TypeAlias = ScriptedHTTPServer["ScriptedAnthropicServer"]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One HTTP exchange; every answer closes the connection."""
+class _Handler(ScriptedHandler):
+    """One exchange with the Messages endpoint."""
 
-    protocol_version = "HTTP/1.1"
     server: _HTTPServer
-    timeout = 10
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
     def do_POST(self) -> None:
         owner = self.server.owner
@@ -237,56 +221,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     # writing ----------------------------------------------------------------------------
 
-    def _send_json(self, status: int, payload: Any, extra: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("request-id", f"req_scripted{self.server.owner._number():012d}")
-        self.send_header("Connection", "close")
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-        self.close_connection = True
+    def _answer_headers(self) -> dict[str, str]:
+        return {"request-id": f"req_scripted{self.server.owner._number():012d}"}
 
-    def _send_error(self, error: HttpError) -> None:
-        extra = {} if error.retry_after is None else {"retry-after": f"{error.retry_after:g}"}
-        body = error.body if error.body is not None else error_body(
-            error_kind(error.status), f"scripted HTTP {error.status}")
-        if isinstance(body, str):
-            data = body.encode()
-            self.send_response(error.status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-            self.close_connection = True
-        else:
-            self._send_json(error.status, body, extra)
-
-    def _start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("request-id", f"req_scripted{self.server.owner._number():012d}")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
+    def _error_payload(self, status: int) -> dict[str, Any]:
+        return error_body(error_kind(status), f"scripted HTTP {status}")
 
     def _event(self, name: str, data: dict[str, Any]) -> None:
-        payload = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+        self._chunk(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
 
     def _stream(self, items: Iterator[tuple[str, dict[str, Any]]]) -> None:
         self._start_stream()
         for name, data in items:
             self._event(name, data)
-        self.wfile.write(b"0\r\n\r\n")
+        self._end_stream()
 
     def _broken(self, step: DropConnection | StreamError, request: dict[str, Any]) -> None:
         """A stream that starts, sends some text, and then ends in an ``error`` event
@@ -307,6 +255,6 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(step, StreamError):
             self._event("error", {"type": "error", "error": {"type": step.type,
                                                              "message": step.message}})
-            self.wfile.write(b"0\r\n\r\n")
+            self._end_stream()
         else:
             self.connection.shutdown(socket.SHUT_RDWR)

@@ -1,16 +1,22 @@
 """The life of a scripted HTTP server, shared by ``ScriptedOpenAIServer`` and
 ``ScriptedAnthropicServer``: serving on a daemon thread, stopping, the context manager,
-and what is left of a list script."""
+what is left of a list script, and the HTTP side every scripted endpoint writes alike
+(JSON and text answers, errors, chunked event streams)."""
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 from collections.abc import Callable, Sequence
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
+from nonoka.testing.steps import HttpError
+
 StepT = TypeVar("StepT")
+OwnerT = TypeVar("OwnerT")
 
 
 class ServedScript(Generic[StepT]):
@@ -76,3 +82,82 @@ class ServedScript(Generic[StepT]):
             total = len(self._script) if not callable(self._script) else 0
             raise AssertionError(f"scripted server has {self.remaining} unused step(s) "
                                  f"of {total}; it got {len(self.requests)} request(s)")
+
+
+class ScriptedHTTPServer(ThreadingHTTPServer, Generic[OwnerT]):
+    """A scripted endpoint's HTTP server: daemon request threads, and ``owner``, the
+    ``ServedScript`` its handlers answer for."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 owner: OwnerT) -> None:
+        self.owner = owner
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up (timeouts, cancellation) are part of the tests: stay quiet."""
+        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)
+
+
+class ScriptedHandler(BaseHTTPRequestHandler):
+    """One HTTP exchange of a scripted endpoint. Every answer closes the connection,
+    which keeps shutdown simple; a subclass gives the vendor's error body and the headers
+    its answers carry."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = 10  # an idle client never holds up shutdown for longer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # requests are recorded (and logged to --log) instead
+
+    def _answer_headers(self) -> dict[str, str]:
+        """Headers every answer carries (a vendor's request id); none here."""
+        return {}
+
+    def _error_payload(self, status: int) -> Any:
+        """The vendor's JSON error body for a scripted ``HttpError`` that gives none."""
+        raise NotImplementedError
+
+    def _send(self, status: int, content_type: str, data: bytes,
+              extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in {**self._answer_headers(), "Connection": "close",
+                            **(extra or {})}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _send_json(self, status: int, payload: Any, extra: dict[str, str] | None = None) -> None:
+        self._send(status, "application/json", json.dumps(payload).encode(), extra)
+
+    def _send_error(self, error: HttpError) -> None:
+        """A scripted error: its body as it is (text or JSON), else the vendor's."""
+        extra = {} if error.retry_after is None else {"Retry-After": f"{error.retry_after:g}"}
+        body = error.body if error.body is not None else self._error_payload(error.status)
+        if isinstance(body, str):
+            self._send(error.status, "text/plain; charset=utf-8", body.encode(), extra)
+        else:
+            self._send_json(error.status, body, extra)
+
+    def _start_stream(self) -> None:
+        """Start a chunked ``text/event-stream`` answer (``_chunk``, then ``_end_stream``)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        for name, value in self._answer_headers().items():
+            self.send_header(name, value)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")

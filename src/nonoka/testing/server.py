@@ -50,11 +50,10 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -83,7 +82,7 @@ from nonoka.testing.responses import (
     response_events,
     response_id,
 )
-from nonoka.testing.served import ServedScript
+from nonoka.testing.served import ScriptedHandler, ScriptedHTTPServer, ServedScript
 from nonoka.testing.steps import (
     Delay,
     DropConnection,
@@ -305,29 +304,13 @@ class ScriptedResponsesServer(ScriptedOpenAIServer):
             handler._send_json(200, final_response(prepared, model, request))
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 owner: ScriptedOpenAIServer) -> None:
-        self.owner = owner
-        super().__init__(address, handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Clients that hang up (timeouts, cancellation) are part of the tests: stay quiet."""
-        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
-            super().handle_error(request, client_address)
+_HTTPServer: TypeAlias = ScriptedHTTPServer["ScriptedOpenAIServer"]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One HTTP exchange. Every answer closes the connection, which keeps shutdown simple."""
+class _Handler(ScriptedHandler):
+    """One exchange with the OpenAI-compatible endpoint."""
 
-    protocol_version = "HTTP/1.1"
     server: _HTTPServer
-    timeout = 10  # an idle client never holds up shutdown for longer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # requests are recorded (and logged to --log) instead
 
     def do_GET(self) -> None:
         self.server.owner._log({"time": time.time(), "method": "GET", "path": self.path})
@@ -381,51 +364,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     # writing ----------------------------------------------------------------------------
 
-    def _send_json(self, status: int, payload: dict[str, Any] | list[Any],
-                   extra: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-        self.close_connection = True
-
-    def _send_error(self, error: HttpError) -> None:
-        extra = {} if error.retry_after is None else {"Retry-After": f"{error.retry_after:g}"}
-        body = error.body if error.body is not None else _error_body(
-            f"scripted HTTP {error.status}", error.status)
-        if isinstance(body, str):
-            data = body.encode()
-            self.send_response(error.status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-            self.close_connection = True
-        else:
-            self._send_json(error.status, body, extra)
-
-    def _start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
+    def _error_payload(self, status: int) -> dict[str, Any]:
+        return _error_body(f"scripted HTTP {status}", status)
 
     def _event(self, payload: str, name: str | None = None) -> None:
         data = f"data: {payload}\n\n".encode()
         if name is not None:
             data = f"event: {name}\n".encode() + data
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self._chunk(data)
 
     def _named_events(self, events: Iterator[dict[str, Any]], *, drop: bool = False) -> None:
         """Stream Responses API events (``event:`` line and ``data:``), then end the
@@ -436,14 +382,14 @@ class _Handler(BaseHTTPRequestHandler):
         if drop:
             self.connection.shutdown(socket.SHUT_RDWR)
         else:
-            self.wfile.write(b"0\r\n\r\n")
+            self._end_stream()
 
     def _stream(self, chunks: Iterator[dict[str, Any]]) -> None:
         self._start_stream()
         for chunk in chunks:
             self._event(json.dumps(chunk))
         self._event("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
+        self._end_stream()
 
     def _drop(self, step: DropConnection, request: dict[str, Any]) -> None:
         self._start_stream()
