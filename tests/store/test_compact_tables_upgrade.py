@@ -137,3 +137,39 @@ async def test_a_word_the_index_splits_in_two_is_searched_as_two(tmp_path: Path)
         await store.close()
     with raw_sqlite(path) as db:
         assert _found(db, word) == [("s", 0)]
+
+
+async def test_the_event_log_is_clustered_on_its_key_damaged_rows_kept(
+        tmp_path: Path) -> None:
+    """``m011_events_clustered``: the log rewritten as a ``WITHOUT ROWID`` table, every
+    row kept in order, one whose JSON was damaged behind the check's back included (the
+    readers report it; the upgrade must not refuse the file)."""
+    from nonoka.store.sqlite.records import SQLiteRecordStore
+
+    old, fresh = tmp_path / "old.db", tmp_path / "fresh.db"
+    names = [m.__name__ for m in migrations.MIGRATIONS]
+    with raw_sqlite(old) as db:
+        migrations.apply_migrations(db, str(old), migrations.MIGRATIONS[
+            :names.index("m011_events_clustered")])
+        for seq, kind in enumerate(("request", "model_call", "finish"), 1):
+            db.execute("INSERT INTO events VALUES ('s', ?, ?, ?, ?)",
+                       (seq, float(seq), kind, json.dumps({"n": seq})))
+        db.execute("PRAGMA ignore_check_constraints = ON")
+        db.execute("INSERT INTO events VALUES ('s', 4, 4.0, 'warning', '{broken')")
+    store = SQLiteCheckpointStore(old)
+    try:
+        log = SQLiteRecordStore.from_checkpoints(store)
+        await log.append_event("s", "request", {"n": 5})
+    finally:
+        await store.close()
+    with raw_sqlite(old) as db:
+        rows = db.execute("SELECT seq, kind, data_json FROM events ORDER BY seq").fetchall()
+        assert rows == [(1, "request", '{"n": 1}'), (2, "model_call", '{"n": 2}'),
+                        (3, "finish", '{"n": 3}'), (4, "warning", "{broken"),
+                        (5, "request", '{"n":5}')]
+        assert db.execute("PRAGMA integrity_check").fetchall() == [
+            ("CHECK constraint failed in events",)]  # the damaged row, as before
+    await SQLiteCheckpointStore(fresh).close()
+    assert _schema(old) == _schema(fresh)
+    table = next(r[3] for r in _schema(fresh) if r[:2] == ("table", "events"))
+    assert table is not None and "WITHOUT ROWID" in table
