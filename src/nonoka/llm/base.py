@@ -147,7 +147,7 @@ class TakesCallOptions(ChatModel, Protocol):
         ...
 
 
-class CompletesWithOptions:
+class CompletesWithOptions(TakesCallOptions):
     """A ``TakesCallOptions`` model's ``complete``: ``complete_with`` without options
     or reasoning, so an adapter writes only the one method."""
 
@@ -159,17 +159,6 @@ class CompletesWithOptions:
         on_text: TextSink | None = None,
     ) -> ModelResponse:
         return await self.complete_with(messages, tools, on_text=on_text)
-
-    async def complete_with(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        on_text: TextSink | None = None,
-        on_reasoning: ReasoningSink | None = None,
-        options: CallOptions | None = None,
-    ) -> ModelResponse:
-        raise NotImplementedError
 
 
 @runtime_checkable
