@@ -43,6 +43,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from nonoka.errors import ConfigurationError
@@ -75,12 +76,13 @@ OPENAI_RESPONSES = "openai_responses"
 """The ``provider_metadata`` key of what the Responses API sent that must go back: a
 reasoning part's whole reasoning item, a call's item ``id``, the answer's item layout."""
 
-INCLUDE = ["reasoning.encrypted_content"]
+INCLUDE = ("reasoning.encrypted_content",)
 FIXED_FIELDS = frozenset({"model", "input", "stream", "tools"})
 """Body fields ``CallOptions.extra`` never replaces (it may replace any other)."""
 RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "vector_store_timeout"})
 """``response.failed`` and ``error`` event codes worth another attempt."""
-INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
+INCOMPLETE_REASONS = MappingProxyType({"max_output_tokens": "length",
+                                       "content_filter": "content_filter"})
 SEPARATOR = "\n\n"
 """Between the texts of two message items (or two reasoning summaries) of one answer."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from nonoka.errors import ConfigurationError
@@ -53,7 +54,7 @@ KEYED = frozenset({"openai", "deepseek", "openrouter", "openai-responses"})
 is sent (a local server, the others' default, needs none)."""
 
 
-OTHER_APIS = {"anthropic": ("ANTHROPIC_API_KEY", "https://api.anthropic.com")}
+OTHER_APIS = MappingProxyType({"anthropic": ("ANTHROPIC_API_KEY", "https://api.anthropic.com")})
 """Providers with an API of their own (``nonoka.llm.anthropic``): key and endpoint, for
 the messages that list every choice."""
 
