@@ -83,6 +83,34 @@ async def test_a_template_belongs_to_its_revision(runtime: SQLiteCheckpointStore
     assert calls.load_next_call("s1") is None
 
 
+def _wal_frames(db_path: Path) -> int:
+    """Frames in the file's write-ahead log (it only grows while the tests write)."""
+    wal = Path(f"{db_path}-wal")
+    page_size = sqlite3.connect(db_path).execute("PRAGMA page_size").fetchone()[0]
+    return (wal.stat().st_size - 32) // (page_size + 24) if wal.exists() else 0
+
+
+async def test_a_template_saved_again_rewrites_only_what_changed(
+        runtime: SQLiteCheckpointStore, calls: NextCallStore) -> None:
+    """A session's template is about the same every turn (tools, options: ~25 KB, over
+    several overflow pages); saving it at the next revision writes the row's leaf, not
+    every page again."""
+    template = json.dumps({"tools": [{"name": f"tool{n}", "description": "d" * 400}
+                                     for n in range(60)]})
+    state = _state()
+    revision = 0
+    for _ in range(2):  # past revision 1, which SQLite stores in no bytes at all
+        revision = await runtime.save_session(state.model_copy(update={"revision": revision}))
+    assert calls.save_next_call("s1", revision, template)
+    revision = await runtime.save_session(state.model_copy(update={"revision": revision}))
+    before = _wal_frames(runtime.path)
+    assert calls.save_next_call("s1", revision, template)
+    written = _wal_frames(runtime.path) - before
+    assert 1 <= written <= 2, f"{written} pages written for a {len(template)}-byte template"
+    found = calls.load_next_call("s1")
+    assert found is not None and (found.template, found.revision) == (template, revision)
+
+
 async def test_no_template_while_another_owner_holds_the_session(
         runtime: SQLiteCheckpointStore, calls: NextCallStore) -> None:
     revision = await runtime.save_session(_state())
