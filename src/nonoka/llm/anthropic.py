@@ -50,7 +50,6 @@ from nonoka.llm.anthropic_wire import (
 )
 from nonoka.llm.base import (
     CallOptions,
-    CompletesWithOptions,
     ModelResponse,
     ReasoningSink,
     TextSink,
@@ -61,6 +60,7 @@ from nonoka.llm.transport import (
     MAX_ERROR_BODY,
     Dialect,
     Failure,
+    HTTPModel,
     Transport,
     excerpt,
     retry_after,
@@ -95,7 +95,7 @@ STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_c
 (``pause_turn``) is kept as sent."""
 
 
-class AnthropicChatModel(CompletesWithOptions):
+class AnthropicChatModel(HTTPModel):
     """A ``ChatModel`` for Anthropic's Messages API (``POST /v1/messages``), always
     streaming, with prompt caching (``prompt_cache``: ``"5m"``, ``"1h"`` or ``"off"``;
     a call's ``CallOptions.extra["prompt_cache"]`` overrides it).
@@ -106,6 +106,8 @@ class AnthropicChatModel(CompletesWithOptions):
     honouring ``retry-after``, but only while nothing has been streamed to ``on_text`` or
     ``on_reasoning`` yet.
     """
+
+    PROVIDER = PROVIDER
 
     def __init__(
         self,
@@ -140,18 +142,6 @@ class AnthropicChatModel(CompletesWithOptions):
                                     self._api_key, timeout=timeout, max_retries=max_retries,
                                     backoff_base=backoff_base,
                                     thread_name="nonoka-anthropic-http", dialect=DIALECT)
-
-    @property
-    def name(self) -> str:
-        return self._label or f"{PROVIDER}:{self.model}"
-
-    @property
-    def endpoint(self) -> str:
-        """The messages URL this model posts to (without any query string)."""
-        return self._endpoint.url
-
-    def __repr__(self) -> str:  # never shows the key
-        return f"AnthropicChatModel(model={self.model!r}, endpoint={self._endpoint.url!r})"
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
                      options: CallOptions | None = None) -> bytes:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from nonoka.llm.base import (
     CallOptions,
-    CompletesWithOptions,
     ModelResponse,
     ReasoningSink,
     TextSink,
@@ -30,6 +29,7 @@ from nonoka.llm.base import (
 )
 from nonoka.llm.transport import (
     Failure,
+    HTTPModel,
     Pricing,
     Transport,
     count,
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 __all__ = ("DEFAULT_BASE_URL", "OpenAIChatModel")
 
 
-class OpenAIChatModel(CompletesWithOptions):
+class OpenAIChatModel(HTTPModel):
     """A ``ChatModel`` for any OpenAI-compatible endpoint (OpenAI, DeepSeek, vLLM, Ollama,
     llama.cpp, OpenRouter), always streaming.
 
@@ -70,6 +70,9 @@ class OpenAIChatModel(CompletesWithOptions):
     It implements ``AdoptsInflight``: it says which request it would send, and answers
     from a request the bridge already sent when its own is byte for byte the same.
     """
+
+    PROVIDER = "openai"
+    _endpoint: Endpoint  # the Chat Completions one, which early requests are matched by
 
     def __init__(
         self,
@@ -110,18 +113,6 @@ class OpenAIChatModel(CompletesWithOptions):
                                     timeout=timeout, max_retries=max_retries,
                                     backoff_base=backoff_base, thread_name="nonoka-openai-http")
         self._inflight: Inflight | None = None
-
-    @property
-    def name(self) -> str:
-        return self._label or f"openai:{self.model}"
-
-    @property
-    def endpoint(self) -> str:
-        """The chat completions URL this model posts to (without any query string)."""
-        return self._endpoint.url
-
-    def __repr__(self) -> str:  # never shows the key
-        return f"OpenAIChatModel(model={self.model!r}, endpoint={self._endpoint.url!r})"
 
     def adopt(self, inflight: Inflight) -> None:
         """Answer the next call from ``inflight``'s request if it is the one this call

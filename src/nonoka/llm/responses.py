@@ -49,14 +49,21 @@ from typing import TYPE_CHECKING, Any
 from nonoka.errors import ConfigurationError
 from nonoka.llm.base import (
     CallOptions,
-    CompletesWithOptions,
     ModelResponse,
     ReasoningSink,
     TextSink,
     ToolSpec,
     Usage,
 )
-from nonoka.llm.transport import Failure, Pricing, Transport, count, excerpt, tell
+from nonoka.llm.transport import (
+    Failure,
+    HTTPModel,
+    Pricing,
+    Transport,
+    count,
+    excerpt,
+    tell,
+)
 from nonoka.llm.wire import (
     DEFAULT_BASE_URL,
     DEFAULT_TIMEOUT,
@@ -87,7 +94,7 @@ SEPARATOR = "\n\n"
 """Between the texts of two message items (or two reasoning summaries) of one answer."""
 
 
-class OpenAIResponsesModel(CompletesWithOptions):
+class OpenAIResponsesModel(HTTPModel):
     """A ``ChatModel`` for OpenAI's Responses API (``POST {base}/responses``), always
     streaming and stateless.
 
@@ -98,6 +105,8 @@ class OpenAIResponsesModel(CompletesWithOptions):
     each call, and which says whether the model reasons (then reasoning summaries are
     asked for). Deliberately not ``AdoptsInflight``: no early dispatch.
     """
+
+    PROVIDER = "openai-responses"
 
     def __init__(
         self,
@@ -126,18 +135,6 @@ class OpenAIResponsesModel(CompletesWithOptions):
             self._endpoint, request_headers(api_key, extra_headers), api_key,
             timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
             thread_name="nonoka-responses-http")
-
-    @property
-    def name(self) -> str:
-        return self._label or f"openai-responses:{self.model}"
-
-    @property
-    def endpoint(self) -> str:
-        """The responses URL this model posts to (without any query string)."""
-        return self._endpoint.url
-
-    def __repr__(self) -> str:  # never shows the key
-        return f"OpenAIResponsesModel(model={self.model!r}, endpoint={self._endpoint.url!r})"
 
     def body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
              options: CallOptions | None = None) -> bytes:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nonoka.errors import ModelError
+from nonoka.llm.base import CompletesWithOptions
 
 if TYPE_CHECKING:
     import http.client
@@ -76,6 +77,29 @@ class Endpoint(Protocol):
     """For messages: no credentials, no query."""
 
     def connection(self, timeout: float) -> http.client.HTTPConnection: ...
+
+
+class HTTPModel(CompletesWithOptions):
+    """What every HTTP adapter shares: ``model`` at ``_endpoint``, named
+    ``PROVIDER:model`` unless ``_label`` says otherwise, shown without its key."""
+
+    PROVIDER = ""
+    """The prefix of the model's name (``openai``, ``anthropic``, ...)."""
+    model: str
+    _endpoint: Endpoint
+    _label: str | None
+
+    @property
+    def name(self) -> str:
+        return self._label or f"{self.PROVIDER}:{self.model}"
+
+    @property
+    def endpoint(self) -> str:
+        """The URL this model posts to (without any query string)."""
+        return self._endpoint.url
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"{type(self).__name__}(model={self.model!r}, endpoint={self._endpoint.url!r})"
 
 
 END = object()  # the worker is finished
