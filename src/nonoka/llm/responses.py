@@ -55,15 +55,7 @@ from nonoka.llm.base import (
     ToolSpec,
     Usage,
 )
-from nonoka.llm.transport import (
-    Failure,
-    HTTPModel,
-    Pricing,
-    Transport,
-    count,
-    excerpt,
-    tell,
-)
+from nonoka.llm.transport import Failure, HTTPModel, Pricing, Transport, count, excerpt, tell
 from nonoka.llm.wire import (
     DEFAULT_BASE_URL,
     DEFAULT_TIMEOUT,
