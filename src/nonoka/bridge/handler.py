@@ -24,7 +24,6 @@ The session decision chain (docs/protocol.md §7, "Which session a request runs 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -524,9 +523,8 @@ class BridgeHandler:
         outcome = self._early.settle() if self._early is not None else None
         usage = TurnUsage()
         if self._turn is not None:
-            if outcome is not None:
-                with contextlib.suppress(Exception):  # the timeline must not stop the finish
-                    await self._turn.journal.log("early_request", {"outcome": outcome})
+            if outcome is not None:  # written with ``finish``
+                self._turn.journal.hold("early_request", {"outcome": outcome})
             await self._turn.finish(reason, *((termination.limit, termination.detail)
                                               if termination is not None else ()))
             usage = self._turn.journal.usage

@@ -21,6 +21,8 @@ from nonoka.redact import redact
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nonoka.state.session_state import SessionState
 
 
@@ -160,6 +162,20 @@ class EventLog(Protocol):
     async def usage_summary(self, session_id: str) -> UsageSummary:
         """Totals over ``model_call`` events (``input_tokens``, ``output_tokens``,
         ``cost_usd`` in their data), ``tool_call`` events, ``error`` and ``warning`` events."""
+        ...
+
+
+@runtime_checkable
+class AppendsTogether(Protocol):
+    """An event log that is also the session index and writes several entries, and the
+    session's index row, in one transaction: a turn's closing writes commit once, and no
+    reader sees the row of a finished turn without the ``finish`` entry that ends it."""
+
+    async def append_events(self, session_id: str,
+                            events: Sequence[tuple[str, dict[str, Any]]], *,
+                            record: SessionRecord | None = None) -> None:
+        """Append ``events`` (kind, data) in order and upsert ``record`` if given; all of
+        it or, on an error, none of it."""
         ...
 
 

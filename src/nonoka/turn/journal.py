@@ -43,7 +43,7 @@ from nonoka.runtime.session import Session
 from nonoka.store.base import RevisionReader
 from nonoka.store.lease_terms import lease_host
 from nonoka.store.project import ProjectStores
-from nonoka.store.records import CreatesIndexed, EventRecord, SessionRecord
+from nonoka.store.records import AppendsTogether, CreatesIndexed, EventRecord, SessionRecord
 
 PARTIAL_BYTES = 2048
 PARTIAL_SECONDS = 0.25
@@ -120,13 +120,43 @@ class Journal:
         self._pending.append((kind, data))
         await self._flush()
 
+    def hold(self, kind: str, data: dict[str, Any]) -> None:
+        """Log an entry with the next write instead of in a transaction of its own (one
+        that tells how the turn went, just before ``finish``)."""
+        self._pending.append((kind, data))
+
     async def _flush(self) -> None:
         if self.session_id is None:
             return
         pending, self._pending = self._pending, []
+        if len(pending) > 1 and self._together() is not None:
+            await self._write_together(pending, None)
+            return
         for kind, data in pending:
             faults.point("event.append.before")
             await self.stores.events.append_event(self.session_id, kind, data)
+            faults.point("event.append.after")
+
+    def _together(self) -> AppendsTogether | None:
+        """The log, when it is also the index and writes several entries at once."""
+        events: object = self.stores.events
+        if events is not self.stores.index or not isinstance(events, AppendsTogether):
+            return None
+        return events
+
+    async def _write_together(self, pending: list[tuple[str, dict[str, Any]]],
+                              record: SessionRecord | None) -> None:
+        """``pending`` and the index row (when given) in one transaction."""
+        together = self._together()
+        assert together is not None and self.session_id is not None
+        if record is not None:
+            faults.point("index.update.before")
+        for _ in pending:
+            faults.point("event.append.before")
+        await together.append_events(self.session_id, pending, record=record)
+        if record is not None:
+            faults.point("index.update.after")
+        for _ in pending:
             faults.point("event.append.after")
 
     async def on_event(self, event: RunEvent) -> None:
@@ -213,11 +243,27 @@ class Journal:
         names it.
         """
         await self._stream_ended()
+        entry = {"finish_reason": reason, **self.usage.as_dict(), **(stopped or {})}
+        if self.session_id is not None and self._together() is not None:
+            # The row, what was held back and ``finish``: one commit, all or nothing.
+            record = await self._refreshed() if refresh else None
+            pending, self._pending = [*self._pending, (TURN_END, entry)], []
+            try:
+                await self._write_together(pending, record)
+                return
+            except Exception as exc:  # then one at a time, as far as they go
+                _report(exc)
+                self._pending = pending[:-1]
+                if record is not None:
+                    with contextlib.suppress(Exception):
+                        await self.stores.index.upsert_session(record)
+                with contextlib.suppress(Exception):
+                    await self.log(TURN_END, entry)
+                return
         if refresh:
             await self.refresh()
         with contextlib.suppress(Exception):  # the timeline must not stop the finish
-            await self.log("finish", {"finish_reason": reason, **self.usage.as_dict(),
-                                      **(stopped or {})})
+            await self.log(TURN_END, entry)
 
     # -- the index row ----------------------------------------------------------------
 
@@ -233,6 +279,21 @@ class Journal:
         faults.point("index.update.before")
         await index.upsert_session(self._record(session, existing, model))
         faults.point("index.update.after")
+
+    async def _refreshed(self) -> SessionRecord | None:
+        """The session's row brought up to date with the stored session, not written yet;
+        ``None`` (the failure reported) when it cannot be read."""
+        assert self.session_id is not None
+        try:
+            session = await self._stored_session(self.session_id)
+            if session is None:
+                return None
+            self.entries = len(session.memory.entries)
+            existing = await self.stores.index.get_session(session.session_id)
+            return self._record(session, existing, None)
+        except Exception as exc:  # the run's outcome matters more than the index row
+            _report(exc)
+            return None
 
     async def create(self, session: Session, *, model: str | None = None) -> None:
         """Store a new session's first snapshot and its index row, in one transaction
@@ -275,10 +336,8 @@ class Journal:
             if session is not None:
                 self.entries = len(session.memory.entries)
                 await self.index(session)
-        except NonokaError as exc:  # the run's outcome matters more than the index row
-            print(f"nonoka: the session index was not updated: {exc}", file=sys.stderr)
-        except Exception:
-            traceback.print_exc(file=sys.stderr)
+        except Exception as exc:  # the run's outcome matters more than the index row
+            _report(exc)
 
 
     async def _stored_session(self, session_id: str) -> Session | None:
@@ -290,6 +349,14 @@ class Journal:
             return latest
         state = await store.load_session(session_id)
         return None if state is None else Session.from_state(state)
+
+
+def _report(exc: Exception) -> None:
+    """A failed index write, on stderr: one line for nonoka's own errors, else the trace."""
+    if isinstance(exc, NonokaError):
+        print(f"nonoka: the session index was not updated: {exc}", file=sys.stderr)
+    else:
+        traceback.print_exception(exc, file=sys.stderr)
 
 
 def this_process() -> str:

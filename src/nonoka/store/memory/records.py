@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from nonoka.store.memory.database import MemoryRecordDatabase, StoredEvent
@@ -31,13 +32,17 @@ class MemoryRecordStore:
     # -- SessionIndex ---------------------------------------------------------------------
 
     async def upsert_session(self, record: SessionRecord) -> None:
+        with self.database.lock:
+            self._upsert(record)
+
+    def _upsert(self, record: SessionRecord) -> None:
+        """The row written, keeping its creation time; under the database's lock."""
         db = self.database
-        with db.lock:
-            old = db.sessions.get(record.session_id)
-            if old is not None:
-                created_at = SessionRecord.model_validate_json(old).created_at
-                record = record.model_copy(update={"created_at": created_at})
-            db.sessions[record.session_id] = record.model_dump_json()
+        old = db.sessions.get(record.session_id)
+        if old is not None:
+            created_at = SessionRecord.model_validate_json(old).created_at
+            record = record.model_copy(update={"created_at": created_at})
+        db.sessions[record.session_id] = record.model_dump_json()
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         with self.database.lock:
@@ -92,6 +97,20 @@ class MemoryRecordStore:
             log = db.events.setdefault(session_id, [])
             seq = log[-1].seq + 1 if log else 1
             log.append(StoredEvent(seq, time.time(), kind, text))
+
+    async def append_events(self, session_id: str,
+                            events: Sequence[tuple[str, dict[str, Any]]], *,
+                            record: SessionRecord | None = None) -> None:
+        """``AppendsTogether``: the events and the row under one lock."""
+        texts = [(kind, event_json(data)) for kind, data in events]
+        db = self.database
+        with db.lock:
+            log = db.events.setdefault(session_id, [])
+            now = time.time()
+            for kind, text in texts:
+                log.append(StoredEvent(log[-1].seq + 1 if log else 1, now, kind, text))
+            if record is not None:
+                self._upsert(record)
 
     async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
         with self.database.lock:

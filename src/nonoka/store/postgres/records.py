@@ -27,6 +27,8 @@ from nonoka.store.records import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nonoka.state.session_state import SessionState
 
 _COLUMNS = index_sql.COLUMNS
@@ -161,6 +163,25 @@ class PostgresRecordStore:
             await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
                                (EVENT_LOCK, session_id))
             await conn.execute(_APPEND, params)
+
+        await self.database.run(write, transaction=True)
+
+    async def append_events(self, session_id: str,
+                            events: Sequence[tuple[str, dict[str, Any]]], *,
+                            record: SessionRecord | None = None) -> None:
+        """``AppendsTogether``: the events and the row in one transaction."""
+        now = time.time()
+        rows = [{"sid": session_id, "at": now, "kind": kind, "data": event_json(data)}
+                for kind, data in events]
+
+        async def write(conn: Any) -> None:
+            if rows:
+                await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                                   (EVENT_LOCK, session_id))
+            for params in rows:
+                await conn.execute(_APPEND, params)
+            if record is not None:
+                await conn.execute(_UPSERT, _row(record))
 
         await self.database.run(write, transaction=True)
 

@@ -30,6 +30,8 @@ from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nonoka.state.session_state import SessionState
 
 _COLUMNS = index_sql.COLUMNS
@@ -170,6 +172,18 @@ class SQLiteRecordStore:
         text = event_json(data)
         with self._store.transaction() as db:
             db.execute(_APPEND, (session_id, time.time(), kind, text))
+
+    async def append_events(self, session_id: str,
+                            events: Sequence[tuple[str, dict[str, Any]]], *,
+                            record: SessionRecord | None = None) -> None:
+        """``AppendsTogether``: the events and the row in one transaction."""
+        now = time.time()
+        rows = [(session_id, now, kind, event_json(data)) for kind, data in events]
+        with self._store.transaction() as db:
+            for row in rows:
+                db.execute(_APPEND, row)
+            if record is not None:
+                db.execute(_UPSERT, _row(record))
 
     async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
         with self._store.transaction(write=False) as db:

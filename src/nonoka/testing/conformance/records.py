@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from nonoka.store.records import SessionRecord, UsageSummary
+from nonoka.store.records import AppendsTogether, SessionRecord, UsageSummary
 from nonoka.testing.conformance.harness import RecordsHarness, RecordStore
 
 T0 = 1_700_000_000.0
@@ -180,6 +180,29 @@ class RecordStoreSuite:
         times = [e.at for e in events]
         assert times == sorted(times)
         assert times[0] > T0
+
+    async def test_events_and_the_row_written_together(self, records: RecordsHarness
+                                                       ) -> None:
+        """``AppendsTogether`` (every engine nonoka ships): several entries, in order after
+        the ones there, with the row; secrets masked as by ``append_event``; and seen so
+        by another instance."""
+        store = records.store
+        assert isinstance(store, AppendsTogether)
+        await store.append_event("s1", "request", {"n": 0})
+        await store.append_events("s1", [("model_call", {"n": 1, "input_tokens": 3}),
+                                         ("finish", {"n": 2, "key": SECRET})],
+                                  record=_record("s1", T0 + 5, conversation_key="K"))
+        await store.append_events("s1", [])  # nothing, and no row: nothing changes
+        await store.append_events("s2", [], record=_record("s2"))  # a row alone
+        reopened = await records.reopen()
+        events = await reopened.list_events("s1")
+        assert [(e.seq, e.kind, e.data["n"]) for e in events] == [
+            (1, "request", 0), (2, "model_call", 1), (3, "finish", 2)]
+        assert SECRET not in str(events[-1].data)
+        assert (await reopened.usage_summary("s1")).input_tokens == 3
+        assert [r.session_id for r in await reopened.find_by_conversation_key("K")] == ["s1"]
+        assert await reopened.get_session("s2") is not None
+        assert await reopened.list_events("s2") == []
 
     async def test_list_events_returns_the_newest_oldest_first(
             self, records: RecordsHarness) -> None:
