@@ -9,20 +9,27 @@ names below are loaded on first use, so importing a small submodule (as the per-
 # must come first.
 
 
+def _starting_the_bridge() -> bool:
+    """Whether this process is ``nonoka bridge`` (``sys.argv[0]`` is ``-m`` while ``-m``
+    imports the package, or the ``nonoka`` script)."""
+    import sys
+
+    argv = sys.argv
+    return argv[1:2] == ["bridge"] and (
+        argv[0] == "-m" or argv[0].replace("\\", "/").rsplit("/", 1)[-1]
+        in ("nonoka", "nonoka.exe"))
+
+
 def _quiet_while_the_bridge_starts() -> None:
     """``nonoka bridge``: until the bridge installs its own handlers (its first line of
     ``main``), SIGINT or SIGTERM end the process at once, quietly, with status 0, as a
     signal before any request does later: nothing was read or written yet. Without this,
     SIGINT in the bridge's first ~30 ms (Python still importing) printed a
     KeyboardInterrupt traceback. Run first thing here, where ``python -m nonoka bridge``
-    and the ``nonoka`` script both begin (``sys.argv[0]`` is ``-m`` while ``-m`` imports
-    the package); it imports nothing that is not loaded already."""
-    import sys
-
-    argv = sys.argv
-    if argv[1:2] != ["bridge"] or not (
-            argv[0] == "-m" or argv[0].replace("\\", "/").rsplit("/", 1)[-1]
-            in ("nonoka", "nonoka.exe")):
+    and the ``nonoka`` script both begin; it imports nothing that is not loaded already.
+    SIGINT's handler goes in first: Python runs a signal's handler after the next call
+    returns, and the one in place then is the one that runs."""
+    if not _starting_the_bridge():
         return
     import _signal  # type: ignore[import-not-found]  # `signal` without its enums: faster
     import os
@@ -31,13 +38,20 @@ def _quiet_while_the_bridge_starts() -> None:
         os._exit(0)
 
     try:
-        for signum in (_signal.SIGTERM, _signal.SIGINT):
+        for signum in (_signal.SIGINT, _signal.SIGTERM):
             _signal.signal(signum, stop)
     except ValueError:  # not the main thread: not the bridge starting
         pass
 
 
-_quiet_while_the_bridge_starts()
+try:
+    _quiet_while_the_bridge_starts()
+except KeyboardInterrupt:  # SIGINT came before its handler above was in place
+    if not _starting_the_bridge():
+        raise
+    import os as _os
+
+    _os._exit(0)
 
 from importlib import import_module  # noqa: E402
 

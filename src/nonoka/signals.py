@@ -88,6 +88,7 @@ class StopSignals:
             if not loop.is_closed():  # closed: the turn is over anyway
                 loop.call_soon_threadsafe(callback)
         elif self.interrupt_reads:
+            self.interrupt_reads = False  # once: the read it ends is over
             raise Interrupted(signum)
 
     def _drain(self) -> None:

@@ -132,10 +132,12 @@ def _first_request(reader: LineReader, out: Output, signals: StopSignals,
                    lines: frames.RequestLines) -> Checked | None:
     """Read until a usable chat request (acknowledged), end of input or a signal."""
     while True:
-        if signals.received:
-            return None  # stopped before any request: nothing to answer
+        # Reads are made interruptible before ``received`` is looked at: a signal between
+        # the two would otherwise be counted and the read would then wait for ever.
         signals.interrupt_reads = True
         try:
+            if signals.received:
+                return None  # stopped before any request: nothing to answer
             line = reader.read()
         except Interrupted:
             return None
@@ -159,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     reader = LineReader(sys.stdin.buffer, max_frame)
     out = Output(sys.stdout.buffer)
     lines = frames.RequestLines()  # the first of what this process keeps between requests
-    first = _first_request(reader, out, signals, lines)
+    try:
+        first = _first_request(reader, out, signals, lines)
+    except Interrupted:  # a signal as the read ended, once the read was interruptible
+        first = None
     if first is None:
         return 0
     from nonoka.bridge import early
