@@ -1,6 +1,7 @@
 """What a 5,000-message session costs the store in space and in bytes written.
 
-Run: ``.venv/bin/python bench/store_size.py [--messages N] [--url URL] [--no-postgres]``.
+Run: ``.venv/bin/python bench/store_size.py [--messages N] [--url URL] [--no-postgres]
+[--what-if]``.
 
 One session is built turn by turn as the runtime builds it: a user entry is appended to
 the ``Session`` and saved through ``Runner.save_session``, then the answer, saved again
@@ -26,7 +27,9 @@ It reports:
 - PostgreSQL: ``pg_total_relation_size`` summed over every table of the store's schema
   (indexes and TOAST included), after a ``VACUUM`` as autovacuum would leave them.
 
-It checks ``GOALS``, printing PASS/FAIL for each (exit status 1 on a FAIL).
+It checks ``GOALS``, printing PASS/FAIL for each (exit status 1 on a FAIL). ``--what-if``
+also builds the session in the other ways of ``WHAT_IF`` (one commit an exchange, the
+list row joined, without indexes or left out) and prints their bytes written.
 """
 
 from __future__ import annotations
@@ -229,6 +232,59 @@ async def measure_postgres(url: str, turns: list[list[MemoryEntry]], result: Res
         await raw.close()
 
 
+# -- what if -----------------------------------------------------------------------------
+
+WHAT_IF = {
+    "as the runtime stores it (two commits, then the list row's own)": ("two", "own"),
+    "the list row in the answer's commit": ("two", "joined"),
+    "no list row at all": ("two", "none"),
+    "one commit an exchange, with the list row": ("one", "joined"),
+    "one commit an exchange, the list row without its two indexes": ("one", "bare"),
+    "one commit an exchange, no list row": ("one", "none"),
+}
+"""Other ways to store the same exchanges, through the store's own statements
+(``write_session`` and the index row's upsert) grouped into other transactions: what each
+lever of the bytes written is worth. Not what nonoka does, except the first."""
+
+
+async def what_if(tmp: Path, turns: list[list[MemoryEntry]], commits: str, row: str) -> int:
+    """Bytes written building the session with the exchange committed ``commits``
+    (``two``: question, then answer; ``one``: both) and the list row ``own`` (its own
+    transaction), ``joined`` (in the answer's), ``bare`` (joined, its two secondary indexes
+    dropped) or ``none``."""
+    from nonoka.store.sqlite.records import _UPSERT, _row
+
+    path = tmp / f"what-if-{commits}-{row}.db"
+    store = SQLiteCheckpointStore(path)
+    await store.load_session("warm-up")
+    db = store.connection
+    if row == "bare":
+        db.execute("DROP INDEX cli_sessions_last_active")
+        db.execute("DROP INDEX cli_sessions_conversation_key")
+    before = wchar()
+    session = Session.from_state(make_state(SESSION, []))
+    for n, turn in enumerate(turns):
+        record = _row(SessionRecord(
+            session_id=SESSION, title="store size", model="scripted", status="completed",
+            turn_count=n + 1, message_count=len(session.memory) + len(turn),
+            input_tokens=1000 * (n + 1), output_tokens=200 * (n + 1),
+            metadata={"conversation_key": "bench", "purpose": "chat"}))
+        groups = [turn] if commits == "one" else [[entry] for entry in turn]
+        for i, group in enumerate(groups):
+            for entry in group:
+                session.memory.append(entry)
+            with store.transaction() as tx:
+                session.revision = store.write_session(tx, session.to_state())
+                if i == len(groups) - 1 and row in ("joined", "bare"):
+                    tx.execute(_UPSERT, record)
+        if row == "own":
+            with store.transaction() as tx:
+                tx.execute(_UPSERT, record)
+    search_index.catch_up(db)
+    await store.close()
+    return wchar() - before
+
+
 # -- report -------------------------------------------------------------------------------
 
 GOALS: list[tuple[str, Callable[[Result], tuple[float, float] | None]]] = [
@@ -309,6 +365,12 @@ async def run(args: argparse.Namespace) -> int:
         result.raw_db, result.raw_written = measure_raw(tmp, turns)
         _, result.raw_per_message_written = measure_raw(tmp, turns, per_message=True)
         await measure_sqlite(tmp, turns, result)
+        if args.what_if:
+            print("bytes written against the raw append (one commit an exchange):")
+            for name, (commits, row) in WHAT_IF.items():
+                written = await what_if(tmp, turns, commits, row)
+                print(f"  {name:<64} {kib(written):>12} {written / result.raw_written:6.2f}")
+            print()
     description = f"SQLite {sqlite3.sqlite_version}"
     if not args.no_postgres:
         await measure_postgres(args.url, turns, result)
@@ -325,6 +387,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--url", default=None,
                         help="the PostgreSQL server (default: the tests' one)")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--what-if", action="store_true",
+                        help="also build it in other ways (WHAT_IF) and compare their writes")
     args = parser.parse_args()
     if args.url is None and not args.no_postgres:
         from tests import pg
