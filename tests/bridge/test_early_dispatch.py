@@ -58,6 +58,9 @@ def first_turn(bridge: Bridge, scripted: list[ScriptItem],
     return session_id, [user("hello"), assistant("first answer")]
 
 
+LIVE_LEASES = "SELECT * FROM session_leases WHERE expires_at <> 0"
+"""Leases not given up (a released one keeps its row, with expiry 0)."""
+
 def test_a_prompt_turn_sends_its_request_early_and_the_runtime_uses_it(
         bridge: Bridge, scripted: list[ScriptItem], server: ScriptedOpenAIServer) -> None:
     sid, history = first_turn(bridge, scripted, tools=[SEARCH])
@@ -72,7 +75,7 @@ def test_a_prompt_turn_sends_its_request_early_and_the_runtime_uses_it(
     assert len(server.requests) == 3, "a model request was sent twice"
     assert [m["content"] for m in server.requests[-1]["messages"]] == [
         "hello", "first answer", "question 0", "answer 0", "question 1"]
-    assert query(bridge.db, "SELECT * FROM session_leases") == [], "a lease was left behind"
+    assert query(bridge.db, LIVE_LEASES) == [], "a lease was left behind"
 
 
 def test_the_early_request_is_the_request_the_runtime_sends_without_it(
@@ -110,7 +113,7 @@ def _bump_revision(bridge: Bridge, sid: str) -> None:
 def _hold_lease(bridge: Bridge, sid: str) -> None:
     owner = f"{os.uname().nodename}:{os.getpid()}:othertest"  # alive: this process
     with sqlite3.connect(bridge.db) as db:
-        db.execute("INSERT INTO session_leases VALUES (?, ?, ?, ?)",
+        db.execute("INSERT OR REPLACE INTO session_leases VALUES (?, ?, ?, ?)",
                    (sid, owner, time.time() + 60, time.time()))
     db.close()
 
@@ -244,7 +247,7 @@ def test_a_wrong_early_request_is_dropped_and_the_runtime_sends_its_own(
     assert text_of(events) == "right"
     assert outcomes(bridge, sid) == ["mismatch"]
     assert sorted("temperature" in r for r in server.requests[1:]) == [False, True]
-    assert query(bridge.db, "SELECT * FROM session_leases") == []
+    assert query(bridge.db, LIVE_LEASES) == []
 
 
 @pytest.mark.parametrize(("request_", "expected"), [

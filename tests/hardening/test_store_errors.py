@@ -46,12 +46,16 @@ def one_line(done: subprocess.CompletedProcess[str], *words: str) -> None:
         assert word in errors[0], errors[0]
 
 
+STORED = ("SELECT * FROM checkpoints", "SELECT * FROM session_entries",
+          "SELECT * FROM cli_sessions", "SELECT * FROM session_leases WHERE expires_at <> 0")
+"""Every stored row but the timeline (a failed turn may log its error there) and the
+rows of released leases (expiry 0: kept for the next turn's lease, whoever held it)."""
+
+
 def stored(project: Project) -> list[Any]:
-    """Every stored row but the timeline (a failed turn may log its error there)."""
     db = sqlite3.connect(f"file:{project.path / '.nonoka' / 'sessions.db'}?mode=ro", uri=True)
     try:
-        return [sorted(map(repr, db.execute(f"SELECT * FROM {table}"))) for table in
-                ("checkpoints", "session_entries", "cli_sessions", "session_leases")]
+        return [sorted(map(repr, db.execute(query))) for query in STORED]
     finally:
         db.close()
 
@@ -140,7 +144,8 @@ def test_a_full_disk(project: Project, seeded: str, scripted: list[ScriptItem]) 
                                                    (b"\x01\x02", 1e300)])
 def test_a_lease_row_of_the_wrong_type(project: Project, seeded: str, owner: object,
                                       expires_at: object) -> None:
-    edit(project, "INSERT INTO session_leases VALUES (?, ?, ?, 0)", seeded, owner, expires_at)
+    edit(project, "INSERT OR REPLACE INTO session_leases VALUES (?, ?, ?, 0)", seeded, owner,
+         expires_at)
     before = stored(project)
     one_line(nonoka(project, "run", "-c", "more"), "lease", "damaged", "DELETE FROM")
     assert stored(project) == before

@@ -111,6 +111,33 @@ async def test_a_template_saved_again_rewrites_only_what_changed(
     assert found is not None and (found.template, found.revision) == (template, revision)
 
 
+async def test_a_lease_taken_again_after_a_release_writes_one_page(
+        runtime: SQLiteCheckpointStore, calls: NextCallStore) -> None:
+    """Every bridge turn takes the session's lease and gives it up: the row stays (its
+    expiry 0), so each is an update of one page, not an insert into or a delete from the
+    table and its key index. A released lease is free, to anyone, and cannot be renewed."""
+    revision = await runtime.save_session(_state())
+    assert calls.lease_at_revision("s1", revision, "turn-1", 30)
+    assert await runtime.release_lease("s1", "turn-1")
+    for turn in range(2, 4):
+        before = _wal_frames(runtime.path)
+        assert calls.lease_at_revision("s1", revision, f"turn-{turn}", 30)
+        assert await runtime.release_lease("s1", f"turn-{turn}")
+        assert _wal_frames(runtime.path) - before == 2  # one page a transaction
+    assert await runtime.get_lease("s1") is None
+    assert await runtime.renew_lease("s1", "turn-3", 30) is False
+    assert await runtime.release_lease("s1", "turn-3") is False
+    found = calls.load_next_call("s1") if calls.save_next_call("s1", revision, "t") else None
+    assert found is not None  # a released lease holds nothing back
+    assert await runtime.acquire_lease("s1", "someone", 30)
+    lease = await runtime.get_lease("s1")
+    assert lease is not None and lease.owner == "someone"
+    assert await runtime.release_lease("s1", "someone")
+    assert await runtime.delete_session("s1")  # and the released row goes with it
+    rows = runtime.connection.execute("SELECT count(*) FROM session_leases").fetchone()[0]
+    assert rows == 0
+
+
 async def test_no_template_while_another_owner_holds_the_session(
         runtime: SQLiteCheckpointStore, calls: NextCallStore) -> None:
     revision = await runtime.save_session(_state())

@@ -251,15 +251,16 @@ class Journal:
             try:
                 await self._write_together(pending, record)
                 return
-            except Exception as exc:  # then one at a time, as far as they go
-                _report(exc)
+            except Exception:  # then apart, as far as they go (as ``refresh`` does)
                 self._pending = pending[:-1]
-                if record is not None:
-                    with contextlib.suppress(Exception):
-                        await self.stores.index.upsert_session(record)
-                with contextlib.suppress(Exception):
-                    await self.log(TURN_END, entry)
-                return
+            if record is not None:
+                try:
+                    await self.stores.index.upsert_session(record)
+                except Exception as exc:  # the run's outcome matters more than the row
+                    _report(exc)
+            with contextlib.suppress(Exception):  # the timeline must not stop the finish
+                await self.log(TURN_END, entry)
+            return
         if refresh:
             await self.refresh()
         with contextlib.suppress(Exception):  # the timeline must not stop the finish

@@ -5,8 +5,9 @@ snapshot row, inserts only the new conversation entries (or rewrites them after 
 compaction) and bumps the revision; so its cost does not grow with the conversation, and
 a process that raced another one gets ``SessionConflictError`` instead of overwriting it.
 A load reads the snapshot, the entries and the step updates in one read transaction.
-Leases (``SessionLeases``) are rows of ``session_leases`` with a ``time.time()`` expiry:
-every process sharing the file runs on the same machine, so they share that clock.
+Leases (``SessionLeases``) are rows of ``session_leases`` with a ``time.time()`` expiry
+(0 once released: the row stays for the next turn's lease, ``leases.RELEASE``): every
+process sharing the file runs on the same machine, so they share that clock.
 
 Other tables live in the same file (the session index and event log,
 ``nonoka.store.sqlite.records``): they are created by migrations in
@@ -467,6 +468,9 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 for table in ("checkpoints", "session_entries", "step_updates")
             )
             db.execute("DELETE FROM next_calls WHERE session_id = ?", (session_id,))
+            # A released lease's row (a live one stays: its holder finds out on its own).
+            db.execute("DELETE FROM session_leases WHERE session_id = ? AND expires_at = 0",
+                       (session_id,))
             # Files no other entry refers to go with it, in the same transaction.
             stored_media.collect(db, dropped)
         return removed > 0
@@ -499,17 +503,12 @@ class SQLiteCheckpointStore(StepUpdateWriter):
     async def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
         check_lease_args(owner, ttl_seconds)
         with self.transaction() as db:
-            return db.execute(
-                "UPDATE session_leases SET expires_at = ? WHERE session_id = ? AND owner = ?",
-                (time.time() + ttl_seconds, session_id, owner),
-            ).rowcount == 1
+            return db.execute(leases.RENEW, (time.time() + ttl_seconds, session_id, owner),
+                              ).rowcount == 1
 
     async def release_lease(self, session_id: str, owner: str) -> bool:
         with self.transaction() as db:
-            return db.execute(
-                "DELETE FROM session_leases WHERE session_id = ? AND owner = ?",
-                (session_id, owner),
-            ).rowcount == 1
+            return db.execute(leases.RELEASE, (session_id, owner)).rowcount == 1
 
     async def get_lease(self, session_id: str) -> Lease | None:
         now = time.time()
