@@ -48,14 +48,7 @@ from nonoka.llm.anthropic_wire import (
     request_body,
     request_headers,
 )
-from nonoka.llm.base import (
-    CallOptions,
-    ModelResponse,
-    ReasoningSink,
-    TextSink,
-    ToolSpec,
-    Usage,
-)
+from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
 from nonoka.llm.transport import (
     MAX_ERROR_BODY,
     Dialect,

@@ -19,14 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nonoka.llm.base import (
-    CallOptions,
-    ModelResponse,
-    ReasoningSink,
-    TextSink,
-    ToolSpec,
-    Usage,
-)
+from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
 from nonoka.llm.transport import (
     Failure,
     HTTPModel,

@@ -47,14 +47,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from nonoka.errors import ConfigurationError
-from nonoka.llm.base import (
-    CallOptions,
-    ModelResponse,
-    ReasoningSink,
-    TextSink,
-    ToolSpec,
-    Usage,
-)
+from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
 from nonoka.llm.transport import Failure, HTTPModel, Pricing, Transport, count, excerpt, tell
 from nonoka.llm.wire import (
     DEFAULT_BASE_URL,

@@ -254,10 +254,7 @@ class Journal:
             except Exception:  # then apart, as far as they go (as ``refresh`` does)
                 self._pending = pending[:-1]
             if record is not None:
-                try:
-                    await self.stores.index.upsert_session(record)
-                except Exception as exc:  # the run's outcome matters more than the row
-                    _report(exc)
+                await self._write_row(record)
             with contextlib.suppress(Exception):  # the timeline must not stop the finish
                 await self.log(TURN_END, entry)
             return
@@ -332,11 +329,16 @@ class Journal:
         """Bring the row up to date with the stored session (never raises)."""
         if self.session_id is None:
             return
+        record = await self._refreshed()
+        if record is not None:
+            await self._write_row(record)
+
+    async def _write_row(self, record: SessionRecord) -> None:
+        """Write the index row; a failure is reported, never raised."""
         try:
-            session = await self._stored_session(self.session_id)
-            if session is not None:
-                self.entries = len(session.memory.entries)
-                await self.index(session)
+            faults.point("index.update.before")
+            await self.stores.index.upsert_session(record)
+            faults.point("index.update.after")
         except Exception as exc:  # the run's outcome matters more than the index row
             _report(exc)
 

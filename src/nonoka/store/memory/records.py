@@ -91,12 +91,7 @@ class MemoryRecordStore:
     # -- EventLog -------------------------------------------------------------------------
 
     async def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
-        text = event_json(data)
-        db = self.database
-        with db.lock:
-            log = db.events.setdefault(session_id, [])
-            seq = log[-1].seq + 1 if log else 1
-            log.append(StoredEvent(seq, time.time(), kind, text))
+        await self.append_events(session_id, [(kind, data)])
 
     async def append_events(self, session_id: str,
                             events: Sequence[tuple[str, dict[str, Any]]], *,

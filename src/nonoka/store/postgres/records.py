@@ -157,19 +157,13 @@ class PostgresRecordStore:
     # -- EventLog -------------------------------------------------------------------------
 
     async def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
-        """Append with the next ``seq``, computed under the session's advisory lock."""
-        params = {"sid": session_id, "at": time.time(), "kind": kind, "data": event_json(data)}
-        async def write(conn: Any) -> None:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                               (EVENT_LOCK, session_id))
-            await conn.execute(_APPEND, params)
-
-        await self.database.run(write, transaction=True)
+        await self.append_events(session_id, [(kind, data)])
 
     async def append_events(self, session_id: str,
                             events: Sequence[tuple[str, dict[str, Any]]], *,
                             record: SessionRecord | None = None) -> None:
-        """``AppendsTogether``: the events and the row in one transaction."""
+        """``AppendsTogether``: the events and the row in one transaction. Each event gets
+        the next ``seq``, computed under the session's advisory lock."""
         now = time.time()
         rows = [{"sid": session_id, "at": now, "kind": kind, "data": event_json(data)}
                 for kind, data in events]

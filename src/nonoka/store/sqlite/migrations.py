@@ -416,7 +416,6 @@ def m010_compact_tables(db: sqlite3.Connection) -> None:
                f"WHEN new.doc<={INDEXED_UPTO} BEGIN {renumber} END")
 
 
-
 @migration
 def m011_events_clustered(db: sqlite3.Connection) -> None:
     """The event log clustered on its key (``WITHOUT ROWID``): an append writes the
@@ -442,6 +441,7 @@ def m011_events_clustered(db: sqlite3.Connection) -> None:
     finally:
         db.execute("PRAGMA ignore_check_constraints = OFF")
     db.execute("DROP TABLE events_m010")
+
 
 # -- the runner's SQLite side ----------------------------------------------------------
 

@@ -168,15 +168,13 @@ class SQLiteRecordStore:
     # -- EventLog -------------------------------------------------------------------------
 
     async def append_event(self, session_id: str, kind: str, data: dict[str, Any]) -> None:
-        """Append with the next ``seq``; computing it inside the write makes it unique."""
-        text = event_json(data)
-        with self._store.transaction() as db:
-            db.execute(_APPEND, (session_id, time.time(), kind, text))
+        await self.append_events(session_id, [(kind, data)])
 
     async def append_events(self, session_id: str,
                             events: Sequence[tuple[str, dict[str, Any]]], *,
                             record: SessionRecord | None = None) -> None:
-        """``AppendsTogether``: the events and the row in one transaction."""
+        """``AppendsTogether``: the events and the row in one transaction. Each event gets
+        the next ``seq``; computing it inside the write makes it unique."""
         now = time.time()
         rows = [(session_id, now, kind, event_json(data)) for kind, data in events]
         with self._store.transaction() as db:
