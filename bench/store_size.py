@@ -235,40 +235,49 @@ async def measure_postgres(url: str, turns: list[list[MemoryEntry]], result: Res
 # -- what if -----------------------------------------------------------------------------
 
 WHAT_IF = {
-    "as the runtime stores it (two commits, then the list row's own)": ("two", "own"),
-    "the list row in the answer's commit": ("two", "joined"),
-    "no list row at all": ("two", "none"),
-    "one commit an exchange, with the list row": ("one", "joined"),
-    "one commit an exchange, the list row without its two indexes": ("one", "bare"),
-    "one commit an exchange, no list row": ("one", "none"),
+    "as the runtime stores it (two commits, then the list row's own)": ("two", "own", True),
+    "the list row in the answer's commit": ("two", "joined", True),
+    "no list row at all": ("two", "none", True),
+    "one commit an exchange, with the list row": ("one", "joined", True),
+    "one commit an exchange, the list row without its last_active index": ("one", "bare",
+                                                                           True),
+    "one commit an exchange, no list row": ("one", "none", True),
+    "entries without their key index, the list row as stored": ("two", "own", False),
+    "entries without their key index, the list row without last_active's": ("two", "bare",
+                                                                            False),
+    "entries without their key index, no list row": ("two", "none", False),
 }
 """Other ways to store the same exchanges, through the store's own statements
-(``write_session`` and the index row's upsert) grouped into other transactions: what each
-lever of the bytes written is worth. Not what nonoka does, except the first."""
+(``write_session`` and the index row's write) grouped into other transactions, some
+without an index: what each lever of the bytes written is worth. Not what nonoka does,
+except the first. Dropping ``session_entries_key`` stands for entries clustered by
+session (a layout whose table is its own key), which loads and search would need."""
 
 
-async def what_if(tmp: Path, turns: list[list[MemoryEntry]], commits: str, row: str) -> int:
+async def what_if(tmp: Path, turns: list[list[MemoryEntry]], commits: str, row: str,
+                  key: bool) -> int:
     """Bytes written building the session with the exchange committed ``commits``
     (``two``: question, then answer; ``one``: both) and the list row ``own`` (its own
-    transaction), ``joined`` (in the answer's), ``bare`` (joined, its two secondary indexes
-    dropped) or ``none``."""
-    from nonoka.store.sqlite.records import _UPSERT, _row
+    transaction), ``joined`` (in the answer's), ``bare`` (joined, its ``last_active``
+    index dropped) or ``none``; without the entries' key index unless ``key``."""
+    from nonoka.store.sqlite.records import _write_row
 
-    path = tmp / f"what-if-{commits}-{row}.db"
+    path = tmp / f"what-if-{commits}-{row}-{key}.db"
     store = SQLiteCheckpointStore(path)
     await store.load_session("warm-up")
     db = store.connection
     if row == "bare":
         db.execute("DROP INDEX cli_sessions_last_active")
-        db.execute("DROP INDEX cli_sessions_conversation_key")
+    if not key:
+        db.execute("DROP INDEX session_entries_key")
     before = wchar()
     session = Session.from_state(make_state(SESSION, []))
     for n, turn in enumerate(turns):
-        record = _row(SessionRecord(
+        record = SessionRecord(
             session_id=SESSION, title="store size", model="scripted", status="completed",
             turn_count=n + 1, message_count=len(session.memory) + len(turn),
             input_tokens=1000 * (n + 1), output_tokens=200 * (n + 1),
-            metadata={"conversation_key": "bench", "purpose": "chat"}))
+            metadata={"conversation_key": "bench", "purpose": "chat"})
         groups = [turn] if commits == "one" else [[entry] for entry in turn]
         for i, group in enumerate(groups):
             for entry in group:
@@ -276,10 +285,10 @@ async def what_if(tmp: Path, turns: list[list[MemoryEntry]], commits: str, row: 
             with store.transaction() as tx:
                 session.revision = store.write_session(tx, session.to_state())
                 if i == len(groups) - 1 and row in ("joined", "bare"):
-                    tx.execute(_UPSERT, record)
+                    _write_row(tx, record)
         if row == "own":
             with store.transaction() as tx:
-                tx.execute(_UPSERT, record)
+                _write_row(tx, record)
     search_index.catch_up(db)
     await store.close()
     return wchar() - before
@@ -367,9 +376,9 @@ async def run(args: argparse.Namespace) -> int:
         await measure_sqlite(tmp, turns, result)
         if args.what_if:
             print("bytes written against the raw append (one commit an exchange):")
-            for name, (commits, row) in WHAT_IF.items():
-                written = await what_if(tmp, turns, commits, row)
-                print(f"  {name:<64} {kib(written):>12} {written / result.raw_written:6.2f}")
+            for name, (commits, row, key) in WHAT_IF.items():
+                written = await what_if(tmp, turns, commits, row, key)
+                print(f"  {name:<70} {kib(written):>12} {written / result.raw_written:6.2f}")
             print()
     description = f"SQLite {sqlite3.sqlite_version}"
     if not args.no_postgres:

@@ -204,3 +204,30 @@ async def test_a_session_saved_many_times_keeps_its_checkpoint_rows_size(schema:
     with pg.connect(schema) as raw:
         row = raw.execute("SELECT pg_relation_size('checkpoints') / 8192").fetchone()
     assert row is not None and isinstance(row[0], int) and row[0] <= 8, row
+
+
+async def test_the_session_list_lookups_use_their_indexes(schema: str) -> None:
+    """The bridge looks a session up by the host's conversation id and by the conversation
+    key on every request: each by its own index (``m009_session_list_lookups``), not a
+    scan of the whole list."""
+    from nonoka.store import index_sql
+    from nonoka.store.postgres.records import _HOST, _KEY, _PURPOSE
+    from nonoka.store.records import SessionRecord
+
+    records = PostgresRecordStore(pg.PG_URL, schema=schema)
+    try:
+        for n in range(50):
+            await records.upsert_session(SessionRecord(session_id=f"s{n:03}", metadata={
+                "conversation_key": f"k{n % 5}", "host_session_id": f"ses_{n % 10}"}))
+        assert len(await records.find_by_host_session("ses_3")) == 5
+        assert len(await records.find_by_conversation_key("k1")) == 10
+    finally:
+        await records.close()
+    with pg.connect(schema) as raw:
+        raw.execute("SET enable_seqscan = off")  # 50 rows: a scan would be cheaper
+        for lookup, index in ((_HOST, "cli_sessions_host_session"),
+                              (_KEY, "cli_sessions_conversation_key")):
+            plan = "\n".join(str(row[0]) for row in raw.execute(
+                f"EXPLAIN {index_sql.SELECT} WHERE {lookup} = 'x' AND {_PURPOSE} = 'chat' "
+                f"{index_sql.ORDER}").fetchall())
+            assert index in plan, plan

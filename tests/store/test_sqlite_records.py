@@ -4,6 +4,7 @@ indexes, and several processes appending to one log."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import sys
 import time
@@ -138,13 +139,16 @@ async def test_lookups_use_the_indexes(tmp_path: Path) -> None:
     try:
         for n in range(50):
             await records.upsert_session(SessionRecord(
-                session_id=f"s{n:03}", last_active=n, metadata={"conversation_key": f"k{n % 5}"}
-            ))
+                session_id=f"s{n:03}", last_active=n, metadata={
+                    "conversation_key": f"k{n % 5}", "host_session_id": f"ses_{n % 10}"}))
             await records.append_event(f"s{n:03}", "request", {})
         db = records.connection
         with Trace(db) as statements:
             assert len(await records.find_by_conversation_key("k1")) == 10
         assert all("cli_sessions_conversation_key" in p for p in _plans(db, statements))
+        with Trace(db) as statements:  # the bridge's lookup on every request
+            assert len(await records.find_by_host_session("ses_3")) == 5
+        assert all("cli_sessions_host_session" in p for p in _plans(db, statements))
         with Trace(db) as statements:
             assert len(await records.list_sessions(5, purpose=None)) == 5
         assert all("cli_sessions_last_active" in p for p in _plans(db, statements))
@@ -156,6 +160,74 @@ async def test_lookups_use_the_indexes(tmp_path: Path) -> None:
             assert len(await records.list_events("s001")) == 1
         assert all("USING PRIMARY KEY" in p or "USING INDEX sqlite_autoindex_events_1" in p
                    for p in _plans(db, statements))
+    finally:
+        await records.close()
+
+
+def _wal_frames(db_path: Path) -> int:
+    """Pages appended to the WAL so far (its header is 32 bytes, a frame's 24)."""
+    page_size = 4096
+    wal = Path(f"{db_path}-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    return max(size - 32, 0) // (page_size + 24)
+
+
+async def test_a_turns_row_moves_no_lookup_entry(tmp_path: Path) -> None:
+    """The row written after every turn (counters, status, ``last_active``) with the
+    metadata it had writes its leaf and the ``last_active`` index's, not the pages of the
+    lookups on the metadata (the conversation key, the host's id); new metadata is still
+    written, and found by them."""
+    records = SQLiteRecordStore(tmp_path / "s.db")
+    try:
+        metadata = {"conversation_key": "k", "host_session_id": "ses_1", "purpose": "chat"}
+        for n in range(300):  # enough rows that the table and each index have many pages
+            await records.upsert_session(SessionRecord(
+                session_id=f"s{n:03}", last_active=n, metadata={
+                    **metadata, "conversation_key": f"k{n}", "host_session_id": f"ses_{n}"}))
+        db = records.connection
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        turn = SessionRecord(session_id="s150", last_active=1000.0, turn_count=7,
+                             metadata={**metadata, "conversation_key": "k150",
+                                       "host_session_id": "ses_150"})
+        before = _wal_frames(records.path)
+        await records.upsert_session(turn)
+        assert _wal_frames(records.path) - before == 2  # the row's leaf, last_active's
+        stored = await records.get_session("s150")
+        assert stored is not None and (stored.turn_count, stored.last_active) == (7, 1000.0)
+        await records.upsert_session(turn.model_copy(update={"metadata": {
+            **metadata, "conversation_key": "moved", "host_session_id": "ses_moved"}}))
+        assert [r.session_id for r in await records.find_by_conversation_key("moved")] == [
+            "s150"]
+        assert [r.session_id for r in await records.find_by_host_session("ses_moved")] == [
+            "s150"]
+        assert await records.find_by_conversation_key("k150") == []
+    finally:
+        await records.close()
+
+
+async def test_an_m011_file_gets_the_host_lookup(tmp_path: Path) -> None:
+    """A file from before ``m012_session_list_lookups``, its rows written as that nonoka
+    wrote them: upgraded, its host conversations are found through the new index, newest
+    first, and the conversation key's index no longer holds ``last_active``."""
+    path = tmp_path / "s.db"
+    with raw_sqlite(path) as db:
+        apply_migrations(db, str(path), MIGRATIONS[:ALL.index("m012_session_list_lookups")])
+        for sid, at, host in (("a", 1.0, "ses_1"), ("b", 3.0, "ses_1"), ("c", 2.0, "ses_2")):
+            db.execute("INSERT INTO cli_sessions (session_id, created_at, last_active, "
+                       "metadata) VALUES (?, ?, ?, ?)", (sid, at, at, json.dumps(
+                           {"conversation_key": "k", "host_session_id": host})))
+    records = SQLiteRecordStore(path)
+    try:
+        db = records.connection
+        with Trace(db) as statements:
+            assert [r.session_id for r in await records.find_by_host_session("ses_1")] == [
+                "b", "a"]
+        assert all("cli_sessions_host_session" in p for p in _plans(db, statements))
+        columns = db.execute("SELECT name FROM pragma_index_xinfo("
+                             "'cli_sessions_conversation_key') WHERE key").fetchall()
+        assert columns == [(None,)]  # one key column, the expression
+        assert [r.session_id for r in await records.find_by_conversation_key("k")] == [
+            "b", "c", "a"]
     finally:
         await records.close()
 

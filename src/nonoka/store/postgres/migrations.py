@@ -213,7 +213,6 @@ async def m007_media(conn: AsyncConnection[Any]) -> None:
                        f"USING gin (({MEDIA_REFS.format(m='media')})) WHERE media IS NOT NULL")
 
 
-
 @migration
 async def m008_compact_tables(conn: AsyncConnection[Any]) -> None:
     """Tables that keep their size (bench/README.md, ``store_size.py``).
@@ -230,6 +229,20 @@ async def m008_compact_tables(conn: AsyncConnection[Any]) -> None:
     await conn.execute("ALTER TABLE checkpoints SET (fillfactor = 50)")
     await conn.execute("ALTER TABLE cli_sessions SET (fillfactor = 50)")
     await conn.execute("ALTER INDEX session_entries_search SET (gin_pending_list_limit = 128)")
+
+
+@migration
+async def m009_session_list_lookups(conn: AsyncConnection[Any]) -> None:
+    """The session list's lookups indexed by what they look up, as on SQLite: the
+    conversation key's index without ``last_active`` (a key has a few rows, sorted after
+    the lookup), and the host's own conversation id, which the bridge looks up on every
+    request, indexed (a scan of the whole list before)."""
+    await conn.execute("DROP INDEX IF EXISTS cli_sessions_conversation_key")
+    await conn.execute("CREATE INDEX cli_sessions_conversation_key "
+                       "ON cli_sessions ((metadata ->> 'conversation_key'))")
+    await conn.execute("CREATE INDEX cli_sessions_host_session "
+                       "ON cli_sessions ((metadata ->> 'host_session_id'))")
+
 
 # -- the runner's PostgreSQL side ----------------------------------------------------------
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
 _UPSERT = index_sql.upsert("%s")
-# Must match the index expression in m002 exactly, or the planner will not use the index.
+# Must match the index expressions in m009 exactly, or the planner will not use them.
 _KEY = "(metadata ->> 'conversation_key')"
 _PURPOSE = "coalesce(metadata ->> 'purpose', 'chat')"
 _ORDER = index_sql.ORDER

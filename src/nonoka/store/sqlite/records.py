@@ -37,7 +37,15 @@ if TYPE_CHECKING:
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
 _UPSERT = index_sql.upsert("?")
-# Must match the index expression in m002 exactly, or SQLite will not use the index.
+_KEPT = ("session_id", "created_at", "metadata")
+_UPDATE_SAME_METADATA = (
+    "UPDATE cli_sessions SET "
+    + ", ".join(f"{c} = ?" for c in _COLUMNS if c not in _KEPT)
+    + " WHERE session_id = ? AND metadata = ?")
+"""The row again with the metadata it has: SQLite updates an index when a column it reads
+is assigned, whatever the value, so the turn's row write leaves ``metadata`` out when it
+did not change, and the two lookups on it (``m012``) are not written a turn."""
+# Must match the index expressions in m012 exactly, or SQLite will not use the indexes.
 _KEY = "json_extract(metadata, '$.conversation_key')"
 _PURPOSE = "coalesce(json_extract(metadata, '$.purpose'), 'chat')"
 _ORDER = index_sql.ORDER
@@ -108,13 +116,13 @@ class SQLiteRecordStore:
 
     async def upsert_session(self, record: SessionRecord) -> None:
         with self._store.transaction() as db:
-            db.execute(_UPSERT, _row(record))
+            _write_row(db, record)
 
     async def create_session(self, state: SessionState, record: SessionRecord) -> int:
         """``CreatesIndexed``: the first snapshot and the row in one transaction."""
         with self._store.transaction() as db:
             revision = self._store.write_session(db, state)
-            db.execute(_UPSERT, _row(record))
+            _write_row(db, record)
         return revision
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
@@ -181,7 +189,7 @@ class SQLiteRecordStore:
             for row in rows:
                 db.execute(_APPEND, row)
             if record is not None:
-                db.execute(_UPSERT, _row(record))
+                _write_row(db, record)
 
     async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
         with self._store.transaction(write=False) as db:
@@ -207,6 +215,15 @@ class SQLiteRecordStore:
         """Close the connection if this store opened it (idempotent)."""
         if self._owned:
             await self._store.close()
+
+
+def _write_row(db: sqlite3.Connection, record: SessionRecord) -> None:
+    """Insert or replace the row, leaving ``metadata`` alone when it is the same."""
+    row = dict(zip(_COLUMNS, _row(record), strict=True))
+    changed = [row[c] for c in _COLUMNS if c not in _KEPT]
+    if db.execute(_UPDATE_SAME_METADATA,
+                  (*changed, row["session_id"], row["metadata"])).rowcount == 0:
+        db.execute(_UPSERT, list(row.values()))
 
 
 def _row(record: SessionRecord) -> list[Any]:
