@@ -13,8 +13,9 @@ methods:
   conversation id (OpenCode's always do), with ``cli_sessions_host_session`` and with it
   dropped, as files before ``m012_session_list_lookups`` were;
 - ``find_by_conversation_key``: the bridge's lookup when the host gives no id;
-- ``list_sessions(50)``: the first page of ``sessions list``, with the ``last_active``
-  index and with it dropped (what a layout without it would cost the list);
+- ``list_sessions(50)``: the first page of ``sessions list``, with the list order's
+  index (``cli_sessions_list_order``) and with it dropped (what the list would cost a
+  layout without an index on its order);
 - ``get_session``: the primary key, for scale.
 
 Goal: at the largest size, the bridge's two lookups each take at most 1 ms (median).
@@ -94,8 +95,8 @@ async def measure(path: Path, count: int, reps: int) -> dict[str, float]:
         db.execute("DROP INDEX cli_sessions_host_session")
         await timed("host id, no index (before m012)",
                     lambda: records.find_by_host_session(str(host)), 1)
-        db.execute("DROP INDEX cli_sessions_last_active")
-        await timed("list, first 50, no last_active index",
+        db.execute("DROP INDEX cli_sessions_list_order")
+        await timed("list, first 50, no list order index",
                     lambda: records.list_sessions(50), 50)
         return out
     finally:

@@ -239,12 +239,8 @@ WHAT_IF = {
     "the list row in the answer's commit": ("two", "joined", True),
     "no list row at all": ("two", "none", True),
     "one commit an exchange, with the list row": ("one", "joined", True),
-    "one commit an exchange, the list row without its last_active index": ("one", "bare",
-                                                                           True),
     "one commit an exchange, no list row": ("one", "none", True),
     "entries without their key index, the list row as stored": ("two", "own", False),
-    "entries without their key index, the list row without last_active's": ("two", "bare",
-                                                                            False),
     "entries without their key index, no list row": ("two", "none", False),
 }
 """Other ways to store the same exchanges, through the store's own statements
@@ -258,16 +254,14 @@ async def what_if(tmp: Path, turns: list[list[MemoryEntry]], commits: str, row: 
                   key: bool) -> int:
     """Bytes written building the session with the exchange committed ``commits``
     (``two``: question, then answer; ``one``: both) and the list row ``own`` (its own
-    transaction), ``joined`` (in the answer's), ``bare`` (joined, its ``last_active``
-    index dropped) or ``none``; without the entries' key index unless ``key``."""
+    transaction), ``joined`` (in the answer's) or ``none``; without the entries' key
+    index unless ``key``."""
     from nonoka.store.sqlite.records import _write_row
 
     path = tmp / f"what-if-{commits}-{row}-{key}.db"
     store = SQLiteCheckpointStore(path)
     await store.load_session("warm-up")
     db = store.connection
-    if row == "bare":
-        db.execute("DROP INDEX cli_sessions_last_active")
     if not key:
         db.execute("DROP INDEX session_entries_key")
     before = wchar()
@@ -284,7 +278,7 @@ async def what_if(tmp: Path, turns: list[list[MemoryEntry]], commits: str, row: 
                 session.memory.append(entry)
             with store.transaction() as tx:
                 session.revision = store.write_session(tx, session.to_state())
-                if i == len(groups) - 1 and row in ("joined", "bare"):
+                if i == len(groups) - 1 and row == "joined":
                     _write_row(tx, record)
         if row == "own":
             with store.transaction() as tx:

@@ -231,3 +231,34 @@ async def test_the_session_list_lookups_use_their_indexes(schema: str) -> None:
                 f"EXPLAIN {index_sql.SELECT} WHERE {lookup} = 'x' AND {_PURPOSE} = 'chat' "
                 f"{index_sql.ORDER}").fetchall())
             assert index in plan, plan
+
+
+async def test_a_turns_row_update_is_heap_only(schema: str) -> None:
+    """The row written after each turn of the most recent session changes no indexed
+    column (``list_order`` stays, ``m010_list_order``), so PostgreSQL updates it in place
+    on its page and adds no index entry (a heap-only update); a row moving to the top is
+    an ordinary update."""
+    from nonoka.store.records import SessionRecord
+
+    records = PostgresRecordStore(pg.PG_URL, schema=schema)
+    try:
+        for n in range(20):
+            await records.upsert_session(SessionRecord(session_id=f"s{n:03}", last_active=n,
+                                                       metadata={"conversation_key": "k"}))
+        top = SessionRecord(session_id="s005", last_active=100.0,
+                            metadata={"conversation_key": "k"})
+        for n in range(10):  # to the top, then nine more turns there
+            await records.upsert_session(top.model_copy(update={
+                "last_active": 100.0 + n, "turn_count": n}))
+    finally:
+        await records.close()  # its backend ends, which publishes its counters
+    with pg.connect(schema) as raw:
+        counts: tuple[object, ...] | None = None
+        for _ in range(100):
+            raw.execute("SELECT pg_stat_clear_snapshot()")
+            counts = raw.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                                 "WHERE relid = 'cli_sessions'::regclass").fetchone()
+            if counts is not None and counts[0] == 10:
+                break
+            await asyncio.sleep(0.1)
+        assert counts == (10, 9)

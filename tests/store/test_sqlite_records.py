@@ -60,7 +60,7 @@ async def test_old_file_is_upgraded_by_the_record_store(tmp_path: Path) -> None:
         await records.close()
     with raw_sqlite(path) as db:
         assert [r[0] for r in db.execute("SELECT name FROM nonoka_migrations")] == ALL
-    assert {"cli_sessions", "events", "cli_sessions_last_active",
+    assert {"cli_sessions", "events", "cli_sessions_list_order",
             "cli_sessions_conversation_key"} <= _tables(path)
     store = SQLiteCheckpointStore(path)
     try:
@@ -151,7 +151,7 @@ async def test_lookups_use_the_indexes(tmp_path: Path) -> None:
         assert all("cli_sessions_host_session" in p for p in _plans(db, statements))
         with Trace(db) as statements:
             assert len(await records.list_sessions(5, purpose=None)) == 5
-        assert all("cli_sessions_last_active" in p for p in _plans(db, statements))
+        assert all("cli_sessions_list_order" in p for p in _plans(db, statements))
         with Trace(db) as statements:
             assert len(await records.find_sessions_by_prefix("s00")) == 10
         assert all("USING INDEX sqlite_autoindex_cli_sessions_1 (session_id>? AND session_id<?)"
@@ -172,11 +172,12 @@ def _wal_frames(db_path: Path) -> int:
     return max(size - 32, 0) // (page_size + 24)
 
 
-async def test_a_turns_row_moves_no_lookup_entry(tmp_path: Path) -> None:
-    """The row written after every turn (counters, status, ``last_active``) with the
-    metadata it had writes its leaf and the ``last_active`` index's, not the pages of the
-    lookups on the metadata (the conversation key, the host's id); new metadata is still
-    written, and found by them."""
+async def test_a_turns_row_writes_only_its_own_page(tmp_path: Path) -> None:
+    """The row written after every turn (counters, status, ``last_active``) of the most
+    recent session, with the metadata it had, writes its leaf and no index page: not the
+    list order's (``m013``), not the lookups' on the metadata (``m012``). When another
+    session becomes the most recent, the order moves; new metadata is still written, and
+    found by the lookups."""
     records = SQLiteRecordStore(tmp_path / "s.db")
     try:
         metadata = {"conversation_key": "k", "host_session_id": "ses_1", "purpose": "chat"}
@@ -185,15 +186,30 @@ async def test_a_turns_row_moves_no_lookup_entry(tmp_path: Path) -> None:
                 session_id=f"s{n:03}", last_active=n, metadata={
                     **metadata, "conversation_key": f"k{n}", "host_session_id": f"ses_{n}"}))
         db = records.connection
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         turn = SessionRecord(session_id="s150", last_active=1000.0, turn_count=7,
                              metadata={**metadata, "conversation_key": "k150",
                                        "host_session_id": "ses_150"})
-        before = _wal_frames(records.path)
-        await records.upsert_session(turn)
-        assert _wal_frames(records.path) - before == 2  # the row's leaf, last_active's
+
+        async def pages_written(record: SessionRecord) -> int:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            before = _wal_frames(records.path)
+            await records.upsert_session(record)
+            return _wal_frames(records.path) - before
+
+        assert await pages_written(turn) == 2  # to the top: the row's leaf, the order's
+        for n in range(1, 4):  # its next turns
+            assert await pages_written(turn.model_copy(update={
+                "last_active": 1000.0 + n, "turn_count": 7 + n})) == 1
         stored = await records.get_session("s150")
-        assert stored is not None and (stored.turn_count, stored.last_active) == (7, 1000.0)
+        assert stored is not None and (stored.turn_count, stored.last_active) == (10, 1003.0)
+        assert [r.session_id for r in await records.list_sessions(2)] == ["s150", "s299"]
+        assert await pages_written(SessionRecord(  # another session's turn
+            session_id="s010", last_active=1004.0, metadata={
+                **metadata, "conversation_key": "k10", "host_session_id": "ses_10"})) > 1
+        assert [r.session_id for r in await records.list_sessions(3)] == [
+            "s010", "s150", "s299"]
+        assert db.execute("SELECT list_order FROM cli_sessions WHERE session_id = 's150'"
+                          ).fetchone() == (1003.0,)  # settled when it left the top
         await records.upsert_session(turn.model_copy(update={"metadata": {
             **metadata, "conversation_key": "moved", "host_session_id": "ses_moved"}}))
         assert [r.session_id for r in await records.find_by_conversation_key("moved")] == [

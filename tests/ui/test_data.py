@@ -99,6 +99,31 @@ async def test_listing_filters_searches_sorts_and_pages(data: UiData) -> None:
     assert (await data.list_sessions(SessionQuery(after="not a cursor"))).total == 8
 
 
+async def test_paging_past_a_session_that_stayed_on_top(data: UiData) -> None:
+    """The most recent session keeps its place in the list between its turns (its
+    ``list_order`` stays older than its ``last_active``): a page that ends on it goes on
+    with the next session, not with it again."""
+    stores = data.stores
+    now = time.time()
+    older = [await add(stores, f"older {i}", last_active=now - 100 - i) for i in range(2)]
+    top = await add(stores, "busy", last_active=now - 50)
+    for n in (40, 30, 0):  # its next turns
+        record = await stores.index.get_session(top)
+        assert record is not None
+        await stores.index.upsert_session(record.model_copy(update={"last_active": now - n}))
+    seen: list[str] = []
+    page = await data.list_sessions(SessionQuery(limit=1))
+    seen += [r.session_id for r in page.rows]
+    while page.next_cursor and len(seen) < 10:
+        page = await data.list_sessions(SessionQuery(limit=1, after=page.next_cursor))
+        seen += [r.session_id for r in page.rows]
+    assert seen == [top, *older]
+    back = await data.list_sessions(SessionQuery(limit=1, before=page.prev_cursor))
+    assert [r.session_id for r in back.rows] == [older[0]]
+    back = await data.list_sessions(SessionQuery(limit=1, before=back.prev_cursor))
+    assert [r.session_id for r in back.rows] == [top] and back.prev_cursor is None
+
+
 @pytest.mark.parametrize(("sort", "key"), [
     ("last_active", "1" + "0" * 30), ("tokens", "-1" + "0" * 30), ("cost", "1e999"),
     ("turns", "NaN"), ("created", '"a title"'), ("title", "12")])

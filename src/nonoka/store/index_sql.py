@@ -1,6 +1,14 @@
 """SQL text for the ``cli_sessions`` table that every SQL engine shares.
 
 Only the parameter placeholder differs between SQLite (``?``) and psycopg (``%s``).
+
+The list is ordered by ``list_order``, not by ``last_active`` itself, so the row a turn
+rewrites moves no index entry while its session stays the most recent one, which is
+how a person works: one session at a time. Every row but the list's top has
+``list_order = last_active``; the top may keep an older ``list_order`` (at most its
+``last_active``, and above every other row's), so both orders are the same. A writer
+runs ``settle_top`` first, then keeps the row's ``list_order`` when ``keep_order`` holds
+and gives it ``last_active`` otherwise (``upsert`` does the second part for its row).
 """
 
 from __future__ import annotations
@@ -10,14 +18,45 @@ COLUMNS = (
     "message_count", "input_tokens", "output_tokens", "cost_usd", "metadata",
 )
 SELECT = f"SELECT {', '.join(COLUMNS)} FROM cli_sessions"
-ORDER = "ORDER BY last_active DESC, session_id"
+ORDER = "ORDER BY list_order DESC, session_id"
+"""Newest first (the same order as ``last_active DESC, session_id``), from the index."""
+
+_OTHERS_TOP = ("(SELECT o.list_order FROM cli_sessions o WHERE o.session_id <> {id} "
+               "ORDER BY o.list_order DESC LIMIT 1)")
+
+
+def settle_top(placeholder: str) -> str:
+    """Give the list's top row its own ``last_active`` as ``list_order`` when it is not
+    the row about to be written (one parameter: that row's id). Touches a row only when
+    the most recent session changes."""
+    return ("UPDATE cli_sessions SET list_order = last_active WHERE session_id = "
+            "(SELECT t.session_id FROM cli_sessions t ORDER BY t.list_order DESC, "
+            f"t.session_id LIMIT 1) AND list_order <> last_active AND session_id <> "
+            f"{placeholder}")
+
+
+def keep_order(row: str, last_active: str, session_id: str) -> str:
+    """True when ``row`` (the stored row) may keep its ``list_order``: it is above every
+    other row and the new ``last_active`` is not below it."""
+    others = _OTHERS_TOP.format(id=session_id)
+    return (f"({last_active} >= {row}.list_order AND "
+            f"{row}.list_order > coalesce({others}, -1e308))")
 
 
 def upsert(placeholder: str) -> str:
-    """Insert a row, or replace every column but the id and ``created_at``."""
+    """Insert a row, or replace every column but the id and ``created_at``; ``list_order``
+    is the row's ``last_active`` unless ``keep_order`` holds. Run ``settle_top`` first."""
+    keep = keep_order("cli_sessions", "excluded.last_active", "excluded.session_id")
     return (
-        f"INSERT INTO cli_sessions ({', '.join(COLUMNS)}) "
-        f"VALUES ({', '.join(placeholder for _ in COLUMNS)}) ON CONFLICT (session_id) "
-        "DO UPDATE SET "
+        f"INSERT INTO cli_sessions ({', '.join(COLUMNS)}, list_order) "
+        f"VALUES ({', '.join(placeholder for _ in COLUMNS)}, {placeholder}) "
+        "ON CONFLICT (session_id) DO UPDATE SET "
         + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in ("session_id", "created_at"))
+        + f", list_order = CASE WHEN {keep} THEN cli_sessions.list_order "
+        "ELSE excluded.list_order END"
     )
+
+
+def upsert_values(row: list[object]) -> list[object]:
+    """``upsert``'s parameters: the ``COLUMNS`` values, then ``last_active`` again."""
+    return [*row, row[COLUMNS.index("last_active")]]

@@ -59,7 +59,7 @@ __all__ = (
 )
 
 SORTS = {
-    "last_active": "last_active",
+    "last_active": "list_order",  # the same order, from an index (nonoka.store.index_sql)
     "created": "created_at",
     "turns": "turn_count",
     "tokens": "(input_tokens + output_tokens)",
@@ -274,13 +274,15 @@ class UiData:
             page_where.append(f"({key}, session_id) {'<' if descending else '>'} (?, ?)")
             page_params += cursor
         direction = "DESC" if descending else "ASC"
-        select = (f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions {_where(page_where)} "
+        select = (f"SELECT {', '.join(_COLUMNS)}, {key} FROM cli_sessions "
+                  f"{_where(page_where)} "
                   f"ORDER BY {key} {direction}, session_id {direction} LIMIT ?")
         count = (f"SELECT count(*) FROM (SELECT 1 FROM cli_sessions {_where(where)} "
                  f"LIMIT {COUNT_CAP + 1}) AS capped")
         rows, total = await self._query((select, [*page_params, query.limit + 1]),
                                         (count, params))
-        records = await self._live([self._record(r) for r in rows[: query.limit]])
+        records = await self._live([self._record(r[:-1]) for r in rows[: query.limit]])
+        sort_values = {r[0]: r[-1] for r in rows}
         more = len(rows) > query.limit
         if backwards:
             records.reverse()
@@ -289,8 +291,10 @@ class UiData:
         has_next = True if backwards else more
         return SessionPage(
             rows=[_shown_record(r) for r in records], total=int(total[0][0]),
-            next_cursor=_encode_cursor(last, query.sort) if has_next and last else None,
-            prev_cursor=_encode_cursor(first, query.sort) if has_prev and first else None)
+            next_cursor=(_encode_cursor(last, sort_values[last.session_id])
+                         if has_next and last else None),
+            prev_cursor=(_encode_cursor(first, sort_values[first.session_id])
+                         if has_prev and first else None))
 
     def _filters(self, query: SessionQuery) -> tuple[list[str], list[object]]:
         where: list[str] = []
@@ -578,15 +582,10 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _sort_value(record: SessionRecord, sort: str) -> object:
-    if sort == "tokens":
-        return record.input_tokens + record.output_tokens
-    column = SORTS.get(sort, "last_active")
-    return getattr(record, column)
-
-
-def _encode_cursor(record: SessionRecord, sort: str) -> str:
-    raw = json.dumps([_sort_value(record, sort), record.session_id])
+def _encode_cursor(record: SessionRecord, sort_value: object) -> str:
+    """Where a page ends: the row's value of the sort key, as the database gave it, and
+    its id."""
+    raw = json.dumps([sort_value, record.session_id])
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 

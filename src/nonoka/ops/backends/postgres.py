@@ -117,7 +117,9 @@ class PostgresOps:
             if index is not None:
                 row = dict(index)
                 row["metadata"] = Jsonb(row["metadata"])
-                await conn.execute(index_sql.upsert("%s"), [row[c] for c in index_sql.COLUMNS])
+                await conn.execute(index_sql.settle_top("%s"), [row["session_id"]])
+                await conn.execute(index_sql.upsert("%s"),
+                                   index_sql.upsert_values([row[c] for c in index_sql.COLUMNS]))
         return True
 
     async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:

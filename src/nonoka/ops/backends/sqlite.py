@@ -131,7 +131,9 @@ class SQLiteOps:
                 row = dict(index)
                 row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False,
                                              allow_nan=False)
-                db.execute(index_sql.upsert("?"), [row[c] for c in index_sql.COLUMNS])
+                db.execute(index_sql.settle_top("?"), [row["session_id"]])
+                db.execute(index_sql.upsert("?"),
+                           index_sql.upsert_values([row[c] for c in index_sql.COLUMNS]))
         return True
 
     # -- search -----------------------------------------------------------------------

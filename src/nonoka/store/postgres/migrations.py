@@ -244,6 +244,24 @@ async def m009_session_list_lookups(conn: AsyncConnection[Any]) -> None:
                        "ON cli_sessions ((metadata ->> 'host_session_id'))")
 
 
+@migration
+async def m010_list_order(conn: AsyncConnection[Any]) -> None:
+    """The session list ordered by ``list_order`` (``nonoka.store.index_sql``), as on
+    SQLite: the most recent session's row keeps its place, so the update after each of
+    its turns changes no indexed column and stays on its page without new index entries
+    (a heap-only update). A row inserted without one gets its ``last_active``."""
+    await conn.execute("ALTER TABLE cli_sessions ADD COLUMN list_order double precision")
+    await conn.execute("UPDATE cli_sessions SET list_order = last_active")
+    await conn.execute("DROP INDEX IF EXISTS cli_sessions_last_active")
+    await conn.execute("CREATE INDEX cli_sessions_list_order ON cli_sessions (list_order)")
+    await conn.execute(
+        """CREATE FUNCTION cli_sessions_list_order() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN NEW.list_order := coalesce(NEW.list_order, NEW.last_active); RETURN NEW; END
+        $$""")
+    await conn.execute("CREATE TRIGGER cli_sessions_list_order BEFORE INSERT ON cli_sessions "
+                       "FOR EACH ROW EXECUTE FUNCTION cli_sessions_list_order()")
+
+
 # -- the runner's PostgreSQL side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
 _UPSERT = index_sql.upsert("%s")
+_SETTLE_TOP = index_sql.settle_top("%s")
 # Must match the index expressions in m009 exactly, or the planner will not use them.
 _KEY = "(metadata ->> 'conversation_key')"
 _PURPOSE = "coalesce(metadata ->> 'purpose', 'chat')"
@@ -89,7 +90,7 @@ class PostgresRecordStore:
 
     async def upsert_session(self, record: SessionRecord) -> None:
         async def write(conn: Any) -> None:
-            await conn.execute(_UPSERT, _row(record))
+            await _write_row(conn, record)
 
         await self.database.run(write)
 
@@ -99,7 +100,7 @@ class PostgresRecordStore:
 
         async def write(conn: Any) -> int:
             revision = await write_session(conn, state)
-            await conn.execute(_UPSERT, _row(record))
+            await _write_row(conn, record)
             return revision
 
         return await self.database.run(write, transaction=True)
@@ -175,7 +176,7 @@ class PostgresRecordStore:
             for params in rows:
                 await conn.execute(_APPEND, params)
             if record is not None:
-                await conn.execute(_UPSERT, _row(record))
+                await _write_row(conn, record)
 
         await self.database.run(write, transaction=True)
 
@@ -202,6 +203,13 @@ class PostgresRecordStore:
         """Close the database if this store opened it (idempotent)."""
         if self._owned:
             await self.database.close()
+
+
+async def _write_row(conn: Any, record: SessionRecord) -> None:
+    """Insert or replace the row, its place in the list kept when it stays on top
+    (``index_sql``)."""
+    await conn.execute(_SETTLE_TOP, (record.session_id,))
+    await conn.execute(_UPSERT, index_sql.upsert_values(_row(record)))
 
 
 def _row(record: SessionRecord) -> list[Any]:

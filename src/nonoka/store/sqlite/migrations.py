@@ -457,6 +457,22 @@ def m012_session_list_lookups(db: sqlite3.Connection) -> None:
                "json_extract(metadata, '$.host_session_id'))")
 
 
+@migration
+def m013_list_order(db: sqlite3.Connection) -> None:
+    """The session list ordered by ``list_order`` (``nonoka.store.index_sql``) instead of
+    ``last_active``: the most recent session's row keeps its place, so the write after
+    each of its turns writes the row's page and no index page. Every row starts with
+    ``list_order = last_active``; a row inserted without one (by another writer) gets
+    its ``last_active``."""
+    db.execute("ALTER TABLE cli_sessions ADD COLUMN list_order REAL")
+    db.execute("UPDATE cli_sessions SET list_order = last_active")
+    db.execute("DROP INDEX IF EXISTS cli_sessions_last_active")
+    db.execute("CREATE INDEX cli_sessions_list_order ON cli_sessions (list_order)")
+    db.execute("CREATE TRIGGER cli_sessions_list_order AFTER INSERT ON cli_sessions "
+               "WHEN new.list_order IS NULL BEGIN UPDATE cli_sessions SET "
+               "list_order = new.last_active WHERE session_id = new.session_id; END")
+
+
 # -- the runner's SQLite side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

@@ -38,13 +38,18 @@ _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
 _UPSERT = index_sql.upsert("?")
 _KEPT = ("session_id", "created_at", "metadata")
-_UPDATE_SAME_METADATA = (
-    "UPDATE cli_sessions SET "
-    + ", ".join(f"{c} = ?" for c in _COLUMNS if c not in _KEPT)
-    + " WHERE session_id = ? AND metadata = ?")
-"""The row again with the metadata it has: SQLite updates an index when a column it reads
-is assigned, whatever the value, so the turn's row write leaves ``metadata`` out when it
-did not change, and the two lookups on it (``m012``) are not written a turn."""
+_SET = ", ".join(f"{c} = ?" for c in _COLUMNS if c not in _KEPT)
+_SETTLE_TOP = index_sql.settle_top("?")
+_UPDATE_IN_PLACE = (
+    f"UPDATE cli_sessions SET {_SET} WHERE session_id = ? AND metadata = ? AND "
+    + index_sql.keep_order("cli_sessions", "?", "?"))
+"""The row again, in the same place in the list and with the metadata it has: the write
+of every turn of the most recent session. SQLite updates an index whenever a column it
+reads is assigned, whatever the value, so it assigns neither ``list_order`` nor
+``metadata``, and no index entry is written."""
+_UPDATE_MOVED = (f"UPDATE cli_sessions SET {_SET}, list_order = ? "
+                 "WHERE session_id = ? AND metadata = ?")
+"""The row again, moved in the list (another session was more recent), same metadata."""
 # Must match the index expressions in m012 exactly, or SQLite will not use the indexes.
 _KEY = "json_extract(metadata, '$.conversation_key')"
 _PURPOSE = "coalesce(json_extract(metadata, '$.purpose'), 'chat')"
@@ -218,12 +223,16 @@ class SQLiteRecordStore:
 
 
 def _write_row(db: sqlite3.Connection, record: SessionRecord) -> None:
-    """Insert or replace the row, leaving ``metadata`` alone when it is the same."""
+    """Insert or replace the row, assigning ``list_order`` and ``metadata`` only when
+    they change (``index_sql``)."""
     row = dict(zip(_COLUMNS, _row(record), strict=True))
+    sid, metadata, last_active = row["session_id"], row["metadata"], row["last_active"]
     changed = [row[c] for c in _COLUMNS if c not in _KEPT]
-    if db.execute(_UPDATE_SAME_METADATA,
-                  (*changed, row["session_id"], row["metadata"])).rowcount == 0:
-        db.execute(_UPSERT, list(row.values()))
+    db.execute(_SETTLE_TOP, (sid,))
+    if db.execute(_UPDATE_IN_PLACE, (*changed, sid, metadata, last_active, sid)).rowcount:
+        return
+    if db.execute(_UPDATE_MOVED, (*changed, last_active, sid, metadata)).rowcount == 0:
+        db.execute(_UPSERT, index_sql.upsert_values(list(row.values())))
 
 
 def _row(record: SessionRecord) -> list[Any]:

@@ -90,6 +90,46 @@ class RecordStoreSuite:
         await store.upsert_session(_record(listed[-1].session_id, T0 + 100))
         assert _ids(await store.list_sessions(1)) == [listed[-1].session_id]
 
+    async def test_listing_order_follows_every_kind_of_write(
+            self, records: RecordsHarness) -> None:
+        """Newest first, ties by id, after any mix of writes: one session's turns in a
+        row (it stays on top), another session's turn, rows written with an older
+        ``last_active`` (an import, a clock set back), equal times, deletions. The SQL
+        engines keep the top row's place in the list between its turns (``list_order``);
+        the order must not show it."""
+        import random
+
+        store = records.store
+        # The top row's turns, then a row from between its first turn and its last.
+        for turn_at in (10, 20, 30):
+            await store.upsert_session(_record("s0", T0 + turn_at, conversation_key="k"))
+        await store.upsert_session(_record("s1", T0 + 15, conversation_key="k"))
+        assert _ids(await store.list_sessions(purpose=None)) == ["s0", "s1"]
+        rng = random.Random(25)
+        now = T0 + 30
+        alive: dict[str, float] = {"s0": T0 + 30, "s1": T0 + 15}
+        for step in range(120):
+            sid = f"s{rng.randrange(6)}"
+            kind = rng.random()
+            if kind < 0.55:  # a turn: later than everything so far
+                now += rng.choice((0.0, 0.5, 3.0))
+                at = now
+            elif kind < 0.8:  # an older time (an import, a clock set back)
+                at = T0 + rng.uniform(0, max(now - T0, 1.0))
+            elif kind < 0.9:  # the same time as another row
+                at = rng.choice(list(alive.values())) if alive else now
+            else:
+                await store.delete_session_record(sid)
+                alive.pop(sid, None)
+                continue
+            await store.upsert_session(_record(sid, at, conversation_key="k"))
+            alive[sid] = at
+            expected = sorted(alive, key=lambda s: (-alive[s], s))
+            assert _ids(await store.list_sessions(50, purpose=None)) == expected, step
+            assert _ids(await store.find_by_conversation_key("k")) == expected, step
+        reopened = await records.reopen()
+        assert _ids(await reopened.list_sessions(50, purpose=None)) == expected
+
     async def test_listing_filters_by_purpose(self, records: RecordsHarness) -> None:
         store = records.store
         await _add(store, _record("chat-1", T0 + 1), _record("title-1", T0 + 2, purpose="title"),
