@@ -65,6 +65,41 @@ def test_check_finds_orphan_rows_and_missing_entries(
                      ("error", "unreadable", child), ("error", "unexportable", child)]
 
 
+def test_check_and_repair_the_session_list_order(
+        engine: tuple[Callable[[], ProjectStores], Raw]) -> None:
+    """Rows whose list order another writer broke (a stale order on a row that is not
+    the list's top, none at all) are found, listed out of place until the repair, and
+    put back by it, on both SQL engines; a top row that kept its place between its turns
+    is not a finding."""
+    open_stores, raw = engine
+
+    async def run() -> None:
+        async with open_stores() as stores:
+            old, middle, new = [await add_session(stores, title=t, age=age)
+                                for t, age in (("old", 300), ("middle", 200), ("new", 100))]
+            record = await stores.index.get_session(new)
+            assert record is not None  # its next turn: it keeps its place at the top
+            await stores.index.upsert_session(record.model_copy(update={
+                "last_active": record.last_active + 50}))
+            assert await check(stores) == []
+            raw("UPDATE cli_sessions SET list_order = last_active + 1000 "
+                "WHERE session_id = %s", (old,))
+            raw("UPDATE cli_sessions SET list_order = NULL WHERE session_id = %s", (middle,))
+            # ``old`` now sorts above ``new``, whose kept place is then stale too.
+            found = [(f.level, f.kind, f.session_id) for f in await check(stores)]
+            assert sorted(found) == sorted(("warning", "list_order", sid)
+                                           for sid in (old, middle, new))
+            listed = [r.session_id for r in await stores.index.list_sessions()]
+            assert listed != [new, middle, old]
+            repaired = [(f.kind, f.session_id) for f in await repair(stores)]
+            assert sorted(repaired) == sorted(("list_order", sid) for sid in (old, middle, new))
+            assert await check(stores) == []
+            assert [r.session_id for r in await stores.index.list_sessions()] == [
+                new, middle, old]
+
+    asyncio.run(run())
+
+
 def test_check_and_repair_the_digest_chain_of_branches(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
 

@@ -21,8 +21,8 @@ SELECT = f"SELECT {', '.join(COLUMNS)} FROM cli_sessions"
 ORDER = "ORDER BY list_order DESC, session_id"
 """Newest first (the same order as ``last_active DESC, session_id``), from the index."""
 
-_OTHERS_TOP = ("(SELECT o.list_order FROM cli_sessions o WHERE o.session_id <> {id} "
-               "ORDER BY o.list_order DESC LIMIT 1)")
+_OTHERS_TOP = ("(SELECT o.list_order FROM cli_sessions o WHERE o.session_id <> {id} AND "
+               "o.list_order IS NOT NULL ORDER BY o.list_order DESC LIMIT 1)")
 
 
 def settle_top(placeholder: str) -> str:
@@ -30,8 +30,9 @@ def settle_top(placeholder: str) -> str:
     the row about to be written (one parameter: that row's id). Touches a row only when
     the most recent session changes."""
     return ("UPDATE cli_sessions SET list_order = last_active WHERE session_id = "
-            "(SELECT t.session_id FROM cli_sessions t ORDER BY t.list_order DESC, "
-            f"t.session_id LIMIT 1) AND list_order <> last_active AND session_id <> "
+            "(SELECT t.session_id FROM cli_sessions t WHERE t.list_order IS NOT NULL "
+            "ORDER BY t.list_order DESC, t.session_id LIMIT 1) AND list_order <> last_active "
+            "AND session_id <> "
             f"{placeholder}")
 
 
@@ -55,6 +56,18 @@ def upsert(placeholder: str) -> str:
         + f", list_order = CASE WHEN {keep} THEN cli_sessions.list_order "
         "ELSE excluded.list_order END"
     )
+
+
+OUT_OF_PLACE = (
+    "SELECT session_id FROM cli_sessions s WHERE s.list_order IS NULL OR "
+    "(s.list_order <> s.last_active AND NOT (s.list_order < s.last_active AND "
+    f"s.list_order > coalesce({_OTHERS_TOP.format(id='s.session_id')}, -1e308)))")
+"""Rows whose ``list_order`` breaks the rule above (written by something other than
+nonoka): the list would show them out of their ``last_active`` place."""
+
+REORDER = ("UPDATE cli_sessions SET list_order = last_active "
+           "WHERE list_order IS NULL OR list_order <> last_active")
+"""Every row's ``list_order`` from its ``last_active``: always a valid order."""
 
 
 def upsert_values(row: list[object]) -> list[object]:

@@ -18,6 +18,7 @@ from nonoka.ops.backends.sql import (
     CHAIN,
     checks,
     kept_sessions,
+    list_order_finding,
     media_findings,
     segments,
     title_match,
@@ -215,8 +216,14 @@ class PostgresOps:
         return found
 
     async def repair(self) -> list[Finding]:
-        """Nothing to rebuild: this engine stores nothing derived from other rows."""
-        return []
+        """Rebuild the session list's order, the one thing this engine derives from
+        other columns; the findings repaired."""
+        async with self.database.transaction() as conn:
+            misplaced = [list_order_finding(sid) for (sid,) in await (await conn.execute(
+                f"{index_sql.OUT_OF_PLACE} ORDER BY session_id")).fetchall()]
+            if misplaced:
+                await conn.execute(index_sql.REORDER)
+        return misplaced
 
     async def vacuum(self) -> tuple[int, int]:
         before = await self._size()

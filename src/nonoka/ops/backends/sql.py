@@ -10,6 +10,7 @@ from typing import Any
 from nonoka.errors import CorruptSessionError
 from nonoka.ops.model import Finding, SearchQuery
 from nonoka.ops.sharing import Lineage
+from nonoka.store import index_sql
 from nonoka.store.media import digest_of, size_label
 
 Check = tuple[str, Callable[[tuple[Any, ...]], Finding]]
@@ -93,6 +94,8 @@ def checks(own_entries: str) -> list[Check]:
          "checkpoints c WHERE c.session_id = s.session_id) ORDER BY session_id",
          lambda r: Finding("warning", "index_without_checkpoint",
                            "an index row without a checkpoint", r[0])),
+        (f"{index_sql.OUT_OF_PLACE} ORDER BY session_id",
+         lambda r: list_order_finding(r[0])),
         ("SELECT session_id, count(*) FROM events v WHERE NOT EXISTS (SELECT 1 FROM "
          "cli_sessions s WHERE s.session_id = v.session_id) AND NOT EXISTS (SELECT 1 "
          "FROM checkpoints c WHERE c.session_id = v.session_id) GROUP BY session_id "
@@ -100,6 +103,11 @@ def checks(own_entries: str) -> list[Check]:
          lambda r: Finding("warning", "orphan_events",
                            f"{r[1]} event(s) of a session that is not stored", r[0])),
     ]
+
+
+def list_order_finding(session_id: str) -> Finding:
+    return Finding("warning", "list_order", "out of its place in the session list "
+                   "(db check --repair puts it back)", session_id)
 
 
 def media_findings(missing: Iterable[tuple[Any, ...]], unreferenced: Iterable[tuple[Any, ...]],

@@ -24,6 +24,7 @@ from nonoka.ops.backends.sql import (
     CHAIN,
     checks,
     kept_sessions,
+    list_order_finding,
     media_findings,
     segments,
     title_match,
@@ -267,14 +268,20 @@ class SQLiteOps:
 
     async def repair(self) -> list[Finding]:
         """Rebuild the digest chain of each session whose chain is missing or wrong, one
-        write transaction per session; the findings repaired."""
+        write transaction per session, and the session list's order; the findings
+        repaired."""
         with self.store.transaction(write=False) as db:
             bases = has_bases(db)
             broken = chains.check(db, chains.links(db, bases))
         for finding in broken:
             with self.store.transaction() as db:
                 chains.rebuild(db, str(finding.session_id), bases)
-        return broken
+        with self.store.transaction() as db:
+            misplaced = [list_order_finding(sid) for (sid,) in db.execute(
+                f"{index_sql.OUT_OF_PLACE} ORDER BY session_id")]
+            if misplaced:
+                db.execute(index_sql.REORDER)
+        return [*broken, *misplaced]
 
     async def vacuum(self) -> tuple[int, int]:
         before = self._size()
