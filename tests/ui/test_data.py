@@ -124,6 +124,43 @@ async def test_paging_past_a_session_that_stayed_on_top(data: UiData) -> None:
     assert [r.session_id for r in back.rows] == [top] and back.prev_cursor is None
 
 
+async def test_a_time_window_reads_only_its_part_of_the_list(data: UiData) -> None:
+    """``since``/``until`` keep every session whose last activity falls in the window,
+    the top one included while it keeps an older place in the list, and on SQLite read
+    the window through the list order's index instead of the whole list."""
+    stores = data.stores
+    now = time.time()
+    old, mid = [await add(stores, t, last_active=now - age)
+                for t, age in (("old", 300), ("mid", 200))]
+    top = await add(stores, "top", last_active=now - 100)
+    record = await stores.index.get_session(top)
+    assert record is not None  # its next turn: it keeps its place, an older list_order
+    await stores.index.upsert_session(record.model_copy(update={"last_active": now - 10}))
+
+    async def window(since: float | None, until: float | None) -> list[str]:
+        page = await data.list_sessions(SessionQuery(since=since, until=until))
+        return [r.session_id for r in page.rows]
+
+    assert await window(now - 50, None) == [top]  # after its list_order: still found
+    assert await window(now - 250, None) == [top, mid]
+    assert await window(None, now - 150) == [mid, old]
+    assert await window(None, now - 5) == [top, mid, old]
+    assert await window(now - 250, now - 150) == [mid]
+    assert await window(now, None) == []
+    if data.engine != "sqlite":
+        return
+    db = stores.checkpoints.connection  # type: ignore[attr-defined]
+    statements: list[str] = []
+    db.set_trace_callback(statements.append)
+    try:
+        await window(now - 250, now - 150)
+    finally:
+        db.set_trace_callback(None)
+    listing = next(s for s in statements if "ORDER BY list_order" in s)
+    plan = " ".join(str(r[-1]) for r in db.execute(f"EXPLAIN QUERY PLAN {listing}"))
+    assert "cli_sessions_list_order (list_order>? AND list_order<?)" in plan, plan
+
+
 @pytest.mark.parametrize(("sort", "key"), [
     ("last_active", "1" + "0" * 30), ("tokens", "-1" + "0" * 30), ("cost", "1e999"),
     ("turns", "NaN"), ("created", '"a title"'), ("title", "12")])

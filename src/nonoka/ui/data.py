@@ -304,12 +304,16 @@ class UiData:
         if query.status:
             where.append("status = ?")
             params.append(query.status)
+        # Each time bound also bounds ``list_order`` (implied by it: every row but the
+        # list's top has ``list_order = last_active``, and the top's is the highest and
+        # at most its ``last_active``), so the list order's index reads only the window.
         if query.since is not None:
-            where.append("last_active >= ?")
-            params.append(query.since)
+            where.append(f"last_active >= ? AND list_order >= {self._dialect.least}(?, "
+                         "(SELECT max(list_order) FROM cli_sessions))")
+            params += [query.since, query.since]
         if query.until is not None:
-            where.append("last_active < ?")
-            params.append(query.until)
+            where.append("last_active < ? AND list_order < ?")
+            params += [query.until, query.until]
         text = query.text.strip()
         if text:
             clause, values = self._text_match(text)
