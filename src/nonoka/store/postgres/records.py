@@ -34,7 +34,10 @@ if TYPE_CHECKING:
 _COLUMNS = index_sql.COLUMNS
 _SELECT = index_sql.SELECT
 _UPSERT = index_sql.upsert("%s")
-_SETTLE_TOP = index_sql.settle_top("%s")
+_WRITE_ROW = f"WITH settled AS ({index_sql.settle_top('%s')} RETURNING 1) {_UPSERT}"
+"""``index_sql``'s two steps in one statement (one round trip). The upsert does not see
+the settled row's new ``list_order`` (one snapshot), and need not: a row below a stale
+top is never kept in place, whatever the top's value."""
 # Must match the index expressions in m009 exactly, or the planner will not use them.
 _KEY = "(metadata ->> 'conversation_key')"
 _PURPOSE = "coalesce(metadata ->> 'purpose', 'chat')"
@@ -208,8 +211,7 @@ class PostgresRecordStore:
 async def _write_row(conn: Any, record: SessionRecord) -> None:
     """Insert or replace the row, its place in the list kept when it stays on top
     (``index_sql``)."""
-    await conn.execute(_SETTLE_TOP, (record.session_id,))
-    await conn.execute(_UPSERT, index_sql.upsert_values(_row(record)))
+    await conn.execute(_WRITE_ROW, [record.session_id, *index_sql.upsert_values(_row(record))])
 
 
 def _row(record: SessionRecord) -> list[Any]:
