@@ -111,6 +111,24 @@ async def test_a_template_saved_again_rewrites_only_what_changed(
     assert found is not None and (found.template, found.revision) == (template, revision)
 
 
+async def test_the_runtime_taking_the_early_paths_lease_again_writes_nothing(
+        runtime: SQLiteCheckpointStore, calls: NextCallStore) -> None:
+    """The bridge's early path takes the lease, then the runtime takes it again for the
+    same owner: with more than half of its ttl left it is already held as asked, and
+    nothing is written; with less, it is extended. Another owner still cannot take it."""
+    revision = await runtime.save_session(_state())
+    assert calls.lease_at_revision("s1", revision, "turn-1", 30)
+    before = _wal_frames(runtime.path)
+    assert await runtime.acquire_lease("s1", "turn-1", 30)
+    assert _wal_frames(runtime.path) == before
+    assert await runtime.acquire_lease("s1", "turn-2", 30) is False
+    runtime.connection.execute("UPDATE session_leases SET expires_at = ? "
+                               "WHERE session_id = 's1'", (time.time() + 10,))
+    assert await runtime.acquire_lease("s1", "turn-1", 30)  # a third left: extended
+    lease = await runtime.get_lease("s1")
+    assert lease is not None and lease.owner == "turn-1" and lease.expires_in > 29
+
+
 async def test_a_lease_taken_again_after_a_release_writes_one_page(
         runtime: SQLiteCheckpointStore, calls: NextCallStore) -> None:
     """Every bridge turn takes the session's lease and gives it up: the row stays (its

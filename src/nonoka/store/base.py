@@ -89,7 +89,8 @@ class SessionLeases(Protocol):
     """
 
     async def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
-        """Take the lease when it is free, expired or already ``owner``'s (then extend it).
+        """Take the lease when it is free, expired or already ``owner``'s (then extend it;
+        an engine may leave one with more than half of ``ttl_seconds`` left as it is).
 
         ``False`` when another owner holds a live lease; nothing is changed then.
         """

@@ -20,9 +20,17 @@ ON CONFLICT (session_id) DO UPDATE SET
     acquired_at = CASE WHEN session_leases.owner = excluded.owner
                             AND session_leases.expires_at <> 0
                        THEN session_leases.acquired_at ELSE excluded.acquired_at END
-WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= excluded.acquired_at
+WHERE session_leases.expires_at <= excluded.acquired_at
+   OR (session_leases.owner = excluded.owner
+       AND session_leases.expires_at < (excluded.acquired_at + excluded.expires_at) / 2)
 """
-"""Take (or renew, for the same owner) a lease that is free (released), expired or ours."""
+"""Take a lease that is free (released) or expired, or renew ours when less than half of
+its ttl is left. Ours with more left is not written (``HELD`` then tells it from a lease
+another owner holds): the runtime takes again, at the start of a turn, the lease the
+bridge's early path took a moment before, and that renewal wrote a page every turn."""
+
+HELD = "SELECT 1 FROM session_leases WHERE session_id = ? AND owner = ? AND expires_at > ?"
+"""Whether ``owner`` holds the live lease."""
 
 RENEW = ("UPDATE session_leases SET expires_at = ? WHERE session_id = ? AND owner = ? "
          "AND expires_at <> 0")
@@ -37,5 +45,8 @@ an ``UPDATE`` of the row's page rather than an insert into the table and its key
 
 def acquire(db: sqlite3.Connection, session_id: str, owner: str, ttl: float,
             now: float) -> bool:
-    """Take the lease inside the caller's write transaction; whether it was taken."""
-    return db.execute(ACQUIRE, (session_id, owner, now + ttl, now)).rowcount == 1
+    """Take the lease inside the caller's write transaction; whether it is ours, for at
+    least half of ``ttl`` from ``now``."""
+    if db.execute(ACQUIRE, (session_id, owner, now + ttl, now)).rowcount == 1:
+        return True
+    return db.execute(HELD, (session_id, owner, now)).fetchone() is not None
