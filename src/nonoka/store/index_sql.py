@@ -6,9 +6,11 @@ The list is ordered by ``list_order``, not by ``last_active`` itself, so the row
 rewrites moves no index entry while its session stays the most recent one, which is
 how a person works: one session at a time. Every row but the list's top has
 ``list_order = last_active``; the top may keep an older ``list_order`` (at most its
-``last_active``, and above every other row's), so both orders are the same. A writer
+``last_active``, and above every other row's), so both orders are the same. A write
 runs ``settle_top`` first, then keeps the row's ``list_order`` when ``keep_order`` holds
 and gives it ``last_active`` otherwise (``upsert`` does the second part for its row).
+Every writer of the list goes through its engine's ``write_index_row``
+(``nonoka.store.sqlite.records``, ``nonoka.store.postgres.records``), which does both.
 """
 
 from __future__ import annotations
@@ -31,17 +33,19 @@ def settle_top(placeholder: str) -> str:
     the most recent session changes."""
     return ("UPDATE cli_sessions SET list_order = last_active WHERE session_id = "
             "(SELECT t.session_id FROM cli_sessions t WHERE t.list_order IS NOT NULL "
-            "ORDER BY t.list_order DESC, t.session_id LIMIT 1) AND list_order <> last_active "
-            "AND session_id <> "
-            f"{placeholder}")
+            "ORDER BY t.list_order DESC, t.session_id LIMIT 1) "
+            f"AND list_order <> last_active AND session_id <> {placeholder}")
+
+
+def _above_others(row: str, session_id: str) -> str:
+    """True when ``row``'s ``list_order`` is above every other row's."""
+    return f"{row}.list_order > coalesce({_OTHERS_TOP.format(id=session_id)}, -1e308)"
 
 
 def keep_order(row: str, last_active: str, session_id: str) -> str:
     """True when ``row`` (the stored row) may keep its ``list_order``: it is above every
     other row and the new ``last_active`` is not below it."""
-    others = _OTHERS_TOP.format(id=session_id)
-    return (f"({last_active} >= {row}.list_order AND "
-            f"{row}.list_order > coalesce({others}, -1e308))")
+    return f"({last_active} >= {row}.list_order AND {_above_others(row, session_id)})"
 
 
 def upsert(placeholder: str) -> str:
@@ -61,7 +65,7 @@ def upsert(placeholder: str) -> str:
 OUT_OF_PLACE = (
     "SELECT session_id FROM cli_sessions s WHERE s.list_order IS NULL OR "
     "(s.list_order <> s.last_active AND NOT (s.list_order < s.last_active AND "
-    f"s.list_order > coalesce({_OTHERS_TOP.format(id='s.session_id')}, -1e308)))")
+    f"{_above_others('s', 's.session_id')}))")
 """Rows whose ``list_order`` breaks the rule above (written by something other than
 nonoka): the list would show them out of their ``last_active`` place."""
 

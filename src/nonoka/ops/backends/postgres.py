@@ -45,6 +45,7 @@ from nonoka.store.postgres.checkpoints import (
 )
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
 from nonoka.store.postgres.migrations import ENTRY_VECTOR, MEDIA_REFS, SEARCH_CONFIG
+from nonoka.store.postgres.records import write_index_row
 from nonoka.store.project import ProjectStores
 
 BATCH = 1000
@@ -118,9 +119,7 @@ class PostgresOps:
             if index is not None:
                 row = dict(index)
                 row["metadata"] = Jsonb(row["metadata"])
-                await conn.execute(index_sql.settle_top("%s"), [row["session_id"]])
-                await conn.execute(index_sql.upsert("%s"),
-                                   index_sql.upsert_values([row[c] for c in index_sql.COLUMNS]))
+                await write_index_row(conn, [row[c] for c in index_sql.COLUMNS])
         return True
 
     async def search(self, query: SearchQuery, words: list[str]) -> list[RawHit]:

@@ -51,6 +51,7 @@ from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.database import connect_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.migrations import INDEXED_UPTO, NEXT_DOC
+from nonoka.store.sqlite.records import write_index_row
 
 BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
@@ -132,9 +133,7 @@ class SQLiteOps:
                 row = dict(index)
                 row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False,
                                              allow_nan=False)
-                db.execute(index_sql.settle_top("?"), [row["session_id"]])
-                db.execute(index_sql.upsert("?"),
-                           index_sql.upsert_values([row[c] for c in index_sql.COLUMNS]))
+                write_index_row(db, [row[c] for c in index_sql.COLUMNS])
         return True
 
     # -- search -----------------------------------------------------------------------

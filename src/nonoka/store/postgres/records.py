@@ -209,9 +209,14 @@ class PostgresRecordStore:
 
 
 async def _write_row(conn: Any, record: SessionRecord) -> None:
-    """Insert or replace the row, its place in the list kept when it stays on top
-    (``index_sql``)."""
-    await conn.execute(_WRITE_ROW, [record.session_id, *index_sql.upsert_values(_row(record))])
+    await write_index_row(conn, _row(record))
+
+
+async def write_index_row(conn: Any, values: list[Any]) -> None:
+    """Insert or replace the row of ``COLUMNS`` ``values``, its place in the list kept
+    when it stays on top (``index_sql``): every writer of the session list, the record
+    store's and an import's."""
+    await conn.execute(_WRITE_ROW, [values[0], *index_sql.upsert_values(values)])
 
 
 def _row(record: SessionRecord) -> list[Any]:

@@ -223,16 +223,21 @@ class SQLiteRecordStore:
 
 
 def _write_row(db: sqlite3.Connection, record: SessionRecord) -> None:
-    """Insert or replace the row, assigning ``list_order`` and ``metadata`` only when
-    they change (``index_sql``)."""
-    row = dict(zip(_COLUMNS, _row(record), strict=True))
+    write_index_row(db, _row(record))
+
+
+def write_index_row(db: sqlite3.Connection, values: Sequence[object]) -> None:
+    """Insert or replace the row of ``COLUMNS`` ``values`` (``metadata`` as JSON text),
+    assigning ``list_order`` and ``metadata`` only when they change (``index_sql``):
+    every writer of the session list, the record store's and an import's."""
+    row = dict(zip(_COLUMNS, values, strict=True))
     sid, metadata, last_active = row["session_id"], row["metadata"], row["last_active"]
     changed = [row[c] for c in _COLUMNS if c not in _KEPT]
     db.execute(_SETTLE_TOP, (sid,))
     if db.execute(_UPDATE_IN_PLACE, (*changed, sid, metadata, last_active, sid)).rowcount:
         return
     if db.execute(_UPDATE_MOVED, (*changed, last_active, sid, metadata)).rowcount == 0:
-        db.execute(_UPSERT, index_sql.upsert_values(list(row.values())))
+        db.execute(_UPSERT, index_sql.upsert_values(list(values)))
 
 
 def _row(record: SessionRecord) -> list[Any]:
