@@ -33,8 +33,6 @@ import threading
 import time
 import tracemalloc
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +44,8 @@ from nonoka.ops.model import SearchQuery
 from nonoka.ops.prune import prune
 from nonoka.ops.search import search
 from nonoka.store.project import open_project_stores
-from nonoka.store.sqlite import SQLiteCheckpointStore, checkpoints
+from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite.entry_docs import rows_of
 
 VOCABULARY = 20_000
 _CHECKPOINT = ("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
@@ -93,9 +92,9 @@ def build_search_db(path: Path, entries: int) -> list[str]:
             for n in range(first, min(entries, first + per_session * 20), per_session):
                 sid = str(uuid.UUID(int=rng.getrandbits(128)))
                 count = min(per_session, entries - n)
+                db.execute(_CHECKPOINT, (sid, count, now, now))  # first: it gives the block
                 db.executemany(_ENTRY,
                                [(sid, i, _entry(rng, words, weights)) for i in range(count)])
-                db.execute(_CHECKPOINT, (sid, count, now, now))
                 db.execute("INSERT INTO cli_sessions (session_id, title, created_at, "
                            "last_active, status, model) VALUES (?, ?, ?, ?, 'completed', "
                            "'openai:m')", (sid, f"session {n}", now - n, now - n))
@@ -152,7 +151,7 @@ def _raw_dump(path: Path, sid: str, out: Path) -> float:
     db = sqlite3.connect(path)
     with out.open("w", encoding="utf-8") as handle:
         for seq, text in db.execute("SELECT seq, entry_json FROM session_entries WHERE "
-                                    "session_id = ? ORDER BY seq", (sid,)):
+                                    f"{rows_of('?1')} ORDER BY doc", (sid,)):
             handle.write(json.dumps([sid, seq, text], ensure_ascii=False) + "\n")
     db.close()
     return time.perf_counter() - started
@@ -335,34 +334,20 @@ async def _save_cost(path: Path, reps: int) -> float:
     return statistics.median(times)
 
 
-@contextmanager
-def _entries_without_doc_numbers() -> Iterator[None]:
-    """The store's entry insert as it was before the search index: no ``doc`` number
-    (``m008_search_doc_in_entry_row``), for the database without the index."""
-    kept = checkpoints._INSERT_ENTRY
-    checkpoints._INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, "
-                                 "key_chain, media) VALUES (?, ?, ?, ?, ?)")
-    try:
-        yield
-    finally:
-        checkpoints._INSERT_ENTRY = kept
-
-
 async def bench_save(tmp: Path, reps: int) -> None:
     """The real store against the same store on a database without any of the index:
-    no triggers, and an entry insert that numbers nothing (the doc is the row's rowid
-    since ``m010_compact_tables``, so there is no doc index to drop)."""
+    no triggers (the doc is the row's place since ``m014_entries_by_session``, so the
+    insert is the same and there is no index to drop)."""
     with_index, without = tmp / "with.db", tmp / "without.db"
     await _create(without)
     db = sqlite3.connect(without, isolation_level=None)
-    for trigger in ("search_delete", "search_update", "search_renumber"):
+    for trigger in ("search_insert", "entries_place", "search_delete", "search_update"):
         db.execute(f"DROP TRIGGER {trigger}")
     db.close()
     costs: dict[str, list[float]] = {"with": [], "without": []}
     for _ in range(3):  # interleaved, so a busy moment weighs on both
         costs["with"].append(await _save_cost(with_index, reps))
-        with _entries_without_doc_numbers():
-            costs["without"].append(await _save_cost(without, reps))
+        costs["without"].append(await _save_cost(without, reps))
     on, off = statistics.median(costs["with"]), statistics.median(costs["without"])
     goal("a turn's save with the search index <= 1.5x without", on / off <= 1.5,
          f"{on * 1e6:.0f} µs with, {off * 1e6:.0f} µs without: {on / off:.2f}x")

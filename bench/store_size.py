@@ -29,7 +29,7 @@ It reports:
 
 It checks ``GOALS``, printing PASS/FAIL for each (exit status 1 on a FAIL). ``--what-if``
 also builds the session in the other ways of ``WHAT_IF`` (one commit an exchange, the
-list row joined, without indexes or left out) and prints their bytes written.
+list row joined or left out, with the key index entries had before) and prints their bytes written.
 """
 
 from __future__ import annotations
@@ -235,35 +235,36 @@ async def measure_postgres(url: str, turns: list[list[MemoryEntry]], result: Res
 # -- what if -----------------------------------------------------------------------------
 
 WHAT_IF = {
-    "as the runtime stores it (two commits, then the list row's own)": ("two", "own", True),
-    "the list row in the answer's commit": ("two", "joined", True),
-    "no list row at all": ("two", "none", True),
-    "one commit an exchange, with the list row": ("one", "joined", True),
-    "one commit an exchange, no list row": ("one", "none", True),
-    "entries without their key index, the list row as stored": ("two", "own", False),
-    "entries without their key index, no list row": ("two", "none", False),
+    "as the runtime stores it (two commits, then the list row's own)": ("two", "own", False),
+    "the list row in the answer's commit": ("two", "joined", False),
+    "no list row at all": ("two", "none", False),
+    "one commit an exchange, with the list row": ("one", "joined", False),
+    "one commit an exchange, no list row": ("one", "none", False),
+    "entries with a (session_id, seq) key index, the list row as stored": ("two", "own", True),
+    "entries with a (session_id, seq) key index, no list row": ("two", "none", True),
 }
 """Other ways to store the same exchanges, through the store's own statements
 (``write_session`` and the index row's write) grouped into other transactions, some
 without an index: what each lever of the bytes written is worth. Not what nonoka does,
-except the first. Dropping ``session_entries_key`` stands for entries clustered by
-session (a layout whose table is its own key), which loads and search would need."""
+except the first. The key index is the one entries had before they were clustered by
+session (``m014_entries_by_session``): what that layout saves."""
 
 
 async def what_if(tmp: Path, turns: list[list[MemoryEntry]], commits: str, row: str,
                   key: bool) -> int:
     """Bytes written building the session with the exchange committed ``commits``
     (``two``: question, then answer; ``one``: both) and the list row ``own`` (its own
-    transaction), ``joined`` (in the answer's) or ``none``; without the entries' key
-    index unless ``key``."""
+    transaction), ``joined`` (in the answer's) or ``none``; with a ``(session_id, seq)``
+    index on the entries if ``key``."""
     from nonoka.store.sqlite.records import _write_row
 
     path = tmp / f"what-if-{commits}-{row}-{key}.db"
     store = SQLiteCheckpointStore(path)
     await store.load_session("warm-up")
     db = store.connection
-    if not key:
-        db.execute("DROP INDEX session_entries_key")
+    if key:
+        db.execute("CREATE UNIQUE INDEX session_entries_key ON session_entries "
+                   "(session_id, seq)")
     before = wchar()
     session = Session.from_state(make_state(SESSION, []))
     for n, turn in enumerate(turns):

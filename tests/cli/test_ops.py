@@ -249,7 +249,7 @@ def test_the_search_index_is_back_filled_for_an_existing_database(tmp_path: Path
     try:
         assert catch_up(upgraded) == 1
         rows = upgraded.execute(
-            "SELECT d.session_id, d.seq FROM session_search f JOIN search_docs d ON "
+            "SELECT d.session_id, d.seq FROM session_search f JOIN session_entries d ON "
             "d.doc = f.rowid WHERE session_search MATCH ? ORDER BY d.seq",
             ('"okapi"',)).fetchall()
     finally:

@@ -171,3 +171,40 @@ def test_copy_leaves_a_damaged_session_and_says_why(
             assert await target.checkpoints.load_session(damaged) is None
 
     asyncio.run(run())
+
+
+def test_check_and_repair_entry_rows_moved_out_of_their_place(tmp_path: Path) -> None:
+    """Another program's update moves a session's rows off its block (``entry_docs``):
+    the session no longer loads, ``db check`` says which, ``--repair`` moves them back
+    and builds the full-text index again, and the session goes on."""
+    from nonoka.ops.model import SearchQuery
+    from nonoka.ops.search import search
+
+    path = tmp_path / "s.db"
+
+    async def run() -> None:
+        async with open_project_stores(tmp_path, f"sqlite:{path}") as stores:
+            moved = await add_session(stores, title="m", words="okapi")
+            kept = await add_session(stores, title="k", words="okapi")
+            assert await check(stores) == []
+            before = {h.session_id for h in await search(stores, SearchQuery(text="okapi"))}
+            with sqlite3.connect(path) as db:
+                db.execute("UPDATE session_entries SET doc = -1000 - seq "
+                           "WHERE session_id = ? AND seq >= 2", (moved,))
+            with pytest.raises(StoreError):
+                await stores.checkpoints.load_session(moved)
+            found = await check(stores)
+            assert ("entry_place", moved) in {(f.kind, f.session_id) for f in found}
+            assert {f.session_id for f in found} == {moved}  # (it does not load either)
+            repaired = await repair(stores)
+            assert [(f.kind, f.session_id) for f in repaired] == [("entry_place", moved)]
+            assert await check(stores) == []
+            await continue_session(stores, moved)
+            await continue_session(stores, kept)
+            after = {h.session_id for h in await search(stores, SearchQuery(text="okapi"))}
+            assert after == before  # (the search indexed the new turns first)
+            with sqlite3.connect(path) as db:
+                db.execute("INSERT INTO session_search (session_search, rank) "
+                           "VALUES ('integrity-check', 1)")
+
+    asyncio.run(run())

@@ -3,8 +3,10 @@ the snapshot in the middle of the checkpoint row, a full-text index with word
 positions), upgraded in place.
 
 The rows are written as that nonoka wrote them. After the upgrade every session loads
-unchanged, keeps its doc numbers and its branch, goes on, and is found by search again
-(the index is rebuilt by the next search); the schema is the one a fresh install creates.
+unchanged, keeps its branch, goes on, and is found by search again (the index is rebuilt
+by the next search); every entry row sits in its session's block
+(``m014_entries_by_session``), a row no checkpoint owns below zero; the schema is the
+one a fresh install creates.
 """
 
 from __future__ import annotations
@@ -83,8 +85,6 @@ async def test_a_file_from_before_compact_tables_upgrades_in_place(tmp_path: Pat
         # a row another writer inserted without a doc, not indexed yet
         db.execute("INSERT INTO session_entries (session_id, seq, entry_json) VALUES "
                    "('stray', 0, ?)", (json.dumps({"role": "user", "content": "lone okapi"}),))
-        docs = db.execute("SELECT session_id, seq, doc FROM session_entries "
-                          "WHERE doc IS NOT NULL ORDER BY doc").fetchall()
 
     store = SQLiteCheckpointStore(old)
     try:
@@ -101,14 +101,19 @@ async def test_a_file_from_before_compact_tables_upgrades_in_place(tmp_path: Pat
         await store.close()
 
     with raw_sqlite(old) as db:
-        kept = db.execute("SELECT session_id, seq, doc FROM session_entries WHERE doc <= ? "
-                          "AND session_id != 'stray' ORDER BY doc", (docs[-1][2],)).fetchall()
-        assert kept == docs  # every doc number as it was
+        placed = db.execute("SELECT e.session_id, e.seq, e.doc - (c.entry_block << 32) "
+                            "FROM session_entries e JOIN checkpoints c USING (session_id) "
+                            "ORDER BY e.doc").fetchall()
+        assert placed == [("parent", 0, 0), ("parent", 1, 1), ("parent", 2, 2),
+                          ("branch", 2, 2), ("branch", 3, 3)]
+        assert dict(db.execute("SELECT session_id, entry_block FROM checkpoints")) == {
+            "parent": 1, "branch": 2}
         (stray,) = db.execute("SELECT doc FROM session_entries WHERE session_id = 'stray'"
                               ).fetchone()
-        assert stray > docs[-1][2]
+        assert stray < 0
         assert pending(db) == 6  # every row: the index is rebuilt by the next search
-        assert _found(db, "okapi") == [("stray", 0), ("parent", 1), ("parent", 0)]
+        # newest session first (blocks follow creation), the row no session owns last
+        assert _found(db, "okapi") == [("parent", 1), ("parent", 0), ("stray", 0)]
         assert _found(db, "tall") == [("branch", 3)]
         assert db.execute("SELECT base_session_id, base_count FROM checkpoints "
                           "WHERE session_id = 'branch'").fetchone() == ("parent", 2)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import stat
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -132,11 +134,16 @@ async def test_truncated_file_is_refused_untouched(tmp_path: Path, keep: float) 
     assert _bytes(path) == cut
 
 
-async def _damage(path: Path, first_bad: float) -> None:
-    """Overwrite the pages from ``first_bad`` (a fraction of the file) on, page 1 kept."""
+async def _damage(path: Path, first_bad: float, *, schema: bool = True) -> None:
+    """Overwrite the pages from ``first_bad`` (a fraction of the file) on, page 1 kept
+    (and with ``schema=False`` every page of the schema)."""
     data = bytearray(await _database_with_data(path))
     page = int.from_bytes(data[16:18], "big")
-    start = max(page, int(len(data) * first_bad) // page * page)
+    with closing(sqlite3.connect(path)) as db:
+        last = max(n for (n,) in db.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'sqlite_schema'"))
+    floor = page if schema else last * page
+    start = max(floor, int(len(data) * first_bad) // page * page)
     data[start:] = b"\xa5" * (len(data) - start)
     _write(path, bytes(data))
 
@@ -150,7 +157,7 @@ async def test_damaged_schema_is_refused_at_open(tmp_path: Path) -> None:
 
 async def test_damaged_data_pages_give_store_errors_at_load(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    await _damage(path, 0.5)
+    await _damage(path, 0.5, schema=False)
     store = SQLiteCheckpointStore(path)
     try:
         with pytest.raises(StoreError, match=str(path)):
@@ -317,3 +324,23 @@ def _write_then_fail(store: SQLiteCheckpointStore, state: SessionState) -> None:
     with store.transaction() as db:
         store.write_session(db, state)
         raise RuntimeError("the rest of the transaction failed")
+
+
+async def test_a_new_session_never_takes_the_block_of_rows_left_behind(tmp_path: Path) -> None:
+    """Another program deleted the newest session's checkpoint row and not its entries:
+    the next new session gets a block of its own, not the one those rows still hold."""
+    path = tmp_path / "s.db"
+    store = SQLiteCheckpointStore(path)
+    try:
+        await store.save_session(_state("left", entries=3))
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute("DELETE FROM checkpoints WHERE session_id = 'left'")
+        fresh = _state("fresh", entries=4)
+        await store.save_session(fresh)
+        loaded = await store.load_session("fresh")
+        assert loaded is not None and loaded.memory_entries == fresh.memory_entries
+        with closing(sqlite3.connect(path)) as db:
+            assert db.execute("SELECT session_id, count(*) FROM session_entries GROUP BY 1 "
+                              "ORDER BY 1").fetchall() == [("fresh", 4), ("left", 3)]
+    finally:
+        await store.close()

@@ -1,15 +1,21 @@
-"""Search doc numbers kept in the entry rows (migration ``m008_search_doc_in_entry_row``)."""
+"""The full-text index's watermark per block of entry rows (``m014_entries_by_session``).
+
+Whoever writes the rows (nonoka's store, another program inserting without a doc or at
+a wrong one, deleting or changing rows in the middle), after a catch-up the index holds
+exactly the stored rows' words: FTS5's own integrity check against the content, and a
+search for every word against the rows that hold it.
+"""
 
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from nonoka.store.sqlite import migrations
 from nonoka.store.sqlite.database import open_database
+from nonoka.store.sqlite.entry_docs import LAST_SEQ, doc
 from nonoka.store.sqlite.search import catch_up, pending
 
 
@@ -20,7 +26,7 @@ def _entry(text: str) -> str:
 def _found(db: sqlite3.Connection, word: str) -> list[tuple[str, int]]:
     catch_up(db)
     return db.execute(
-        "SELECT d.session_id, d.seq FROM session_search f JOIN search_docs d ON "
+        "SELECT d.session_id, d.seq FROM session_search f JOIN session_entries d ON "
         "d.doc = f.rowid WHERE session_search MATCH ? ORDER BY f.rowid DESC",
         (f'"{word}"',)).fetchall()
 
@@ -31,10 +37,8 @@ def _insert(db: sqlite3.Connection, sid: str, seq: int, text: str) -> None:
 
 
 def test_an_older_database_keeps_its_doc_ids_and_index(tmp_path: Path) -> None:
-    """Upgraded from ``m007``: entries keep their doc numbers (so what was indexed stays
-    found, newest first), an entry that had lost its doc gets a new one, what was not
-    indexed yet is indexed by the next catch-up, and the old table, counter and marker
-    row are gone."""
+    """Upgraded from ``m007`` to today's schema: every entry is found again, one that
+    had lost its doc included, and the old table, counter and marker row are gone."""
     path = tmp_path / "m007.db"
     names = [m.__name__ for m in migrations.MIGRATIONS]
     older = migrations.MIGRATIONS[:names.index("m008_search_doc_in_entry_row")]
@@ -52,74 +56,140 @@ def test_an_older_database_keeps_its_doc_ids_and_index(tmp_path: Path) -> None:
         db.execute("DELETE FROM session_entries WHERE session_id = 'a' AND seq = 1")
         _insert(db, "c", 0, "okapi without a doc")  # its doc row lost (edited by hand)
         db.execute("DELETE FROM search_docs WHERE session_id = 'c'")
-        docs = dict(db.execute("SELECT seq, doc FROM search_docs WHERE session_id = 'a'"))
     db = open_database(path)
     try:
-        assert dict(db.execute("SELECT seq, doc FROM session_entries "
-                               "WHERE session_id = 'a'")) == docs
-        (lost,) = db.execute("SELECT doc FROM session_entries WHERE session_id = 'c'"
-                             ).fetchone()
-        assert lost > max(docs.values())  # numbered by the migration, after the others
-        assert pending(db) == 4  # m010_compact_tables has the index rebuilt
-        assert _found(db, "okapi") == [("c", 0), ("b", 0), ("a", 2), ("a", 0)]
-        kinds = dict(db.execute("SELECT name, type FROM sqlite_master "
-                                "WHERE name IN ('search_docs', 'search_state')"))
-        assert kinds == {"search_docs": "view", "search_state": "table"}
+        assert pending(db) == 4  # the index is rebuilt (m010, then m014)
+        # no checkpoint owns these rows (written by hand): kept, below zero; "c" had lost
+        # its doc row, not its entry
+        assert sorted(_found(db, "okapi")) == [("a", 0), ("a", 2), ("b", 0), ("c", 0)]
+        assert db.execute("SELECT max(doc) FROM session_entries").fetchone()[0] < 0
+        kinds = dict(db.execute("SELECT name, type FROM sqlite_master WHERE name IN "
+                                "('search_docs', 'search_state', 'search_pending')"))
+        assert kinds == {"search_pending": "table"}
         assert db.execute("SELECT count(*) FROM sqlite_sequence "
                           "WHERE name = 'search_docs'").fetchone() == (0,)
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        _index_matches_content(db)
     finally:
         db.close()
 
 
-def _insert_numbered(db: sqlite3.Connection, sid: str, seq: int, text: str) -> int:
-    """An entry as nonoka's writers insert it, with its doc; the doc."""
-    db.execute("INSERT INTO session_entries (session_id, seq, entry_json, doc) "
-               f"VALUES (?, ?, ?, {migrations.NEXT_DOC})", (sid, seq, _entry(text)))
-    return int(db.execute("SELECT doc FROM session_entries WHERE session_id = ? AND "
-                          "seq = ?", (sid, seq)).fetchone()[0])
+def _index_matches_content(db: sqlite3.Connection) -> None:
+    """After a catch-up: FTS5's check of the index against its content passes, and each
+    word finds exactly the rows whose text holds it."""
+    catch_up(db)
+    assert pending(db) == 0
+    db.execute("INSERT INTO session_search (session_search, rank) VALUES "
+               "('integrity-check', 1)")
+    holders: dict[str, set[tuple[str, int]]] = {}
+    for sid, seq, text in db.execute("SELECT session_id, seq, entry_json FROM "
+                                     "session_entries"):
+        for word in json.loads(text)["content"].split():
+            holders.setdefault(word, set()).add((sid, seq))
+    for word, rows in holders.items():
+        found = _found(db, word)
+        assert len(found) == len(set(found)), word  # one hit a row
+        assert set(found) == rows, word
 
 
-@pytest.mark.parametrize("numbered", [True, False], ids=["nonoka", "another-writer"])
-def test_the_newest_docs_number_of_an_indexed_entry_is_never_given_again(
-        tmp_path: Path, numbered: bool) -> None:
-    """Without a counter, deleting the newest entry frees the largest doc number; once
-    indexed it must not come back, or the catch-up would take the new entry for indexed
-    and search would never find it. Rows inserted without a doc (not by nonoka) are
-    numbered by the catch-up, after every doc there is."""
-    db = open_database(tmp_path / "docs.db")
+def _checkpoint(db: sqlite3.Connection, sid: str) -> int:
+    """A checkpoint row as another program writes one (no block given); its block."""
+    db.execute("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
+               "memory_generation, created_at, updated_at) VALUES (?, '{}', 1, 0, 0, 1, 1)",
+               (sid,))
+    return int(db.execute("SELECT entry_block FROM checkpoints WHERE session_id = ?",
+                          (sid,)).fetchone()[0])
+
+
+def test_rows_written_anywhere_by_anyone_are_indexed_exactly_once(tmp_path: Path) -> None:
+    """A seeded run of 600 writes of every kind, with catch-ups between them (and a
+    partial one: batches of 3), checked after each catch-up."""
+    rng = random.Random(20261204)
+    db = open_database(tmp_path / "any.db")
+    vocabulary = [f"w{n}" for n in range(40)]
+    blocks = {sid: _checkpoint(db, sid) for sid in ("s1", "s2", "s3")}
+    counts = dict.fromkeys(blocks, 0)
+
+    def text() -> str:
+        return _entry(" ".join(rng.sample(vocabulary, 3)))
+
     try:
-        _insert_numbered(db, "s", 0, "first words")
-        gone = _insert_numbered(db, "s", 1, "newest okapi")
-        assert _found(db, "okapi") == [("s", 1)]
-        db.execute("DELETE FROM session_entries WHERE session_id = 's' AND seq = 1")
-        assert _found(db, "okapi") == []
-        if numbered:
-            assert _insert_numbered(db, "s", 1, "replacement zebra") > gone
-        else:
-            _insert(db, "s", 1, "replacement zebra")
-            assert pending(db) == 1
-        assert _found(db, "zebra") == [("s", 1)]
-        (doc,) = db.execute("SELECT doc FROM session_entries WHERE seq = 1").fetchone()
-        assert doc > gone
-        assert pending(db) == 0
+        for step in range(600):
+            sid = rng.choice(list(blocks))
+            block, count = blocks[sid], counts[sid]
+            kind = rng.randrange(9)
+            if kind <= 2:  # an append, as nonoka writes it (its doc given)
+                db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
+                           "VALUES (?, ?, ?, ?)", (doc(block, count), sid, count, text()))
+                counts[sid] += 1
+            elif kind == 3:  # an append by another program: no doc, or a wrong one
+                wrong = rng.choice([None, 7, -5, doc(blocks["s1"], 10_000 + step)])
+                db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
+                           "VALUES (?, ?, ?, ?)", (wrong, sid, count, text()))
+                counts[sid] += 1
+            elif kind == 4 and count:  # a changed row
+                db.execute("UPDATE session_entries SET entry_json = ? WHERE doc = ?",
+                           (text(), doc(block, rng.randrange(count))))
+            elif kind == 5 and count:  # the last row deleted
+                db.execute("DELETE FROM session_entries WHERE doc = ?",
+                           (doc(block, count - 1),))
+                counts[sid] -= 1
+            elif kind == 6 and count > 2:  # a row deleted in the middle, then put back
+                seq = rng.randrange(count - 1)
+                db.execute("DELETE FROM session_entries WHERE doc = ?", (doc(block, seq),))
+                if rng.random() < 0.5:
+                    _index_matches_content(db)
+                db.execute("INSERT INTO session_entries (session_id, seq, entry_json) "
+                           "VALUES (?, ?, ?)", (sid, seq, text()))
+            elif kind == 7:  # a rewrite: every row deleted, the first ones written again
+                db.execute("DELETE FROM session_entries WHERE doc BETWEEN ? AND ?",
+                           (doc(block, 0), doc(block, LAST_SEQ)))
+                counts[sid] = rng.randrange(3)
+                db.executemany("INSERT INTO session_entries (doc, session_id, seq, "
+                               "entry_json) VALUES (?, ?, ?, ?)",
+                               [(doc(block, n), sid, n, text()) for n in range(counts[sid])])
+            elif kind == 8:
+                catch_up(db, batch=3) if rng.random() < 0.3 else _index_matches_content(db)
+        _index_matches_content(db)
+        placed = db.execute("SELECT count(*) FROM session_entries e JOIN checkpoints c "
+                            "USING (session_id) WHERE e.doc <> (c.entry_block << 32) + e.seq"
+                            ).fetchone()
+        assert placed == (0,)  # every row moved to its place
+        assert {sid: n for sid, n in db.execute(
+            "SELECT session_id, count(*) FROM session_entries GROUP BY session_id")} == {
+            sid: n for sid, n in counts.items() if n}
     finally:
         db.close()
 
 
-def test_a_changed_entry_is_indexed_again_under_a_new_doc(tmp_path: Path) -> None:
-    db = open_database(tmp_path / "update.db")
+def test_an_append_at_the_end_waits_for_the_catch_up(tmp_path: Path) -> None:
+    """Appends are not indexed as they are saved (the catch-up does it in batches): the
+    first one after a catch-up marks its block as waiting, the next ones change nothing
+    there."""
+    db = open_database(tmp_path / "wait.db")
     try:
-        _insert(db, "s", 0, "old okapi")
-        _insert(db, "s", 1, "other words")
-        assert _found(db, "okapi") == [("s", 0)]
-        db.execute("UPDATE session_entries SET entry_json = ? WHERE seq = 0",
-                   (_entry("new zebra"),))
-        assert _found(db, "okapi") == []
-        assert _found(db, "zebra") == [("s", 0)]  # newest first: it was written last
-        (doc,) = db.execute("SELECT doc FROM session_entries WHERE seq = 0").fetchone()
-        assert doc == db.execute("SELECT max(doc) FROM session_entries").fetchone()[0]
-        db.execute("UPDATE session_entries SET key_chain = 'x' WHERE seq = 1")
-        assert pending(db) == 0  # only a change of the text is indexed again
+        block = _checkpoint(db, "s")
+        for seq in range(3):
+            db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
+                       "VALUES (?, 's', ?, ?)", (doc(block, seq), seq, _entry(f"okapi {seq}")))
+            assert db.execute("SELECT block, from_doc FROM search_pending").fetchall() == [
+                (block, doc(block, 0))]
+        assert db.execute("SELECT count(*) FROM session_search WHERE session_search MATCH "
+                          "'okapi'").fetchone() == (0,)  # nothing indexed yet
+        assert pending(db) == 3
+        assert _found(db, "okapi") == [("s", 2), ("s", 1), ("s", 0)]
+        assert db.execute("SELECT count(*) FROM search_pending").fetchone() == (0,)
+    finally:
+        db.close()
+
+
+def test_entries_have_no_index_of_their_own(tmp_path: Path) -> None:
+    """The table is its own key: only partial indexes that an append does not write."""
+    db = open_database(tmp_path / "schema.db")
+    try:
+        indexes = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+                                  "AND tbl_name = 'session_entries'"))
+        assert set(indexes) == {"session_entries_media", "session_entries_unowned"}
+        assert all("WHERE" in sql for sql in indexes.values())
     finally:
         db.close()

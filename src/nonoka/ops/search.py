@@ -4,9 +4,10 @@ Every word of the query must occur, case-insensitively, in an entry (its content
 tool calls: whole words) or in a session's title (anywhere in it). The words are
 extracted here and handed to the engine, so query syntax characters are just
 separators. Matching titles come first (most recently active session first), then
-entries: SQLite answers from its FTS5 index, newest written entry first; PostgreSQL
-from a GIN index, most recently active session first, then latest position; the memory
-engine like PostgreSQL, without an index. An entry a branch shares with the session it
+entries: SQLite answers from its FTS5 index, most recently created session first, then
+latest position (``nonoka.store.sqlite.entry_docs``); PostgreSQL from a GIN index, most
+recently active session first, then latest position; the memory engine like
+PostgreSQL, without an index. An entry a branch shares with the session it
 was forked from is one hit, naming the branches that hold it (``ops/sharing.py``).
 
 Snippets and titles are redacted (``nonoka.redact``) before they are cut, so a

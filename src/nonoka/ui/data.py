@@ -37,6 +37,7 @@ from nonoka.store.base import MediaStore, decode_entries, decode_session
 from nonoka.store.media import IMAGE_TYPES, Media, describe, file_parts, is_digest
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+from nonoka.store.sqlite.entry_docs import LAST_SEQ, rows_of
 from nonoka.turn.partial import CLOSING, PARTIAL, STORED
 
 __all__ = (
@@ -182,7 +183,7 @@ _SHARED = """WITH RECURSIVE up (branch, base, upto, depth) AS (
     SELECT up.branch, c.base_session_id, {least}(up.upto, c.base_count), up.depth + 1
     FROM up JOIN checkpoints c ON c.session_id = up.base
     WHERE c.base_session_id IS NOT NULL AND up.depth < 10000)
-SELECT up.branch FROM up JOIN session_entries e ON e.session_id = up.base AND e.seq < up.upto
+SELECT up.branch FROM up JOIN session_entries e ON {own}
 WHERE {content} {like} ? ESCAPE '\\'"""
 """The branches whose shared entries (stored with the sessions they came from, up each
 branch's chain of bases) match a pattern."""
@@ -200,6 +201,19 @@ class _Dialect:
     def entry_content(self) -> str:
         return "json_extract(e.entry_json, '$.content')"
 
+    entry_order = "doc"
+    """What orders a session's entry rows (here their rowids, ``entry_docs``)."""
+
+    def own_entries(self, session: str, first: str = "0", last: str = str(LAST_SEQ)) -> str:
+        """A condition on entry rows ``e``: the session's own rows ``first`` to ``last``
+        (SQL expressions; ``session`` appears in it three times, ``first`` and ``last``
+        once, in that order: session, first, session, last, session)."""
+        return rows_of(session, "e", first, last)
+
+    def window(self, session_id: str, first: int, last: int) -> tuple[str, list[object]]:
+        """``own_entries`` for parameters: the condition and its values."""
+        return rows_of("?", "", "?", "?"), [session_id, first, session_id, last, session_id]
+
     def sql(self, text: str) -> str:
         return text
 
@@ -213,6 +227,14 @@ class _PostgresDialect(_Dialect):
 
     def entry_content(self) -> str:
         return "(e.entry_json::json ->> 'content')"
+
+    entry_order = "seq"
+
+    def own_entries(self, session: str, first: str = "0", last: str = str(LAST_SEQ)) -> str:
+        return f"e.session_id = {session} AND e.seq BETWEEN {first} AND {last}"
+
+    def window(self, session_id: str, first: int, last: int) -> tuple[str, list[object]]:
+        return "session_id = ? AND seq BETWEEN ? AND ?", [session_id, first, last]
 
     def sql(self, text: str) -> str:
         return text.replace("%", "%%").replace("?", "%s")
@@ -332,9 +354,9 @@ class UiData:
 
         like = self._dialect.like
         pattern = "%" + _escape_like(text) + "%"
-        entries = (f"EXISTS (SELECT 1 FROM session_entries e WHERE e.session_id = "
-                   f"cli_sessions.session_id AND {self._dialect.entry_content()} {like} ? "
-                   "ESCAPE '\\')")
+        own = self._dialect.own_entries("cli_sessions.session_id")
+        entries = (f"EXISTS (SELECT 1 FROM session_entries e WHERE {own} AND "
+                   f"{self._dialect.entry_content()} {like} ? ESCAPE '\\')")
         params: list[object] = [pattern, pattern, _escape_like(text) + "%"]
         indexed = session_match(self.engine, text)
         if indexed is None:
@@ -343,6 +365,7 @@ class UiData:
             entries = f"({indexed[0]} AND {entries})"
             params += [*indexed[1], pattern]
         shared = _SHARED.format(least=self._dialect.least, content=self._dialect.entry_content(),
+                                own=self._dialect.own_entries("up.base", last="up.upto - 1"),
                                 like=like)
         params.append(pattern)
         clause = (f"(title {like} ? ESCAPE '\\' OR model {like} ? ESCAPE '\\' OR "
@@ -392,14 +415,17 @@ class UiData:
                       after: int | None = None, limit: int = 50) -> EntryPage:
         """A page of the conversation: the ``limit`` entries before ``before`` (the latest
         when neither bound is given) or after ``after``; ``total`` is the entry count."""
+        order = self._dialect.entry_order
         if after is not None:
-            select: Statement = ("SELECT seq, entry_json FROM session_entries WHERE "
-                                 "session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                                 [session_id, after, limit])
+            where, params = self._dialect.window(session_id, max(0, min(after, LAST_SEQ) + 1),
+                                                 LAST_SEQ)
+            select: Statement = (f"SELECT seq, entry_json FROM session_entries WHERE {where} "
+                                 f"ORDER BY {order} LIMIT ?", [*params, limit])
         else:
-            bound = before if before is not None else 2**62
-            select = ("SELECT seq, entry_json FROM session_entries WHERE session_id = ? "
-                      "AND seq < ? ORDER BY seq DESC LIMIT ?", [session_id, bound, limit])
+            bound = min(before, LAST_SEQ + 1) if before is not None else LAST_SEQ + 1
+            where, params = self._dialect.window(session_id, 0, bound - 1)
+            select = (f"SELECT seq, entry_json FROM session_entries WHERE {where} "
+                      f"ORDER BY {order} DESC LIMIT ?", [*params, limit])
         rows, count = await self._query(
             select, ("SELECT entry_count FROM checkpoints WHERE session_id = ?", [session_id]))
         rows = sorted(rows)

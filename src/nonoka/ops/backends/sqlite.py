@@ -47,20 +47,20 @@ from nonoka.store.media import Media, digests, references
 from nonoka.store.project import ProjectStores
 from nonoka.store.sqlite import media as stored_media
 from nonoka.store.sqlite import search as search_index
-from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
+from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore, delete_rows, entry_block
 from nonoka.store.sqlite.database import connect_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.migrations import INDEXED_UPTO, NEXT_DOC
+from nonoka.store.sqlite.entry_docs import LAST_SEQ, doc, rows_of
 from nonoka.store.sqlite.records import write_index_row
 
 BATCH = 1000
 TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
-          "session_leases", "next_calls", "search_state", "media")
+          "session_leases", "next_calls", "search_pending", "media")
 _HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
          "created_at, updated_at FROM checkpoints WHERE session_id = ?")
 _PURPOSE = "coalesce(json_extract(s.metadata, '$.purpose'), 'chat')"
-_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, media, "
-                 f"doc) VALUES (?, ?, ?, ?, ?, {NEXT_DOC})")
+_INSERT_ENTRY = ("INSERT INTO session_entries (doc, session_id, seq, entry_json, key_chain, "
+                 "media) VALUES (?, ?, ?, ?, ?, ?)")
 
 
 class SQLiteOps:
@@ -104,7 +104,8 @@ class SQLiteOps:
                           (sid,)).fetchone():
                 return False
             dropped = stored_media.referenced_by(db, sid)  # rows left without a checkpoint
-            for table in ("session_entries", "step_updates", "events", "cli_sessions"):
+            delete_rows(db, sid, None)
+            for table in ("step_updates", "events", "cli_sessions"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
             stored_media.keep(db, media)
             db.execute(
@@ -112,12 +113,14 @@ class SQLiteOps:
                 "memory_generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (sid, head.snapshot, head.revision, head.entry_count, head.memory_generation,
                  head.created_at, head.updated_at))
+            block = entry_block(db, sid, None)
             chain = Chain()  # the runtime appends after the digest of the last row
             for batch in batches(enumerate(entries)):
                 rows = []
                 for n, text in batch:
                     chain = chain.add(text)
-                    rows.append((sid, n, text, chain.encode(), references(text)))
+                    rows.append((doc(block, n), sid, n, text, chain.encode(),
+                                 references(text)))
                 db.executemany(_INSERT_ENTRY, rows)
             stored_media.collect(db, dropped)
             db.executemany(
@@ -167,7 +170,8 @@ class SQLiteOps:
                             entry_text(text)[1]):
                         self._add(rows, RawHit(sid, int(seq), text, title, status, last),
                                   lineage, facts, query)
-            # The FTS table drives the loop (CROSS JOIN) in doc order, newest first, so the
+            # The FTS table drives the loop (CROSS JOIN) in doc order, newest session first
+            # (``entry_docs``: by when it was created), its latest entries first, so the
             # first page stops after ``limit`` matches however many entries match.
             entries = (
                 "SELECT f.rowid, d.session_id, d.seq, d.entry_json, coalesce(s.title, ''), "
@@ -176,7 +180,7 @@ class SQLiteOps:
                 "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
                 f"WHERE session_search MATCH :q AND f.rowid < :below AND {owners} "
                 "ORDER BY f.rowid DESC LIMIT :limit")
-            params["below"] = 2**62
+            params["below"] = 2**63 - 1
             while len(rows) < query.limit:
                 page = db.execute(entries, params).fetchall()
                 for doc, sid, seq, text, title, status, last in page:
@@ -228,11 +232,11 @@ class SQLiteOps:
             (SELECT coalesce(sum(length(CAST(state_json AS BLOB))), 0) FROM checkpoints
              WHERE session_id = ?1) +
             (SELECT coalesce(sum(length(CAST(entry_json AS BLOB))), 0) FROM session_entries
-             WHERE session_id = ?1) +
+             WHERE {own}) +
             (SELECT coalesce(sum(length(CAST(payload_json AS BLOB))), 0) FROM step_updates
              WHERE session_id = ?1) +
             (SELECT coalesce(sum(length(CAST(data_json AS BLOB))), 0) FROM events
-             WHERE session_id = ?1)"""
+             WHERE session_id = ?1)""".format(own=rows_of("?1"))
         with self.store.transaction(write=False) as db:
             if has_media(db):
                 sql += f" + {_FREED_MEDIA}"
@@ -258,6 +262,7 @@ class SQLiteOps:
             own = "c.entry_count - c.base_count" if bases else "c.entry_count"
             for sql, finding in checks(own):
                 found += [finding(row) for row in db.execute(sql)]
+            found += _misplaced(db)
             found += chains.check(db, chains.links(db, bases))
             if has_media(db):
                 found += media_findings(
@@ -266,9 +271,14 @@ class SQLiteOps:
         return found
 
     async def repair(self) -> list[Finding]:
-        """Rebuild the digest chain of each session whose chain is missing or wrong, one
-        write transaction per session, and the session list's order; the findings
-        repaired."""
+        """Move entry rows back to their session's place (and rebuild the full-text
+        index), rebuild the digest chain of each session whose chain is missing or
+        wrong, one write transaction per session, and the session list's order; the
+        findings repaired."""
+        with self.store.transaction() as db:
+            moved = _misplaced(db)
+            if moved:
+                _put_in_place(db)
         with self.store.transaction(write=False) as db:
             bases = has_bases(db)
             broken = chains.check(db, chains.links(db, bases))
@@ -280,7 +290,7 @@ class SQLiteOps:
                 f"{index_sql.OUT_OF_PLACE} ORDER BY session_id")]
             if misplaced:
                 db.execute(index_sql.REORDER)
-        return [*broken, *misplaced]
+        return [*moved, *broken, *misplaced]
 
     async def vacuum(self) -> tuple[int, int]:
         before = self._size()
@@ -338,12 +348,41 @@ _UNREFERENCED_MEDIA = (f"SELECT digest, size FROM media WHERE NOT "
                        f"{_REFERENCED.format(d='media.digest')} ORDER BY digest")
 _FREED_MEDIA = f"""(SELECT coalesce(sum(m.size), 0) FROM media m
     WHERE m.digest IN (SELECT j.value FROM session_entries e, {_REFS.format(m='e.media')} j
-                       WHERE e.session_id = ?1 AND e.media IS NOT NULL)
+                       WHERE {rows_of("?1", "e")} AND e.media IS NOT NULL)
     AND NOT EXISTS (SELECT 1 FROM session_entries e, {_REFS.format(m='e.media')} j
                     WHERE e.media IS NOT NULL AND e.session_id <> ?1 AND j.value = m.digest)
     AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.base_session_id = ?1))"""
 """The bytes of the files only the session refers to (what its delete frees; a session
 that branches share keeps its files in the branches)."""
+
+
+_OUT_OF_PLACE = ("FROM session_entries e JOIN checkpoints c ON c.session_id = e.session_id "
+                 "WHERE e.doc IS NOT (c.entry_block << 32) + e.seq")
+"""Entry rows not at their place in their session's block (``entry_docs``): moved there
+by another program's update, they are not read as the session's."""
+
+
+def _misplaced(db: sqlite3.Connection) -> list[Finding]:
+    return [Finding("error", "entry_place", f"{n} entry row(s) out of the session's place: "
+                    "it does not load until `nonoka db check --repair` moves them back", sid)
+            for sid, n in db.execute(f"SELECT e.session_id, count(*) {_OUT_OF_PLACE} "
+                                     "GROUP BY e.session_id ORDER BY e.session_id")]
+
+
+def _put_in_place(db: sqlite3.Connection) -> None:
+    """Move every misplaced entry row to its place (a checkpoint without a block gets
+    one), then build the full-text index again from the rows: where the moved rows
+    were indexed cannot be known. Inside the caller's write transaction; a row whose
+    place is taken stays where it is (the check still reports it)."""
+    for (sid,) in db.execute("SELECT session_id FROM checkpoints WHERE entry_block IS NULL"
+                             ).fetchall():
+        entry_block(db, sid, None)
+    for old, new in db.execute(f"SELECT e.doc, (c.entry_block << 32) + e.seq {_OUT_OF_PLACE}"
+                               ).fetchall():
+        if db.execute("SELECT 1 FROM session_entries WHERE doc = ?", (new,)).fetchone() is None:
+            db.execute("UPDATE session_entries SET doc = ? WHERE doc = ?", (new, old))
+    db.execute("INSERT INTO session_search (session_search) VALUES ('rebuild')")
+    db.execute("DELETE FROM search_pending")
 
 
 def has_media(db: sqlite3.Connection) -> bool:
@@ -355,9 +394,10 @@ def has_media(db: sqlite3.Connection) -> bool:
 
 _BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
 _PENDING = ("SELECT d.doc, d.session_id, d.seq, d.entry_json, coalesce(s.title, ''), "
-            "coalesce(s.status, ''), s.last_active FROM session_entries d "
-            "LEFT JOIN cli_sessions s ON s.session_id = d.session_id "
-            f"WHERE d.doc > {INDEXED_UPTO}")
+            "coalesce(s.status, ''), s.last_active FROM search_pending p "
+            "JOIN session_entries d ON d.doc >= p.from_doc AND d.doc < (p.block + 1) << 32 "
+            "LEFT JOIN cli_sessions s ON s.session_id = d.session_id WHERE 1")
+"""The entries the full-text index does not hold yet (``nonoka.store.sqlite.search``)."""
 
 
 def _facts(db: sqlite3.Connection) -> dict[str, Facts]:
@@ -386,6 +426,10 @@ def _owner(name: str) -> str:
     return name
 
 
+_WINDOW = rows_of("?1", first="?2", last="?3")
+"""Entries ``?2`` to ``?3`` (inclusive) of session ``?1``'s own rows."""
+
+
 class _Reader:
     """A ``SessionReader``: each session is read inside one read transaction."""
 
@@ -405,9 +449,9 @@ class _Reader:
             last = first - 1
             while True:
                 rows = self._db.execute(
-                    "SELECT seq, entry_json FROM session_entries WHERE session_id = ? "
-                    "AND seq > ? AND seq < ? ORDER BY seq LIMIT ?",
-                    (sid, last, 2**62 if stop is None else stop, BATCH)).fetchall()
+                    f"SELECT seq, entry_json FROM session_entries WHERE {_WINDOW} "
+                    "ORDER BY doc LIMIT ?4",
+                    (sid, last + 1, LAST_SEQ if stop is None else stop - 1, BATCH)).fetchall()
                 if rows:
                     yield rows
                 if len(rows) < BATCH:
@@ -450,9 +494,9 @@ class _Reader:
         found: dict[str, None] = {}
         for sid, first, stop in self._chain(session_id):
             for (value,) in self._db.execute(
-                    "SELECT media FROM session_entries WHERE session_id = ? AND seq >= ? "
-                    "AND seq < ? AND media IS NOT NULL ORDER BY seq",
-                    (sid, first, 2**62 if stop is None else stop)):
+                    f"SELECT media FROM session_entries WHERE {_WINDOW} "
+                    "AND media IS NOT NULL ORDER BY doc",
+                    (sid, first, LAST_SEQ if stop is None else stop - 1)):
                 found.update(dict.fromkeys(digests(value)))
         return list(found)
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from nonoka.ops.model import Finding
 from nonoka.store.sqlite import lineage
 from nonoka.store.sqlite.digests import Chain
+from nonoka.store.sqlite.entry_docs import rows_of
 
 _MAX_DEPTH = 10_000
 Links = dict[str, tuple[str | None, int]]
@@ -107,7 +108,7 @@ def _problem(missing: int, wrong: int) -> str:
 
 def _rows(db: sqlite3.Connection, sid: str, start: int) -> Iterable[tuple[object, ...]]:
     return db.execute("SELECT seq, entry_json, key_chain FROM session_entries "
-                      "WHERE session_id = ? AND seq >= ? ORDER BY seq", (sid, start))
+                      f"WHERE {rows_of('?1', first='?2')} ORDER BY doc", (sid, start))
 
 
 def rebuild(db: sqlite3.Connection, sid: str, bases: bool) -> int:
@@ -132,6 +133,6 @@ def rebuild(db: sqlite3.Connection, sid: str, bases: bool) -> int:
         chain = chain.add(text)
         if not isinstance(stored, str) or Chain.decode(stored) != chain:
             updates.append((chain.encode(), sid, seq))
-    db.executemany("UPDATE session_entries SET key_chain = ? WHERE session_id = ? AND seq = ?",
-                   updates)
+    db.executemany("UPDATE session_entries SET key_chain = ?1 WHERE "
+                   f"{rows_of('?2', first='?3', last='?3')}", updates)
     return len(updates)

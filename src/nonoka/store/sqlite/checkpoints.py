@@ -56,12 +56,12 @@ from nonoka.store.sqlite import leases, lineage, next_calls
 from nonoka.store.sqlite import media as stored_media
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.migrations import NEXT_DOC
+from nonoka.store.sqlite.entry_docs import LAST_SEQ, NEW_BLOCK, doc
 
-_UPSERT_CHECKPOINT = """
+_UPSERT_CHECKPOINT = f"""
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
-                         created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+                         created_at, updated_at, entry_block)
+VALUES (?, ?, ?, ?, ?, ?, ?, {NEW_BLOCK})
 ON CONFLICT (session_id) DO UPDATE SET
     state_json = excluded.state_json,
     revision = excluded.revision,
@@ -124,19 +124,19 @@ class _Transaction:
 
 class _Written(NamedTuple):
     """A session as this store last saved it: its revision, number of entries, memory
-    generation and the digest chain of its last entry."""
+    generation, the digest chain of its last entry and where its entry rows live."""
 
     revision: int
     entries: int
     generation: int
     chain: Chain
+    block: int
 
 
-_INSERT_ENTRY = ("INSERT INTO session_entries (session_id, seq, entry_json, key_chain, media, "
-                 f"doc) VALUES (?, ?, ?, ?, ?, {NEXT_DOC})")
-"""An entry row with its search ``doc``, the row's rowid (``NEXT_DOC``: one past every
-doc stored and every doc indexed, never one the full-text index already holds), and the
-digests of the files it refers to (``NULL`` for most rows)."""
+_INSERT_ENTRY = ("INSERT INTO session_entries (doc, session_id, seq, entry_json, key_chain, "
+                 "media) VALUES (?, ?, ?, ?, ?, ?)")
+"""An entry row at its place in its session's block (``entry_docs``), with the digests
+of the files it refers to (``NULL`` for most rows)."""
 
 _STEPS = ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
           "WHERE session_id = ? ORDER BY updated_at, rowid")
@@ -174,6 +174,34 @@ def _reusable(db: sqlite3.Connection, session_id: str, known: Decoded | None,
         return None
     row = lineage.entry_row(db, session_id, len(known.entries) - 1, "key_chain")
     return known.entries if row is not None and row[0] == known.chain else None
+
+
+def entry_block(db: sqlite3.Connection, session_id: str, known: int | None) -> int:
+    """The block of the session's entry rows (``entry_docs``), given one if its
+    checkpoint row has none (a row another program wrote without it)."""
+    if isinstance(known, int):
+        return known
+    select = "SELECT entry_block FROM checkpoints WHERE session_id = ?"
+    row = db.execute(select, (session_id,)).fetchone()
+    if row is not None and not isinstance(row[0], int):
+        db.execute(f"UPDATE checkpoints SET entry_block = {NEW_BLOCK} WHERE session_id = ?",
+                   (session_id,))
+        row = db.execute(select, (session_id,)).fetchone()
+    if row is None or not isinstance(row[0], int):
+        raise CorruptSessionError(f"session {session_id}: its checkpoint row has no place "
+                                  "for its entries; the rows were left as they are")
+    return int(row[0])
+
+
+def delete_rows(db: sqlite3.Connection, session_id: str, block: int | None) -> int:
+    """Delete the session's entry rows: its block's, and any left below zero by a writer
+    that stored them without a checkpoint row; how many."""
+    removed = db.execute("DELETE FROM session_entries WHERE doc < 0 AND session_id = ?",
+                         (session_id,)).rowcount
+    if isinstance(block, int):
+        removed += db.execute("DELETE FROM session_entries WHERE doc BETWEEN ? AND ?",
+                              (doc(block, 0), doc(block, LAST_SEQ))).rowcount
+    return removed
 
 
 class SQLiteCheckpointStore(StepUpdateWriter):
@@ -259,8 +287,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 snapshot, revision, len(state.memory_entries), time.time(), sid,
                 known.revision, known.entries, known.generation)).rowcount != 1:
             return None
-        self._insert(db, sid, known.entries, plan.new_entries, known.chain, revision,
-                     known.generation)
+        self._insert(db, sid, known.block, known.entries, plan.new_entries, known.chain,
+                     revision, known.generation)
         return revision
 
     def _write(self, db: sqlite3.Connection, state: SessionState, snapshot: str) -> int:
@@ -269,7 +297,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         sid = state.session_id
         self._written.pop(sid, None)
         row = db.execute(
-            "SELECT revision, entry_count, memory_generation FROM checkpoints "
+            "SELECT revision, entry_count, memory_generation, entry_block FROM checkpoints "
             "WHERE session_id = ?",
             (sid,),
         ).fetchone()
@@ -277,49 +305,55 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         if state.revision != stored:
             raise conflict_error(state, None if row is None else stored)
         revision = next_revision(sid, stored)
-        count, generation = (0, state.memory_generation) if row is None else row[1:]
+        count, generation = (0, state.memory_generation) if row is None else row[1:3]
         plan = EntryPlan(state, count, generation)
         start = count
         dropped: list[str] = []
-        if plan.rewrite or row is None:
-            lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
-            if plan.rewrite:  # (a new session's leftover rows: `db vacuum` collects theirs)
-                dropped = stored_media.referenced_by(db, sid)
-            db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
-            start = 0
-        if plan.new_entries or start == 0:
-            chain = self._chain_before(db, sid, start)
-            self._insert(db, sid, start, plan.new_entries, chain, revision,
-                         state.memory_generation)
-        stored_media.collect(db, dropped)  # after the new rows: a file they keep stays
+        # The checkpoint row first: a new session's row gives its entries their block.
         now = time.time()
         db.execute(
             _UPSERT_CHECKPOINT,
             (sid, snapshot, revision, len(state.memory_entries), state.memory_generation,
              now, now),
         )
+        block = entry_block(db, sid, None if row is None else row[3])
+        if plan.rewrite or row is None:
+            lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
+            if plan.rewrite:  # (a new session's leftover rows: `db vacuum` collects theirs)
+                dropped = stored_media.referenced_by(db, sid)
+            delete_rows(db, sid, block)
+            start = 0
+        if plan.new_entries or start == 0:
+            chain = self._chain_before(db, sid, start)
+            self._insert(db, sid, block, start, plan.new_entries, chain, revision,
+                         state.memory_generation)
+        stored_media.collect(db, dropped)  # after the new rows: a file they keep stays
         if plan.rewrite:
             db.execute("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
                        "WHERE session_id = ?", (sid,))
         return revision
 
-    def _insert(self, db: sqlite3.Connection, sid: str, start: int,
+    def _insert(self, db: sqlite3.Connection, sid: str, block: int, start: int,
                 entries: Sequence[MemoryEntry], chain: Chain, revision: int,
                 generation: int) -> None:
         """Insert ``entries`` from ``start`` with their digest chain, and remember what
         the session holds once this transaction commits (``transaction`` forgets it
         if it does not). One loop, one statement for the usual one entry: this runs
         twice a turn."""
-        rows: list[tuple[str, int, str, str, str | None]] = []
+        rows: list[tuple[int, str, int, str, str, str | None]] = []
         seq = start
         files: list[Media] = []
+        if start + len(entries) > LAST_SEQ + 1:
+            raise StoreError(f"session {sid}: more than {LAST_SEQ + 1} entries; start a new "
+                             "session (compacting this one keeps its summary)")
         for entry in entries:
             text, moved = encode_entry(entry)
             chain = chain.add(text)
             if moved is None:
-                rows.append((sid, seq, text, chain.encode(), None))
+                rows.append((doc(block, seq), sid, seq, text, chain.encode(), None))
             else:
-                rows.append((sid, seq, text, chain.encode(), files_column(moved)))
+                rows.append((doc(block, seq), sid, seq, text, chain.encode(),
+                             files_column(moved)))
                 files += moved
             seq += 1
         if files:
@@ -330,7 +364,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             db.executemany(_INSERT_ENTRY, rows)
         if len(self._written) >= 256:
             self._written.clear()  # a cache: at worst the stored row is read again
-        self._written[sid] = _Written(revision, seq, generation, chain)
+        self._written[sid] = _Written(revision, seq, generation, chain, block)
 
     def _chain_before(self, db: sqlite3.Connection, session_id: str, seq: int) -> Chain:
         """The digest chain of the entries before ``seq`` (stored with entry ``seq - 1``)."""
@@ -463,9 +497,12 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         with self.transaction() as db:
             lineage.detach_branches(db, session_id)
             dropped = stored_media.referenced_by(db, session_id)
-            removed = sum(
+            row = db.execute("SELECT entry_block FROM checkpoints WHERE session_id = ?",
+                             (session_id,)).fetchone()
+            removed = delete_rows(db, session_id, None if row is None else row[0])
+            removed += sum(
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
-                for table in ("checkpoints", "session_entries", "step_updates")
+                for table in ("checkpoints", "step_updates")
             )
             db.execute("DELETE FROM next_calls WHERE session_id = ?", (session_id,))
             # A released lease's row (a live one stays: its holder finds out on its own).

@@ -13,6 +13,7 @@ import sqlite3
 import time
 
 from nonoka.store.media import Media, base64_text, column, digests
+from nonoka.store.sqlite.entry_docs import rows_of
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
 if TYPE_CHECKING:
@@ -53,9 +54,9 @@ def load(db: sqlite3.Connection, digest: str) -> Media | None:
 
 def referenced_by(db: sqlite3.Connection, session_id: str) -> list[str]:
     """The digests the session's own entry rows refer to (the candidates its delete or
-    rewrite may leave without a reference)."""
-    rows = db.execute("SELECT media FROM session_entries WHERE session_id = ? "
-                      "AND media IS NOT NULL", (session_id,))
+    rewrite may leave without a reference), rows stored without a checkpoint included."""
+    rows = db.execute("SELECT media FROM session_entries WHERE (doc < 0 AND session_id = ?1 "
+                      f"OR {rows_of('?1')}) AND media IS NOT NULL", (session_id,))
     return list(dict.fromkeys(d for (value,) in rows for d in digests(value)))
 
 

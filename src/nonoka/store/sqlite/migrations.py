@@ -473,6 +473,148 @@ def m013_list_order(db: sqlite3.Connection) -> None:
                "list_order = new.last_active WHERE session_id = new.session_id; END")
 
 
+_M014_PLACED = ("coalesce((SELECT entry_block*4294967296+new.seq FROM checkpoints "
+                "WHERE session_id=new.session_id),abs(new.doc)*-1)")
+"""Where an entry row belongs (``nonoka.store.sqlite.entry_docs``): in its session's
+block, or, for a row no checkpoint owns, below zero, where no block reaches."""
+
+
+def _m014_index(doc: str, text: str) -> str:
+    """The statements that keep the full-text index's promise for a row that now holds
+    ``text`` at ``doc``: index it at once when it lies below its block's watermark (or
+    the block has none and rows above it), else leave it to the catch-up, marking the
+    block as waiting from this row if it was not waiting yet."""
+    block = f"({doc})>>32"
+    end = f"(({doc})>>32)+1<<32"
+    above = f"EXISTS(SELECT 1 FROM session_entries WHERE doc>{doc} AND doc<{end})"
+    waiting = f"(SELECT from_doc FROM search_pending WHERE block={block})"
+    body = SEARCH_BODY.format(e=text)
+    return (f"INSERT INTO session_search(rowid,body)SELECT {doc},{body} WHERE {doc}<"
+            f"coalesce({waiting},CASE WHEN {above} THEN {doc}+1 ELSE {doc} END);"
+            f"INSERT OR IGNORE INTO search_pending(block,from_doc)SELECT {block},{doc} "
+            f"WHERE NOT {above};")
+
+
+def _m014_forget(doc: str, text: str) -> str:
+    """The statements that take a row at ``doc`` out of the full-text index if it is
+    there (below its block's watermark, or its block has none), and end the block's
+    wait once no row at or above the watermark is left."""
+    block = f"({doc})>>32"
+    end = f"(({doc})>>32)+1<<32"
+    body = SEARCH_BODY.format(e=text)
+    return (f"INSERT INTO session_search(session_search,rowid,body)SELECT'delete',{doc},{body}"
+            f" WHERE {doc}<coalesce((SELECT from_doc FROM search_pending WHERE block={block}),"
+            f"{doc}+1);"
+            f"DELETE FROM search_pending WHERE block={block} AND NOT EXISTS(SELECT 1 FROM "
+            f"session_entries WHERE doc>=from_doc AND doc<{end});")
+
+
+@migration
+def m014_entries_by_session(db: sqlite3.Connection) -> None:
+    """Each session's entry rows one run of rowids (``nonoka.store.sqlite.entry_docs``):
+    its checkpoint row gets an ``entry_block`` number, and entry ``seq`` of the session
+    is row ``entry_block << 32 | seq``. The table is its own key: the ``(session_id,
+    seq)`` index goes, and an append writes the table's page and nothing else (2.01 →
+    1.4 times a raw append's bytes, bench/README.md, ``store_size.py``).
+
+    The row's number is still the full-text index's document id. Documents are no
+    longer numbered in the order they were written, so the index's catch-up keeps a
+    watermark per block instead of one for the file: ``search_pending`` holds, for each
+    block with rows not indexed yet, the first of them (every row of the block below it
+    is indexed, every row from it on is not). The triggers keep that true whoever
+    writes: a row added at the end of its block waits for the catch-up (the block's
+    watermark is written once, when it starts waiting); one added or changed below the
+    watermark is indexed at once; a deleted or changed row leaves the index if it was
+    in it. A row written by another program at another place is moved to its block
+    (``entries_place``); one no checkpoint owns goes below zero.
+
+    Rewrites the checkpoint and entry tables once (``entry_block`` before the snapshot:
+    reading it never reads the snapshot's overflow pages) and the full-text index, which
+    the next search builds again in batches.
+    """
+    for trigger in ("search_delete", "search_update", "search_renumber"):
+        db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    for view in ("search_docs", "search_text"):
+        db.execute(f"DROP VIEW IF EXISTS {view}")
+    db.execute("DROP TABLE session_search")
+    db.execute("DROP TABLE search_state")
+    db.execute("ALTER TABLE checkpoints RENAME TO checkpoints_m013")
+    db.execute(
+        """CREATE TABLE checkpoints (
+            session_id TEXT PRIMARY KEY,
+            entry_block INTEGER,
+            revision INTEGER NOT NULL,
+            entry_count INTEGER NOT NULL,
+            memory_generation INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            base_session_id TEXT,
+            base_count INTEGER NOT NULL DEFAULT 0,
+            state_json TEXT NOT NULL
+        )"""
+    )
+    db.execute("INSERT INTO checkpoints SELECT session_id, row_number() OVER (ORDER BY "
+               "created_at, rowid), revision, entry_count, memory_generation, created_at, "
+               "updated_at, base_session_id, base_count, state_json FROM checkpoints_m013 "
+               "ORDER BY rowid")
+    db.execute("DROP TABLE checkpoints_m013")
+    db.execute("CREATE INDEX checkpoints_base ON checkpoints (base_session_id) "
+               "WHERE base_session_id IS NOT NULL")
+    db.execute("CREATE UNIQUE INDEX checkpoints_entry_block ON checkpoints (entry_block)")
+    db.execute("ALTER TABLE session_entries RENAME TO session_entries_m013")
+    db.execute(
+        """CREATE TABLE session_entries (
+            doc INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL CHECK (seq BETWEEN 0 AND 4294967295),
+            key_chain TEXT,
+            media TEXT,
+            entry_json TEXT NOT NULL
+        )"""
+    )
+    columns = "session_id, seq, key_chain, media, entry_json"
+    db.execute(f"INSERT INTO session_entries (doc, {columns}) SELECT c.entry_block*4294967296"
+               f"+e.seq, e.{columns.replace(', ', ', e.')} FROM session_entries_m013 e "
+               "JOIN checkpoints c ON c.session_id = e.session_id "
+               "WHERE e.seq BETWEEN 0 AND 4294967295 ORDER BY 1")
+    # Rows no checkpoint owns (or out of range) are kept, below zero.
+    db.execute(f"INSERT INTO session_entries (doc, {columns}) SELECT -row_number() OVER "
+               f"(ORDER BY e.session_id, e.seq), e.session_id, max(0, min(e.seq, 4294967295)),"
+               " e.key_chain, e.media, e.entry_json FROM session_entries_m013 e "
+               "WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.session_id = "
+               "e.session_id) OR e.seq NOT BETWEEN 0 AND 4294967295")
+    db.execute("DROP TABLE session_entries_m013")
+    # After the entry table is renamed: the trigger reads the new one.
+    db.execute("CREATE TRIGGER checkpoints_entry_block AFTER INSERT ON checkpoints "
+               "WHEN new.entry_block IS NULL BEGIN UPDATE checkpoints SET entry_block="
+               "max(coalesce((SELECT max(entry_block) FROM checkpoints),0),"
+               "coalesce((SELECT max(doc) FROM session_entries),0)>>32)+1 "
+               "WHERE session_id=new.session_id; END")
+    db.execute("CREATE INDEX session_entries_media ON session_entries (media) "
+               "WHERE media IS NOT NULL")
+    db.execute("CREATE INDEX session_entries_unowned ON session_entries (session_id) "
+               "WHERE doc < 0")
+    db.execute("CREATE TABLE search_pending(block INTEGER PRIMARY KEY,from_doc INTEGER NOT NULL)")
+    db.execute("INSERT INTO search_pending SELECT doc>>32, min(doc) FROM session_entries "
+               "GROUP BY doc>>32")
+    text = SEARCH_BODY.format(e="entry_json")
+    db.execute(f"CREATE VIEW search_text(doc,body)AS SELECT doc,{text} FROM session_entries")
+    db.execute("CREATE VIRTUAL TABLE session_search USING fts5(body,content=search_text,"
+               "content_rowid=doc,columnsize=0,detail=column,"
+               "tokenize='unicode61 remove_diacritics 0')")
+    placed = _M014_PLACED
+    db.execute(f"CREATE TRIGGER search_insert AFTER INSERT ON session_entries "
+               f"WHEN new.doc={placed} BEGIN {_m014_index('new.doc', 'new.entry_json')} END")
+    db.execute(f"CREATE TRIGGER entries_place AFTER INSERT ON session_entries "
+               f"WHEN new.doc<>{placed} BEGIN UPDATE session_entries SET doc={placed} "
+               f"WHERE doc=new.doc;{_m014_index(placed, 'new.entry_json')} END")
+    db.execute("CREATE TRIGGER search_delete AFTER DELETE ON session_entries BEGIN "
+               f"{_m014_forget('old.doc', 'old.entry_json')} END")
+    db.execute("CREATE TRIGGER search_update AFTER UPDATE OF entry_json ON session_entries "
+               f"BEGIN {_m014_forget('old.doc', 'old.entry_json')}"
+               f"{_m014_index('new.doc', 'new.entry_json')} END")
+
+
 # -- the runner's SQLite side ----------------------------------------------------------
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (

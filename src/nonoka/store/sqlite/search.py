@@ -1,32 +1,37 @@
 """Bringing a SQLite file's full-text index up to date (migrations ``m007_search_index``,
-``m008_search_doc_in_entry_row``, ``m010_compact_tables``).
+``m010_compact_tables``, ``m014_entries_by_session``).
 
-A save only gives each new entry its ``doc`` number (the row's rowid); their words are
-indexed here, in batches of ``BATCH`` entries, one short write transaction each, so a
-writer working meanwhile waits at most one batch. Every search calls ``catch_up`` first,
-so it always sees every stored entry. Standard library only.
+A save only writes its entry rows; their words are indexed here, in batches of
+``BATCH`` entries, one short write transaction each, so a writer working meanwhile waits
+at most one batch. ``search_pending`` names each block of rows (``entry_docs``) with rows
+not indexed yet, and the first of them: rows below it are indexed, rows from it on are
+not (the triggers of ``m014_entries_by_session`` keep that true whoever writes). Every
+search calls ``catch_up`` first, so it always sees every stored entry. Standard library
+only.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-from nonoka.store.sqlite.migrations import INDEXED_UPTO, SEARCH_BODY
+from nonoka.store.sqlite.migrations import SEARCH_BODY
 
 BATCH = 2000
 
 _INDEX = f"""
 INSERT INTO session_search (rowid, body)
 SELECT doc, {SEARCH_BODY.format(e="entry_json")} FROM session_entries
-WHERE doc > ?1 AND doc <= ?2 ORDER BY doc
+WHERE doc >= ?1 AND doc <= ?2 ORDER BY doc
 """
+
+_WAITING = ("search_pending p JOIN session_entries e ON e.doc >= p.from_doc "
+            "AND e.doc < (p.block + 1) << 32")
+"""The rows not indexed yet, with their block's watermark row."""
 
 
 def pending(db: sqlite3.Connection) -> int:
     """How many entries wait to be indexed."""
-    row = db.execute(f"SELECT count(*) FROM session_entries WHERE doc > {INDEXED_UPTO}"
-                     ).fetchone()
-    return int(row[0])
+    return int(db.execute(f"SELECT count(*) FROM {_WAITING}").fetchone()[0])
 
 
 def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
@@ -36,18 +41,38 @@ def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
     while True:
         db.execute("BEGIN IMMEDIATE")
         try:
-            upto = int(db.execute(INDEXED_UPTO.strip("()")).fetchone()[0])
-            row = db.execute("SELECT max(doc) FROM (SELECT doc FROM session_entries "
-                             "WHERE doc > ? ORDER BY doc LIMIT ?)", (upto, batch)).fetchone()
-            last = row[0]
-            if last is None:
-                db.execute("COMMIT")
-                return done
-            db.execute(_INDEX, (upto, last))
-            done += db.execute("SELECT changes()").fetchone()[0]
-            db.execute("UPDATE search_state SET indexed = ?", (last,))
+            indexed, finished = _some(db, batch)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        done += indexed
+        if finished:
+            return done
+
+
+def _some(db: sqlite3.Connection, batch: int) -> tuple[int, bool]:
+    """Index up to ``batch`` rows, block after block, moving each block's watermark;
+    how many, and whether none is left."""
+    done = 0
+    while done < batch:
+        row = db.execute("SELECT block, from_doc FROM search_pending ORDER BY block "
+                         "LIMIT 1").fetchone()
+        if row is None:
+            return done, True
+        block, first = int(row[0]), int(row[1])
+        end = ((block + 1) << 32) - 1
+        (last,) = db.execute("SELECT max(doc) FROM (SELECT doc FROM session_entries "
+                             "WHERE doc >= ? AND doc <= ? ORDER BY doc LIMIT ?)",
+                             (first, end, batch - done)).fetchone()
+        if last is not None:
+            db.execute(_INDEX, (first, last))
+            done += db.execute("SELECT changes()").fetchone()[0]
+        if last is None or db.execute("SELECT 1 FROM session_entries WHERE doc > ? AND "
+                                      "doc <= ?", (last, end)).fetchone() is None:
+            db.execute("DELETE FROM search_pending WHERE block = ?", (block,))
+        else:
+            db.execute("UPDATE search_pending SET from_doc = ? WHERE block = ?",
+                       (last + 1, block))
+    return done, False
