@@ -603,8 +603,13 @@ def m014_entries_by_session(db: sqlite3.Connection) -> None:
                "content_rowid=doc,columnsize=0,detail=column,"
                "tokenize='unicode61 remove_diacritics 0')")
     placed = _M014_PLACED
+    # The usual append (its block already waiting, from a row before it) does nothing:
+    # the condition says so before the statements are run.
+    waits = ("coalesce((SELECT from_doc FROM search_pending WHERE block=new.doc>>32)>new.doc,"
+             "1)")
     db.execute(f"CREATE TRIGGER search_insert AFTER INSERT ON session_entries "
-               f"WHEN new.doc={placed} BEGIN {_m014_index('new.doc', 'new.entry_json')} END")
+               f"WHEN new.doc={placed} AND {waits} BEGIN "
+               f"{_m014_index('new.doc', 'new.entry_json')} END")
     db.execute(f"CREATE TRIGGER entries_place AFTER INSERT ON session_entries "
                f"WHEN new.doc<>{placed} BEGIN UPDATE session_entries SET doc={placed} "
                f"WHERE doc=new.doc;{_m014_index(placed, 'new.entry_json')} END")
