@@ -344,3 +344,26 @@ async def test_a_new_session_never_takes_the_block_of_rows_left_behind(tmp_path:
                               "ORDER BY 1").fetchall() == [("fresh", 4), ("left", 3)]
     finally:
         await store.close()
+
+
+async def test_an_append_writes_the_entry_page_and_the_checkpoint_page(tmp_path: Path) -> None:
+    """A save that appends one entry commits two pages: the entry table's leaf (the
+    table is its own key, ``m014_entries_by_session``) and the checkpoint row's page;
+    not an index page as well. Counted in write-ahead-log frames."""
+    path = tmp_path / "s.db"
+    store = SQLiteCheckpointStore(path)
+    try:
+        state = _state("s", entries=50)
+        state = state.model_copy(update={"revision": await store.save_session(state)})
+        page = store.connection.execute("PRAGMA page_size").fetchone()[0]
+        frames = []
+        for n in range(20):
+            before = os.stat(f"{path}-wal").st_size
+            grown = state.model_copy(update={"memory_entries": [
+                *state.memory_entries, MemoryEntry.make("user", f"more {n} " + "y" * 300)]})
+            revision = await store.save_session(grown)
+            state = grown.model_copy(update={"revision": revision})
+            frames.append((os.stat(f"{path}-wal").st_size - before) // (page + 24))
+        assert sorted(frames)[len(frames) // 2] == 2, frames
+    finally:
+        await store.close()
