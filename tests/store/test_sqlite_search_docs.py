@@ -127,7 +127,7 @@ def test_rows_written_anywhere_by_anyone_are_indexed_exactly_once(tmp_path: Path
                            "VALUES (?, ?, ?, ?)", (doc(block, count), sid, count, text()))
                 counts[sid] += 1
             elif kind == 3:  # an append by another program: no doc, or a wrong one
-                wrong = rng.choice([None, 7, -5, doc(blocks["s1"], 10_000 + step)])
+                wrong = rng.choice([None, 7, -10**12 - step, doc(blocks["s1"], 10_000 + step)])
                 db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
                            "VALUES (?, ?, ?, ?)", (wrong, sid, count, text()))
                 counts[sid] += 1
@@ -154,14 +154,25 @@ def test_rows_written_anywhere_by_anyone_are_indexed_exactly_once(tmp_path: Path
                                [(doc(block, n), sid, n, text()) for n in range(counts[sid])])
             elif kind == 8:
                 catch_up(db, batch=3) if rng.random() < 0.3 else _index_matches_content(db)
+            if rng.random() < 0.1:  # a row no checkpoint owns, without a doc: below zero
+                db.execute("INSERT INTO session_entries (session_id, seq, entry_json) "
+                           "VALUES ('unowned', ?, ?)", (step, text()))
         _index_matches_content(db)
         placed = db.execute("SELECT count(*) FROM session_entries e JOIN checkpoints c "
                             "USING (session_id) WHERE e.doc <> (c.entry_block << 32) + e.seq"
                             ).fetchone()
         assert placed == (0,)  # every row moved to its place
+        (unowned, below) = db.execute("SELECT count(*), max(doc) < 0 FROM session_entries "
+                                      "WHERE session_id = 'unowned'").fetchone()
+        assert below == 1
+        # Its checkpoint row comes last: its rows move into its block, indexed once.
+        block = _checkpoint(db, "unowned")
+        assert db.execute("SELECT count(*) FROM session_entries WHERE doc BETWEEN ? AND ?",
+                          (doc(block, 0), doc(block, LAST_SEQ))).fetchone() == (unowned,)
+        _index_matches_content(db)
         assert {sid: n for sid, n in db.execute(
-            "SELECT session_id, count(*) FROM session_entries GROUP BY session_id")} == {
-            sid: n for sid, n in counts.items() if n}
+            "SELECT session_id, count(*) FROM session_entries WHERE session_id <> 'unowned' "
+            "GROUP BY session_id")} == {sid: n for sid, n in counts.items() if n}
     finally:
         db.close()
 

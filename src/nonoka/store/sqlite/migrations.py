@@ -473,10 +473,14 @@ def m013_list_order(db: sqlite3.Connection) -> None:
                "list_order = new.last_active WHERE session_id = new.session_id; END")
 
 
-_M014_PLACED = ("coalesce((SELECT entry_block*4294967296+new.seq FROM checkpoints "
-                "WHERE session_id=new.session_id),abs(new.doc)*-1)")
+_M014_OWNED = ("(SELECT entry_block*4294967296+new.seq FROM checkpoints "
+               "WHERE session_id=new.session_id)")
+_M014_PLACED = (f"coalesce({_M014_OWNED},min(0,coalesce((SELECT min(doc) FROM "
+                "session_entries),0))-1)")
 """Where an entry row belongs (``nonoka.store.sqlite.entry_docs``): in its session's
-block, or, for a row no checkpoint owns, below zero, where no block reaches."""
+block, or, for a row no checkpoint owns, below every row, where no block reaches."""
+_M014_MOVED = f"coalesce({_M014_OWNED},(SELECT min(doc) FROM session_entries))"
+"""Where ``entries_place`` put the row: ``_M014_PLACED`` as it was before the move."""
 
 
 def _m014_index(doc: str, text: str) -> str:
@@ -526,7 +530,8 @@ def m014_entries_by_session(db: sqlite3.Connection) -> None:
     watermark is written once, when it starts waiting); one added or changed below the
     watermark is indexed at once; a deleted or changed row leaves the index if it was
     in it. A row written by another program at another place is moved to its block
-    (``entries_place``); one no checkpoint owns goes below zero.
+    (``entries_place``); one no checkpoint owns goes below every row, and into the
+    session's block when its checkpoint row comes (``checkpoints_insert``).
 
     Rewrites the checkpoint and entry tables once (``entry_block`` before the snapshot:
     reading it never reads the snapshot's overflow pages) and the full-text index, which
@@ -584,12 +589,6 @@ def m014_entries_by_session(db: sqlite3.Connection) -> None:
                "WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.session_id = "
                "e.session_id) OR e.seq NOT BETWEEN 0 AND 4294967295")
     db.execute("DROP TABLE session_entries_m013")
-    # After the entry table is renamed: the trigger reads the new one.
-    db.execute("CREATE TRIGGER checkpoints_entry_block AFTER INSERT ON checkpoints "
-               "WHEN new.entry_block IS NULL BEGIN UPDATE checkpoints SET entry_block="
-               "max(coalesce((SELECT max(entry_block) FROM checkpoints),0),"
-               "coalesce((SELECT max(doc) FROM session_entries),0)>>32)+1 "
-               "WHERE session_id=new.session_id; END")
     db.execute("CREATE INDEX session_entries_media ON session_entries (media) "
                "WHERE media IS NOT NULL")
     db.execute("CREATE INDEX session_entries_unowned ON session_entries (session_id) "
@@ -612,12 +611,32 @@ def m014_entries_by_session(db: sqlite3.Connection) -> None:
                f"{_m014_index('new.doc', 'new.entry_json')} END")
     db.execute(f"CREATE TRIGGER entries_place AFTER INSERT ON session_entries "
                f"WHEN new.doc<>{placed} BEGIN UPDATE session_entries SET doc={placed} "
-               f"WHERE doc=new.doc;{_m014_index(placed, 'new.entry_json')} END")
+               f"WHERE doc=new.doc;{_m014_index(_M014_MOVED, 'new.entry_json')} END")
     db.execute("CREATE TRIGGER search_delete AFTER DELETE ON session_entries BEGIN "
                f"{_m014_forget('old.doc', 'old.entry_json')} END")
     db.execute("CREATE TRIGGER search_update AFTER UPDATE OF entry_json ON session_entries "
                f"BEGIN {_m014_forget('old.doc', 'old.entry_json')}"
                f"{_m014_index('new.doc', 'new.entry_json')} END")
+    # A checkpoint row written without a block gets one; rows its session already has
+    # below zero (written before it, by another program) move into the block when it
+    # holds none yet: out of the index if they were in it, then waiting for the
+    # catch-up there (each statement checks the block is empty before any row moves).
+    block = "(SELECT entry_block FROM checkpoints WHERE session_id=new.session_id)"
+    unowned = "FROM session_entries WHERE doc<0 AND session_id=new.session_id"
+    empty = (f"NOT EXISTS(SELECT 1 FROM session_entries WHERE doc BETWEEN {block}*4294967296"
+             f" AND {block}*4294967296+4294967295)")
+    db.execute(
+        "CREATE TRIGGER checkpoints_insert AFTER INSERT ON checkpoints BEGIN "
+        "UPDATE checkpoints SET entry_block=max(coalesce((SELECT max(entry_block) FROM "
+        "checkpoints),0),coalesce((SELECT max(doc) FROM session_entries),0)>>32)+1 "
+        "WHERE session_id=new.session_id AND entry_block IS NULL;"
+        "INSERT INTO session_search(session_search,rowid,body)SELECT'delete',doc,"
+        f"{SEARCH_BODY.format(e='entry_json')} {unowned} AND doc<coalesce((SELECT from_doc "
+        f"FROM search_pending WHERE block=-1),0) AND {empty};"
+        f"INSERT OR IGNORE INTO search_pending(block,from_doc)SELECT {block},"
+        f"{block}*4294967296+min(seq) {unowned} AND {empty} HAVING count(*)>0;"
+        f"UPDATE session_entries SET doc={block}*4294967296+seq WHERE doc<0 AND "
+        f"session_id=new.session_id AND {empty}; END")
 
 
 # -- the runner's SQLite side ----------------------------------------------------------
