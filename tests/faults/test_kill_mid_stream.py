@@ -119,13 +119,21 @@ def _killed_turn(bridge: Bridge, delay: float, streamed: int = 0) -> tuple[str, 
 
 
 def _stored(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, dict[str, Any]]]]:
-    """The session's conversation and event log, read with plain ``sqlite3``."""
+    """The session's conversation and event log, read with plain ``sqlite3``; none when
+    the kill came before the new database's tables were committed (its first open
+    applies them in one transaction: the next open applies them again)."""
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        rows = conn.execute("SELECT entry_json FROM session_entries ORDER BY session_id, seq")
-        entries = [(e["role"], e["content"]) for e in (json.loads(r[0]) for r in rows)]
-        events = [(kind, json.loads(data)) for kind, data in conn.execute(
-            "SELECT kind, data_json FROM events ORDER BY session_id, seq")]
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'nonoka_migrations'"
+                        ).fetchone() is None:
+            assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
+            entries, events = [], []
+        else:
+            rows = conn.execute("SELECT entry_json FROM session_entries "
+                                "ORDER BY session_id, seq")
+            entries = [(e["role"], e["content"]) for e in (json.loads(r[0]) for r in rows)]
+            events = [(kind, json.loads(data)) for kind, data in conn.execute(
+                "SELECT kind, data_json FROM events ORDER BY session_id, seq")]
     conn.close()
     return entries, events
 
