@@ -26,8 +26,8 @@ from nonoka.store.project import ProjectStores
 async def check(stores: ProjectStores) -> list[Finding]:
     """Integrity (SQLite ``integrity_check``), rows without their checkpoint, index rows
     without a checkpoint or out of their place in the list, checkpoints whose entry count
-    disagrees with the entries, the entries' digest chain (SQLite), and whether each
-    session loads and exports."""
+    disagrees with the entries, entry rows out of their place and the entries' digest
+    chain (SQLite), and whether each session loads and exports."""
     backend = backend_for(stores)
     rows = await backend.check()
     known = {f.session_id for f in rows if f.kind == "missing_media" and f.session_id}
@@ -35,9 +35,9 @@ async def check(stores: ProjectStores) -> list[Finding]:
 
 
 async def repair(stores: ProjectStores) -> list[Finding]:
-    """Rebuild what can be derived from the stored rows (SQLite: the entries' digest
-    chain; every SQL engine: the session list's order); the findings that were
-    repaired. Nothing else is changed."""
+    """Rebuild what can be derived from the stored rows (SQLite: the entry rows' places
+    and the full-text index, the entries' digest chain; every SQL engine: the session
+    list's order); the findings that were repaired. Nothing else is changed."""
     return await backend_for(stores).repair()
 
 

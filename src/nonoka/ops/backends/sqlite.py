@@ -50,7 +50,7 @@ from nonoka.store.sqlite import search as search_index
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore, delete_rows, entry_block
 from nonoka.store.sqlite.database import connect_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.entry_docs import LAST_SEQ, doc, rows_of
+from nonoka.store.sqlite.entry_docs import LAST_SEQ, doc, place, rows_of
 from nonoka.store.sqlite.records import write_index_row
 
 BATCH = 1000
@@ -356,8 +356,9 @@ _FREED_MEDIA = f"""(SELECT coalesce(sum(m.size), 0) FROM media m
 that branches share keeps its files in the branches)."""
 
 
+_PLACE = place("c.entry_block", "e.seq")
 _OUT_OF_PLACE = ("FROM session_entries e JOIN checkpoints c ON c.session_id = e.session_id "
-                 "WHERE e.doc IS NOT (c.entry_block << 32) + e.seq")
+                 f"WHERE e.doc IS NOT {_PLACE}")
 """Entry rows not at their place in their session's block (``entry_docs``): moved there
 by another program's update, they are not read as the session's."""
 
@@ -377,8 +378,7 @@ def _put_in_place(db: sqlite3.Connection) -> None:
     for (sid,) in db.execute("SELECT session_id FROM checkpoints WHERE entry_block IS NULL"
                              ).fetchall():
         entry_block(db, sid, None)
-    for old, new in db.execute(f"SELECT e.doc, (c.entry_block << 32) + e.seq {_OUT_OF_PLACE}"
-                               ).fetchall():
+    for old, new in db.execute(f"SELECT e.doc, {_PLACE} {_OUT_OF_PLACE}").fetchall():
         if db.execute("SELECT 1 FROM session_entries WHERE doc = ?", (new,)).fetchone() is None:
             db.execute("UPDATE session_entries SET doc = ? WHERE doc = ?", (new, old))
     db.execute("INSERT INTO session_search (session_search) VALUES ('rebuild')")
@@ -394,8 +394,7 @@ def has_media(db: sqlite3.Connection) -> bool:
 
 _BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
 _PENDING = ("SELECT d.doc, d.session_id, d.seq, d.entry_json, coalesce(s.title, ''), "
-            "coalesce(s.status, ''), s.last_active FROM search_pending p "
-            "JOIN session_entries d ON d.doc >= p.from_doc AND d.doc < (p.block + 1) << 32 "
+            f"coalesce(s.status, ''), s.last_active FROM {search_index.WAITING.format(e='d')} "
             "LEFT JOIN cli_sessions s ON s.session_id = d.session_id WHERE 1")
 """The entries the full-text index does not hold yet (``nonoka.store.sqlite.search``)."""
 

@@ -58,10 +58,10 @@ from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_e
 from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.entry_docs import LAST_SEQ, NEW_BLOCK, doc
 
-_UPSERT_CHECKPOINT = f"""
+_UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
-                         created_at, updated_at, entry_block)
-VALUES (?, ?, ?, ?, ?, ?, ?, {NEW_BLOCK})
+                         created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (session_id) DO UPDATE SET
     state_json = excluded.state_json,
     revision = excluded.revision,
@@ -177,8 +177,9 @@ def _reusable(db: sqlite3.Connection, session_id: str, known: Decoded | None,
 
 
 def entry_block(db: sqlite3.Connection, session_id: str, known: int | None) -> int:
-    """The block of the session's entry rows (``entry_docs``), given one if its
-    checkpoint row has none (a row another program wrote without it)."""
+    """The block of the session's entry rows (``entry_docs``): ``known``, or the one its
+    checkpoint row was given when it was inserted; given one now if another program
+    cleared it."""
     if isinstance(known, int):
         return known
     select = "SELECT entry_block FROM checkpoints WHERE session_id = ?"
@@ -309,7 +310,8 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         plan = EntryPlan(state, count, generation)
         start = count
         dropped: list[str] = []
-        # The checkpoint row first: a new session's row gives its entries their block.
+        # The checkpoint row first: a new session's row is given its entries' block (the
+        # ``checkpoints_insert`` trigger).
         now = time.time()
         db.execute(
             _UPSERT_CHECKPOINT,

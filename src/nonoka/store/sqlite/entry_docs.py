@@ -19,14 +19,20 @@ LAST_SEQ = (1 << SEQ_BITS) - 1
 
 NEW_BLOCK = ("(SELECT max(coalesce((SELECT max(entry_block) FROM checkpoints), 0), "
              "coalesce((SELECT max(doc) FROM session_entries), 0) >> 32) + 1)")
-"""The block of a checkpoint row written now: after every block a checkpoint holds and
-every block a row is stored in (rows whose checkpoint row another program deleted keep
-theirs). Two seeks: the block index's last entry, the entry table's last rowid."""
+"""A block no row uses: after every block a checkpoint holds and every block a row is
+stored in (rows whose checkpoint row another program deleted keep theirs). Two seeks.
+The ``checkpoints_insert`` trigger gives each new checkpoint row this; code uses it only
+for a row whose block another program cleared."""
 
 
 def doc(block: int, seq: int) -> int:
     """The rowid of entry ``seq`` of the session in ``block``."""
     return (block << SEQ_BITS) | seq
+
+
+def place(block: str, seq: str) -> str:
+    """``doc`` in SQL: the rowid of entry ``seq`` in ``block`` (SQL expressions)."""
+    return f"(({block}) << {SEQ_BITS}) + ({seq})"
 
 
 def rows_of(session: str, alias: str = "", first: str = "0", last: str = str(LAST_SEQ)
@@ -36,6 +42,6 @@ def rows_of(session: str, alias: str = "", first: str = "0", last: str = str(LAS
     expression ``session`` names, read as a range of rowids. ``session`` may be a column
     of an outer query; a session without a checkpoint row has none."""
     p = f"{alias}." if alias else ""
-    block = f"(SELECT entry_block FROM checkpoints WHERE session_id = {session})"
-    return (f"{p}doc BETWEEN {block} * 4294967296 + ({first}) "
-            f"AND {block} * 4294967296 + ({last}) AND {p}session_id = {session}")
+    block = f"SELECT entry_block FROM checkpoints WHERE session_id = {session}"
+    return (f"{p}doc BETWEEN {place(block, first)} AND {place(block, last)} "
+            f"AND {p}session_id = {session}")

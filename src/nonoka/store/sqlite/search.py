@@ -24,14 +24,15 @@ SELECT doc, {SEARCH_BODY.format(e="entry_json")} FROM session_entries
 WHERE doc >= ?1 AND doc <= ?2 ORDER BY doc
 """
 
-_WAITING = ("search_pending p JOIN session_entries e ON e.doc >= p.from_doc "
-            "AND e.doc < (p.block + 1) << 32")
-"""The rows not indexed yet, with their block's watermark row."""
+WAITING = ("search_pending p JOIN session_entries {e} ON {e}.doc >= p.from_doc "
+           "AND {e}.doc < (p.block + 1) << 32")
+"""The rows not indexed yet (``{e}``: the entry table's alias), with their block's
+watermark row ``p``."""
 
 
 def pending(db: sqlite3.Connection) -> int:
     """How many entries wait to be indexed."""
-    return int(db.execute(f"SELECT count(*) FROM {_WAITING}").fetchone()[0])
+    return int(db.execute(f"SELECT count(*) FROM {WAITING.format(e='e')}").fetchone()[0])
 
 
 def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
