@@ -5,7 +5,8 @@ it may import (its own always). Every ``import`` and ``from ... import`` of a ``
 module anywhere in a module counts — lazy ones inside functions and ``TYPE_CHECKING``
 blocks included. ``from nonoka import Name`` counts as an import of the module that
 defines ``Name`` (the package root only re-exports lazily), so a low layer cannot reach
-the runtime through the root. From the bottom up::
+the runtime through the root. Inside a layer, no module may import itself through
+others: a circle of imports (counted the same way) fails too. From the bottom up::
 
     errors        the exception tree; imports nothing of nonoka
     support       faults, redact, signals, config: small helpers used across the layers
@@ -30,6 +31,7 @@ the runtime through the root. From the bottom up::
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -82,7 +84,10 @@ def _root_exports() -> dict[str, str]:
     return dict(nonoka._EXPORTS)
 
 
-def _imports(source: str, module: str, is_package: bool) -> set[str]:
+def _imports(source: str, module: str, is_package: bool,
+             modules: frozenset[str] = frozenset()) -> set[str]:
+    """The ``nonoka`` names ``source`` imports; ``from package import name`` gives
+    ``package.name`` when that is one of ``modules`` (a submodule), else ``package``."""
     tree = ast.parse(source)
     package = module if is_package else module.rsplit(".", 1)[0]
     exports = _root_exports()
@@ -100,7 +105,8 @@ def _imports(source: str, module: str, is_package: bool) -> set[str]:
                 for alias in node.names:  # a re-exported name is its defining module
                     found.add(exports.get(alias.name, f"nonoka.{alias.name}"))
                 continue
-            found.add(name)
+            submodules = {f"{name}.{alias.name}" for alias in node.names} & modules
+            found.update(submodules or {name})
     return {name for name in found if name == "nonoka" or name.startswith("nonoka.")}
 
 
@@ -140,6 +146,50 @@ def _check(module: str, source: str, is_package: bool = False) -> list[str]:
 
 def _modules() -> list[tuple[str, Path]]:
     return [(_module_name(path), path) for path in sorted(SRC.rglob("*.py"))]
+
+
+Graph = dict[str, set[str]]
+
+
+@functools.cache
+def _graph() -> Graph:
+    """Each module and the modules it imports (submodules named as such)."""
+    names = frozenset(m for m, _ in _modules())
+    return {m: _imports(path.read_text(encoding="utf-8"), m, path.name == "__init__.py",
+                        names) & names
+            for m, path in _modules()}
+
+
+def _circles(graph: Graph) -> list[str]:
+    """Every circle of imports: each set of modules that reach one another (Tarjan's
+    strongly connected components; the graph's depth stays far below the recursion
+    limit), as one line naming its layer and modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[str] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            members = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(members) > 1:
+                layers = sorted({str(layer_of(m)) for m in members})
+                found.append(f"a circle of imports in {', '.join(layers)}: "
+                             f"{' <-> '.join(sorted(members))}")
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
 
 
 def test_every_module_belongs_to_a_layer() -> None:
@@ -183,6 +233,30 @@ def test_an_upward_import_added_to_any_module_is_caught(module: str) -> None:
     typing_only = f"if TYPE_CHECKING:\n    from {target} import Thing\n"
     assert _check(module, lazy) != []
     assert _check(module, typing_only) != []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """A circle inside a layer (``cli.common`` importing ``cli.voice``, which imported
+    ``cli.common`` back in a function) makes neither module the one to read first."""
+    assert _circles(_graph()) == []
+
+
+@pytest.mark.parametrize("module", [m for m, _ in _modules()])
+def test_a_circle_added_to_any_module_is_caught(module: str) -> None:
+    """Probes: for every module, a module of its own layer that imports it, imported back
+    by it lazily in a function or under ``TYPE_CHECKING``, is a circle the check finds."""
+    layer = layer_of(module)
+    assert layer is not None
+    probe = LAYERS[layer][0][0] + ".probe"  # the api layer's (the root alone): no layer's
+    path = next(p for m, p in _modules() if m == module)
+    source = path.read_text(encoding="utf-8")
+    names = frozenset([*_graph(), probe])
+    for back in (f"def f():\n    import {probe}\n",
+                 f"if TYPE_CHECKING:\n    from {probe} import Thing\n"):
+        graph = {**_graph(), probe: {module},
+                 module: _imports(source + back, module, path.name == "__init__.py", names)}
+        circles = _circles(graph)
+        assert len(circles) == 1 and module in circles[0] and probe in circles[0], circles
 
 
 def test_a_re_exported_name_counts_as_its_defining_module() -> None:

@@ -15,8 +15,7 @@ from typing import Any
 from nonoka.state.messages import ToolCall
 from nonoka.testing.anthropic_replies import AnthropicReply, Thinking
 from nonoka.testing.anthropic_server import ScriptedAnthropicServer
-from nonoka.testing.responses import ReasoningItem, ResponsesReply
-from nonoka.testing.server import ScriptedResponsesServer
+from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer
 from tests.e2e.test_opencode import OpenCodeProject, opencode_bin
 from tests.llm.test_anthropic_fidelity import assert_valid_request as valid_anthropic
 from tests.support.responses_api import assert_valid_request as valid_responses

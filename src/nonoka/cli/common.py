@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from nonoka.cli.voice import AmbiguousSessionError, CliError, complaint_of
 from nonoka.errors import NonokaError
 from nonoka.store.project import (
     DEFAULT_DATABASE,
@@ -14,32 +15,6 @@ from nonoka.store.project import (
     database_url_from_env,
 )
 from nonoka.store.records import SessionIndex, SessionRecord
-
-
-class CliError(Exception):
-    """A failure to report in one line (no traceback): ``message`` says what happened and
-    what to do; ``exit_code`` and ``code`` (for ``--json``) say what kind it was."""
-
-    def __init__(self, message: str, exit_code: int = 1, code: str = "failed") -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
-        self.code = code
-
-
-class AmbiguousSessionError(CliError):
-    """A prefix matches several sessions; ``candidates`` are shown so people can pick."""
-
-    def __init__(self, prefix: str, candidates: list[SessionRecord]) -> None:
-        super().__init__(f"{prefix!r} matches {len(candidates)} sessions; give more of the "
-                         "id (the sessions it matches are below)", code="ambiguous_session")
-        self.candidates = candidates
-
-    def lines(self) -> list[str]:
-        from nonoka.cli.render import ago, clip
-
-        return [f"{r.session_id}  {clip(r.title or '(untitled)', 40)}  ({ago(r.last_active)})"
-                for r in self.candidates]
 
 
 @dataclass(frozen=True)
@@ -119,8 +94,6 @@ def open_for_reading(where: Place | Path, url: str | None = None) -> ProjectStor
 
 def failed_at(place: Place, exc: NonokaError) -> CliError:
     """A store failure at ``place`` in the command's voice, naming what chose the database."""
-    from nonoka.cli.voice import complaint_of
-
     complaint = complaint_of(exc)
     assert complaint is not None
     return CliError(place.blame(complaint.message), complaint.exit_code, complaint.code)

@@ -14,8 +14,14 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from nonoka.cli.common import CliError, Place
-from nonoka.cli.voice import DAMAGED_CODE, damage_words, damaged_advice, is_damage
+from nonoka.cli.common import Place
+from nonoka.cli.voice import (
+    DAMAGED_CODE,
+    CliError,
+    damage_words,
+    damaged_advice,
+    is_damage,
+)
 
 
 def damage_of(path: str) -> str | None:

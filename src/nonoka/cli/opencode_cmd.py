@@ -389,7 +389,7 @@ def init(directory: Path, model: str | None, make_default: bool | None,
     NONOKA_DATABASE_URL says (set it in the provider's env option to choose another
     database).
     """
-    from nonoka.cli.common import CliError
+    from nonoka.cli.voice import CliError
 
     stated = Capabilities(attachments=attachments, reasoning=reasoning, context=context,
                           output=output)

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nonoka.cli.common import CliError, Place
+from nonoka.cli.common import Place
 from nonoka.cli.options import call, place_options
+from nonoka.cli.voice import CliError
 
 if TYPE_CHECKING:
     from nonoka.store.project import ProjectStores
@@ -43,7 +44,7 @@ def stores_at(place: Place, *, reading: bool = False) -> ProjectStores:
 
 async def ids_of(stores: ProjectStores, refs: tuple[str, ...]) -> list[str]:
     """Full session ids for ids or unambiguous prefixes (the index, then checkpoints)."""
-    from nonoka.cli.common import CliError, find_session
+    from nonoka.cli.common import find_session
     from nonoka.ops.backends import backend_for
 
     stored: list[str] | None = None
@@ -303,7 +304,7 @@ def apply_retention(where: Place | Path) -> None:
     """The ``retention`` setting, at most once a day (one ``stat`` otherwise); a problem
     is a warning on stderr, never a failed command. It applies to the project's own
     database: not when ``--db`` names another one, nor to a damaged one."""
-    from nonoka.cli.common import CliError, can_write
+    from nonoka.cli.common import can_write
     from nonoka.ops.retention import due
 
     place = Place.of(where)

@@ -14,7 +14,8 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from nonoka.cli.common import CliError, Place, failed_at
+from nonoka.cli.common import Place, failed_at
+from nonoka.cli.voice import CliError
 from nonoka.errors import NonokaError
 
 T = TypeVar("T")

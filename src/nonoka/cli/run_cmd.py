@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nonoka.cli.common import CliError, Place, find_session, open_stores
+from nonoka.cli.common import Place, find_session, open_stores
 from nonoka.cli.damage import refuse_if_damaged
 from nonoka.cli.tools import builtin_tools
-from nonoka.cli.voice import EXIT_BUSY, EXIT_FAILURE, EXIT_USAGE
+from nonoka.cli.voice import EXIT_BUSY, EXIT_FAILURE, EXIT_USAGE, CliError
 from nonoka.errors import ConfigurationError, Failure, NonokaError
 from nonoka.events import EventSink, emit
 from nonoka.llm.base import ChatModel

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from nonoka.cli.common import (
-    CliError,
     Place,
     find_session,
     has_database,
@@ -21,7 +20,7 @@ from nonoka.cli.common import (
 )
 from nonoka.cli.damage import refuse_if_damaged
 from nonoka.cli.render import SessionDetail
-from nonoka.cli.voice import EXIT_USAGE
+from nonoka.cli.voice import EXIT_USAGE, CliError
 from nonoka.errors import ConfigurationError
 from nonoka.store.records import SessionRecord
 from nonoka.turn.lineage import branches_of, fork_session

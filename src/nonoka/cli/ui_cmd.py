@@ -54,7 +54,8 @@ def ui(port: int, host: str, open_browser: bool, allow_actions: bool, place: Pla
     access token; requests without it are refused. Pages follow a running session
     live. Needs the ui extra: in your nonoka clone, pip install '.[ui]'.
     """
-    from nonoka.cli.common import CliError, failed_at, has_database, no_database
+    from nonoka.cli.common import failed_at, has_database, no_database
+    from nonoka.cli.voice import CliError
     from nonoka.errors import NonokaError
 
     missing = missing_extra()

@@ -19,9 +19,12 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from nonoka.store.records import SessionRecord
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -47,6 +50,32 @@ _DAMAGE_WORDS = ("database disk image is malformed", "file is not a database",
 """What SQLite says when a database file is damaged, in its own words (lowercase)."""
 _WHERE = re.compile(r"\bdatabase (/\S+?)(?::| is\b)")
 """The file a store's message names (``database /path/sessions.db: ...``)."""
+
+
+class CliError(Exception):
+    """A failure to report in one line (no traceback): ``message`` says what happened and
+    what to do; ``exit_code`` and ``code`` (for ``--json``) say what kind it was."""
+
+    def __init__(self, message: str, exit_code: int = 1, code: str = "failed") -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.code = code
+
+
+class AmbiguousSessionError(CliError):
+    """A prefix matches several sessions; ``candidates`` are shown so people can pick."""
+
+    def __init__(self, prefix: str, candidates: list[SessionRecord]) -> None:
+        super().__init__(f"{prefix!r} matches {len(candidates)} sessions; give more of the "
+                         "id (the sessions it matches are below)", code="ambiguous_session")
+        self.candidates = candidates
+
+    def lines(self) -> list[str]:
+        from nonoka.cli.render import ago, clip
+
+        return [f"{r.session_id}  {clip(r.title or '(untitled)', 40)}  ({ago(r.last_active)})"
+                for r in self.candidates]
 
 
 @dataclass(frozen=True)
@@ -76,9 +105,11 @@ def damaged_advice(what: str, said: str = "") -> str:
 
 
 def is_damage(text: str) -> bool:
-    """Whether an error text is SQLite saying the file is damaged."""
+    """Whether an error text is SQLite saying the file is damaged (not only its
+    full-text index, which the store's message says how to rebuild)."""
     lowered = text.lower()
-    return any(word in lowered for word in _DAMAGE_WORDS)
+    return (any(word in lowered for word in _DAMAGE_WORDS)
+            and "search index is damaged" not in lowered)
 
 
 def damage_words(text: str) -> str:
@@ -93,7 +124,6 @@ def damage_words(text: str) -> str:
 
 def complaint_of(exc: BaseException) -> Complaint | None:
     """The complaint for an exception the command lets out, or ``None`` for a bug."""
-    from nonoka.cli.common import AmbiguousSessionError, CliError
     from nonoka.errors import ModelNotConfiguredError, NonokaError, failure_of
 
     if isinstance(exc, AmbiguousSessionError):

@@ -7,18 +7,19 @@ The contract is ``base`` (``CheckpointStore``, ``SessionLeases``) and ``records`
 ``records``, and ``migrations`` for the SQL ones). ``project`` opens a project's stores
 from a database URL.
 
-Nothing is imported here: the per-turn bridge reads ``nonoka.store.project`` before
-pydantic (which ``nonoka.store.base`` needs) is loaded, and ``PostgresCheckpointStore``
-needs the ``postgres`` extra (without it, using the name raises
-``MissingExtraError``, which says so).
+Nothing is imported here but ``lazy`` (the lazy export every package of the store
+makes, standard library only): the per-turn bridge reads ``nonoka.store.project``
+before pydantic (which ``nonoka.store.base`` needs) is loaded, and
+``PostgresCheckpointStore`` needs the ``postgres`` extra (without it, using the name
+raises ``MissingExtraError``, which says so).
 """
 
 from __future__ import annotations
 
+from nonoka.store.lazy import lazy_exports
+
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the bridge's early path loads this package
 if TYPE_CHECKING:
-    from typing import Any
-
     from nonoka.store.base import CheckpointStore, SessionLeases
     from nonoka.store.leases import hold_lease, new_lease_owner
     from nonoka.store.memory.checkpoints import MemoryCheckpointStore
@@ -64,14 +65,7 @@ _WHERE = {
     "new_lease_owner": "leases",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _WHERE)
 
 
 def __dir__() -> list[str]:

@@ -46,72 +46,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nonoka.llm.base import ModelResponse
 from nonoka.state.messages import ToolCall
-from nonoka.testing.replies import Reply, as_reply, pieces
-from nonoka.testing.steps import HttpError
+from nonoka.testing.replies import pieces
+from nonoka.testing.steps import (
+    HttpError,
+    ReasoningItem,
+    ResponseFailed,
+    ResponsesReply,
+)
 
 RESPONSES_STRICT_MODES = ("openai_reasoning",)
 """The strict modes a ``ScriptedResponsesServer`` can enforce."""
 
 ENCRYPTED = "reasoning.encrypted_content"
-
-
-@dataclass(frozen=True)
-class ReasoningItem:
-    """A reasoning item of a scripted response: its summary parts (empty: the model
-    reasoned without a summary, as it often does). Its id and encrypted content are the
-    server's."""
-
-    summary: Sequence[str] = ()
-
-
-OutputItem = ReasoningItem | str | ToolCall
-"""A reasoning item, a message's text, or a function call."""
-
-
-@dataclass(frozen=True)
-class ResponsesReply:
-    """A scripted Responses API answer: its output items in order, and its usage.
-
-    ``incomplete``: the reason the response stopped early (``"max_output_tokens"``,
-    ``"content_filter"``); it then ends with ``response.incomplete``.
-    """
-
-    output: Sequence[OutputItem] = ()
-    input_tokens: int = 10
-    output_tokens: int = 5
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
-    incomplete: str | None = None
-    model: str = ""
-
-    @classmethod
-    def of(cls, step: ModelResponse | Reply | str) -> ResponsesReply:
-        """The answer an OpenAI-compatible step stands for: its reasoning (one summary),
-        its text, its tool calls."""
-        reply = as_reply(step)
-        output: list[OutputItem] = []
-        if reply.reasoning:
-            output.append(ReasoningItem(summary=(reply.reasoning,)))
-        if reply.text:
-            output.append(reply.text)
-        output.extend(reply.tool_calls)
-        incomplete = "max_output_tokens" if reply.finish_reason == "length" else None
-        return cls(output=tuple(output), input_tokens=reply.input_tokens,
-                   output_tokens=reply.output_tokens, cached_tokens=reply.cached_tokens or 0,
-                   reasoning_tokens=reply.reasoning_tokens or 0, incomplete=incomplete,
-                   model=reply.model)
-
-
-@dataclass(frozen=True)
-class ResponseFailed:
-    """A response that starts, then fails in the stream: ``response.failed`` with
-    ``error: {code, message}`` (``as_error_event``: an ``error`` event instead)."""
-
-    code: str = "server_error"
-    message: str = "The server had an error while processing your request. Sorry about that!"
-    as_error_event: bool = False
 
 
 @dataclass(frozen=True)

@@ -71,10 +71,7 @@ from nonoka.testing.anthropic_server import AnthropicStep, ScriptedAnthropicServ
 from nonoka.testing.replies import Reply, as_reply, chunks, completion
 from nonoka.testing.responses import (
     RESPONSES_STRICT_MODES,
-    ReasoningItem,
-    ResponseFailed,
     ResponsesProduced,
-    ResponsesReply,
     failed_events,
     final_response,
     partial_events,
@@ -87,6 +84,9 @@ from nonoka.testing.steps import (
     Delay,
     DropConnection,
     HttpError,
+    ReasoningItem,
+    ResponseFailed,
+    ResponsesReply,
     Step,
     context_length_exceeded,
     insufficient_quota,

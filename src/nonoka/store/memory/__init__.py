@@ -16,7 +16,9 @@ The names are exported lazily, like every engine package's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nonoka.store.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from nonoka.store.memory.checkpoints import MemoryCheckpointStore
@@ -42,11 +44,4 @@ _WHERE = {
     "StoredEvent": "database",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _WHERE)

@@ -14,7 +14,9 @@ imported until a name is used; without the extra, using one raises
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nonoka.store.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from nonoka.store.postgres.checkpoints import PostgresCheckpointStore
@@ -29,11 +31,4 @@ _WHERE = {
     "PostgresDatabase": "database",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _WHERE)

@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
+from nonoka.store.lazy import lazy_exports
+
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the bridge's early path loads this package
 if TYPE_CHECKING:
-    from typing import Any
-
     from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
     from nonoka.store.sqlite.next_calls import SQLiteNextCalls
     from nonoka.store.sqlite.records import SQLiteRecordStore
@@ -29,11 +29,4 @@ _WHERE = {
     "SQLiteNextCalls": "next_calls",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _WHERE)
