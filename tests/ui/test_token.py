@@ -3,6 +3,9 @@ scripts; a browser without it sees no data."""
 
 from __future__ import annotations
 
+import html
+import os
+import re
 import stat
 import threading
 import time
@@ -12,7 +15,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from playwright.sync_api import BrowserContext, expect
 
@@ -145,33 +148,50 @@ def test_scripts_send_a_bearer_token_or_the_printed_address(project: Path) -> No
         ui.stop()
 
 
-def test_open_starts_the_browser_with_a_one_time_code(project: Path, tmp_path: Path) -> None:
-    """``--open`` put the token on the browser's command line, which ``ps`` shows every
-    user; the browser now gets a code that works once."""
+def test_open_hands_the_browser_a_page_only_this_user_can_read(
+        browser: BrowserContext, project: Path, tmp_path: Path) -> None:
+    """``--open`` put the token, then a one-time code, on the browser's command line,
+    which every local user can read (``ps``, ``/proc/*/cmdline``): another user redeemed
+    the code first. The browser is now given the path of a page in a directory only this
+    user may enter, which sends it on with the code; the command line holds neither."""
     sid = stored_session(project, "opened by --open")
     called = tmp_path / "browser-argv.txt"
-    browser = tmp_path / "fake-browser"
-    browser.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {called}\n")
-    browser.chmod(browser.stat().st_mode | stat.S_IXUSR)
-    ui = UiServer(project, "--open", env={"BROWSER": str(browser)})
+    fake = tmp_path / "fake-browser"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {called}.part\n"
+                    f"mv {called}.part {called}\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    ui = UiServer(project, "--open", env={"BROWSER": str(fake)})
     try:
-        deadline = time.monotonic() + 20
-        while not called.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        argv = called.read_text()
-        assert ui.token not in argv
-        opened = urlsplit(argv.strip())
-        assert (opened.hostname, opened.port, opened.path) == ("127.0.0.1", ui.port, "/")
-        assert opened.query.startswith("code=")
-        status, _, body = ui.request(f"/?{opened.query}", headers={"Accept": "text/html"})
-        assert status == 200 and f'name="nonoka-token" content="{ui.token}"'.encode() in body
-        assert b"opened by --open" not in body  # the page script fetches the page itself
-        status, _, body = ui.request(f"/?{opened.query}", headers={"Accept": "text/html"})
+        deadline = time.monotonic() + 120  # only so that a broken --open cannot hang
+        while not called.exists() and ui.process.poll() is None \
+                and time.monotonic() < deadline:  # the file appears whole (mv)
+            time.sleep(0.02)
+        argv = called.read_text().strip()
+        assert ui.token not in argv and "code=" not in argv and "token=" not in argv
+        opened = urlsplit(argv)
+        assert opened.scheme == "file" and "\n" not in argv
+        page = Path(unquote(opened.path))
+        assert page.stat().st_uid == os.getuid()
+        assert stat.S_IMODE(page.stat().st_mode) == 0o600
+        assert stat.S_IMODE(page.parent.stat().st_mode) == 0o700
+        found = re.search(r'content="0; url=([^"]+)"', page.read_text())
+        assert found is not None
+        target = urlsplit(html.unescape(found.group(1)))
+        assert (target.hostname, target.port, target.path) == ("127.0.0.1", ui.port, "/")
+        assert target.query.startswith("code=") and target.query[5:] not in argv
+        # A real browser given that path reaches the sessions, the token handed over.
+        tab = browser.new_page()
+        tab.goto(argv)
+        expect(tab.locator(f"tr[data-session='{sid}']")).to_have_count(1)
+        assert tab.url.startswith(ui.base) and "code=" not in tab.url
+        assert tab.evaluate(f"localStorage.getItem('{KEY}')") == ui.token
+        tab.close()
+        # The code is spent: the page cannot be used again.
+        status, _, body = ui.request(f"/?{target.query}", headers={"Accept": "text/html"})
         assert status == 403 and ui.token.encode() not in body
-        status, _, _ = ui.request(f"/s/{sid}", token=True)
-        assert status == 200
     finally:
         ui.stop()
+    assert not page.parent.exists()  # removed when the server stops
 
 
 def test_the_one_time_code_expires() -> None:

@@ -10,9 +10,10 @@ port) and which no page from another port can read. A navigation has no header t
 it (a link, a form, the back button), so it is answered with a small page without data
 whose script fetches the real one with the header and shows it.
 
-``--open`` gives the browser a one-time code instead of the token (a command line is
-visible to every local user): the first visit with it, within ``CODE_SECONDS``, gets the
-token handed to the page's script; after that the code is worthless.
+``--open`` gives the browser a one-time code instead of the token, through a page only
+this user can read (``nonoka.ui.server.opener``), never on the browser's command line,
+which every local user can read: the first visit with it, within ``CODE_SECONDS``, gets
+the token handed to the page's script; after that the code is worthless.
 
 The ``Host`` header must name the address served (a DNS-rebinding page gets 403 too).
 Every answer carries a content security policy that runs only the ui's own script and
