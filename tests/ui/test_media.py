@@ -4,6 +4,8 @@ behind the token) and shown as ``<img>`` under the page's content security polic
 from __future__ import annotations
 
 import base64
+import html
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -83,7 +85,7 @@ def test_an_image_is_served_by_digest_and_nothing_else_is(tmp_path: Path) -> Non
         status, _, page = ui.request(f"/s/{SID}", token=True)
         html = page.decode()
         assert status == 200
-        assert f'<img data-media="/media/{digest_of(IMAGE)}"' in html
+        assert f'<img data-media="/media/{digest_of(IMAGE)}?type=image%2Fpng"' in html
         assert "[image red &#34;&lt;b&gt;shot&lt;/b&gt;&#34;.png, image/png, " in html
         assert "[image logo.svg, image/svg+xml," in html and "<script>alert" not in html
         assert "[file spec.pdf, application/pdf, 19 B]" in html
@@ -112,5 +114,60 @@ def test_the_page_shows_the_image_under_its_policy(browser: BrowserContext,
         expect(page.locator("#conversation .file-named")).to_have_count(2)
         assert blocked == []
         page.close()
+    finally:
+        ui.stop()
+
+
+def test_the_same_bytes_under_two_media_types_show_as_the_image(browser: BrowserContext,
+                                                                tmp_path: Path) -> None:
+    """The bytes are stored once, with the first media type they came with: a screenshot
+    first attached as ``application/octet-stream``, then sent as ``image/png``, was
+    served under the first (refused: a broken image). The page asks for the part's type."""
+    path = tmp_path / "project"
+    path.mkdir()
+    entries = [MemoryEntry.make("user", "the raw file", parts=[
+                   {"type": "text", "text": "the raw file"},
+                   part(IMAGE, "application/octet-stream", "shot.bin")]),
+               MemoryEntry.assistant("got it"),
+               MemoryEntry.make("user", "and as a picture", parts=[
+                   {"type": "text", "text": "and as a picture"},
+                   part(IMAGE, "image/png", "shot.png")]),
+               MemoryEntry.assistant("it is all red")]
+
+    async def save() -> None:  # two turns: the first stores the file
+        async with open_project_stores(path) as stores:
+            await stores.checkpoints.save_session(SessionState(
+                session_id=SID, status=SessionStatus.COMPLETED, memory_entries=entries[:2]))
+            first = await stores.checkpoints.load_session(SID)
+            assert first is not None
+            await stores.checkpoints.save_session(first.model_copy(
+                update={"memory_entries": entries}))
+            await stores.index.upsert_session(SessionRecord(
+                session_id=SID, title="one file, two types", status="completed",
+                message_count=len(entries)))
+
+    run_async(save())
+    ui = UiServer(path)
+    try:
+        status, _, page = ui.request(f"/s/{SID}", token=True)
+        assert status == 200
+        shown = re.findall(r'<img data-media="([^"]+)"', page.decode())
+        assert len(shown) == 1 and shown[0].startswith(f"/media/{digest_of(IMAGE)}")
+        status, headers, body = ui.request(html.unescape(shown[0]), token=True)
+        assert (status, headers["content-type"], body) == (200, "image/png", IMAGE)
+        status, _, _ = ui.request(f"/media/{digest_of(IMAGE)}", token=True)
+        assert status == 404  # as stored: not an image type
+        status, _, _ = ui.request(f"/media/{digest_of(IMAGE)}?type=image/svg%2Bxml",
+                                  token=True)
+        assert status == 404  # never a type a browser would run
+        tab = browser.new_page()
+        tab.goto(ui.url)
+        tab.goto(ui.base + f"s/{SID}")
+        expect(tab.locator("#conversation figure.file img")).to_have_count(1)
+        tab.locator("#conversation figure.file img").scroll_into_view_if_needed()
+        tab.wait_for_function("() => { const img = document.querySelector("
+                              "'#conversation figure.file img'); return img.complete && "
+                              "img.src.startsWith('blob:') && img.naturalWidth > 0; }")
+        tab.close()
     finally:
         ui.stop()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -84,12 +85,14 @@ class Deferred(Response):
 
 
 def shown_image(part: dict[str, Any]) -> str | None:
-    """The address the page shows a file part's image at (``/media/<digest>``), or
-    ``None``: only a stored file (a reference, never inline bytes) of an image type the
-    media route serves."""
+    """The address the page shows a file part's image at (``/media/<digest>?type=<the
+    part's media type>``), or ``None``: only a stored file (a reference, never inline
+    bytes) of an image type the media route serves. The type is the part's own: the
+    same bytes sent under two media types are one stored file, which keeps the first."""
     digest = part.get("media")
-    if is_digest(digest) and part.get("media_type") in IMAGE_TYPES:
-        return f"/media/{digest}"
+    kind = part.get("media_type")
+    if is_digest(digest) and kind in IMAGE_TYPES:
+        return f"/media/{digest}?{urlencode({'type': kind})}"
     return None
 
 
@@ -171,18 +174,20 @@ class Pages:
         return Deferred(make)
 
     async def media(self, request: Request) -> Response:
-        """A stored image by its digest, as stored, with its stored media type: only a
-        raster image type on the allow-list (``IMAGE_TYPES``; never SVG, HTML or
-        anything a browser would run), inline under a name of its own, never sniffed
-        (the guard's ``X-Content-Type-Options: nosniff`` and content security policy
-        come with it, as with every answer)."""
+        """A stored image by its digest, as stored, with the media type the page asks
+        for (``?type=``: the part's; else the stored one, the first entry's that sent the
+        bytes): only a raster image type on the allow-list (``IMAGE_TYPES``; never SVG,
+        HTML or anything a browser would run), inline under a name of its own, never
+        sniffed (the guard's ``X-Content-Type-Options: nosniff`` and content security
+        policy come with it, as with every answer)."""
         digest = str(request.path_params["digest"])
         file = await self.data.media(digest)
-        if file is None or file.media_type not in IMAGE_TYPES:
+        kind = request.query_params.get("type") or (file.media_type if file else "")
+        if file is None or kind not in IMAGE_TYPES:
             return Response("404 Not Found: no image is stored under this digest.\n",
                             status_code=404, media_type="text/plain")
-        name = f"{digest.partition(':')[2][:16]}.{file.media_type.partition('/')[2]}"
-        return Response(file.data, media_type=file.media_type,
+        name = f"{digest.partition(':')[2][:16]}.{kind.partition('/')[2]}"
+        return Response(file.data, media_type=kind,
                         headers={"content-disposition": f'inline; filename="{name}"'})
 
     async def revision(self, request: Request) -> Response:
