@@ -10,8 +10,9 @@ import sqlite3
 from pathlib import Path
 
 from nonoka.store.project import open_project_stores
+from nonoka.testing.conformance.media import IMAGE, SHOT, digest
 from tests.cli.conftest import Project
-from tests.conformance.ops_suite import add_session, export_text, parsed, reseal
+from tests.conformance.ops_suite import add_files, add_session, export_text, parsed, reseal
 
 
 def exported(tmp_path: Path, sessions: int) -> tuple[Path, list[str]]:
@@ -81,3 +82,45 @@ def test_import_refuses_what_export_and_list_could_not_read(project: Project,
     assert project.nonoka("sessions", "import", str(backup)).returncode == 0
     assert project.nonoka("sessions", "export", "--all").returncode == 0
     assert sid[:8] in project.nonoka("sessions", "list").stdout
+
+
+def test_a_file_reference_spelled_with_json_escapes_is_checked(project: Project,
+                                                              tmp_path: Path) -> None:
+    """JSON may spell the key ``"media"`` as ``"\\u006dedia"``: such a reference skipped
+    the check that the file carries the bytes it refers to (and, with them, was stored
+    without them). Both spellings are one reference."""
+    async def make() -> tuple[str, str]:
+        async with open_project_stores(tmp_path, f"sqlite:{tmp_path}/source.db") as stores:
+            sid = await add_session(stores, title="a file")
+            await add_files(stores, sid, SHOT)
+            return sid, await export_text(stores)
+
+    sid, text = asyncio.run(make())
+    lines = parsed(text)
+    (entry,) = [v for v in lines if v.get("type") == "entry" and '"media"' in v["entry"]]
+    entry["entry"] = entry["entry"].replace('"media":', '"\\u006dedia":')
+    kept = [v for v in lines if v.get("type") != "media"]
+    without = tmp_path / "without-the-file.jsonl"
+    without.write_text(reseal(kept))
+    done = project.nonoka("sessions", "import", str(without))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == (
+        f"nonoka: line {kept.index(entry) + 1}: entry {entry['seq']} of session {sid} "
+        f"refers to the file {digest(IMAGE)}, which the file does not carry before it; "
+        "nothing was imported\n")
+    assert project.nonoka("sessions", "list").stdout.startswith("no sessions")
+
+    carried = tmp_path / "with-the-file.jsonl"
+    carried.write_text(reseal(lines))
+    done = project.nonoka("sessions", "import", str(carried))
+    assert done.returncode == 0, done.stderr
+    assert project.nonoka("db", "check").returncode == 0
+
+    async def load() -> list[dict[str, object]]:
+        async with open_project_stores(project.path) as stores:
+            state = await stores.checkpoints.load_session(sid)
+            assert state is not None
+            return [p for e in state.memory_entries for p in e.metadata.get("parts", [])
+                    if p.get("type") == "file"]
+
+    assert asyncio.run(load()) == [SHOT]

@@ -170,8 +170,9 @@ def digests(value: str | None) -> list[str]:
 def references(text: str) -> str | None:
     """The ``media`` column for an entry row's text: what an import or a check derives
     from rows it did not encode. ``None`` when the row refers to no stored file (most
-    rows are settled by one substring test, without decoding them)."""
-    if '"media"' not in text:
+    rows are settled by substring tests, without decoding them; a row that could spell
+    the key with JSON escapes, ``"\\u006dedia"``, is decoded)."""
+    if '"media"' not in text and "\\u" not in text:
         return None
     try:
         entry = json.loads(text)
