@@ -89,3 +89,49 @@ def test_check_finds_a_missing_digest_chain_and_repair_rebuilds_it(
     assert entries(database, sid)[-2:] == ["third question", "after repair"]
     assert json.loads(project.nonoka("db", "check", "--repair", "--json").stdout) == {
         "repaired": [], "findings": []}
+
+
+def test_check_and_repair_name_an_entry_changed_after_it_was_stored(
+        project: Project, scripted: list[ScriptItem]) -> None:
+    """An answer edited in the database by hand breaks the digest chain from that row on;
+    ``--repair`` rebuilt the chain over the edited text without saying which entry it
+    was. Both now name it; a damaged chain value (the rows after it continue the chain of
+    the text as it is) is not an edit and names none."""
+    scripted += [text("first answer"), text("second answer"), text("third answer"),
+                 text("fourth answer")]
+    edited = run(project, "first question")
+    run(project, "--session", edited, "second question")
+    damaged = run(project, "third question")
+    run(project, "--session", damaged, "fourth question")
+    database = project.path / ".nonoka/sessions.db"
+    with sqlite3.connect(database) as db:
+        (seq,) = db.execute("SELECT seq FROM session_entries WHERE session_id = ? AND "
+                            "entry_json LIKE '%first answer%'", (edited,)).fetchone()
+        db.execute("UPDATE session_entries SET entry_json = replace(entry_json, "
+                   "'first answer', 'a kinder answer') WHERE session_id = ? AND seq = ?",
+                   (edited, seq))
+        db.execute("UPDATE session_entries SET key_chain = ? WHERE session_id = ? AND "
+                   "seq = ?", ("0" * 32, damaged, seq))
+    assert 0 < seq < len(entries(database, edited)) - 1
+
+    found = project.nonoka("db", "check", "--json")
+    assert found.returncode == 1
+    by_session = {f["session_id"]: f for f in json.loads(found.stdout)}
+    assert by_session.keys() == {edited, damaged}
+    assert by_session[edited]["entries"] == [seq]
+    assert by_session[edited]["message"].startswith(
+        f"entry {seq} was changed after it was stored (the text is not the one the digest "
+        "chain was made over; ")
+    assert by_session[damaged]["entries"] == []
+    assert by_session[damaged]["message"].startswith("1 entry row(s) whose digest chain")
+
+    repaired = project.nonoka("db", "check", "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    *said, last = repaired.stdout.splitlines()
+    assert last == "ok: no problems found"
+    assert sorted(said) == sorted([
+        f"repaired: digest_chain (session {edited}): entry {seq} was changed after it was "
+        "stored; the chain now takes its text as it is (restore the session from a backup "
+        "for the one stored)",
+        f"repaired: digest_chain (session {damaged})"])
+    assert entries(database, edited)[seq] == "a kinder answer"

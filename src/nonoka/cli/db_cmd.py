@@ -119,15 +119,16 @@ def check_command(repair: bool, as_json: bool, place: Place) -> None:
     repaired, findings = call(go)
     if as_json:
         rows = [{"level": f.level, "kind": f.kind, "message": f.message,
-                 "session_id": f.session_id} for f in findings]
+                 "session_id": f.session_id, "entries": list(f.entries)} for f in findings]
         if repair:
-            print_json({"repaired": [{"kind": f.kind, "session_id": f.session_id}
-                                     for f in repaired], "findings": rows})
+            print_json({"repaired": [{"kind": f.kind, "session_id": f.session_id,
+                                      "entries": list(f.entries)} for f in repaired],
+                        "findings": rows})
         else:
             print_json(rows)
     else:
         for f in repaired:
-            click.echo(f"repaired: {f.kind} (session {f.session_id})")
+            click.echo(f"repaired: {f.kind} (session {f.session_id}){_edited(f.entries)}")
         for f in findings:
             click.echo(f"{f.level}: {f.kind}: {f.message}"
                        f"{f' (session {f.session_id})' if f.session_id else ''}")
@@ -135,6 +136,19 @@ def check_command(repair: bool, as_json: bool, place: Place) -> None:
             click.echo("ok: no problems found")
     if any(f.level == "error" for f in findings):
         raise SystemExit(1)
+
+
+def _edited(entries: tuple[int, ...]) -> str:
+    """What a repair of the digest chain says of the entries it found changed by hand."""
+    from nonoka.ops.model import entries_named
+
+    if not entries:
+        return ""
+    one = len(entries) == 1
+    return (f": {entries_named(entries)} {'was' if one else 'were'} changed after "
+            f"{'it was' if one else 'they were'} stored; the chain now takes "
+            f"{'its' if one else 'their'} text as it is (restore the session from a backup "
+            "for the one stored)")
 
 
 def _damage_finding(exc: Exception) -> Any:

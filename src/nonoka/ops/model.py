@@ -123,6 +123,16 @@ class Finding:
     kind: str
     message: str
     session_id: str | None = None
+    entries: tuple[int, ...] = ()
+    """The entries (their ``seq``) it names: for ``digest_chain``, those whose text was
+    changed after they were stored, which a repair takes as they are now."""
+
+
+def entries_named(seqs: tuple[int, ...]) -> str:
+    """``entry 3``, ``entries 3 and 7``, ``entries 3, 7 and 9``."""
+    if len(seqs) == 1:
+        return f"entry {seqs[0]}"
+    return f"entries {', '.join(map(str, seqs[:-1]))} and {seqs[-1]}"
 
 
 @dataclass

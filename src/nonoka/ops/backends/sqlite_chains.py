@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from nonoka.ops.model import Finding
+from nonoka.ops.model import Finding, entries_named
 from nonoka.store.sqlite import lineage
 from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.entry_docs import rows_of
@@ -67,7 +67,8 @@ def _depths(graph: Links) -> dict[str, int]:
 
 
 def check(db: sqlite3.Connection, graph: Links) -> list[Finding]:
-    """One ``digest_chain`` error per session whose own rows' chain is missing or wrong."""
+    """One ``digest_chain`` error per session whose own rows' chain is missing or wrong,
+    naming the entries whose text was changed after they were stored (``edited``)."""
     wanted: dict[str, set[int]] = {}
     for base, count in graph.values():
         holder = None if base is None else _holder(graph, base, count)
@@ -84,26 +85,73 @@ def check(db: sqlite3.Connection, graph: Links) -> list[Finding]:
         if chain is None:
             continue  # the base's rows do not reach the branch's start: unreadable
         missing = wrong = 0
+        edits = Edits(chain)
         for seq, (row_seq, text, stored) in enumerate(_rows(db, sid, start), start):
             if row_seq != seq or not isinstance(text, str):
                 break  # rows out of sequence or not text: unreadable, reported as such
             chain = chain.add(text)
             if seq + 1 in wanted.get(sid, ()):
                 points[(sid, seq + 1)] = chain
-            if not isinstance(stored, str):
+            kept = Chain.decode(stored) if isinstance(stored, str) else None
+            if kept is None:
                 missing += 1
-            elif Chain.decode(stored) != chain:
+            elif kept != chain:
                 wrong += 1
+            edits.row(seq, text, kept, chain)
         if missing or wrong:
-            found.append(Finding("error", "digest_chain", _problem(missing, wrong), sid))
+            edited = tuple(edits.done())
+            found.append(Finding("error", "digest_chain", _problem(missing, wrong, edited),
+                                 sid, entries=edited))
     return found
 
 
-def _problem(missing: int, wrong: int) -> str:
+class Edits:
+    """Finds the rows whose text was changed after they were stored: a row whose stored
+    chain is not the previous row's plus its text, while the next row's stored chain is
+    its own plus the next text (the chain went on from the text as it was); the last
+    row, with nothing after it, when its stored chain is a digest as nonoka writes them
+    that is not its text's. A damaged chain value is not an edit: the rows after it
+    continue the chain of the text as it is."""
+
+    def __init__(self, start: Chain) -> None:
+        self.before: Chain | None = start
+        """The stored chain of the row before (at first, the chain the rows continue)."""
+        self.suspect: int | None = None
+        self.edited: list[int] = []
+
+    def row(self, seq: int, text: str, kept: Chain | None, chain: Chain) -> None:
+        """One more row: its text, its stored chain and the chain computed over the text."""
+        if self.suspect is not None and self.before is not None and kept is not None \
+                and self.before.add(text) == kept:
+            self.edited.append(self.suspect)
+        self.suspect = None
+        if kept is not None and kept != chain and self.before is not None \
+                and _is_digest(kept) and self.before.add(text) != kept:
+            self.suspect = seq
+        self.before = kept
+
+    def done(self) -> list[int]:
+        if self.suspect is not None:
+            self.edited.append(self.suspect)
+        return self.edited
+
+
+def _is_digest(chain: Chain) -> bool:
+    return len(chain.rows) == 32 and all(c in "0123456789abcdef" for c in chain.rows)
+
+
+def _problem(missing: int, wrong: int, edited: tuple[int, ...]) -> str:
     what = [f"{missing} entry row(s) without their digest chain" if missing else "",
             f"{wrong} entry row(s) whose digest chain is not their text's" if wrong else ""]
-    return (f"{' and '.join(w for w in what if w)}: the session cannot be continued until "
-            "`nonoka db check --repair` rebuilds the chain")
+    changed = ""
+    if edited:
+        was = "was changed after it was" if len(edited) == 1 else \
+            "were changed after they were"
+        changed = (f"{entries_named(edited)} {was} stored (the text is not the one the "
+                   "digest chain was made over; a repair keeps the text as it is now: "
+                   "restore the session from a backup for the one stored); ")
+    return (f"{changed}{' and '.join(w for w in what if w)}: the session cannot be continued "
+            "until `nonoka db check --repair` rebuilds the chain")
 
 
 def _rows(db: sqlite3.Connection, sid: str, start: int) -> Iterable[tuple[object, ...]]:
