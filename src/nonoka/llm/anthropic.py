@@ -54,7 +54,9 @@ from nonoka.llm.transport import (
     Dialect,
     Failure,
     HTTPModel,
+    StreamLimits,
     Transport,
+    UsageCheck,
     excerpt,
     retry_after,
     retryable,
@@ -116,6 +118,7 @@ class AnthropicChatModel(HTTPModel):
         max_tokens: int | None = None,
         known: KnownModel | None = None,
         extra_headers: Mapping[str, str] | None = None,
+        limits: StreamLimits | None = None,
     ) -> None:
         if not model:
             raise ConfigurationError("an Anthropic model needs a name, e.g. "
@@ -134,7 +137,8 @@ class AnthropicChatModel(HTTPModel):
         self._transport = Transport(self._endpoint, request_headers(self._api_key, extra_headers),
                                     self._api_key, timeout=timeout, max_retries=max_retries,
                                     backoff_base=backoff_base,
-                                    thread_name="nonoka-anthropic-http", dialect=DIALECT)
+                                    thread_name="nonoka-anthropic-http", dialect=DIALECT,
+                                    limits=limits)
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
                      options: CallOptions | None = None) -> bytes:
@@ -169,7 +173,7 @@ class AnthropicChatModel(HTTPModel):
         one_hour = self._one_hour(options)
         stream = await self._transport.run(
             body, lambda: _Stream(on_text=on_text, on_reasoning=on_reasoning), None)
-        return stream.response(self.model, self._cost_function(one_hour))
+        return stream.response(self.model, self._cost_function(one_hour), self._endpoint.url)
 
     def _cost_function(self, one_hour: bool) -> Callable[[int, int, int, int, int],
                                                           float | None]:
@@ -362,7 +366,8 @@ class _Stream:
             self.usage.update({k: v for k, v in usage.items() if v is not None})
 
     def response(self, model: str,
-                 price: Callable[[int, int, int, int, int], float | None]) -> ModelResponse:
+                 price: Callable[[int, int, int, int, int], float | None],
+                 endpoint: str = "") -> ModelResponse:
         text: list[str] = []
         reasoning: list[ReasoningPart] = []
         calls: list[ToolCall] = []
@@ -380,9 +385,12 @@ class _Stream:
                     arguments = json.dumps(block.input)
                 calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments or "{}"))
         reason = self.stop_reason or ("tool_use" if calls else "end_turn")
-        return ModelResponse(text="".join(text), tool_calls=calls, usage=_usage(self.usage, price),
+        check = UsageCheck()
+        return ModelResponse(text="".join(text), tool_calls=calls,
+                             usage=_usage(self.usage, price, check),
                              finish_reason=STOP_REASONS.get(reason, reason),
-                             model=self.model or model, reasoning=reasoning)
+                             model=self.model or model, reasoning=reasoning,
+                             warnings=check.warnings(endpoint))
 
 
 def _index(event: dict[str, Any], blocks: dict[int, _Block], *, start: bool = True) -> int:
@@ -400,22 +408,24 @@ async def _tell(sink: Callable[[str], Any], text: str) -> None:
         await outcome
 
 
-def _count(value: object) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-def _usage(usage: Mapping[str, Any],
-           price: Callable[[int, int, int, int, int], float | None]) -> Usage:
+def _usage(usage: Mapping[str, Any], price: Callable[[int, int, int, int, int], float | None],
+           check: UsageCheck) -> Usage:
     """The call's usage, every input token in ``input_tokens``: Anthropic's own
-    ``input_tokens`` counts only those after the last cache breakpoint."""
-    read = _count(usage.get("cache_read_input_tokens"))
-    written = _count(usage.get("cache_creation_input_tokens"))
-    total = _count(usage.get("input_tokens")) + read + written
-    output = _count(usage.get("output_tokens"))
+    ``input_tokens`` counts only those after the last cache breakpoint. Each count is
+    checked (``check``)."""
+    read = check.count(usage.get("cache_read_input_tokens"), "cache_read_input_tokens")
+    written = check.count(usage.get("cache_creation_input_tokens"),
+                          "cache_creation_input_tokens")
+    total = check.count(usage.get("input_tokens"), "input_tokens") + read + written
+    output = check.count(usage.get("output_tokens"), "output_tokens")
     details = usage.get("output_tokens_details")
-    thought = _count(details.get("thinking_tokens")) if isinstance(details, dict) else 0
+    thought = check.count(details.get("thinking_tokens"),
+                          "output_tokens_details.thinking_tokens") if isinstance(
+        details, dict) else 0
     split = usage.get("cache_creation")
-    write_1h = _count(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else 0
+    write_1h = check.count(split.get("ephemeral_1h_input_tokens"),
+                           "cache_creation.ephemeral_1h_input_tokens") if isinstance(
+        split, dict) else 0
     write_1h = min(write_1h, written)
     return Usage(input_tokens=total, output_tokens=output,
                  cost_usd=price(total, output, read, written - write_1h, write_1h),

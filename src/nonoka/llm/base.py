@@ -64,9 +64,29 @@ def call_usage(usage: Usage) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class ModelWarning:
+    """Something an adapter did that the user should know of, without failing the call:
+    an option it did not send, usage the endpoint reported that could not be counted.
+    The runtime emits each as a ``warning`` event (``code``, ``message``, ``details``)."""
+
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+USAGE_INVALID = "model_usage_invalid"
+"""The endpoint reported usage counts that are not token counts (negative, not finite,
+not numbers, or beyond any call); they were counted as 0 and the answer kept."""
+OPTION_DROPPED = "model_option_dropped"
+"""A call option the provider's API has no field for (or nonoka does not know) was not
+sent."""
+
+
+@dataclass(frozen=True)
 class ModelResponse:
     """One complete answer: text, tool calls, usage and why the model stopped, with
-    the reasoning it streamed and what the provider attached to the message."""
+    the reasoning it streamed, what the provider attached to the message and what the
+    adapter warns of (``warnings``)."""
 
     text: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -75,6 +95,7 @@ class ModelResponse:
     model: str = ""
     reasoning: list[ReasoningPart] = field(default_factory=list)
     provider_metadata: ProviderMetadata | None = None
+    warnings: tuple[ModelWarning, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from nonoka.llm.transport import (
     Failure,
     HTTPModel,
     Pricing,
+    StreamLimits,
     Transport,
-    count,
+    UsageCheck,
     excerpt,
     retryable,
     tell,
@@ -83,6 +84,7 @@ class OpenAIChatModel(HTTPModel):
         passes: ConversationPasses | None = None,
         send_reasoning: bool = False,
         known: KnownModel | None = None,
+        limits: StreamLimits | None = None,
     ) -> None:
         """``passes``: where the encoding of a growing conversation stopped last, when
         the process keeps it between turns (``ConversationPasses.wire``).
@@ -104,7 +106,8 @@ class OpenAIChatModel(HTTPModel):
         self._headers = request_headers(self._api_key, extra_headers)
         self._transport = Transport(self._endpoint, self._headers, self._api_key,
                                     timeout=timeout, max_retries=max_retries,
-                                    backoff_base=backoff_base, thread_name="nonoka-openai-http")
+                                    backoff_base=backoff_base, thread_name="nonoka-openai-http",
+                                    limits=limits)
         self._inflight: Inflight | None = None
 
     def adopt(self, inflight: Inflight) -> None:
@@ -140,7 +143,7 @@ class OpenAIChatModel(HTTPModel):
         stream = await self._transport.run(
             body, lambda: _Stream(send_reasoning=self._send_reasoning, on_reasoning=on_reasoning),
             on_text, early)
-        return stream.response(self.model, self._pricing.cost)
+        return stream.response(self.model, self._pricing.cost, self._endpoint.url)
 
 
 def encoded_messages(messages: Sequence[Message], memo: PrefixMemo[str] | None = None
@@ -313,14 +316,15 @@ class _Stream:
             if key not in _CALL_FIELDS and value is not None:
                 call.extra[key] = _merged(call.extra.get(key), value)
 
-    def response(self, model: str,
-                 cost: Callable[[int, int, int, int], float | None]) -> ModelResponse:
+    def response(self, model: str, cost: Callable[[int, int, int, int], float | None],
+                 endpoint: str = "") -> ModelResponse:
         calls = [
             ToolCall(id=c.id or f"call_{i}", name=c.name, arguments="".join(c.arguments) or "{}",
                      provider_metadata={OPENAI_COMPATIBLE: c.extra} if c.extra else None)
             for i, c in sorted(self.calls.items())
         ]
-        usage = _usage(self.usage or {}, cost)
+        check = UsageCheck()
+        usage = _usage(self.usage or {}, cost, check)
         reasoning = []
         if self.reasoning:
             reasoning.append(ReasoningPart(text="".join(self.reasoning), provider_metadata={
@@ -334,6 +338,7 @@ class _Stream:
             model=self.model or model,
             reasoning=reasoning,
             provider_metadata={OPENAI_COMPATIBLE: dict(self.extra)} if self.extra else None,
+            warnings=check.warnings(endpoint),
         )
 
 
@@ -353,24 +358,28 @@ def _merged(before: Any, value: Any) -> Any:
     return value
 
 
-def _usage(usage: dict[str, Any],
-           cost: Callable[[int, int, int, int], float | None]) -> Usage:
+def _usage(usage: dict[str, Any], cost: Callable[[int, int, int, int], float | None],
+           check: UsageCheck) -> Usage:
     """The call's usage, with the cached and reasoning tokens each server reports in its
-    own place (OpenAI's ``*_tokens_details``, DeepSeek's ``prompt_cache_hit_tokens``)."""
-    input_tokens = count(usage.get("prompt_tokens"))
-    output_tokens = count(usage.get("completion_tokens"))
+    own place (OpenAI's ``*_tokens_details``, DeepSeek's ``prompt_cache_hit_tokens``),
+    each count checked (``check``)."""
+    input_tokens = check.count(usage.get("prompt_tokens"), "prompt_tokens")
+    output_tokens = check.count(usage.get("completion_tokens"), "completion_tokens")
     prompt_details = usage.get("prompt_tokens_details") or {}
     completion_details = usage.get("completion_tokens_details") or {}
-    cached = count(prompt_details.get("cached_tokens")) if isinstance(
+    cached = check.count(prompt_details.get("cached_tokens"),
+                         "prompt_tokens_details.cached_tokens") if isinstance(
         prompt_details, dict) else 0
-    cached = cached or count(usage.get("prompt_cache_hit_tokens"))
-    written = count(usage.get("cache_creation_input_tokens"))
-    thought = count(completion_details.get("reasoning_tokens")) if isinstance(
+    cached = cached or check.count(usage.get("prompt_cache_hit_tokens"),
+                                   "prompt_cache_hit_tokens")
+    written = check.count(usage.get("cache_creation_input_tokens"),
+                          "cache_creation_input_tokens")
+    thought = check.count(completion_details.get("reasoning_tokens"),
+                          "completion_tokens_details.reasoning_tokens") if isinstance(
         completion_details, dict) else 0
-    sent_cost = usage.get("cost")
-    cost_usd = (float(sent_cost) if isinstance(sent_cost, int | float)
-                and not isinstance(sent_cost, bool) else cost(input_tokens, output_tokens,
-                                                               cached, written))
+    cost_usd = check.cost(usage.get("cost"))
+    if cost_usd is None:
+        cost_usd = cost(input_tokens, output_tokens, cached, written)
     return Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd,
                  cache_read_tokens=cached, cache_write_tokens=written,
                  reasoning_tokens=thought)

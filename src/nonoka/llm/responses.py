@@ -48,7 +48,17 @@ from typing import TYPE_CHECKING, Any
 
 from nonoka.errors import ConfigurationError
 from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
-from nonoka.llm.transport import Failure, HTTPModel, Pricing, Transport, count, excerpt, tell
+from nonoka.llm.transport import (
+    Dialect,
+    Failure,
+    HTTPModel,
+    Pricing,
+    StreamLimits,
+    Transport,
+    UsageCheck,
+    excerpt,
+    tell,
+)
 from nonoka.llm.wire import (
     DEFAULT_BASE_URL,
     DEFAULT_TIMEOUT,
@@ -107,6 +117,7 @@ class OpenAIResponsesModel(HTTPModel):
         output_price_per_mtok: float | None = None,
         extra_headers: Mapping[str, str] | None = None,
         known: KnownModel | None = None,
+        limits: StreamLimits | None = None,
     ) -> None:
         self.model = model
         self._endpoint = Endpoint.parse(
@@ -119,7 +130,7 @@ class OpenAIResponsesModel(HTTPModel):
         self._transport = Transport(
             self._endpoint, request_headers(api_key, extra_headers), api_key,
             timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
-            thread_name="nonoka-responses-http")
+            thread_name="nonoka-responses-http", dialect=DIALECT, limits=limits)
 
     def body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
              options: CallOptions | None = None) -> bytes:
@@ -146,7 +157,7 @@ class OpenAIResponsesModel(HTTPModel):
         body = self.body(messages, tools, options)
         stream = await self._transport.run(body, lambda: _Stream(on_reasoning=on_reasoning),
                                            on_text)
-        return stream.response(self.model, self._pricing)
+        return stream.response(self.model, self._pricing, self._endpoint.url)
 
 
 # the request ---------------------------------------------------------------------------------
@@ -413,7 +424,7 @@ class _Stream:
         chosen = [(i, self.finished.get(i) or final.get(i) or self.added.get(i)) for i in indexes]
         return [(i, item) for i, item in chosen if isinstance(item, dict)]
 
-    def response(self, model: str, pricing: Pricing) -> ModelResponse:
+    def response(self, model: str, pricing: Pricing, endpoint: str = "") -> ModelResponse:
         texts: list[str] = []
         calls: list[ToolCall] = []
         reasoning: list[ReasoningPart] = []
@@ -446,11 +457,13 @@ class _Stream:
         reason = (self.final.get("incomplete_details") or {}).get("reason")
         finish = ("tool_calls" if calls else "stop") if status == "completed" else (
             INCOMPLETE_REASONS.get(str(reason), "length"))
+        check = UsageCheck()
         return ModelResponse(
             text=SEPARATOR.join(t for t in texts if t), tool_calls=calls,
-            usage=_usage(self.final.get("usage"), pricing), finish_reason=finish,
+            usage=_usage(self.final.get("usage"), pricing, check), finish_reason=finish,
             model=self.model or model, reasoning=reasoning,
-            provider_metadata={OPENAI_RESPONSES: {"items": layout}} if layout else None)
+            provider_metadata={OPENAI_RESPONSES: {"items": layout}} if layout else None,
+            warnings=check.warnings(endpoint))
 
     def _reasoning_text(self, index: int, item: dict[str, Any]) -> str:
         parts = [p.get("text", "") for key in ("summary", "content")
@@ -482,24 +495,37 @@ _CALL_FIELDS = frozenset({"type", "call_id", "name", "arguments", "status"})
 """A function call item's fields nonoka keeps elsewhere (or, ``status``, not at all)."""
 
 
-def _usage(usage: object, pricing: Pricing) -> Usage:
+def _usage(usage: object, pricing: Pricing, check: UsageCheck) -> Usage:
     """``input_tokens`` (of which ``input_tokens_details.cached_tokens`` were read from
     the cache and ``cache_write_tokens`` written to it) and ``output_tokens`` (of which
-    ``output_tokens_details.reasoning_tokens`` were reasoning)."""
+    ``output_tokens_details.reasoning_tokens`` were reasoning), each checked."""
     if not isinstance(usage, dict):
         return Usage(cost_usd=pricing.cost(0, 0))
-    input_tokens = count(usage.get("input_tokens"))
-    output_tokens = count(usage.get("output_tokens"))
+    input_tokens = check.count(usage.get("input_tokens"), "input_tokens")
+    output_tokens = check.count(usage.get("output_tokens"), "output_tokens")
     details = usage.get("input_tokens_details")
     details = details if isinstance(details, dict) else {}
-    cached = count(details.get("cached_tokens"))
-    written = count(details.get("cache_write_tokens"))
+    cached = check.count(details.get("cached_tokens"), "input_tokens_details.cached_tokens")
+    written = check.count(details.get("cache_write_tokens"),
+                          "input_tokens_details.cache_write_tokens")
     output_details = usage.get("output_tokens_details")
-    thought = count(output_details.get("reasoning_tokens")) if isinstance(
+    thought = check.count(output_details.get("reasoning_tokens"),
+                          "output_tokens_details.reasoning_tokens") if isinstance(
         output_details, dict) else 0
     return Usage(input_tokens=input_tokens, output_tokens=output_tokens,
                  cost_usd=pricing.cost(input_tokens, output_tokens, cached, written),
                  cache_read_tokens=cached, cache_write_tokens=written, reasoning_tokens=thought)
+
+
+def _last_event(event: object) -> bool:
+    """The events after which a response sends nothing more: it is complete (or failed)."""
+    return isinstance(event, dict) and event.get("type") in (
+        "response.completed", "response.incomplete", "response.failed", "error")
+
+
+DIALECT = Dialect(last_event=_last_event)
+"""OpenAI's error answers and variables, and the Responses API's last events: reading
+stops there (a server that keeps the connection open after them holds nothing up)."""
 
 
 def _failure(event: dict[str, Any]) -> Failure:

@@ -23,15 +23,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import random
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from nonoka.errors import ModelError
-from nonoka.llm.base import CompletesWithOptions
+from nonoka.errors import ConfigurationError, ModelError
+from nonoka.llm.base import USAGE_INVALID, CompletesWithOptions, ModelWarning
 
 if TYPE_CHECKING:
     import http.client
@@ -47,6 +49,47 @@ UNREACHABLE_RETRIES = 1
 MAX_RETRY_WAIT = 30.0  # seconds; a longer Retry-After is better handled by the caller
 MAX_ERROR_BODY = 64 * 1024
 EXCERPT_CHARS = 300
+READ_SIZE = 64 * 1024
+"""The most one read of a stream takes from the socket."""
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """How long and how large one streamed answer may be (each attempt's own).
+
+    ``stall``: seconds without progress: keep-alive pings, SSE comments and blank lines
+    are not progress, only events that carry something are. ``deadline``: seconds for the
+    whole exchange, from the request to the answer's last event. ``max_event_bytes``: the
+    most one line or one event may hold (a server that never ends its line must not grow
+    the process without bound). Each, exceeded, ends the attempt with a one-line error
+    naming it and its variable (``from_environ``)."""
+
+    stall: float = 300.0
+    deadline: float = 3600.0
+    max_event_bytes: int = 32 * 1024 * 1024
+
+    VARIABLES = {"stall": "NONOKA_STREAM_STALL_SECONDS",
+                 "deadline": "NONOKA_STREAM_DEADLINE_SECONDS",
+                 "max_event_bytes": "NONOKA_STREAM_MAX_EVENT_BYTES"}
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> StreamLimits:
+        """The defaults, with each limit its variable sets (a positive number)."""
+        values: dict[str, Any] = {}
+        for name, variable in cls.VARIABLES.items():
+            raw = environ.get(variable, "").strip()
+            if not raw:
+                continue
+            try:
+                value = float(raw)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigurationError(f"{variable}={raw!r} is not a positive number; "
+                                         "unset it or give a number such as "
+                                         f"{getattr(cls, name):g}")
+            values[name] = int(value) if name == "max_event_bytes" else value
+        return cls(**values)
 
 
 class Failure(Exception):
@@ -54,9 +97,12 @@ class Failure(Exception):
 
     def __init__(self, detail: str, *, status: int | None = None, retryable: bool = False,
                  retry_after: float | None = None, unreachable: bool = False,
-                 body: object = None) -> None:
+                 body: object = None, connection: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.connection = connection
+        """The connection failed (a timeout, a stall, a hang-up), not the answer: after
+        a whole answer arrived, it costs nothing (``Transport._attempt``)."""
         self.body = body
         """The provider's error body (decoded JSON, or its text), as it gave it."""
         self.status = status
@@ -150,9 +196,15 @@ class Transport:
 
     def __init__(self, endpoint: Endpoint, headers: dict[str, str], api_key: str | None, *,
                  timeout: float, max_retries: int, backoff_base: float,
-                 thread_name: str, dialect: Dialect = OPENAI) -> None:
+                 thread_name: str, dialect: Dialect = OPENAI,
+                 limits: StreamLimits | None = None) -> None:
         self.endpoint = endpoint
         self.dialect = dialect
+        if limits is None:
+            import os
+
+            limits = StreamLimits.from_environ(os.environ)
+        self.limits = limits
         self.headers = headers
         self._api_key = api_key
         self._timeout = timeout
@@ -190,12 +242,14 @@ class Transport:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
 
         exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early,
-                            self.dialect)
+                            self.dialect, self.limits)
         worker = threading.Thread(target=exchange.run, name=self._thread_name, daemon=True)
         worker.start()
         try:
             while (item := await queue.get()) is not END:
                 if isinstance(item, Failure):
+                    if item.connection and stream.complete():
+                        break  # the whole answer is here: a server that idles after it
                     raise item
                 if item is DONE:
                     stream.done = True
@@ -266,24 +320,103 @@ async def tell(sink: Callable[[str], Any] | None, text: str) -> None:
             await outcome
 
 
-def count(value: object) -> int:
-    """A token count from JSON (0 for anything that is not a number)."""
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+MAX_TOKENS_PER_CALL = 10**9
+"""More tokens than any model call uses (a thousand times the largest context windows):
+a count beyond it is a broken report, not a count."""
+MAX_COST_PER_CALL = 1e6
+"""US dollars: a reported cost beyond it is a broken report."""
+
+
+class UsageCheck:
+    """What an endpoint reported as a call's usage, checked before anything counts it:
+    every adapter reads its counts and cost through one of these (``count``, ``cost``).
+
+    A count must be a whole number from 0 to ``MAX_TOKENS_PER_CALL``: a negative one,
+    NaN, an infinity, a string, or one beyond any call is counted as 0; a fractional
+    one is rounded down. A reported cost must be a finite number from 0 to
+    ``MAX_COST_PER_CALL``, else it is unknown (the catalog's prices apply). The answer
+    itself is always kept; ``warning`` says what was not counted, once per call."""
+
+    def __init__(self) -> None:
+        self.problems: dict[str, str] = {}
+
+    def count(self, value: object, name: str) -> int:
+        """``value`` as a token count (0 when absent or not one)."""
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return self._bad(name, value, "is not a number")
+        if isinstance(value, float) and not math.isfinite(value):
+            return self._bad(name, value, "is not a finite number")
+        if value < 0:
+            return self._bad(name, value, "is negative")
+        if value > MAX_TOKENS_PER_CALL:
+            return self._bad(name, value, "is more than any call uses")
+        if isinstance(value, float) and not value.is_integer():
+            self.problems[name] = f"{name}={_shown(value)} is not a whole number (rounded down)"
+        return int(value)
+
+    def cost(self, value: object, name: str = "cost") -> float | None:
+        """``value`` as a cost in US dollars (``None`` when absent or not one)."""
+        if value is None:
+            return None
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not math.isfinite(value) or not 0 <= value <= MAX_COST_PER_CALL):
+            self.problems[name] = f"{name}={_shown(value)} is not a cost (ignored)"
+            return None
+        return float(value)
+
+    def _bad(self, name: str, value: object, why: str) -> int:
+        self.problems[name] = f"{name}={_shown(value)} {why} (counted as 0)"
+        return 0
+
+    def warnings(self, endpoint: str) -> tuple[ModelWarning, ...]:
+        """The call's warning about its usage, if anything was not counted."""
+        if not self.problems:
+            return ()
+        listed = "; ".join(self.problems.values())
+        return (ModelWarning(USAGE_INVALID, (
+            f"the model endpoint {endpoint} reported usage that is not a token count: "
+            f"{listed}; the answer is kept, and the session's ledger counts what was "
+            "valid (check the endpoint's usage reporting)"),
+            {"endpoint": endpoint, "fields": sorted(self.problems)}),)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
 
 
 def retryable(status: int) -> bool:
     return status in RETRYABLE_STATUSES or status >= 500
 
 
+KEEPALIVE_TYPES = frozenset({"ping", "keepalive", "keep-alive", "heartbeat"})
+"""Event ``type``s that only keep a connection open (Anthropic's ``ping``): not progress."""
+
+
 class Exchange:
     """One blocking request/response on the worker thread; results go through ``post``:
-    each ``data:`` payload decoded, ``DONE`` for ``[DONE]``, a ``Failure``, then ``END``."""
+    each ``data:`` payload decoded, ``DONE`` for ``[DONE]``, a ``Failure``, then ``END``.
+
+    The stream is read as it arrives (``read1``, never a whole line at once), so the
+    ``limits`` hold whatever the server sends: a line or event larger than
+    ``max_event_bytes``, no progress for ``stall`` seconds (pings and comments are not
+    progress) or an exchange longer than ``deadline`` ends it with a ``Failure``."""
 
     def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
                  timeout: float, post: Callable[[object], None],
-                 early: EarlyRequest | None = None, dialect: Dialect = OPENAI) -> None:
+                 early: EarlyRequest | None = None, dialect: Dialect = OPENAI,
+                 limits: StreamLimits | None = None) -> None:
         self._endpoint = endpoint
         self._dialect = dialect
+        self._limits = limits or StreamLimits()
+        now = time.monotonic()
+        self._deadline_at = now + self._limits.deadline
+        self._progress_at = now
+        self._bound = "timeout"
+        """Which limit the socket's current timeout stands for."""
         self._early = early
         self._body = body
         self._headers = headers
@@ -310,7 +443,9 @@ class Exchange:
         except Failure as failure:
             self._post(failure)
         except TimeoutError:
-            self._post(Failure(f"no answer within {self._timeout:g}s (timeout)", retryable=True))
+            self._post(self._expired() or Failure(
+                f"no answer within {self._timeout:g}s (timeout)", retryable=True,
+                connection=True))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a chunk that is not JSON
             self._post(Failure(f"the server sent an invalid stream: {excerpt(str(exc))}"))
         except Exception as exc:  # connection refused/reset, TLS, protocol errors
@@ -320,9 +455,40 @@ class Exchange:
                 self._post(Failure(unreachable, retryable=True, unreachable=True))
             else:
                 self._post(Failure(_connection_detail(exc),
-                                   retryable=_retryable_exception(exc)))
+                                   retryable=_retryable_exception(exc), connection=True))
         finally:
             self._post(END)
+
+    def _expired(self) -> Failure | None:
+        """The failure of a stall or deadline the last socket timeout stood for."""
+        limits = self._limits
+        if self._bound == "deadline":
+            return Failure(
+                f"the answer was still streaming after {limits.deadline:g}s, the most one "
+                f"answer may take ({StreamLimits.VARIABLES['deadline']}); ask for a shorter "
+                "answer or raise that limit")
+        if self._bound == "stall":
+            return Failure(
+                f"the stream made no progress for {limits.stall:g}s (only keep-alive pings "
+                "or comments, or nothing, arrived): the endpoint seems stuck; try again, or "
+                f"raise {StreamLimits.VARIABLES['stall']} for a model that is slow to start",
+                retryable=True, connection=True)
+        return None
+
+    def _wait_next(self) -> None:
+        """Give the next socket read the time left: the connection timeout, unless the
+        stall or the deadline comes first (then raise, if it has come already)."""
+        now = time.monotonic()
+        left = {"timeout": self._timeout, "deadline": self._deadline_at - now,
+                "stall": self._progress_at + self._limits.stall - now}
+        self._bound = min(left, key=lambda name: left[name])
+        if left[self._bound] <= 0:
+            failure = self._expired()
+            assert failure is not None
+            raise failure
+        sock = self._sock
+        if sock is not None:
+            sock.settimeout(left[self._bound])
 
     def _exchange(self) -> None:
         early = self._early
@@ -336,25 +502,57 @@ class Exchange:
                     return
             if early is None:
                 conn.request("POST", self._endpoint.path, self._body, self._headers)
+            self._wait_next()
             response = conn.getresponse()
-            if response.status != 200:
-                raise (self._dialect.failure or http_failure)(response)
-            self._read_events(response)
+            try:
+                if response.status != 200:
+                    raise (self._dialect.failure or http_failure)(response)
+                self._read_events(response)
+            finally:
+                response.close()  # it holds the socket when the server said "close"
         finally:
             conn.close()
 
     def _read_events(self, response: http.client.HTTPResponse) -> None:
         """Parse Server-Sent Events; each ``data:`` payload is one JSON object (the
-        ``event:`` lines are not needed: every payload names its own type)."""
-        data: list[bytes] = []
-        for raw in response:
-            line = raw.rstrip(b"\r\n")
-            if line.startswith(b"data:"):
-                data.append(line[5:].strip())
-            elif not line and data:  # a blank line ends an event
-                if self._dispatch(b"\n".join(data)):
-                    return
-                data = []
+        ``event:`` lines are not needed: every payload names its own type). Comments
+        (``: ping``) and other fields are skipped. Stops at the dialect's last event."""
+        limit = self._limits.max_event_bytes
+        pending = bytearray()  # the line not ended yet
+        data: list[bytes] = []  # the event's data lines so far
+        held = 0  # their size
+        import http.client
+
+        while True:
+            self._wait_next()
+            try:
+                piece = response.read1(READ_SIZE)
+            except http.client.IncompleteRead:  # hung up mid-chunk: the stream ends here
+                piece = b""
+            if not piece:
+                break
+            searched = len(pending)
+            pending += piece
+            start = 0
+            while (end := pending.find(b"\n", max(start, searched))) >= 0:
+                line = bytes(pending[start:end]).rstrip(b"\r")
+                start = end + 1
+                if line.startswith(b"data:"):
+                    data.append(line[5:].strip())
+                    held += len(line)
+                elif not line and data:  # a blank line ends an event
+                    if self._dispatch(b"\n".join(data)):
+                        return
+                    data, held = [], 0
+            del pending[:start]
+            if held + len(pending) > limit:
+                raise Failure(
+                    f"the endpoint sent a line or event of over {limit:,} bytes "
+                    f"({StreamLimits.VARIABLES['max_event_bytes']}) without ending it: it "
+                    "is not streaming the API's events; check the model's base URL "
+                    f"({self._dialect.base_url_variable})")
+        if pending.startswith(b"data:"):
+            data.append(bytes(pending[5:]).strip())
         if data:
             self._dispatch(b"\n".join(data))
 
@@ -363,9 +561,19 @@ class Exchange:
             self._post(DONE)
             return True
         event = json.loads(payload)
+        if not _keepalive(event):
+            self._progress_at = time.monotonic()
         self._post(event)
         last = self._dialect.last_event
         return last is not None and last(event)
+
+
+def _keepalive(event: object) -> bool:
+    """Whether a decoded payload only keeps the connection open (``{}``, a ``ping``)."""
+    if not isinstance(event, dict):
+        return False
+    kind = event.get("type")
+    return not event or (isinstance(kind, str) and kind in KEEPALIVE_TYPES)
 
 
 def http_failure(response: http.client.HTTPResponse) -> Failure:

@@ -71,6 +71,8 @@ class AnthropicReply:
     cache_write_tokens: int | None = None
     thinking_tokens: int | None = None
     model: str = ""
+    raw_usage: Mapping[str, Any] | None = None
+    """Usage fields sent as given over the counted ones (a broken endpoint's NaN...)."""
 
     @classmethod
     def of(cls, step: ModelResponse | Reply | str, **extra: Any) -> AnthropicReply:
@@ -169,7 +171,7 @@ def usage(reply: AnthropicReply, counted: CacheUsage) -> dict[str, Any]:
     }
     if reply.thinking:
         wire["output_tokens_details"] = {"thinking_tokens": thought}
-    return wire
+    return {**wire, **(reply.raw_usage or {})}
 
 
 # -- the answer as a message and as a stream ------------------------------------------------------

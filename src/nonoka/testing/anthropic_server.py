@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from http.server import ThreadingHTTPServer
@@ -62,12 +61,12 @@ from nonoka.testing.anthropic_replies import (
 )
 from nonoka.testing.replies import Reply
 from nonoka.testing.served import ScriptedHandler, ScriptedHTTPServer, ServedScript
-from nonoka.testing.steps import Delay, DropConnection, HttpError
+from nonoka.testing.steps import Delay, DropConnection, Flood, HttpError, Linger
 
 __all__ = ("AnthropicStep", "ScriptedAnthropicServer")
 
 AnthropicStep: TypeAlias = ("AnthropicReply | ModelResponse | Reply | str | HttpError | Delay"
-                            " | DropConnection | StreamError")
+                            " | DropConnection | StreamError | Linger | Flood")
 AnthropicScript: TypeAlias = ("Sequence[AnthropicStep]"
                               " | Callable[[dict[str, Any]], AnthropicStep]")
 _ANSWERS = (AnthropicReply, ModelResponse, Reply, str)
@@ -138,7 +137,7 @@ class ScriptedAnthropicServer(ServedScript[AnthropicStep]):
                 return invalid_request(problem), None
             step = self._next_step(body)
             answer = step
-            while isinstance(answer, Delay):
+            while isinstance(answer, Delay | Linger):
                 answer = cast(AnthropicStep, answer.then)  # any step may follow a Delay
             if not isinstance(answer, _ANSWERS):
                 return step, None
@@ -196,8 +195,10 @@ class _Handler(ScriptedHandler):
     def _answer(self, step: AnthropicStep | None, counted: CacheUsage | None,
                 request: dict[str, Any]) -> None:
         owner = self.server.owner
-        while isinstance(step, Delay):
-            if owner._closing.wait(step.seconds):
+        while isinstance(step, Delay | Linger):
+            if isinstance(step, Linger):
+                self._linger = step
+            elif owner._closing.wait(step.seconds):
                 return
             step = cast(AnthropicStep, step.then)  # any step may follow a Delay
         if step is None:
@@ -205,6 +206,8 @@ class _Handler(ScriptedHandler):
             self._send_error(HttpError(500, error_body("api_error", message_text)))
         elif isinstance(step, HttpError):
             self._send_error(step)
+        elif isinstance(step, Flood):
+            self._flood(step)
         elif isinstance(step, DropConnection | StreamError):
             self._broken(step, request)
         else:
@@ -220,6 +223,8 @@ class _Handler(ScriptedHandler):
                 self._send_json(200, message(reply, model, number, usage))
 
     # writing ----------------------------------------------------------------------------
+
+    KEEPALIVE = b'event: ping\ndata: {"type": "ping"}\n\n'
 
     def _answer_headers(self) -> dict[str, str]:
         return {"request-id": f"req_scripted{self.server.owner._number():012d}"}
@@ -257,4 +262,4 @@ class _Handler(ScriptedHandler):
                                                              "message": step.message}})
             self._end_stream()
         else:
-            self.connection.shutdown(socket.SHUT_RDWR)
+            self._hang_up()

@@ -46,6 +46,8 @@ class Reply:
     cost_usd: float | None = None
     finish_reason: str | None = None
     model: str = ""
+    raw_usage: Mapping[str, Any] | None = None
+    """Usage fields sent as given over the counted ones (a broken endpoint's NaN...)."""
 
     @classmethod
     def of(cls, response: ModelResponse, **extra: Any) -> Reply:
@@ -145,7 +147,7 @@ def usage(reply: Reply) -> dict[str, Any]:
         wire["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
     if reply.cost_usd is not None:
         wire["cost"] = reply.cost_usd  # as OpenRouter reports it
-    return wire
+    return {**wire, **(reply.raw_usage or {})}
 
 
 def pieces(value: str, size: int) -> Iterator[str]:

@@ -146,7 +146,8 @@ def usage_object(reply: ResponsesReply) -> dict[str, Any]:
                                      "cache_write_tokens": 0},
             "output_tokens": reply.output_tokens,
             "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
-            "total_tokens": reply.input_tokens + reply.output_tokens}
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+            **(reply.raw_usage or {})}
 
 
 def final_response(prepared: Prepared, model: str,

@@ -6,14 +6,16 @@ what is left of a list script, and the HTTP side every scripted endpoint writes 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from nonoka.testing.steps import HttpError
+from nonoka.testing.steps import Flood, HttpError, Linger
 
 StepT = TypeVar("StepT")
 OwnerT = TypeVar("OwnerT")
@@ -108,6 +110,11 @@ class ScriptedHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     timeout = 10  # an idle client never holds up shutdown for longer
+    KEEPALIVE = b": keep-alive\n\n"
+    """What a lingering stream sends every ``Linger.ping`` seconds (an SSE comment)."""
+    _linger: Linger | None = None
+    """This exchange's ``Linger`` step: its stream is held open instead of ended."""
+    server: ScriptedHTTPServer[Any]
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # requests are recorded (and logged to --log) instead
@@ -160,4 +167,37 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _end_stream(self) -> None:
+        if self._linger is not None:
+            self._hold()
+            return
         self.wfile.write(b"0\r\n\r\n")
+
+    def _hang_up(self) -> None:
+        """Stop a stream without ending it (a dropped connection), or hold it open."""
+        if self._linger is not None:
+            self._hold()
+            return
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _hold(self) -> None:
+        """Keep the stream open, pinging as ``Linger`` says, until the server closes (or
+        the client hangs up: the next ping fails)."""
+        linger = self._linger
+        assert linger is not None
+        closing: threading.Event = self.server.owner._closing
+        while not closing.wait(linger.ping):
+            if linger.ping is not None:
+                self._chunk(self.KEEPALIVE)
+                self.wfile.flush()
+
+    def _flood(self, step: Flood) -> None:
+        """A stream whose one ``data:`` line never ends: ``step.size`` bytes, then hang up."""
+        self._start_stream()
+        self._chunk(b"data: ")
+        block = b"x" * (1 << 20)
+        left = step.size
+        while left > 0:
+            self._chunk(block[:left])
+            left -= len(block)
+        with suppress(OSError):  # the client may have hung up already
+            self.connection.shutdown(socket.SHUT_RDWR)

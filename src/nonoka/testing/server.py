@@ -49,7 +49,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -83,7 +82,9 @@ from nonoka.testing.served import ScriptedHandler, ScriptedHTTPServer, ServedScr
 from nonoka.testing.steps import (
     Delay,
     DropConnection,
+    Flood,
     HttpError,
+    Linger,
     ReasoningItem,
     ResponseFailed,
     ResponsesReply,
@@ -104,7 +105,9 @@ __all__ = (
     "AnthropicStep",
     "Delay",
     "DropConnection",
+    "Flood",
     "HttpError",
+    "Linger",
     "ReasoningItem",
     "Reply",
     "ResponseFailed",
@@ -196,7 +199,7 @@ class ScriptedOpenAIServer(ServedScript[Step]):
     def _noted(self, step: Step | None) -> Step | None:
         """Remember what ``step`` sends that a client must send back (under the lock)."""
         answer = step
-        while isinstance(answer, Delay):
+        while isinstance(answer, Delay | Linger):
             answer = answer.then
         if isinstance(answer, ModelResponse | Reply | str):
             self._produced.note(as_reply(answer))
@@ -291,7 +294,7 @@ class ScriptedResponsesServer(ScriptedOpenAIServer):
                 step.partial_text, response_id(number, self._token), handler._model(request),
                 request, self.chunk_size), drop=True)
             return
-        if isinstance(step, HttpError | Delay):  # the handler answers those itself
+        if isinstance(step, HttpError | Delay | Linger | Flood):  # the handler's own
             raise TypeError(f"not an answer: {step!r}")
         reply = step if isinstance(step, ResponsesReply) else ResponsesReply.of(step)
         with self._lock:
@@ -347,8 +350,10 @@ class _Handler(ScriptedHandler):
 
     def _answer(self, step: Step | None, request: dict[str, Any]) -> None:
         owner = self.server.owner
-        while isinstance(step, Delay):
-            if owner._closing.wait(step.seconds):
+        while isinstance(step, Delay | Linger):
+            if isinstance(step, Linger):
+                self._linger = step
+            elif owner._closing.wait(step.seconds):
                 return  # shutting down: hang up without an answer
             step = step.then
         if step is None:
@@ -356,6 +361,8 @@ class _Handler(ScriptedHandler):
             self._send_error(HttpError(500, _error_body(message, 500)))
         elif isinstance(step, HttpError):
             self._send_error(step)
+        elif isinstance(step, Flood):
+            self._flood(step)
         else:
             owner._serve(self, step, request)
 
@@ -380,7 +387,7 @@ class _Handler(ScriptedHandler):
         for event in events:
             self._event(json.dumps(event), event["type"])
         if drop:
-            self.connection.shutdown(socket.SHUT_RDWR)
+            self._hang_up()
         else:
             self._end_stream()
 
@@ -388,7 +395,8 @@ class _Handler(ScriptedHandler):
         self._start_stream()
         for chunk in chunks:
             self._event(json.dumps(chunk))
-        self._event("[DONE]")
+        if self._linger is None:  # an endpoint that lingers never says it is done
+            self._event("[DONE]")
         self._end_stream()
 
     def _drop(self, step: DropConnection, request: dict[str, Any]) -> None:
@@ -400,7 +408,7 @@ class _Handler(ScriptedHandler):
             if chunk["choices"][0]["finish_reason"]:
                 break
             self._event(json.dumps(chunk))
-        self.connection.shutdown(socket.SHUT_RDWR)  # no final chunk, no [DONE]
+        self._hang_up()  # no final chunk, no [DONE]
 
 
 # helpers -----------------------------------------------------------------------------------
@@ -433,6 +441,10 @@ def _describe(step: Step | None) -> str:
         return f"error {step.status}"
     if isinstance(step, Delay):
         return f"delay {step.seconds:g}s then {_describe(step.then)}"
+    if isinstance(step, Linger):
+        return f"{_describe(step.then)}, then linger"
+    if isinstance(step, Flood):
+        return f"flood {step.size} bytes"
     return "drop"
 
 

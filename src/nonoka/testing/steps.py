@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -49,6 +49,27 @@ class DropConnection:
 
 
 @dataclass(frozen=True)
+class Linger:
+    """Answer with ``then``, but never end the stream: keep the connection open (sending
+    a keep-alive every ``ping`` seconds when set: an SSE comment, Anthropic's ``ping``
+    event) until the client hangs up or the server closes. After a whole answer, an
+    endpoint that idles instead of closing; with ``then`` a ``DropConnection``, one
+    stuck mid-answer that only pings."""
+
+    then: Any = ""
+    """Any answer or fault of the server it is given to (``Step``, ``AnthropicStep``)."""
+    ping: float | None = None
+
+
+@dataclass(frozen=True)
+class Flood:
+    """Start a streamed answer and send one ``data:`` line of ``size`` bytes that never
+    ends, then hang up: a server that is not speaking Server-Sent Events."""
+
+    size: int
+
+
+@dataclass(frozen=True)
 class ReasoningItem:
     """A reasoning item of a scripted response: its summary parts (empty: the model
     reasoned without a summary, as it often does). Its id and encrypted content are the
@@ -76,6 +97,8 @@ class ResponsesReply:
     reasoning_tokens: int = 0
     incomplete: str | None = None
     model: str = ""
+    raw_usage: Mapping[str, Any] | None = None
+    """Usage fields sent as given over the counted ones (a broken endpoint's NaN...)."""
 
     @classmethod
     def of(cls, step: ModelResponse | Reply | str) -> ResponsesReply:
@@ -92,7 +115,7 @@ class ResponsesReply:
         return cls(output=tuple(output), input_tokens=reply.input_tokens,
                    output_tokens=reply.output_tokens, cached_tokens=reply.cached_tokens or 0,
                    reasoning_tokens=reply.reasoning_tokens or 0, incomplete=incomplete,
-                   model=reply.model)
+                   model=reply.model, raw_usage=reply.raw_usage)
 
 
 @dataclass(frozen=True)
@@ -106,7 +129,7 @@ class ResponseFailed:
 
 
 Step: TypeAlias = ("ModelResponse | Reply | str | HttpError | Delay | DropConnection"
-                   " | ResponsesReply | ResponseFailed")
+                   " | Linger | Flood | ResponsesReply | ResponseFailed")
 """What a scripted server answers a request with (``ResponsesReply`` and
 ``ResponseFailed``: the Responses API's server only)."""
 

@@ -157,6 +157,8 @@ class PlanExecutor:
             session.record_model_call(response.usage)
             await self._checkpoint(session)  # what the provider billed, before anything else
             faults.point("model.call.after")
+            for warning in response.warnings:
+                await self.env.emit(RunWarning(warning.code, warning.message, warning.details))
             await self.env.emit(ModelCalled(model.name, response.usage))
             return response.text
         tool = self.env.agent.tool_map.get(step.tool or "")

@@ -122,6 +122,8 @@ class ReActAgent:
         session.step_count += 1
         await self.env.save(session)
         faults.point("model.call.after")
+        for warning in response.warnings:  # the adapter's: an option not sent, bad usage
+            await self.env.emit(RunWarning(warning.code, warning.message, warning.details))
         await self.env.emit(ModelCalled(model.name, response.usage, tuple(response.reasoning),
                                         response.provider_metadata))
         for extension in self.env.extensions:
@@ -253,6 +255,8 @@ class ReActAgent:
         faults.point("model.call.before")
         response = await self.env.model.complete(summary_request(entries))
         faults.point("model.call.after")
+        for warning in response.warnings:
+            await self.env.emit(RunWarning(warning.code, warning.message, warning.details))
         await self.env.emit(ModelCalled(self.env.model.name, response.usage))
         return response.text
 
