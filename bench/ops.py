@@ -45,12 +45,21 @@ from nonoka.ops.prune import prune
 from nonoka.ops.search import search
 from nonoka.store.project import open_project_stores
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite.entry_docs import rows_of
+from nonoka.store.sqlite.entries import doc, new_block, rows_of
 
 VOCABULARY = 20_000
 _CHECKPOINT = ("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
-               "memory_generation, created_at, updated_at) VALUES (?, '{}', 1, ?, 0, ?, ?)")
-_ENTRY = "INSERT INTO session_entries (session_id, seq, entry_json) VALUES (?, ?, ?)"
+               "memory_generation, created_at, updated_at, entry_block) "
+               "VALUES (?, '{}', 1, ?, 0, ?, ?, ?)")
+_ENTRY = "INSERT INTO session_entries (doc, session_id, seq, entry_json) VALUES (?, ?, ?, ?)"
+
+
+def _store(db: sqlite3.Connection, sid: str, texts: list[str], at: float) -> None:
+    """A session's checkpoint and entry rows as the store writes them (its block
+    chosen, each row at its place)."""
+    block = new_block(db)
+    db.execute(_CHECKPOINT, (sid, len(texts), at, at, block))
+    db.executemany(_ENTRY, [(doc(block, i), sid, i, t) for i, t in enumerate(texts)])
 results: list[tuple[str, bool, str]] = []
 
 
@@ -92,14 +101,12 @@ def build_search_db(path: Path, entries: int) -> list[str]:
             for n in range(first, min(entries, first + per_session * 20), per_session):
                 sid = str(uuid.UUID(int=rng.getrandbits(128)))
                 count = min(per_session, entries - n)
-                db.execute(_CHECKPOINT, (sid, count, now, now))  # first: it gives the block
-                db.executemany(_ENTRY,
-                               [(sid, i, _entry(rng, words, weights)) for i in range(count)])
+                _store(db, sid, [_entry(rng, words, weights) for _ in range(count)], now)
                 db.execute("INSERT INTO cli_sessions (session_id, title, created_at, "
                            "last_active, status, model) VALUES (?, ?, ?, ?, 'completed', "
                            "'openai:m')", (sid, f"session {n}", now - n, now - n))
             db.execute("COMMIT")
-        from nonoka.store.sqlite.search import catch_up
+        from nonoka.store.sqlite.entries import catch_up
 
         catch_up(db, batch=50_000)
         db.close()
@@ -226,9 +233,7 @@ async def bench_prune(tmp: Path, sessions: int) -> None:
     for _ in range(sessions):
         sid = str(uuid.UUID(int=rng.getrandbits(128)))
         turn = [e.model_dump_json() for e in make_turn(rng, 0) + make_turn(rng, 1)]
-        db.executemany(_ENTRY,
-                       [(sid, i, t) for i, t in enumerate(turn)])
-        db.execute(_CHECKPOINT, (sid, len(turn), old, old))
+        _store(db, sid, turn, old)
         db.execute("INSERT INTO cli_sessions (session_id, title, created_at, last_active, "
                    "status) VALUES (?, 'old', ?, ?, 'completed')", (sid, old, old))
         db.execute("INSERT INTO events VALUES (?, 1, ?, 'finish', '{}')", (sid, old))

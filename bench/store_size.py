@@ -10,7 +10,7 @@ is written (``upsert_session``, as ``nonoka.turn.journal`` does after a turn). T
 entries are ``bench/save_load.py``'s (200-800 characters, some non-ASCII text and JSON
 escapes, a tool call every fourth answer; the snapshot carries a plan, a ledger and 50
 trace events). On SQLite the full-text index is then brought up to date
-(``nonoka.store.sqlite.search.catch_up``, what the first search does) and the store is
+(``nonoka.store.sqlite.entries.catch_up``, what the first search does) and the store is
 closed, which folds the WAL into the file.
 
 It reports:
@@ -55,7 +55,7 @@ from nonoka.state.entries import MemoryEntry
 from nonoka.store.base import CheckpointStore, entry_json, snapshot_json
 from nonoka.store.records import SessionIndex, SessionRecord
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite import search as search_index
+from nonoka.store.sqlite import entries as search_index
 from nonoka.store.sqlite.records import SQLiteRecordStore
 
 SESSION = "00000000-size-bench"

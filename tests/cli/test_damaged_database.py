@@ -82,3 +82,39 @@ def test_db_check_reports_the_damage_as_json(project: Project, damaged: str) -> 
     findings = json.loads(done.stdout)
     assert [f["level"] for f in findings].count("error") >= 1, findings
     assert "Traceback" not in done.stderr
+
+
+def test_a_damaged_search_index_is_found_and_rebuilt(project: Project,
+                                                     scripted: list[ScriptItem]) -> None:
+    """The full-text index alone damaged (its structure record zeroed): SQLite's own
+    check finds nothing, ``db check`` finds it in one line, a write that meets it says
+    so and how to mend it, and ``db check --repair`` rebuilds it from the entries,
+    which stay as they were."""
+    scripted.append(text("first answer about okapis"))
+    done = project.nonoka("run", "first question")
+    assert done.returncode == 0, done.stderr
+    sid = project.records()[0].session_id
+    assert "okapis" in project.nonoka("sessions", "search", "okapis").stdout  # indexed
+    path = project.path / ".nonoka" / "sessions.db"
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE session_search_data SET block = x'00' WHERE id = 10")
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        entries = db.execute("SELECT doc, entry_json FROM session_entries").fetchall()
+    db.close()
+
+    checked = project.nonoka("db", "check")
+    assert checked.returncode == 1, checked.stdout
+    said = [line for line in checked.stdout.splitlines() if "search_index" in line]
+    assert len(said) == 1 and "db check --repair" in said[0], checked.stdout
+    voiced(project.nonoka("sessions", "delete", sid[:8]), FAILED, "failed",
+           "full-text search index is damaged", "nothing was written",
+           "`nonoka db check --repair` rebuilds")
+    repaired = project.nonoka("db", "check", "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "repaired: search_index" in repaired.stdout
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT doc, entry_json FROM session_entries").fetchall() == entries
+    db.close()
+    assert project.nonoka("db", "check").stdout.strip() == "ok: no problems found"
+    assert "okapis" in project.nonoka("sessions", "search", "okapis").stdout
+    assert project.nonoka("sessions", "delete", sid[:8]).returncode == 0

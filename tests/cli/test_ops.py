@@ -227,15 +227,15 @@ def test_sqlite_to_postgres_and_back_is_byte_for_byte(project: Project,
 
 
 def test_the_search_index_is_back_filled_for_an_existing_database(tmp_path: Path) -> None:
-    from nonoka.store.sqlite import migrations
+    from nonoka.store.sqlite import ledger, migrations
     from nonoka.store.sqlite.database import open_database
-    from nonoka.store.sqlite.search import catch_up
+    from nonoka.store.sqlite.entries import catch_up
 
     path = tmp_path / "old.db"
     names = [m.__name__ for m in migrations.MIGRATIONS]
     older = migrations.MIGRATIONS[:names.index("m007_search_index")]
     with sqlite3.connect(path, isolation_level=None) as db:
-        migrations.apply_migrations(db, "test", older)
+        ledger.apply_migrations(db, "test", older)
         entry = json.dumps({"role": "user", "content": "the okapi sleeps", "metadata": {},
                             "tokens": 3})
         db.execute("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "

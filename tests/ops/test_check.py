@@ -174,7 +174,7 @@ def test_copy_leaves_a_damaged_session_and_says_why(
 
 
 def test_check_and_repair_entry_rows_moved_out_of_their_place(tmp_path: Path) -> None:
-    """Another program's update moves a session's rows off its block (``entry_docs``):
+    """Another program's update moves a session's rows off its block (``entries``):
     the session no longer loads, ``db check`` says which, ``--repair`` moves them back
     and builds the full-text index again, and the session goes on."""
     from nonoka.ops.model import SearchQuery
@@ -206,5 +206,40 @@ def test_check_and_repair_entry_rows_moved_out_of_their_place(tmp_path: Path) ->
             with sqlite3.connect(path) as db:
                 db.execute("INSERT INTO session_search (session_search, rank) "
                            "VALUES ('integrity-check', 1)")
+
+    asyncio.run(run())
+
+
+def test_a_row_another_program_put_in_a_sessions_way_is_mended(tmp_path: Path) -> None:
+    """Another program inserts a row of one session without its place: SQLite gives it
+    the next rowid, which is where the newest session's next entry goes. That session's
+    next save is refused with a line that names the remedy; ``db check`` finds the
+    row, ``--repair`` moves it to its own session's place, and both sessions go on."""
+    path = tmp_path / "s.db"
+
+    async def run() -> None:
+        async with open_project_stores(tmp_path, f"sqlite:{path}") as stores:
+            older = await add_session(stores, title="older")
+            newer = await add_session(stores, title="newer")
+            with sqlite3.connect(path) as db:
+                (count,) = db.execute("SELECT entry_count FROM checkpoints WHERE "
+                                      "session_id = ?", (older,)).fetchone()
+                db.execute("INSERT INTO session_entries (session_id, seq, entry_json) "
+                           "VALUES (?, ?, ?)", (older, count, '{"role": "user", '
+                           '"content": "added by hand", "metadata": {}, "tokens": 3}'))
+                db.execute("UPDATE checkpoints SET entry_count = entry_count + 1 "
+                           "WHERE session_id = ?", (older,))
+            db.close()
+            with pytest.raises(StoreError, match="db check --repair` moves that row"):
+                await continue_session(stores, newer)
+            found = {(f.kind, f.session_id) for f in await check(stores)}
+            assert ("entry_place", older) in found
+            assert [(f.kind, f.session_id) for f in await repair(stores)] == [
+                ("entry_place", older), ("digest_chain", older)]  # (written without one)
+            assert await check(stores) == []
+            state = await stores.checkpoints.load_session(older)
+            assert state is not None and state.memory_entries[-1].content == "added by hand"
+            await continue_session(stores, newer)
+            await continue_session(stores, older)
 
     asyncio.run(run())

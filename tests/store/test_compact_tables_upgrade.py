@@ -19,9 +19,9 @@ from nonoka.ops.text import fts5_query, words
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.session_state import SessionState
 from nonoka.store.base import entry_json, snapshot_json
-from nonoka.store.sqlite import SQLiteCheckpointStore, migrations
+from nonoka.store.sqlite import SQLiteCheckpointStore, ledger, migrations
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.search import catch_up, pending
+from nonoka.store.sqlite.entries import catch_up, pending
 from tests.support.stores import raw_sqlite
 
 BEFORE = migrations.MIGRATIONS[:[m.__name__ for m in migrations.MIGRATIONS].index(
@@ -74,7 +74,7 @@ async def test_a_file_from_before_compact_tables_upgrades_in_place(tmp_path: Pat
     parent = _state("parent", "find the okapi", "the okapi is here", "and the zebra?")
     branch = _state("branch", "find the okapi", "the okapi is here", "a giraffe then")
     with raw_sqlite(old) as db:
-        migrations.apply_migrations(db, str(old), BEFORE)
+        ledger.apply_migrations(db, str(old), BEFORE)
         db.execute("PRAGMA journal_mode = WAL")
         _write_old(db, parent)
         _write_old(db, branch, base="parent", base_count=2)
@@ -154,7 +154,7 @@ async def test_the_event_log_is_clustered_on_its_key_damaged_rows_kept(
     old, fresh = tmp_path / "old.db", tmp_path / "fresh.db"
     names = [m.__name__ for m in migrations.MIGRATIONS]
     with raw_sqlite(old) as db:
-        migrations.apply_migrations(db, str(old), migrations.MIGRATIONS[
+        ledger.apply_migrations(db, str(old), migrations.MIGRATIONS[
             :names.index("m011_events_clustered")])
         for seq, kind in enumerate(("request", "model_call", "finish"), 1):
             db.execute("INSERT INTO events VALUES ('s', ?, ?, ?, ?)",

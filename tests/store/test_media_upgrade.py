@@ -22,8 +22,9 @@ from nonoka.state.session_state import SessionState
 from nonoka.store.base import entry_json, snapshot_json
 from nonoka.store.media import digest_of
 from nonoka.store.postgres import PostgresCheckpointStore
+from nonoka.store.postgres import ledger as pg_ledger
 from nonoka.store.postgres import migrations as pg_migrations
-from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite import SQLiteCheckpointStore, ledger
 from nonoka.store.sqlite import migrations as sqlite_migrations
 from nonoka.store.sqlite.digests import Chain
 from tests import pg
@@ -60,7 +61,7 @@ async def test_a_sqlite_file_from_before_media_upgrades_in_place(tmp_path: Path)
     old, fresh = tmp_path / "old.db", tmp_path / "fresh.db"
     state = _session()
     with raw_sqlite(old) as db:
-        sqlite_migrations.apply_migrations(db, str(old), _before(
+        ledger.apply_migrations(db, str(old), _before(
             sqlite_migrations.MIGRATIONS, "m009_media"))
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
@@ -111,7 +112,7 @@ async def test_a_postgres_schema_from_before_media_upgrades_in_place() -> None:
     with pg.temp_schema() as old, pg.temp_schema() as fresh:
         async with await psycopg.AsyncConnection.connect(pg.PG_URL, autocommit=True) as conn:
             await conn.execute(f"SET search_path = {old}")
-            await pg_migrations.migrate(conn, "test", old, _before(
+            await pg_ledger.migrate(conn, "test", old, _before(
                 pg_migrations.MIGRATIONS, "m007_media"))
         with pg.connect(old) as raw:
             raw.execute("INSERT INTO checkpoints (session_id, state_json, revision, "

@@ -26,7 +26,8 @@ from nonoka.store.memory import MemoryCheckpointStore
 from nonoka.store.next_calls import ClosableNextCallStore, NextCallStore
 from nonoka.store.project import open_next_call_store
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite.migrations import MIGRATIONS, apply_migrations
+from nonoka.store.sqlite.ledger import apply_migrations
+from nonoka.store.sqlite.migrations import MIGRATIONS
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from nonoka.errors import StoreError
 from nonoka.store.postgres.database import CONNECT_TIMEOUT, PostgresDatabase
-from nonoka.store.postgres.migrations import MIGRATION_LOCK
+from nonoka.store.postgres.schema import MIGRATION_LOCK
 from nonoka.testing import text
 from nonoka.testing.server import Delay, Step
 from tests.conftest import ScriptItem

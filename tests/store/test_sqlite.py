@@ -18,7 +18,8 @@ from nonoka.errors import StoreError, UnsupportedVersionError
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.session_state import SessionState
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite.migrations import MIGRATIONS, apply_migrations
+from nonoka.store.sqlite.ledger import apply_migrations
+from nonoka.store.sqlite.migrations import MIGRATIONS
 from tests.support.stores import raw_sqlite
 
 

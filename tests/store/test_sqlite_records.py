@@ -17,11 +17,8 @@ from nonoka.state.session_state import SessionState
 from nonoka.store.base import snapshot_json
 from nonoka.store.records import SessionRecord
 from nonoka.store.sqlite import SQLiteCheckpointStore
-from nonoka.store.sqlite.migrations import (
-    MIGRATIONS,
-    apply_migrations,
-    m002_session_index_and_events,
-)
+from nonoka.store.sqlite.ledger import apply_migrations
+from nonoka.store.sqlite.migrations import MIGRATIONS, m002_session_index_and_events
 from nonoka.store.sqlite.records import SQLiteRecordStore
 from tests.support.stores import raw_sqlite
 

@@ -1,9 +1,11 @@
-"""The full-text index's watermark per block of entry rows (``m014_entries_by_session``).
+"""The full-text index's watermark per block of entry rows (``nonoka.store.sqlite.entries``).
 
 Whoever writes the rows (nonoka's store, another program inserting without a doc or at
 a wrong one, deleting or changing rows in the middle), after a catch-up the index holds
 exactly the stored rows' words: FTS5's own integrity check against the content, and a
-search for every word against the rows that hold it.
+search for every word against the rows that hold it. Rows another program put at a
+wrong place stay there until ``db check --repair`` moves them, and are indexed wherever
+they are.
 """
 
 from __future__ import annotations
@@ -11,14 +13,21 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nonoka.store.sqlite import migrations
+from nonoka.store.sqlite import ledger, migrations
 from nonoka.store.sqlite.database import open_database
-from nonoka.store.sqlite.entry_docs import LAST_SEQ, doc
-from nonoka.store.sqlite.search import catch_up, pending
+from nonoka.store.sqlite.entries import (
+    catch_up,
+    doc,
+    misplaced,
+    new_block,
+    pending,
+    put_in_place,
+)
 
 
 def _entry(text: str) -> str:
@@ -45,7 +54,7 @@ def test_an_older_database_keeps_its_doc_ids_and_index(tmp_path: Path) -> None:
     names = [m.__name__ for m in migrations.MIGRATIONS]
     older = migrations.MIGRATIONS[:names.index("m008_search_doc_in_entry_row")]
     with sqlite3.connect(path, isolation_level=None) as db:
-        migrations.apply_migrations(db, "test", older)
+        ledger.apply_migrations(db, "test", older)
         for seq in range(3):
             _insert(db, "a", seq, f"okapi indexed {seq}")
         # what m007's catch-up did: index the docs, then move the marker row
@@ -95,19 +104,63 @@ def _index_matches_content(db: sqlite3.Connection) -> None:
 
 
 def _checkpoint(db: sqlite3.Connection, sid: str) -> int:
-    """A checkpoint row as another program writes one (no block given); its block."""
+    """A checkpoint row as nonoka's store writes one (its block chosen); its block."""
+    block = new_block(db)
     db.execute("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
-               "memory_generation, created_at, updated_at) VALUES (?, '{}', 1, 0, 0, 1, 1)",
-               (sid,))
-    return int(db.execute("SELECT entry_block FROM checkpoints WHERE session_id = ?",
-                          (sid,)).fetchone()[0])
+               "memory_generation, created_at, updated_at, entry_block) "
+               "VALUES (?, '{}', 1, 0, 0, 1, 1, ?)", (sid, block))
+    return block
+
+
+def _write_something(db: sqlite3.Connection, rng: random.Random, step: int,
+                     blocks: dict[str, int], counts: dict[str, int],
+                     text: Callable[[], str]) -> None:
+    """One write of a random kind, by nonoka's store or by another program."""
+    far = 1 << 20  # a block no checkpoint holds: other programs' rows there collide with none
+    sid = rng.choice(list(blocks))
+    block, count = blocks[sid], counts[sid]
+    kind = rng.randrange(9)
+    if kind <= 2:  # an append, as nonoka writes it (its doc given)
+        db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
+                   "VALUES (?, ?, ?, ?)", (doc(block, count), sid, count, text()))
+        counts[sid] += 1
+    elif kind == 3:  # an append by another program, at a wrong place
+        wrong = rng.choice([7 + step * 10, -10**12 - step, doc(far, step)])
+        db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
+                   "VALUES (?, ?, ?, ?)", (wrong, sid, count, text()))
+        counts[sid] += 1
+    elif kind == 4 and count:  # a changed row
+        db.execute("UPDATE session_entries SET entry_json = ? WHERE doc = ?",
+                   (text(), doc(block, rng.randrange(count))))
+    elif kind == 5 and count:  # the last row deleted (if it is in its place)
+        if db.execute("DELETE FROM session_entries WHERE doc = ?",
+                      (doc(block, count - 1),)).rowcount:
+            counts[sid] -= 1
+    elif kind == 6 and count > 2:  # a row deleted in the middle, then put back
+        seq = rng.randrange(count - 1)
+        if db.execute("DELETE FROM session_entries WHERE doc = ?",
+                      (doc(block, seq),)).rowcount:
+            if rng.random() < 0.5:
+                _index_matches_content(db)
+            db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json)"
+                       " VALUES (?, ?, ?, ?)", (doc(block, seq), sid, seq, text()))
+    elif kind == 7:  # a rewrite: every row deleted, the first ones written again
+        db.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
+        counts[sid] = rng.randrange(3)
+        db.executemany("INSERT INTO session_entries (doc, session_id, seq, "
+                       "entry_json) VALUES (?, ?, ?, ?)",
+                       [(doc(block, n), sid, n, text()) for n in range(counts[sid])])
+    elif kind == 8:
+        catch_up(db, batch=3) if rng.random() < 0.3 else _index_matches_content(db)
 
 
 @pytest.mark.parametrize("seed", [20261204, 7, 99])
 def test_rows_written_anywhere_by_anyone_are_indexed_exactly_once(tmp_path: Path,
                                                                   seed: int) -> None:
     """Seeded runs of 600 writes of every kind, with catch-ups between them (and partial
-    ones: batches of 3), checked after each full catch-up."""
+    ones: batches of 3), checked after each full catch-up; then the repair moves the
+    rows another program misplaced into their blocks, and the index still holds each
+    row once."""
     rng = random.Random(seed)
     db = open_database(tmp_path / "any.db")
     vocabulary = [f"w{n}" for n in range(40)]
@@ -119,60 +172,34 @@ def test_rows_written_anywhere_by_anyone_are_indexed_exactly_once(tmp_path: Path
 
     try:
         for step in range(600):
-            sid = rng.choice(list(blocks))
-            block, count = blocks[sid], counts[sid]
-            kind = rng.randrange(9)
-            if kind <= 2:  # an append, as nonoka writes it (its doc given)
-                db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
-                           "VALUES (?, ?, ?, ?)", (doc(block, count), sid, count, text()))
-                counts[sid] += 1
-            elif kind == 3:  # an append by another program: no doc, or a wrong one
-                wrong = rng.choice([None, 7, -10**12 - step, doc(blocks["s1"], 10_000 + step)])
-                db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
-                           "VALUES (?, ?, ?, ?)", (wrong, sid, count, text()))
-                counts[sid] += 1
-            elif kind == 4 and count:  # a changed row
-                db.execute("UPDATE session_entries SET entry_json = ? WHERE doc = ?",
-                           (text(), doc(block, rng.randrange(count))))
-            elif kind == 5 and count:  # the last row deleted
-                db.execute("DELETE FROM session_entries WHERE doc = ?",
-                           (doc(block, count - 1),))
-                counts[sid] -= 1
-            elif kind == 6 and count > 2:  # a row deleted in the middle, then put back
-                seq = rng.randrange(count - 1)
-                db.execute("DELETE FROM session_entries WHERE doc = ?", (doc(block, seq),))
-                if rng.random() < 0.5:
-                    _index_matches_content(db)
-                db.execute("INSERT INTO session_entries (session_id, seq, entry_json) "
-                           "VALUES (?, ?, ?)", (sid, seq, text()))
-            elif kind == 7:  # a rewrite: every row deleted, the first ones written again
-                db.execute("DELETE FROM session_entries WHERE doc BETWEEN ? AND ?",
-                           (doc(block, 0), doc(block, LAST_SEQ)))
-                counts[sid] = rng.randrange(3)
-                db.executemany("INSERT INTO session_entries (doc, session_id, seq, "
-                               "entry_json) VALUES (?, ?, ?, ?)",
-                               [(doc(block, n), sid, n, text()) for n in range(counts[sid])])
-            elif kind == 8:
-                catch_up(db, batch=3) if rng.random() < 0.3 else _index_matches_content(db)
-            if rng.random() < 0.1:  # a row no checkpoint owns, without a doc: below zero
-                db.execute("INSERT INTO session_entries (session_id, seq, entry_json) "
-                           "VALUES ('unowned', ?, ?)", (step, text()))
+            _write_something(db, rng, step, blocks, counts, text)
         _index_matches_content(db)
-        placed = db.execute("SELECT count(*) FROM session_entries e JOIN checkpoints c "
-                            "USING (session_id) WHERE e.doc <> (c.entry_block << 32) + e.seq"
-                            ).fetchone()
-        assert placed == (0,)  # every row moved to its place
-        (unowned, below) = db.execute("SELECT count(*), max(doc) < 0 FROM session_entries "
-                                      "WHERE session_id = 'unowned'").fetchone()
-        assert below == 1
-        # Its checkpoint row comes last: its rows move into its block, indexed once.
-        block = _checkpoint(db, "unowned")
-        assert db.execute("SELECT count(*) FROM session_entries WHERE doc BETWEEN ? AND ?",
-                          (doc(block, 0), doc(block, LAST_SEQ))).fetchone() == (unowned,)
+        assert misplaced(db)  # another program's rows stayed where it put them
+        db.execute("BEGIN IMMEDIATE")
+        put_in_place(db)
+        db.execute("COMMIT")
+        assert misplaced(db) == []
         _index_matches_content(db)
         assert {sid: n for sid, n in db.execute(
-            "SELECT session_id, count(*) FROM session_entries WHERE session_id <> 'unowned' "
-            "GROUP BY session_id")} == {sid: n for sid, n in counts.items() if n}
+            "SELECT e.session_id, count(*) FROM session_entries e JOIN checkpoints c USING "
+            "(session_id) WHERE e.doc BETWEEN c.entry_block << 32 AND "
+            "(c.entry_block << 32) + 4294967295 GROUP BY e.session_id")} == {
+            sid: n for sid, n in counts.items() if n}
+    finally:
+        db.close()
+
+
+def test_a_checkpoint_row_gets_a_block_after_every_row_stored(tmp_path: Path) -> None:
+    """The store chooses a new session's block: after every block a checkpoint holds and
+    every block a row lies in (a row another program stored far away included), so a
+    new session's rows never meet an older row."""
+    db = open_database(tmp_path / "blocks.db")
+    try:
+        first = _checkpoint(db, "a")
+        assert _checkpoint(db, "b") == first + 1
+        db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json) "
+                   "VALUES (?, 'gone', 0, ?)", (doc(first + 50, 3), _entry("left")))
+        assert _checkpoint(db, "c") == first + 51
     finally:
         db.close()
 
@@ -204,7 +231,7 @@ def test_entries_have_no_index_of_their_own(tmp_path: Path) -> None:
     try:
         indexes = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
                                   "AND tbl_name = 'session_entries'"))
-        assert set(indexes) == {"session_entries_media", "session_entries_unowned"}
+        assert set(indexes) == {"session_entries_media"}
         assert all("WHERE" in sql for sql in indexes.values())
     finally:
         db.close()

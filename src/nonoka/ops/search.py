@@ -5,7 +5,7 @@ tool calls: whole words) or in a session's title (anywhere in it). The words are
 extracted here and handed to the engine, so query syntax characters are just
 separators. Matching titles come first (most recently active session first), then
 entries: SQLite answers from its FTS5 index, most recently created session first, then
-latest position (``nonoka.store.sqlite.entry_docs``); PostgreSQL from a GIN index, most
+latest position (``nonoka.store.sqlite.entries``); PostgreSQL from a GIN index, most
 recently active session first, then latest position; the memory engine like
 PostgreSQL, without an index. An entry a branch shares with the session it
 was forked from is one hit, naming the branches that hold it (``ops/sharing.py``).
@@ -66,7 +66,7 @@ def session_match(engine: str, text: str) -> tuple[str, list[object]] | None:
         return ("cli_sessions.session_id IN (SELECT d.session_id FROM session_search f "
                 "CROSS JOIN session_entries d ON d.doc = f.rowid WHERE session_search MATCH ?)",
                 [fts5_query(query_words)])
-    from nonoka.store.postgres.migrations import ENTRY_VECTOR, SEARCH_CONFIG
+    from nonoka.store.postgres.schema import ENTRY_VECTOR, SEARCH_CONFIG
 
     entry = ENTRY_VECTOR.format(e="e.entry_json")
     return (f"EXISTS (SELECT 1 FROM session_entries e WHERE e.session_id = "

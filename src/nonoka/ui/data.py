@@ -37,7 +37,7 @@ from nonoka.store.base import MediaStore, decode_entries, decode_session
 from nonoka.store.media import IMAGE_TYPES, Media, describe, file_parts, is_digest
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
-from nonoka.store.sqlite.entry_docs import LAST_SEQ, rows_of
+from nonoka.store.sqlite.entries import LAST_SEQ, rows_of
 from nonoka.turn.partial import CLOSING, PARTIAL, STORED
 
 __all__ = (
@@ -202,7 +202,7 @@ class _Dialect:
         return "json_extract(e.entry_json, '$.content')"
 
     entry_order = "doc"
-    """What orders a session's entry rows (here their rowids, ``entry_docs``)."""
+    """What orders a session's entry rows (here their rowids, ``nonoka.store.sqlite.entries``)."""
 
     def own_entries(self, session: str, first: str = "0", last: str = str(LAST_SEQ)) -> str:
         """A condition on entry rows ``e``: the session's own rows ``first`` to ``last``

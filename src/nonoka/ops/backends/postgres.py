@@ -44,8 +44,8 @@ from nonoka.store.postgres.checkpoints import (
     keep_media,
 )
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
-from nonoka.store.postgres.migrations import ENTRY_VECTOR, MEDIA_REFS, SEARCH_CONFIG
 from nonoka.store.postgres.records import write_index_row
+from nonoka.store.postgres.schema import ENTRY_VECTOR, MEDIA_REFS, SEARCH_CONFIG
 from nonoka.store.project import ProjectStores
 
 BATCH = 1000

@@ -5,8 +5,8 @@ consistent snapshot that never holds the store's lock or blocks a writer (WAL). 
 (import) are one ``BEGIN IMMEDIATE`` transaction per session on the store's connection,
 and store each entry row with its digest chain (``nonoka.store.sqlite.digests``), which
 the runtime continues from when it appends.
-Search runs on the FTS5 index of migration ``m007_search_index``, brought up to date
-first (``nonoka.store.sqlite.search.catch_up``).
+Search runs on the FTS5 index of the entry rows, brought up to date first
+(``nonoka.store.sqlite.entries``: the rules about entry rows, their index included).
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ from nonoka.ops.text import document_words, entry_text, fts5_query
 from nonoka.store import index_sql
 from nonoka.store.media import Media, digests, references
 from nonoka.store.project import ProjectStores
+from nonoka.store.sqlite import entries as entry_rows
 from nonoka.store.sqlite import media as stored_media
-from nonoka.store.sqlite import search as search_index
-from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore, delete_rows, entry_block
+from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.database import connect_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.entry_docs import LAST_SEQ, doc, place, rows_of
+from nonoka.store.sqlite.entries import LAST_SEQ, doc, rows_of
 from nonoka.store.sqlite.records import write_index_row
 
 BATCH = 1000
@@ -59,8 +59,6 @@ TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "eve
 _HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
          "created_at, updated_at FROM checkpoints WHERE session_id = ?")
 _PURPOSE = "coalesce(json_extract(s.metadata, '$.purpose'), 'chat')"
-_INSERT_ENTRY = ("INSERT INTO session_entries (doc, session_id, seq, entry_json, key_chain, "
-                 "media) VALUES (?, ?, ?, ?, ?, ?)")
 
 
 class SQLiteOps:
@@ -94,7 +92,7 @@ class SQLiteOps:
 
     # -- import -----------------------------------------------------------------------
 
-    async def write_session(self, head: SessionHead, entries: Iterable[str],
+    async def write_session(self, head: SessionHead, texts: Iterable[str],
                             steps: list[StepRow], events: Iterable[EventRow],
                             index: dict[str, Any] | None,
                             media: Sequence[Media] = ()) -> bool:
@@ -104,24 +102,25 @@ class SQLiteOps:
                           (sid,)).fetchone():
                 return False
             dropped = stored_media.referenced_by(db, sid)  # rows left without a checkpoint
-            delete_rows(db, sid, None)
+            entry_rows.delete_rows(db, sid, None)
             for table in ("step_updates", "events", "cli_sessions"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
             stored_media.keep(db, media)
+            block = entry_rows.new_block(db)
             db.execute(
                 "INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
-                "memory_generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "memory_generation, created_at, updated_at, entry_block) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (sid, head.snapshot, head.revision, head.entry_count, head.memory_generation,
-                 head.created_at, head.updated_at))
-            block = entry_block(db, sid, None)
+                 head.created_at, head.updated_at, block))
             chain = Chain()  # the runtime appends after the digest of the last row
-            for batch in batches(enumerate(entries)):
+            for batch in batches(enumerate(texts)):
                 rows = []
                 for n, text in batch:
                     chain = chain.add(text)
                     rows.append((doc(block, n), sid, n, text, chain.encode(),
                                  references(text)))
-                db.executemany(_INSERT_ENTRY, rows)
+                db.executemany(entry_rows.INSERT, rows)
             stored_media.collect(db, dropped)
             db.executemany(
                 "INSERT INTO step_updates (session_id, step_id, update_type, payload_json, "
@@ -171,7 +170,7 @@ class SQLiteOps:
                         self._add(rows, RawHit(sid, int(seq), text, title, status, last),
                                   lineage, facts, query)
             # The FTS table drives the loop (CROSS JOIN) in doc order, newest session first
-            # (``entry_docs``: by when it was created), its latest entries first, so the
+            # (``entries``: by when it was created), its latest entries first, so the
             # first page stops after ``limit`` matches however many entries match.
             entries = (
                 "SELECT f.rowid, d.session_id, d.seq, d.entry_json, coalesce(s.title, ''), "
@@ -199,12 +198,12 @@ class SQLiteOps:
             rows.append(reported)
 
     def catch_up(self) -> int:
-        """Index the entries saved since the last search (``nonoka.store.sqlite.search``);
+        """Index the entries saved since the last search (``nonoka.store.sqlite.entries``);
         a read-only database is left as it is (its search reads those entries instead)."""
         if self.store.read_only:
             return 0
         with self._connect() as db:
-            return search_index.catch_up(db)
+            return entry_rows.catch_up(db)
 
     # -- prune ------------------------------------------------------------------------
 
@@ -262,7 +261,10 @@ class SQLiteOps:
             own = "c.entry_count - c.base_count" if bases else "c.entry_count"
             for sql, finding in checks(own):
                 found += [finding(row) for row in db.execute(sql)]
-            found += _misplaced(db)
+            moved = _misplaced(db)  # their repair rebuilds the index too
+            found += moved or [Finding("error", "search_index", f"{problem}; `nonoka db check "
+                                       "--repair` rebuilds it from the entries, which are "
+                                       "intact") for problem in entry_rows.index_findings(db)]
             found += chains.check(db, chains.links(db, bases))
             if has_media(db):
                 found += media_findings(
@@ -271,14 +273,18 @@ class SQLiteOps:
         return found
 
     async def repair(self) -> list[Finding]:
-        """Move entry rows back to their session's place (and rebuild the full-text
-        index), rebuild the digest chain of each session whose chain is missing or
-        wrong, one write transaction per session, and the session list's order; the
-        findings repaired."""
+        """Move entry rows back to their session's place, rebuild the full-text index
+        when they moved or it is damaged, rebuild the digest chain of each session whose
+        chain is missing or wrong, one write transaction per session, and the session
+        list's order; the findings repaired."""
         with self.store.transaction() as db:
             moved = _misplaced(db)
+            damaged = [] if moved else [Finding("error", "search_index", problem)
+                                        for problem in entry_rows.index_findings(db)]
             if moved:
-                _put_in_place(db)
+                entry_rows.put_in_place(db)
+            elif damaged:
+                entry_rows.rebuild_index(db)
         with self.store.transaction(write=False) as db:
             bases = has_bases(db)
             broken = chains.check(db, chains.links(db, bases))
@@ -290,7 +296,7 @@ class SQLiteOps:
                 f"{index_sql.OUT_OF_PLACE} ORDER BY session_id")]
             if misplaced:
                 db.execute(index_sql.REORDER)
-        return [*moved, *broken, *misplaced]
+        return [*moved, *damaged, *broken, *misplaced]
 
     async def vacuum(self) -> tuple[int, int]:
         before = self._size()
@@ -356,33 +362,10 @@ _FREED_MEDIA = f"""(SELECT coalesce(sum(m.size), 0) FROM media m
 that branches share keeps its files in the branches)."""
 
 
-_PLACE = place("c.entry_block", "e.seq")
-_OUT_OF_PLACE = ("FROM session_entries e JOIN checkpoints c ON c.session_id = e.session_id "
-                 f"WHERE e.doc IS NOT {_PLACE}")
-"""Entry rows not at their place in their session's block (``entry_docs``): moved there
-by another program's update, they are not read as the session's."""
-
-
 def _misplaced(db: sqlite3.Connection) -> list[Finding]:
     return [Finding("error", "entry_place", f"{n} entry row(s) out of the session's place: "
                     "it does not load until `nonoka db check --repair` moves them back", sid)
-            for sid, n in db.execute(f"SELECT e.session_id, count(*) {_OUT_OF_PLACE} "
-                                     "GROUP BY e.session_id ORDER BY e.session_id")]
-
-
-def _put_in_place(db: sqlite3.Connection) -> None:
-    """Move every misplaced entry row to its place (a checkpoint without a block gets
-    one), then build the full-text index again from the rows: where the moved rows
-    were indexed cannot be known. Inside the caller's write transaction; a row whose
-    place is taken stays where it is (the check still reports it)."""
-    for (sid,) in db.execute("SELECT session_id FROM checkpoints WHERE entry_block IS NULL"
-                             ).fetchall():
-        entry_block(db, sid, None)
-    for old, new in db.execute(f"SELECT e.doc, {_PLACE} {_OUT_OF_PLACE}").fetchall():
-        if db.execute("SELECT 1 FROM session_entries WHERE doc = ?", (new,)).fetchone() is None:
-            db.execute("UPDATE session_entries SET doc = ? WHERE doc = ?", (new, old))
-    db.execute("INSERT INTO session_search (session_search) VALUES ('rebuild')")
-    db.execute("DELETE FROM search_pending")
+            for sid, n in entry_rows.misplaced(db)]
 
 
 def has_media(db: sqlite3.Connection) -> bool:
@@ -394,9 +377,9 @@ def has_media(db: sqlite3.Connection) -> bool:
 
 _BASES = "SELECT base_session_id FROM checkpoints WHERE base_session_id IS NOT NULL"
 _PENDING = ("SELECT d.doc, d.session_id, d.seq, d.entry_json, coalesce(s.title, ''), "
-            f"coalesce(s.status, ''), s.last_active FROM {search_index.WAITING.format(e='d')} "
+            f"coalesce(s.status, ''), s.last_active FROM {entry_rows.WAITING.format(e='d')} "
             "LEFT JOIN cli_sessions s ON s.session_id = d.session_id WHERE 1")
-"""The entries the full-text index does not hold yet (``nonoka.store.sqlite.search``)."""
+"""The entries the full-text index does not hold yet (``nonoka.store.sqlite.entries``)."""
 
 
 def _facts(db: sqlite3.Connection) -> dict[str, Facts]:

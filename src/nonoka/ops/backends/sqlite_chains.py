@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from nonoka.ops.model import Finding, entries_named
 from nonoka.store.sqlite import lineage
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.entry_docs import rows_of
+from nonoka.store.sqlite.entries import rows_of
 
 _MAX_DEPTH = 10_000
 Links = dict[str, tuple[str | None, int]]

@@ -1,8 +1,9 @@
 """The PostgreSQL engine: one database shared by every worker on every machine.
 
 - ``database``: ``PostgresDatabase``, the pool opened on first use, and driver errors;
-- ``migrations``: the schema as named migrations, run by ``nonoka.store.migrations``
-  under an advisory lock;
+- ``migrations``: the schema's history, named migrations applied by ``ledger`` (the
+  PostgreSQL side of ``nonoka.store.migrations``, under an advisory lock);
+- ``schema``: the lock keys and index expressions live queries share with the schema;
 - ``checkpoints``: ``PostgresCheckpointStore`` (``CheckpointStore``, ``SessionLeases``);
 - ``records``: ``PostgresRecordStore`` (``SessionIndex`` and ``EventLog``).
 

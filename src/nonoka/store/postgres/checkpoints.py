@@ -40,7 +40,7 @@ from nonoka.store.base import (
 )
 from nonoka.store.media import Media, base64_text, files_column, needed
 from nonoka.store.postgres.database import PostgresDatabase
-from nonoka.store.postgres.migrations import MEDIA_REFS, STEP_LOCK
+from nonoka.store.postgres.schema import MEDIA_REFS, STEP_LOCK
 from nonoka.store.reuse import SnapshotTexts, StoreReuse
 
 _LOCK_ROW = ("SELECT revision, entry_count, memory_generation FROM checkpoints "

@@ -33,7 +33,8 @@ except ImportError as exc:  # psycopg's own C parts may fail to load, too
         name=exc.name,
     ) from None
 
-from nonoka.store.postgres.migrations import SCHEMA_NAME, migrate
+from nonoka.store.postgres.ledger import migrate
+from nonoka.store.postgres.schema import SCHEMA_NAME
 
 CONNECT_TIMEOUT = 10
 """Seconds to wait for the server when connecting (unless the URL sets its own)."""

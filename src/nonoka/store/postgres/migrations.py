@@ -1,46 +1,29 @@
-"""The PostgreSQL schema: its named migrations, and the PostgreSQL side of the runner.
+"""The PostgreSQL schema's history: every named migration, oldest first. History only.
 
-The migration model and runner are the SQLite engine's (``nonoka.store.migrations``):
-applied names are recorded in ``nonoka_migrations``; missing ones are applied in order in
-one transaction; a database that lists a name this code does not know was written by a
-newer nonoka and is refused before anything is changed. Several processes may open a
-fresh database at once: the migrating transaction holds a transaction-level advisory
-lock keyed on the schema, so each migration runs exactly once and the others wait, then
-find nothing to do.
-
-Everything lives in one schema: the one named by the store's ``schema`` argument or
-else the first one of the connection's ``search_path``; it is created if missing.
+Every nonoka table in a schema is created by a migration in ``MIGRATIONS``, applied by
+``nonoka.store.postgres.ledger``; the schema as it stands is ``docs/schema.md``, and the
+expressions live queries share with its indexes are ``nonoka.store.postgres.schema``'s.
+Nothing else imports this module: a migration runs the SQL it shipped with, written out
+here, and never changes once shipped (``tests/store/test_migration_history.py`` pins each
+one's text).
 
 Column types: the stored JSON is ``text`` (it goes back out byte for byte and a corrupt
 row stays readable for the error message); session ids sort with ``COLLATE "C"``, i.e.
 by code point as the SQLite and memory engines do, which also lets a prefix ``LIKE`` use
 the primary key; event data is ``json`` (kept as written, ``\\u0000`` included, yet
 queryable for the usage summary); index metadata is ``jsonb`` for the key lookup.
-
-Adding a migration is one decorated function after the last one below. Never rename,
-reorder or edit one that has shipped: its name is what databases remember.
+Adding a migration is one decorated function after the last one.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from nonoka.errors import StoreError
 from nonoka.store import migrations as runner
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
-
-SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-"""Schema names nonoka creates: plain identifiers, safe to quote and put in options."""
-
-MIGRATION_LOCK = 0x6E6F6E6F
-"""First key of the advisory locks nonoka takes ("nono"); the second is per object."""
-STEP_LOCK = MIGRATION_LOCK + 1
-EVENT_LOCK = MIGRATION_LOCK + 2
 
 Migration = Callable[["AsyncConnection[Any]"], Awaitable[None]]
 
@@ -260,84 +243,3 @@ async def m010_list_order(conn: AsyncConnection[Any]) -> None:
         $$""")
     await conn.execute("CREATE TRIGGER cli_sessions_list_order BEFORE INSERT ON cli_sessions "
                        "FOR EACH ROW EXECUTE FUNCTION cli_sessions_list_order()")
-
-
-# -- the runner's PostgreSQL side ----------------------------------------------------------
-
-_LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (
-    name text PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)"""
-
-
-async def applied_migrations(conn: AsyncConnection[Any]) -> list[str]:
-    """Names recorded in the current schema, oldest first; empty without a ledger."""
-    cur = await conn.execute("SELECT to_regclass('nonoka_migrations') IS NOT NULL")
-    row = await cur.fetchone()
-    if row is None or not row[0]:
-        return []
-    cur = await conn.execute("SELECT name FROM nonoka_migrations ORDER BY applied_at, name")
-    return [name for (name,) in await cur.fetchall()]
-
-
-async def _target_schema(conn: AsyncConnection[Any], where: str) -> str:
-    """The schema tables go to: the current one, else the first named in search_path."""
-    cur = await conn.execute("SELECT current_schema(), current_setting('search_path')")
-    row = await cur.fetchone()
-    assert row is not None
-    current, search_path = row
-    if current is not None:
-        return str(current)
-    names = [n.strip().strip('"') for n in str(search_path).split(",")]
-    first = next((n for n in names if n and n != "$user"), "")
-    if not SCHEMA_NAME.fullmatch(first):
-        raise StoreError(
-            f"{where}: no schema of the search_path ({search_path}) exists; create one "
-            "(CREATE SCHEMA ...) or name it with the store's schema= argument"
-        )
-    return first
-
-
-async def migrate(
-    conn: AsyncConnection[Any], where: str, schema: str | None = None,
-    migrations: Sequence[Migration] = MIGRATIONS,
-) -> list[str]:
-    """Bring the schema up to date; return the names applied (usually none).
-
-    ``conn`` must be in autocommit mode. The common case, an up-to-date schema, only
-    reads and takes no lock.
-    """
-    if schema is None:
-        schema = await _target_schema(conn, where)
-    return await runner.migrate(_Ledger(conn, schema), migrations, where)
-
-
-class _Ledger:
-    """``nonoka.store.migrations.Ledger`` over one autocommit connection."""
-
-    def __init__(self, conn: AsyncConnection[Any], schema: str) -> None:
-        self._conn = conn
-        self._schema = schema
-
-    async def applied(self) -> list[str]:
-        return await applied_migrations(self._conn)
-
-    def exclusive(self) -> AbstractAsyncContextManager[None]:
-        return self._exclusive()
-
-    @asynccontextmanager
-    async def _exclusive(self) -> AsyncIterator[None]:
-        """One transaction under an advisory lock keyed on the schema (created if
-        missing), so concurrent openers migrate one after another."""
-        conn = self._conn
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                               (MIGRATION_LOCK, self._schema))
-            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
-            await conn.execute(_LEDGER)
-            yield
-
-    async def apply(self, migration: Migration) -> None:
-        await migration(self._conn)
-        await self._conn.execute("INSERT INTO nonoka_migrations (name) VALUES (%s)",
-                                 (migration.__name__,))

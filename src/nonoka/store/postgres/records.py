@@ -15,7 +15,7 @@ from typing import Any
 
 from nonoka.store import index_sql
 from nonoka.store.postgres.database import Jsonb, PostgresDatabase
-from nonoka.store.postgres.migrations import EVENT_LOCK
+from nonoka.store.postgres.schema import EVENT_LOCK
 from nonoka.store.records import (
     EventRecord,
     SessionRecord,

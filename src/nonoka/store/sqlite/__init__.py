@@ -2,7 +2,10 @@
 
 - ``database``: opening a file (permissions, sanity checks, WAL, busy timeout) and
   bringing it up to date;
-- ``migrations``: the schema as named migrations, run by ``nonoka.store.migrations``;
+- ``migrations``: the schema's history, named migrations applied by ``ledger`` (the
+  SQLite side of ``nonoka.store.migrations``);
+- ``entries``: every rule about the entry rows — their layout, block, reads, deletes,
+  full-text index, its check and its repair;
 - ``checkpoints``: ``SQLiteCheckpointStore`` (``CheckpointStore``, ``SessionLeases``,
   ``NextCallStore``);
 - ``records``: ``SQLiteRecordStore`` (``SessionIndex`` and ``EventLog``), which can share

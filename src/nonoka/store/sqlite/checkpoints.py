@@ -56,12 +56,13 @@ from nonoka.store.sqlite import leases, lineage, next_calls
 from nonoka.store.sqlite import media as stored_media
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.entry_docs import LAST_SEQ, NEW_BLOCK, doc
+from nonoka.store.sqlite.entries import INSERT as INSERT_ENTRY
+from nonoka.store.sqlite.entries import LAST_SEQ, delete_rows, doc, entry_block, new_block
 
 _UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
-                         created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+                         created_at, updated_at, entry_block)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (session_id) DO UPDATE SET
     state_json = excluded.state_json,
     revision = excluded.revision,
@@ -133,11 +134,6 @@ class _Written(NamedTuple):
     block: int
 
 
-_INSERT_ENTRY = ("INSERT INTO session_entries (doc, session_id, seq, entry_json, key_chain, "
-                 "media) VALUES (?, ?, ?, ?, ?, ?)")
-"""An entry row at its place in its session's block (``entry_docs``), with the digests
-of the files it refers to (``NULL`` for most rows)."""
-
 _STEPS = ("SELECT step_id, update_type, payload_json, updated_at FROM step_updates "
           "WHERE session_id = ? ORDER BY updated_at, rowid")
 
@@ -174,35 +170,6 @@ def _reusable(db: sqlite3.Connection, session_id: str, known: Decoded | None,
         return None
     row = lineage.entry_row(db, session_id, len(known.entries) - 1, "key_chain")
     return known.entries if row is not None and row[0] == known.chain else None
-
-
-def entry_block(db: sqlite3.Connection, session_id: str, known: int | None) -> int:
-    """The block of the session's entry rows (``entry_docs``): ``known``, or the one its
-    checkpoint row was given when it was inserted; given one now if another program
-    cleared it."""
-    if isinstance(known, int):
-        return known
-    select = "SELECT entry_block FROM checkpoints WHERE session_id = ?"
-    row = db.execute(select, (session_id,)).fetchone()
-    if row is not None and not isinstance(row[0], int):
-        db.execute(f"UPDATE checkpoints SET entry_block = {NEW_BLOCK} WHERE session_id = ?",
-                   (session_id,))
-        row = db.execute(select, (session_id,)).fetchone()
-    if row is None or not isinstance(row[0], int):
-        raise CorruptSessionError(f"session {session_id}: its checkpoint row has no place "
-                                  "for its entries; the rows were left as they are")
-    return int(row[0])
-
-
-def delete_rows(db: sqlite3.Connection, session_id: str, block: int | None) -> int:
-    """Delete the session's entry rows: its block's, and any left below zero by a writer
-    that stored them without a checkpoint row; how many."""
-    removed = db.execute("DELETE FROM session_entries WHERE doc < 0 AND session_id = ?",
-                         (session_id,)).rowcount
-    if isinstance(block, int):
-        removed += db.execute("DELETE FROM session_entries WHERE doc BETWEEN ? AND ?",
-                              (doc(block, 0), doc(block, LAST_SEQ))).rowcount
-    return removed
 
 
 class SQLiteCheckpointStore(StepUpdateWriter):
@@ -310,15 +277,14 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         plan = EntryPlan(state, count, generation)
         start = count
         dropped: list[str] = []
-        # The checkpoint row first: a new session's row is given its entries' block (the
-        # ``checkpoints_insert`` trigger).
+        # A new session's row is given the block its entry rows will live in.
+        block = new_block(db) if row is None else entry_block(db, sid, row[3])
         now = time.time()
         db.execute(
             _UPSERT_CHECKPOINT,
             (sid, snapshot, revision, len(state.memory_entries), state.memory_generation,
-             now, now),
+             now, now, block),
         )
-        block = entry_block(db, sid, None if row is None else row[3])
         if plan.rewrite or row is None:
             lineage.detach_branches(db, sid)  # they keep the entries this rewrite drops
             if plan.rewrite:  # (a new session's leftover rows: `db vacuum` collects theirs)
@@ -361,9 +327,9 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         if files:
             stored_media.keep(db, files)
         if len(rows) == 1:
-            db.execute(_INSERT_ENTRY, rows[0])
+            db.execute(INSERT_ENTRY, rows[0])
         elif rows:
-            db.executemany(_INSERT_ENTRY, rows)
+            db.executemany(INSERT_ENTRY, rows)
         if len(self._written) >= 256:
             self._written.clear()  # a cache: at worst the stored row is read again
         self._written[sid] = _Written(revision, seq, generation, chain, block)
@@ -393,7 +359,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 raise conflict_error(state, 1)
             now = time.time()
             db.execute(_UPSERT_CHECKPOINT, (sid, snapshot_json(state, self.reuse.texts), 1, at,
-                                            state.memory_generation, now, now))
+                                            state.memory_generation, now, now, new_block(db)))
             db.execute("UPDATE checkpoints SET base_session_id = ?, base_count = ? "
                        "WHERE session_id = ?", (parent_id, at, sid))
         return 1

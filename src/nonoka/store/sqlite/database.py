@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 
 from nonoka.errors import StoreError
-from nonoka.store.sqlite.migrations import MIGRATIONS, apply_migrations, check_known
+from nonoka.store.sqlite.entries import INDEX_DAMAGE_CODES
+from nonoka.store.sqlite.ledger import apply_migrations, check_known, missing
 
 BUSY_TIMEOUT_SECONDS = 5.0
 """How long a statement waits for another process's write lock, unless
@@ -128,10 +129,10 @@ def open_read_only(path: str | os.PathLike[str], *, ours_only: bool = False
                              "the file was left as it is. Try again")
         if ours_only:
             _check_ours(db, where)
-        missing = len(MIGRATIONS) - len(check_known(db, where))
-        if missing:
+        lacking = missing(db, where)
+        if lacking:
             raise StoreError(
-                f"{where} was written by an older nonoka and needs upgrading ({missing} "
+                f"{where} was written by an older nonoka and needs upgrading ({lacking} "
                 "schema migration(s)), which needs write access: run any nonoka command "
                 "once where the database is writable; nothing was changed")
         db.execute("PRAGMA query_only = 1")
@@ -327,9 +328,21 @@ def sqlite_error(path: Path, exc: sqlite3.Error) -> StoreError:
     """A failed statement as a ``StoreError``; a lock held too long may be retried.
 
     Another process holding the write lock past the busy timeout is a passing state:
-    nothing was written, and the same request sent again is expected to succeed.
+    nothing was written, and the same request sent again is expected to succeed. A
+    damaged full-text index (``entries.INDEX_DAMAGE_CODES``) is derived data: the
+    message says how to make it again, not that the file is lost.
     """
     code = getattr(exc, "sqlite_errorcode", None)
+    if code in INDEX_DAMAGE_CODES:
+        return StoreError(
+            f"database {path}: its full-text search index is damaged ({exc}); nothing was "
+            "written and the sessions are intact: `nonoka db check --repair` rebuilds the "
+            "index from them")
+    if code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY and "session_entries.doc" in str(exc):
+        return StoreError(
+            f"database {path}: another program stored an entry row where this session's "
+            "next entry goes; nothing was written: `nonoka db check --repair` moves that "
+            "row to its own session's place")
     if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
         return StoreError(
             f"database {path}: {exc} (another process held it for over "

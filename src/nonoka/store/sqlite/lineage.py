@@ -4,7 +4,7 @@ only (the bridge's early dispatch resolves a branch's entries before pydantic lo
 A branch's ``checkpoints`` row names its ``base_session_id`` and ``base_count``: its
 first ``base_count`` entries are the base session's, read through the base's own base if
 it has one; its own ``session_entries`` rows start at ``seq = base_count``, in its own
-block (``nonoka.store.sqlite.entry_docs``). Shared rows
+block (``nonoka.store.sqlite.entries``). Shared rows
 are never copied until the session they live in is about to rewrite or delete them; then
 ``detach_branches`` gives every branch built on them its own copy first.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from nonoka.store.sqlite.entry_docs import LAST_SEQ, doc
+from nonoka.store.sqlite.entries import LAST_SEQ, doc
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import sqlite3
 import time
 
 from nonoka.store.media import Media, base64_text, column, digests
-from nonoka.store.sqlite.entry_docs import rows_of
+from nonoka.store.sqlite.entries import rows_of
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
 if TYPE_CHECKING:

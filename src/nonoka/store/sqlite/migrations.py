@@ -1,23 +1,21 @@
-"""The SQLite schema: its named migrations, and the SQLite side of the shared runner.
+"""The SQLite schema's history: every named migration, oldest first. History only.
 
-Every nonoka table in a database file (the checkpoint tables, the session index, the
-event log, leases, next-call templates) is created by a migration in ``MIGRATIONS``, run
-by ``nonoka.store.migrations.migrate``: applied names are recorded in
-``nonoka_migrations``, the missing ones are applied in order inside one ``BEGIN
-IMMEDIATE`` transaction (so two processes opening a fresh file at once apply each exactly
-once), and a file that lists a name this code does not know was written by a newer nonoka
-and is refused before anything is changed.
-
-Adding a migration is one decorated function after the last one below. Never rename,
-reorder or edit one that has shipped: its name is what databases remember. Standard
-library only (the bridge's early dispatch checks a file before pydantic is loaded).
+Every nonoka table in a database file is created by a migration in ``MIGRATIONS``,
+applied by ``nonoka.store.sqlite.ledger`` (the names a file has applied are recorded in
+it); the schema as it stands is ``docs/schema.md``, and the live rules of the entry rows
+are ``nonoka.store.sqlite.entries``. Nothing else imports this module: a migration runs
+the SQL it shipped with, written out here (a frozen copy where the live module keeps
+the same text), and never changes once shipped (``tests/store/test_migration_history.py``
+pins each one's text), so the modules older ones name may since have moved (``search``
+and ``entry_docs`` are ``entries`` now). Adding a migration is one decorated function
+after the last one. Standard library only (the bridge's early dispatch checks a file's
+migrations before pydantic is loaded).
 """
 
 from __future__ import annotations
 
 import sqlite3
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from nonoka.store import migrations as runner
 
@@ -639,79 +637,90 @@ def m014_entries_by_session(db: sqlite3.Connection) -> None:
         f"session_id=new.session_id AND {empty}; END")
 
 
-# -- the runner's SQLite side ----------------------------------------------------------
+_M015_SCHEMA = (
+    """CREATE VIEW search_text (doc, body) AS
+SELECT doc, CASE WHEN json_valid(entry_json)
+    THEN coalesce(json_extract(entry_json, '$.content'), '') || ' ' ||
+         coalesce(json_extract(entry_json, '$.metadata.tool_calls'), '')
+    ELSE entry_json END
+FROM session_entries""",
+    """CREATE TRIGGER search_insert AFTER INSERT ON session_entries
+WHEN coalesce((SELECT from_doc FROM search_pending WHERE block = new.doc >> 32) > new.doc, 1)
+BEGIN
+    INSERT INTO session_search (rowid, body)
+    SELECT new.doc, CASE WHEN json_valid(new.entry_json)
+        THEN coalesce(json_extract(new.entry_json, '$.content'), '') || ' ' ||
+             coalesce(json_extract(new.entry_json, '$.metadata.tool_calls'), '')
+        ELSE new.entry_json END
+    WHERE new.doc < coalesce(
+        (SELECT from_doc FROM search_pending WHERE block = new.doc >> 32),
+        CASE WHEN EXISTS (SELECT 1 FROM session_entries
+                          WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32)
+        THEN new.doc + 1 ELSE new.doc END);
+    INSERT OR IGNORE INTO search_pending (block, from_doc)
+    SELECT new.doc >> 32, new.doc
+    WHERE NOT EXISTS (SELECT 1 FROM session_entries
+                      WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32);
+END""",
+    """CREATE TRIGGER search_delete AFTER DELETE ON session_entries
+BEGIN
+    INSERT INTO session_search (session_search, rowid, body)
+    SELECT 'delete', old.doc, CASE WHEN json_valid(old.entry_json)
+        THEN coalesce(json_extract(old.entry_json, '$.content'), '') || ' ' ||
+             coalesce(json_extract(old.entry_json, '$.metadata.tool_calls'), '')
+        ELSE old.entry_json END
+    WHERE old.doc < coalesce(
+        (SELECT from_doc FROM search_pending WHERE block = old.doc >> 32), old.doc + 1);
+    DELETE FROM search_pending
+    WHERE block = old.doc >> 32 AND NOT EXISTS (
+        SELECT 1 FROM session_entries
+        WHERE doc >= from_doc AND doc < ((old.doc >> 32) + 1) << 32);
+END""",
+    """CREATE TRIGGER search_update AFTER UPDATE OF entry_json ON session_entries
+BEGIN
+    INSERT INTO session_search (session_search, rowid, body)
+    SELECT 'delete', old.doc, CASE WHEN json_valid(old.entry_json)
+        THEN coalesce(json_extract(old.entry_json, '$.content'), '') || ' ' ||
+             coalesce(json_extract(old.entry_json, '$.metadata.tool_calls'), '')
+        ELSE old.entry_json END
+    WHERE old.doc < coalesce(
+        (SELECT from_doc FROM search_pending WHERE block = old.doc >> 32), old.doc + 1);
+    DELETE FROM search_pending
+    WHERE block = old.doc >> 32 AND NOT EXISTS (
+        SELECT 1 FROM session_entries
+        WHERE doc >= from_doc AND doc < ((old.doc >> 32) + 1) << 32);
+    INSERT INTO session_search (rowid, body)
+    SELECT new.doc, CASE WHEN json_valid(new.entry_json)
+        THEN coalesce(json_extract(new.entry_json, '$.content'), '') || ' ' ||
+             coalesce(json_extract(new.entry_json, '$.metadata.tool_calls'), '')
+        ELSE new.entry_json END
+    WHERE new.doc < coalesce(
+        (SELECT from_doc FROM search_pending WHERE block = new.doc >> 32),
+        CASE WHEN EXISTS (SELECT 1 FROM session_entries
+                          WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32)
+        THEN new.doc + 1 ELSE new.doc END);
+    INSERT OR IGNORE INTO search_pending (block, from_doc)
+    SELECT new.doc >> 32, new.doc
+    WHERE NOT EXISTS (SELECT 1 FROM session_entries
+                      WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32);
+END""",
+)
+"""The view and triggers of ``m015_entry_rules_in_one_place``, as it installs them."""
 
-_LEDGER = """CREATE TABLE IF NOT EXISTS nonoka_migrations (
-    name TEXT PRIMARY KEY,
-    applied_at REAL NOT NULL
-)"""
 
-
-def applied_migrations(db: sqlite3.Connection) -> list[str]:
-    """Names recorded in the database, oldest first; empty for a fresh file."""
-    exists = db.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'nonoka_migrations'"
-    ).fetchone()
-    if exists is None:
-        return []
-    return [row[0] for row in db.execute("SELECT name FROM nonoka_migrations ORDER BY rowid")]
-
-
-def check_known(
-    db: sqlite3.Connection, where: str, migrations: Sequence[Migration] = MIGRATIONS
-) -> list[str]:
-    """The applied names; ``UnsupportedVersionError`` if any is unknown to this code."""
-    applied = applied_migrations(db)
-    runner.check_known(applied, migrations, where)
-    return applied
-
-
-def apply_migrations(
-    db: sqlite3.Connection, where: str, migrations: Sequence[Migration] = MIGRATIONS
-) -> list[str]:
-    """Apply the missing migrations in one write transaction; return the names applied.
-
-    ``db`` must be in autocommit mode (``isolation_level=None``). When nothing is
-    missing this only reads, so the common open takes no write lock.
-    """
-    return runner.run_sync(runner.migrate(_Ledger(db), migrations, where))
-
-
-class _Ledger:
-    """``nonoka.store.migrations.Ledger`` over a sqlite3 connection: nothing here
-    suspends, so ``run_sync`` drives the runner without an event loop."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    async def applied(self) -> list[str]:
-        return applied_migrations(self._db)
-
-    def exclusive(self) -> _Immediate:
-        return _Immediate(self._db)
-
-    async def apply(self, migration: Migration) -> None:
-        migration(self._db)
-        self._db.execute("INSERT INTO nonoka_migrations (name, applied_at) VALUES (?, ?)",
-                         (migration.__name__, time.time()))
-
-
-class _Immediate:
-    """``BEGIN IMMEDIATE``: the file's write lock, which serialises migrating openers."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    async def __aenter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            self._db.execute(_LEDGER)
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-
-    async def __aexit__(self, kind: object, value: object, traceback: object, /) -> None:
-        if kind is None:
-            self._db.execute("COMMIT")
-        elif self._db.in_transaction:
-            self._db.execute("ROLLBACK")
+@migration
+def m015_entry_rules_in_one_place(db: sqlite3.Connection) -> None:
+    """The entry rows' view and triggers as ``nonoka.store.sqlite.entries`` writes them
+    out (the frozen copy ``_M015_SCHEMA``), without the machinery for rows other programs
+    write: a new checkpoint row's block is chosen by the store that inserts it, not by
+    ``checkpoints_insert``; a row written at a wrong place stays there (``entries_place``
+    is gone) until ``nonoka db check --repair`` moves it; rows an older file keeps below
+    zero stay (``db check`` reports them) but lose their index. The full-text index and
+    its watermarks are kept as they are: the search triggers do what m014's did."""
+    for trigger in ("search_insert", "entries_place", "search_delete", "search_update",
+                    "checkpoints_insert"):
+        db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    db.execute("DROP INDEX IF EXISTS session_entries_unowned")
+    db.execute("DROP VIEW IF EXISTS search_text")
+    for statement in _M015_SCHEMA:
+        db.execute(statement)

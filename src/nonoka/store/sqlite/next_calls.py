@@ -20,7 +20,7 @@ from nonoka.store.media import needed, restored_text
 from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import leases, lineage
 from nonoka.store.sqlite import media as stored_media
-from nonoka.store.sqlite.migrations import MIGRATIONS, check_known
+from nonoka.store.sqlite.ledger import missing
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class SQLiteNextCalls:
                 db.close()
                 return None
             db.execute("PRAGMA synchronous = NORMAL")  # as the engine writes
-            if len(check_known(db, path)) != len(MIGRATIONS):
+            if missing(db, path):
                 db.close()
                 return None
         except BaseException:
