@@ -81,13 +81,14 @@ async def test_deepseek_reasoning_comes_back_in_a_tool_loop(store: SQLiteCheckpo
 
 async def test_a_provider_that_is_not_sent_reasoning_is_refused_by_the_strict_mode(
         store: SQLiteCheckpointStore) -> None:
-    """The strict mode can fail: without the DeepSeek policy nothing goes back."""
+    """The strict mode can fail: a model told not to send reasoning back (as for an
+    endpoint known to refuse it) sends nothing back."""
     server = _server([
         Reply.of(call("lookup", {"city": "Lyon"}, id="c1"), reasoning="look it up"),
         text("unused"),
     ], "deepseek_thinking")
     try:
-        agent = Agent(model=_model(server), tools=[lookup])
+        agent = Agent(model=_model(server, send_reasoning=False), tools=[lookup])
         result = await Runner(store).run_react(agent, "Weather in Lyon?")
     finally:
         server.close()

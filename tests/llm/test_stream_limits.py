@@ -43,17 +43,17 @@ async def settled(call: Awaitable[T]) -> T:
 
 
 def _openai(server: ScriptedOpenAIServer, **kwargs: Any) -> OpenAIChatModel:
-    return OpenAIChatModel("m", base_url=server.base_url, api_key="k", max_retries=0,
+    return OpenAIChatModel("m", base_url=server.base_url, api_key="sk-test", max_retries=0,
                            **kwargs)
 
 
 def _anthropic(server: ScriptedAnthropicServer, **kwargs: Any) -> AnthropicChatModel:
-    return AnthropicChatModel("claude-test", base_url=server.base_url, api_key="k",
+    return AnthropicChatModel("claude-test", base_url=server.base_url, api_key="sk-test",
                               max_retries=0, **kwargs)
 
 
 def _responses(server: ScriptedResponsesServer, **kwargs: Any) -> OpenAIResponsesModel:
-    return OpenAIResponsesModel("m", base_url=server.base_url, api_key="k", max_retries=0,
+    return OpenAIResponsesModel("m", base_url=server.base_url, api_key="sk-test", max_retries=0,
                                 **kwargs)
 
 
@@ -117,7 +117,7 @@ async def test_a_stall_before_any_text_is_retried_and_then_answered() -> None:
     """A stall is the connection's failure: retried while nothing reached the caller."""
     stuck = Linger(DropConnection(""), ping=0.01)
     with ScriptedOpenAIServer([stuck, "Second time lucky."]) as server:
-        model = OpenAIChatModel("m", base_url=server.base_url, api_key="k", max_retries=1,
+        model = OpenAIChatModel("m", base_url=server.base_url, api_key="sk-test", max_retries=1,
                                 backoff_base=0.01, limits=StreamLimits(stall=0.3))
         response = await settled(model.complete(HI, on_text=lambda _: None))
     assert response.text == "Second time lucky."

@@ -51,7 +51,7 @@ def _openai(value: object) -> Served:
     server = ScriptedOpenAIServer([Reply(text="The answer.", raw_usage={
         "prompt_tokens": value, "completion_tokens": 7,
         "prompt_tokens_details": {"cached_tokens": value}})])
-    return server, lambda s: OpenAIChatModel("m", base_url=s.base_url, api_key="k",
+    return server, lambda s: OpenAIChatModel("m", base_url=s.base_url, api_key="sk-test",
                                              max_retries=0)
 
 
@@ -59,14 +59,14 @@ def _anthropic(value: object) -> Served:
     server = ScriptedAnthropicServer([AnthropicReply(text="The answer.", raw_usage={
         "input_tokens": value, "output_tokens": 7, "cache_read_input_tokens": value})])
     return server, lambda s: AnthropicChatModel("claude-test", base_url=s.base_url,
-                                                api_key="k", max_retries=0)
+                                                api_key="sk-test", max_retries=0)
 
 
 def _responses(value: object) -> Served:
     server = ScriptedResponsesServer([ResponsesReply(output=("The answer.",), raw_usage={
         "input_tokens": value, "output_tokens": 7,
         "input_tokens_details": {"cached_tokens": value, "cache_write_tokens": 0}})])
-    return server, lambda s: OpenAIResponsesModel("m", base_url=s.base_url, api_key="k",
+    return server, lambda s: OpenAIResponsesModel("m", base_url=s.base_url, api_key="sk-test",
                                                   max_retries=0)
 
 
@@ -99,7 +99,7 @@ async def test_a_fractional_count_is_rounded_down_and_said(
     events: list[RunEvent] = []
     with ScriptedOpenAIServer([Reply(text="ok", raw_usage={"prompt_tokens": 12.7,
                                                            "completion_tokens": 3.0})]) as s:
-        model = OpenAIChatModel("m", base_url=s.base_url, api_key="k", max_retries=0)
+        model = OpenAIChatModel("m", base_url=s.base_url, api_key="sk-test", max_retries=0)
         result = await Runner(store).run_react(Agent(model=model), "hi", on_event=events.append)
     assert result.success, result.error
     assert (result.usage.input_tokens, result.usage.output_tokens) == (12, 3)
@@ -111,7 +111,7 @@ async def test_a_fractional_count_is_rounded_down_and_said(
 async def test_a_reported_cost_that_is_not_a_cost_is_ignored(
         store: SQLiteCheckpointStore) -> None:
     with ScriptedOpenAIServer([Reply(text="ok", raw_usage={"cost": math.nan})]) as s:
-        model = OpenAIChatModel("m", base_url=s.base_url, api_key="k", max_retries=0,
+        model = OpenAIChatModel("m", base_url=s.base_url, api_key="sk-test", max_retries=0,
                                 input_price_per_mtok=1.0, output_price_per_mtok=1.0)
         result = await Runner(store).run_react(Agent(model=model), "hi")
     assert result.success, result.error
@@ -121,7 +121,7 @@ async def test_a_reported_cost_that_is_not_a_cost_is_ignored(
 async def test_valid_usage_gives_no_warning(store: SQLiteCheckpointStore) -> None:
     events: list[RunEvent] = []
     with ScriptedOpenAIServer([Reply(text="ok", input_tokens=11, output_tokens=4)]) as s:
-        model = OpenAIChatModel("m", base_url=s.base_url, api_key="k", max_retries=0)
+        model = OpenAIChatModel("m", base_url=s.base_url, api_key="sk-test", max_retries=0)
         result = await Runner(store).run_react(Agent(model=model), "hi", on_event=events.append)
     assert (result.usage.input_tokens, result.usage.output_tokens) == (11, 4)
     assert not [e for e in events if isinstance(e, RunWarning)]

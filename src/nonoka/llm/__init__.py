@@ -83,13 +83,4 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
         return OpenAIResponsesModel(model=target.model, label=spec, base_url=target.base_url,
                                     api_key=target.api_key, known=known)
     return OpenAIChatModel(model=target.model, label=spec, base_url=target.base_url,
-                           api_key=target.api_key, passes=passes,
-                           send_reasoning=spec.partition(":")[0] in SENDS_REASONING_BACK,
-                           known=known)
-
-
-SENDS_REASONING_BACK = frozenset({"deepseek"})
-"""Providers that want an assistant message's reasoning back in the field it came in
-(DeepSeek's thinking mode answers 400 to a tool loop without ``reasoning_content``).
-Others are not sent it: OpenAI ignores unknown fields at best, and some servers refuse
-them; ``docs/models.md`` lists the policy."""
+                           api_key=target.api_key, passes=passes, known=known)

@@ -75,6 +75,10 @@ _RESERVED = frozenset({"model", "stream", "tools", "system", "messages"})
 
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 
+HOST_TOOL_MEDIA_NOTE = "Attached media from tool result:"
+"""The text of the user message OpenCode puts a tool's images and PDFs in, right after
+the tool results, for a provider it does not know to take media in tool results."""
+
 
 # -- endpoint and headers ------------------------------------------------------------------
 
@@ -284,6 +288,8 @@ class Conversation:
             if content:
                 self.system.append(content)
             return
+        if role == "user" and self._took_tool_media(meta):
+            return
         blocks = message_blocks(role, content, meta, tool_calls, tool_call_id)
         if not blocks:
             return  # the API refuses an empty message; its neighbours merge instead
@@ -292,6 +298,34 @@ class Conversation:
             self.messages[-1][1].extend(blocks)
         else:
             self.messages.append((api_role, blocks))
+
+    def _took_tool_media(self, meta: Mapping[str, Any]) -> bool:
+        """Put the files of a host's "Attached media from tool result:" message inside
+        the tool result it follows, where Anthropic's API takes them and where the
+        host's own Anthropic provider sends them (OpenCode moves a tool's images into
+        such a message for any provider it does not know). Only when the message
+        before is the results of one call: with several, which file came from which
+        result is lost, and the message stays as the host sent it."""
+        parts: list[Mapping[str, Any]] = list(meta.get("parts") or ())
+        if (len(parts) < 2 or parts[0].get("type") != "text"
+                or str(parts[0].get("text", "")).strip() != HOST_TOOL_MEDIA_NOTE
+                or any(p.get("type") != "file" for p in parts[1:])
+                or not self.messages or self.messages[-1][0] != "user"):
+            return False
+        blocks = self.messages[-1][1]
+        if len(blocks) != 1 or blocks[0][0] != "tool_result":
+            return False
+        files = [json.loads(b[1]) for p in parts[1:] if (b := _part_block(p)) is not None]
+        result = json.loads(blocks[0][1])
+        said = result.get("content")
+        held = ([{"type": "text", "text": said}] if isinstance(said, str) and said
+                else list(said) if isinstance(said, list) else [])
+        merged = {"type": "tool_result", "tool_use_id": result["tool_use_id"],
+                  "content": held + files}
+        if result.get("is_error"):
+            merged["is_error"] = True
+        blocks[0] = _block(merged)
+        return True
 
     def encoded(self, mark: str | None) -> list[str]:
         """Each message's JSON text, with the two conversation breakpoints when

@@ -39,6 +39,7 @@ from nonoka.llm.wire import (
     Endpoint,
     check_key,
     file_parts,
+    refuses_reasoning,
     request_headers,
     tool_files_message,
     wire_message,
@@ -82,23 +83,26 @@ class OpenAIChatModel(HTTPModel):
         output_price_per_mtok: float | None = None,
         extra_headers: Mapping[str, str] | None = None,
         passes: ConversationPasses | None = None,
-        send_reasoning: bool = False,
+        send_reasoning: bool | None = None,
         known: KnownModel | None = None,
         limits: StreamLimits | None = None,
     ) -> None:
         """``passes``: where the encoding of a growing conversation stopped last, when
         the process keeps it between turns (``ConversationPasses.wire``).
-        ``send_reasoning``: the provider wants an assistant message's reasoning back in
-        the field it came in (DeepSeek's thinking mode refuses a tool loop without it);
-        other providers ignore or refuse the field, so it is not sent to them.
+        ``send_reasoning``: whether the reasoning the endpoint streams goes back with
+        its assistant message, in the field it came in (DeepSeek's, Kimi's and GLM's
+        thinking modes, vLLM and SGLang serving them, refuse a tool loop without it); by
+        default yes, unless the endpoint is one known to refuse the field
+        (``wire.refuses_reasoning``).
         ``known``: the catalog's entry (``nonoka.llm.catalog``), whose prices — cache
         rates included — cost each call unless the server reports a cost itself."""
         self.model = model
-        self._send_reasoning = send_reasoning
         self._wire_memo = None if passes is None else passes.wire
         self._endpoint = Endpoint.parse(
             base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
+        self._send_reasoning = (not refuses_reasoning(self._endpoint.host)
+                                if send_reasoning is None else send_reasoning)
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         check_key(self._endpoint, self._api_key)
         self._label = label
@@ -243,8 +247,15 @@ class _PartialCall:
 
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
-"""Where OpenAI-compatible servers stream reasoning: DeepSeek's ``reasoning_content``,
-OpenRouter's and vLLM's ``reasoning``."""
+"""Where OpenAI-compatible servers stream reasoning: DeepSeek's, Kimi's, GLM's, SGLang's
+and older vLLM's ``reasoning_content``, OpenRouter's and newer vLLM's ``reasoning``. A
+server that sends both sends the same text: it is read from the first one it used."""
+REASONING_DETAILS = "reasoning_details"
+"""OpenRouter's structured reasoning (``reasoning.text`` with a signature,
+``reasoning.encrypted``...), a list streamed in pieces by ``index``: kept whole and sent
+back as it came."""
+_JOINED_DETAIL_FIELDS = frozenset({"text", "summary", "data", "signature"})
+"""The fields of a reasoning detail streamed in pieces (joined); others are replaced."""
 
 
 @dataclass
@@ -262,6 +273,8 @@ class _Stream:
     on_reasoning: ReasoningSink | None = None
     reasoning: list[str] = field(default_factory=list)
     reasoning_field: str | None = None
+    details: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """``reasoning_details`` by index, their streamed pieces joined."""
     extra: dict[str, Any] = field(default_factory=dict)
     """The message's own provider fields (``extra_content``)."""
 
@@ -284,12 +297,7 @@ class _Stream:
             delta = choice.get("delta") or {}
             for fragment in delta.get("tool_calls") or ():
                 self._add_call_fragment(fragment)
-            for name in REASONING_FIELDS:
-                thought = delta.get(name)
-                if thought and isinstance(thought, str):
-                    self.reasoning_field = self.reasoning_field or name
-                    self.reasoning.append(thought)
-                    await tell(self.on_reasoning, thought)
+            await self._reasoning(delta)
             if isinstance(delta.get("extra_content"), dict):
                 self.extra["extra_content"] = _merged(self.extra.get("extra_content"),
                                                       delta["extra_content"])
@@ -301,6 +309,44 @@ class _Stream:
                     await tell(on_text, content)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+
+    async def _reasoning(self, delta: dict[str, Any]) -> None:
+        """The delta's reasoning: its text from the field the stream uses, and its
+        ``reasoning_details`` pieces."""
+        names = (self.reasoning_field,) if self.reasoning_field else REASONING_FIELDS
+        for name in names:
+            thought = delta.get(name)
+            if thought and isinstance(thought, str):
+                self.reasoning_field = name
+                self.reasoning.append(thought)
+                await tell(self.on_reasoning, thought)
+                break
+        pieces = delta.get(REASONING_DETAILS)
+        for number, piece in enumerate(pieces if isinstance(pieces, list) else ()):
+            if not isinstance(piece, dict):
+                continue
+            index = piece.get("index")
+            key = index if isinstance(index, int) and not isinstance(index, bool) else number
+            detail = self.details.setdefault(key, {})
+            for name, value in piece.items():
+                if name in _JOINED_DETAIL_FIELDS and isinstance(value, str) \
+                        and isinstance(detail.get(name), str):
+                    detail[name] += value
+                elif value is not None:
+                    detail[name] = value
+
+    def _reasoning_part(self) -> ReasoningPart | None:
+        """The answer's reasoning, with where it came from, sent back there when the
+        endpoint takes it (``send_reasoning``)."""
+        details = [self.details[k] for k in sorted(self.details)]
+        if not self.reasoning and not details:
+            return None
+        text = "".join(self.reasoning) or "".join(
+            str(d.get("text") or d.get("summary") or "") for d in details)
+        sent: dict[str, Any] = {"field": self.reasoning_field, "send_back": self.send_reasoning}
+        if details:
+            sent["details"] = details
+        return ReasoningPart(text=text, provider_metadata={OPENAI_COMPATIBLE: sent})
 
     def _add_call_fragment(self, fragment: dict[str, Any]) -> None:
         index = fragment.get("index")
@@ -325,11 +371,8 @@ class _Stream:
         ]
         check = UsageCheck()
         usage = _usage(self.usage or {}, cost, check)
-        reasoning = []
-        if self.reasoning:
-            reasoning.append(ReasoningPart(text="".join(self.reasoning), provider_metadata={
-                OPENAI_COMPATIBLE: {"field": self.reasoning_field,
-                                    "send_back": self.send_reasoning}}))
+        part = self._reasoning_part()
+        reasoning = [part] if part is not None else []
         return ModelResponse(
             text="".join(self.text),
             tool_calls=calls,

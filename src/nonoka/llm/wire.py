@@ -200,6 +200,19 @@ class Endpoint:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
 
+REFUSES_REASONING = frozenset({"api.cerebras.ai"})
+"""Hosts of OpenAI-compatible endpoints known to refuse reasoning sent back with an
+assistant message (Cerebras answers 400 "property 'messages.N.assistant.reasoning_content'
+is unsupported"): the reasoning they stream is kept but not sent back. Every other
+endpoint that streams reasoning gets it back in the field it came in
+(``docs/models.md``)."""
+
+
+def refuses_reasoning(host: str) -> bool:
+    """Whether the endpoint at ``host`` refuses reasoning sent back (``REFUSES_REASONING``)."""
+    return host.lower().rstrip(".") in REFUSES_REASONING
+
+
 def check_key(endpoint: Endpoint, api_key: str | None) -> None:
     """Refuse to talk to OpenAI itself without a key (every request would be refused)."""
     if not api_key and endpoint.host == "api.openai.com":
@@ -289,9 +302,14 @@ def _carry(message: dict[str, Any], meta: Mapping[str, Any]) -> None:
                                        if p.get("type") == "text") or message["content"]
     for reasoning in meta.get("reasoning") or ():
         extra = (reasoning.get("provider_metadata") or {}).get(OPENAI_COMPATIBLE) or {}
+        if not extra.get("send_back"):
+            continue
         field = extra.get("field")
-        if field and extra.get("send_back"):
+        if field:
             message[field] = message.get(field, "") + reasoning.get("text", "")
+        details = extra.get("details")
+        if isinstance(details, list) and details:
+            message["reasoning_details"] = [*message.get("reasoning_details", ()), *details]
     extra = (meta.get("provider_metadata") or {}).get(OPENAI_COMPATIBLE)
     if extra:
         message.update(extra)

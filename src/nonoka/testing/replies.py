@@ -20,7 +20,11 @@ from typing import Any, Literal
 from nonoka.llm.base import ModelResponse
 from nonoka.state.messages import ToolCall
 
-ReasoningField = Literal["reasoning_content", "reasoning"]
+ReasoningField = Literal["reasoning_content", "reasoning", "reasoning_details"]
+"""Where a ``Reply`` streams its reasoning: ``reasoning_content`` (DeepSeek, Kimi, GLM,
+SGLang), ``reasoning`` (vLLM, OpenRouter's text), or ``reasoning_details``: OpenRouter's
+``reasoning`` text together with its structured ``reasoning_details`` (one
+``reasoning.text`` detail, its signature in the last piece)."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,8 @@ class Reply:
     """A scripted answer with reasoning, signed tool calls and detailed usage.
 
     ``reasoning`` streams before the text in ``reasoning_field`` (``"reasoning_content"``,
-    DeepSeek; ``"reasoning"``, OpenRouter). ``thought_signatures`` maps a tool call's id
+    DeepSeek; ``"reasoning"``, vLLM; ``"reasoning_details"``, OpenRouter's text and
+    signed details). ``thought_signatures`` maps a tool call's id
     to the signature sent with it. ``cached_tokens`` and ``reasoning_tokens``, when set,
     appear in the usage details. ``finish_reason`` defaults to ``"tool_calls"`` when
     there are tool calls, else ``"stop"``.
@@ -94,8 +99,16 @@ def chunks(reply: Reply, model: str, include_usage: bool, size: int,
     for piece in pieces(reply.reasoning, size):
         if reply.reasoning_field == "reasoning_content":
             yield chunk({"content": None, "reasoning_content": piece})
+        elif reply.reasoning_field == "reasoning_details":
+            yield chunk({"reasoning": piece, "reasoning_details": [
+                {"type": "reasoning.text", "text": piece, "format": DETAILS_FORMAT,
+                 "index": 0}]})
         else:
             yield chunk({"reasoning": piece})
+    if reply.reasoning and reply.reasoning_field == "reasoning_details":
+        yield chunk({"reasoning_details": [
+            {"type": "reasoning.text", "signature": details_signature(reply.reasoning),
+             "format": DETAILS_FORMAT, "index": 0}]})
     for piece in pieces(reply.text, size):
         yield chunk({"content": piece})
     for index, call in enumerate(reply.tool_calls):
@@ -113,7 +126,10 @@ def completion(reply: Reply, model: str, number: int) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant",
                                "content": reply.text or (None if reply.tool_calls else ""),
                                "refusal": None}
-    if reply.reasoning:
+    if reply.reasoning and reply.reasoning_field == "reasoning_details":
+        message["reasoning"] = reply.reasoning
+        message["reasoning_details"] = reasoning_details(reply.reasoning)
+    elif reply.reasoning:
         message[reply.reasoning_field] = reply.reasoning
     if reply.tool_calls:
         message["tool_calls"] = [tool_call(c, reply.thought_signatures)
@@ -125,6 +141,24 @@ def completion(reply: Reply, model: str, number: int) -> dict[str, Any]:
                      "finish_reason": reply.finish}],
         "usage": usage(reply),
     }
+
+
+DETAILS_FORMAT = "anthropic-claude-v1"
+
+
+def details_signature(text: str) -> str:
+    """The signature this server gives a reasoning text (opaque, checked on the way back)."""
+    import base64
+    import hashlib
+
+    return base64.b64encode(hashlib.sha256(b"details\x00" + text.encode()).digest()).decode()
+
+
+def reasoning_details(text: str) -> list[dict[str, Any]]:
+    """The ``reasoning_details`` of a whole reasoning text, as a client that joined the
+    streamed pieces holds them (and must send them back)."""
+    return [{"type": "reasoning.text", "text": text, "format": DETAILS_FORMAT, "index": 0,
+             "signature": details_signature(text)}]
 
 
 def tool_call(call: ToolCall, signatures: Mapping[str, str],

@@ -18,8 +18,10 @@ list, a script may be a function from the request body to a step.
 
 ``strict`` modes (``STRICT_MODES``) answer a client that drops what the server sent the way
 the real services do: ``deepseek_thinking`` refuses tool-calling assistant messages that
-come back without their ``reasoning_content``; ``gemini_signatures`` refuses thought
-signatures that come back missing or altered. A refused request is recorded like any
+come back without their ``reasoning_content``; ``reasoning_back`` refuses them without
+the reasoning in whichever field it was streamed (``reasoning_content``, ``reasoning``,
+``reasoning_details``); ``gemini_signatures`` refuses thought signatures that come back
+missing or altered. A refused request is recorded like any
 other (its index is in ``rejections``) and uses no step.
 
 ``ScriptedResponsesServer`` serves OpenAI's Responses API (``POST /v1/responses``) from

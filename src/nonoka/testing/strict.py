@@ -5,6 +5,13 @@ assistant message that called tools passed back with it; without it the API answ
 HTTP 400 ``invalid_request_error``. The check covers tool calls this server sent in a
 ``Reply`` with ``reasoning_field="reasoning_content"``.
 
+``reasoning_back``: a thinking model served behind an OpenAI-compatible endpoint (Kimi,
+GLM, vLLM or SGLang serving one, OpenRouter with signed reasoning) needs the reasoning of
+an assistant message that called tools back in the field it was streamed in
+(``reasoning_content``, ``reasoning``, or ``reasoning_details`` unchanged, signature
+included); without it the endpoint answers HTTP 400 ``invalid_request_error``. It covers
+every ``Reply`` with reasoning and tool calls, whatever its ``reasoning_field``.
+
 ``gemini_signatures``: Gemini 3 signs tool calls (``extra_content.google.thought_signature``)
 and validates them on the way back: a signature that comes back altered is "corrupted"
 wherever it is; a missing one is refused for the calls of the current turn (after the
@@ -19,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from nonoka.testing.replies import Reply
+from nonoka.testing.replies import Reply, reasoning_details
 from nonoka.testing.steps import HttpError
 
-STRICT_MODES = ("deepseek_thinking", "gemini_signatures")
+STRICT_MODES = ("deepseek_thinking", "gemini_signatures", "reasoning_back")
 """The strict modes a ``ScriptedOpenAIServer`` can enforce."""
 
 DEEPSEEK_REASONING_MISSING = {"error": {
@@ -45,6 +52,14 @@ def gemini_signature_missing(name: str, position: int) -> HttpError:
         f"position {position}. Please refer to {GEMINI_DOCS} for more details.")
 
 
+def reasoning_not_back(index: int, field: str) -> HttpError:
+    return HttpError(400, {"error": {
+        "message": (f"messages[{index}]: an assistant message with tool_calls must carry the "
+                    f"{field} the model produced, unchanged, when thinking is enabled"),
+        "type": "invalid_request_error", "param": f"messages.{index}.{field}",
+        "code": "invalid_request_error"}})
+
+
 def checked_modes(modes: Collection[str],
                   allowed: Collection[str] = STRICT_MODES) -> frozenset[str]:
     unknown = sorted(set(modes) - set(allowed))
@@ -63,10 +78,17 @@ class Produced:
     def __init__(self) -> None:
         self.with_reasoning: set[str] = set()
         self.signatures: dict[str, str] = {}
+        self.reasoning: dict[str, tuple[str, Any]] = {}
+        """A call id: the field its message's reasoning came in, and what it held."""
 
     def note(self, reply: Reply) -> None:
         if reply.reasoning and reply.reasoning_field == "reasoning_content":
             self.with_reasoning.update(call.id for call in reply.tool_calls)
+        if reply.reasoning:
+            field = reply.reasoning_field
+            sent = (reasoning_details(reply.reasoning) if field == "reasoning_details"
+                    else reply.reasoning)
+            self.reasoning.update((call.id, (field, sent)) for call in reply.tool_calls)
         self.signatures.update(reply.thought_signatures)
 
     def refusal(self, body: dict[str, Any], modes: frozenset[str]) -> HttpError | None:
@@ -75,6 +97,10 @@ class Produced:
         messages = [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
         if "deepseek_thinking" in modes:
             refused = self._deepseek(messages)
+            if refused is not None:
+                return refused
+        if "reasoning_back" in modes:
+            refused = self._reasoning_back(messages)
             if refused is not None:
                 return refused
         if "gemini_signatures" in modes:
@@ -87,6 +113,16 @@ class Produced:
                 continue
             if any(call.get("id") in self.with_reasoning for call in _calls(message)):
                 return HttpError(400, DEEPSEEK_REASONING_MISSING)
+        return None
+
+    def _reasoning_back(self, messages: list[dict[str, Any]]) -> HttpError | None:
+        for index, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            for call in _calls(message):
+                expected = self.reasoning.get(str(call.get("id")))
+                if expected is not None and message.get(expected[0]) != expected[1]:
+                    return reasoning_not_back(index, expected[0])
         return None
 
     def _gemini(self, messages: list[dict[str, Any]]) -> HttpError | None:
