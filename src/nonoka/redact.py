@@ -53,8 +53,10 @@ def _with_lines(replacement: str) -> Callable[[re.Match[str]], str]:
 def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     """``(pattern, replacement)`` pairs, most specific first."""
     return (
-        # Private key blocks: the whole block, or everything after BEGIN when it is cut.
+        # Private key blocks: the whole block, or everything after BEGIN when it is cut;
+        # a block masked already is left as it is (it has no END any more).
         (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----"
+                    r"(?!" + re.escape(MASK) + r")"
                     r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|.*)", re.S),
          r"-----BEGIN \1PRIVATE KEY\2-----" + MASK),
         # PuTTY private keys: the lines after "Private-Lines: N".
@@ -81,8 +83,9 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
         (re.compile(r"(?i)([?&;]sig=)[^&\s\"'<>]+"), r"\1" + MASK),
         # JSON Web Tokens.
         (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
-        # Well-known token formats: model providers, payments, forges, clouds, chat, mail.
-        (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}"
+        # Well-known token formats: model providers, payments, forges, clouds, chat, mail
+        # (the look-ahead, the first characters of them all, only makes the scan faster).
+        (re.compile(r"(?=[srpwgAnhyGxS0-9])(?:\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}"
                     r"|\bwhsec_[A-Za-z0-9]{16,}"
                     r"|\bsk-[A-Za-z0-9_-]{8,}"
                     r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
@@ -93,7 +96,7 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
                     r"|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bxapp-[A-Za-z0-9-]{10,}"
                     r"|\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"
                     r"|(?<![0-9])[0-9]{8,10}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"
-                    r"|\bAGE-SECRET-KEY-1[0-9A-Z]{50,}"), MASK),
+                    r"|\bAGE-SECRET-KEY-1[0-9A-Z]{50,})"), MASK),
         # .netrc: machine host login name password secret (on one line or several).
         (re.compile(r"(?i)(\bmachine[ \t]+\S+"
                     r"(?:\s+(?:login|account|port|protocol)[ \t]+\S+)*\s+password[ \t]+)\S+"),
@@ -109,6 +112,48 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
                     r"(?:[_.-]" + _NAME + r")?)(" + _SEPARATOR + r")(?!\d+\b)"
                     r"(?:[^\s\"',}\\]|\\(?![\"\\])){4,}"),
          r"\1\2" + MASK),
+    )
+
+
+_AWS_ID = r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+_AWS_SECRET = (r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[A-Z])"
+               r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+"""An AWS secret access key: 40 characters of base64, upper and lower case (a hexadecimal
+digest of the same length has no capitals). Alone it is any 40 characters; next to its
+access key id (``AKIA...``, within ``_AWS_GAP``) it is the id's secret."""
+_AWS_GAP = r"(.{0,200}?)"
+
+
+@cache
+def _pairs() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """Credentials known by what stands next to them: an AWS access key id and its secret
+    access key, in either order. The id is left for ``_patterns`` (which mask it alone),
+    so that it still pairs with a second secret."""
+    return ((re.compile(f"({_AWS_ID}){_AWS_GAP}{_AWS_SECRET}", re.S), r"\1\2" + MASK),
+            (re.compile(f"{_AWS_SECRET}{_AWS_GAP}({_AWS_ID})", re.S), MASK + r"\1\2"))
+
+
+@cache
+def _open_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """What may be the first part of a credential at the end of a text still growing (an
+    answer being streamed): masked now, since the rest that would make ``_patterns``
+    recognise it may never come, or come after this part is stored."""
+    return (
+        # A quoted pass-phrase whose closing quote has not come: to the end.
+        (re.compile(r"(?i)(?<![a-z0-9])(" + _NAME + r"(?:" + _PASSWORDS + r"))"
+                    r"((?:\\*\")?[ \t]*[:=][ \t]*)(\\*[\"'])[^\n\"']*\Z"),
+         r"\1\2\3" + MASK),
+        # The start of a token whose format ``_patterns`` knows only when it is whole.
+        (re.compile(r"(?=[srpwgAnhyGxSe0-9])(?:\b(?:sk-|(?:sk|rk|pk)_(?:live|test)_|whsec_"
+                    r"|gh[pousr]_|github_pat_|glpat-|ATBB|npm_|pypi-|hf_|AKIA|ASIA|AIza"
+                    r"|ya29\.|GOCSPX-|xox[abposr]-|xapp-|SG\.|eyJ|AGE-SECRET-KEY-)"
+                    r"[^\s\"'<>]*\Z|(?<![0-9])[0-9]{8,10}:[A-Za-z0-9_-]+\Z)"), MASK),
+        # The start of an AWS secret access key after its id.
+        (re.compile(f"({_AWS_ID}){_AWS_GAP}" r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{4,39}\Z",
+                    re.S), r"\1\2" + MASK),
+        # scheme://user:pass... before its ``@``.
+        (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^\s:/@\"']*:)[^\s@/\"']+\Z"),
+         r"\1" + MASK),
     )
 
 
@@ -139,19 +184,43 @@ def _secret_env_values() -> tuple[str, ...]:
     return _env_secrets
 
 
-def redact_text(text: str, *, keep_lines: bool = False) -> str:
+def redact_text(text: str, *, keep_lines: bool = False, open_end: bool = False) -> str:
     """``text`` with every credential it recognises replaced by ``[redacted]``.
 
     The text is judged whole: a key block's body goes with its armour, a phrase with its
-    ``password:``. ``keep_lines``: a masked span that covered several lines leaves one
-    mask per line, so line ``n`` of the result is what is left of line ``n`` of ``text``.
+    ``password:``, an AWS secret access key with the id next to it. ``keep_lines``: a
+    masked span that covered several lines leaves one mask per line, so line ``n`` of the
+    result is what is left of line ``n`` of ``text``. ``open_end``: the text may go on
+    (an answer being streamed, or one cut short), so what it ends in is masked too when
+    it may be the first part of a credential (``sk-...``, an open quoted pass-phrase, the
+    start of a secret environment value).
     """
     for secret in _secret_env_values():
         if secret in text:
             text = text.replace(secret, MASK + ("\n" + MASK) * secret.count("\n")
                                 if keep_lines else MASK)
+    if "AKIA" in text or "ASIA" in text:  # before the id alone is masked
+        for pattern, replacement in _pairs():
+            text = pattern.sub(_with_lines(replacement) if keep_lines else replacement, text)
+    if open_end:
+        text = _mask_open_end(text)
     for pattern, replacement in _patterns():
         text = pattern.sub(_with_lines(replacement) if keep_lines else replacement, text)
+    return text
+
+
+def _mask_open_end(text: str) -> str:
+    """``text`` with what it ends in masked when it may be the first part of a
+    credential (``_open_patterns``, the start of a secret environment value)."""
+    for secret in _secret_env_values():
+        start = max(0, len(text) - len(secret) + 1)
+        while (start := text.find(secret[:4], start)) >= 0:
+            if secret.startswith(text[start:]):
+                text = text[:start] + MASK
+                break
+            start += 1
+    for pattern, replacement in _open_patterns():
+        text = pattern.sub(replacement, text, count=1)
     return text
 
 
@@ -176,8 +245,9 @@ SETTLE_BLOCK = 65536
 
 
 def settled(text: str) -> int:
-    """How much of a text that is still growing (an answer being streamed) can be masked
-    and stored now: no credential ``redact_text`` knows is cut in two at that point.
+    """Where a text that is still growing (an answer being streamed) may be cut, the part
+    before it masked for good: no credential ``redact_text`` knows is cut in two at that
+    point (the journal also checks that masking the rest alone gives the same).
 
     Every pattern ends at the end of a line except private key blocks (PEM and PGP
     armour, PuTTY's private lines), so the cut is after the last line break, before a

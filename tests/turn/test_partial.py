@@ -29,3 +29,16 @@ def test_pieces_cut_short_are_whole_and_placed_where_they_were_cut() -> None:
                      (9, "<9>", 9.0, "request", True),
                      (13, "<11><13>", 11.0, "", True)]
     assert unfinished_answers([]) == []
+
+
+def test_a_piece_with_from_replaces_the_text_from_there() -> None:
+    """The journal masks the answer whole as it grows: when the rest of a credential
+    changes how its start was masked, a piece replaces the text from ``from`` on."""
+    pieces = [{"text": "my key is "}, {"text": "[redacted] and wJal"},
+              {"from": 25, "text": "[redacted], keep it"}, {"text": " safe"},
+              {"from": "x", "text": "!"}, {"from": True, "text": "?"}]
+    events = [EventRecord(session_id="s", kind="partial_answer", seq=n, at=float(n), data=d)
+              for n, d in enumerate(pieces, 1)]
+    (_, answer), = unfinished_answers(events)
+    assert answer.text == "my key is [redacted] and [redacted], keep it safe!?"
+    assert answer.at == 1.0

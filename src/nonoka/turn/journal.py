@@ -19,6 +19,7 @@ Internal: not part of the public API (docs/architecture.md, "Public API").
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -48,7 +49,14 @@ from nonoka.store.records import AppendsTogether, CreatesIndexed, EventRecord, S
 PARTIAL_BYTES = 2048
 PARTIAL_SECONDS = 0.25
 """A streamed answer is logged every this many characters or seconds, whichever comes
-first: what a kill mid-answer can lose at most."""
+first: what a kill mid-answer can lose at most. The seconds run from the first
+character not logged yet, on a timer: a model that stalls mid-answer has what it streamed
+logged all the same."""
+PARTIAL = "partial_answer"
+FINAL_AFTER = 1024
+"""A streamed answer is masked whole each time a piece of it is logged; its text this far
+behind the end (from a line's start, past any open key block, and only where masking
+the rest alone gives the same) is final, and is not masked again."""
 
 LOGGED_TEXT = 2000
 """Tool arguments and results are cut to this many characters in the timeline."""
@@ -95,9 +103,24 @@ class Journal:
         self.usage = TurnUsage()
         self.entries: int | None = None
         """Conversation entries stored for the session, as of the last ``refresh``."""
-        self._streamed: list[str] = []
-        """Text streamed since the last ``partial_answer`` entry."""
-        self._streamed_at = time.monotonic()
+        self._raw: list[str] = []
+        """The answer being streamed as it came, from where its masked text is final."""
+        self._fresh = 0
+        """Characters streamed since the last ``partial_answer`` entry."""
+        self._fresh_at = 0.0
+        self._final: list[str] = []
+        """The logged (masked) answer's final part."""
+        self._final_length = 0
+        self._logged = ""
+        """What is logged of the answer after its final part."""
+        self._lost = False
+        """A piece could not be written: the next one writes the answer whole."""
+        self._answer = 0
+        """Counts the answers streamed, so a late failure is put on its own answer."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._due_pieces: set[asyncio.Task[None]] = set()
+        self._writing = asyncio.Lock()
+        """One writer at a time: the turn, or a piece the timer writes."""
         self.latest: Session | None = None
         """The session as the turn's run last saved it, if the run returned one: the
         index row is brought up to date from it without reading the session again."""
@@ -128,14 +151,15 @@ class Journal:
     async def _flush(self) -> None:
         if self.session_id is None:
             return
-        pending, self._pending = self._pending, []
-        if len(pending) > 1 and self._together() is not None:
-            await self._write_together(pending, None)
-            return
-        for kind, data in pending:
-            faults.point("event.append.before")
-            await self.stores.events.append_event(self.session_id, kind, data)
-            faults.point("event.append.after")
+        async with self._writing:  # in the order they were logged
+            pending, self._pending = self._pending, []
+            if len(pending) > 1 and self._together() is not None:
+                await self._write_together(pending, None)
+                return
+            for kind, data in pending:
+                faults.point("event.append.before")
+                await self.stores.events.append_event(self.session_id, kind, data)
+                faults.point("event.append.after")
 
     def _together(self) -> AppendsTogether | None:
         """The log, when it is also the index and writes several entries at once."""
@@ -163,13 +187,12 @@ class Journal:
         """Log a runtime event and add its usage to the turn's; streamed text is logged
         in pieces as it streams (``partial_answer``), so a turn killed mid-answer keeps
         what the person already saw, short of ``PARTIAL_BYTES`` or ``PARTIAL_SECONDS``
-        and of what a piece may not end in (``nonoka.redact.settled``: the unfinished
-        line, an open key block), since each piece is masked on its own."""
+        at most (``_stream``)."""
         if isinstance(event, TextDelta):
             await self._stream(event.text)
             return
         if isinstance(event, ModelCalled):
-            self._streamed.clear()  # the answer is stored whole: nothing partial is left
+            self._stream_reset()  # the answer is stored whole: nothing partial is left
         if isinstance(event, ToolCallRequested):
             call = event.call
             await self.log("tool_call", {"tool_call_id": call.id, "tool_name": call.name,
@@ -201,31 +224,110 @@ class Journal:
             await self.log("warning", {"code": event.code, "message": event.message})
 
     async def _stream(self, text: str) -> None:
-        buffered = self._streamed
-        buffered.append(text)
-        now = time.monotonic()
-        size = sum(len(piece) for piece in buffered)
-        if size < PARTIAL_BYTES and now - self._streamed_at < PARTIAL_SECONDS:
+        """Note a piece of streamed text; log the answer so far when ``PARTIAL_BYTES``
+        came since the last piece, or ``PARTIAL_SECONDS`` passed since the first of them
+        (a timer: a model that stalls does not hold it back).
+
+        A piece is the answer so far masked whole (``redact_text``, ``open_end``: what it
+        ends in may be the start of a credential), as what it adds to the logged text; or,
+        when masking the longer text changes what was logged (the rest of a credential
+        came), as ``from``: where the logged text is replaced (``nonoka.turn.partial``).
+        Nothing is held back for masking's sake, and no piece holds what the whole answer
+        masks."""
+        self._raw.append(text)
+        self._fresh += len(text)
+        loop = asyncio.get_running_loop()
+        if self._timer is None:
+            self._fresh_at = loop.time()
+            self._timer = loop.call_later(PARTIAL_SECONDS, self._due)
+        if self._fresh >= PARTIAL_BYTES or loop.time() - self._fresh_at >= PARTIAL_SECONDS:
+            await self._log_piece()
+
+    def _due(self) -> None:
+        """The window closed while nothing streamed: log what did (a stall)."""
+        self._timer = None
+        task = asyncio.get_running_loop().create_task(self._log_piece())
+        self._due_pieces.add(task)
+        task.add_done_callback(self._due_pieces.discard)
+
+    async def _log_piece(self) -> None:
+        piece, answer = self._next_piece(), self._answer
+        if piece is None:
             return
-        self._streamed_at = now
-        text = "".join(buffered)
-        cut = settled(text)  # each piece is masked alone: none may hold half a secret
-        buffered.clear()
-        if cut < len(text):
-            buffered.append(text[cut:])
-        if cut:
-            with contextlib.suppress(NonokaError):  # the answer matters more than its copy
-                await self.log("partial_answer", {"text": text[:cut]})
+        try:
+            await self.log(PARTIAL, piece)
+        except Exception:  # the answer matters more than its copy
+            if answer == self._answer:
+                self._lost = True
+
+    def _next_piece(self) -> dict[str, Any] | None:
+        """The piece that brings the logged answer up to what streamed (``None``: it is
+        up to date), as it will be stored; the answer's final part moves on."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._fresh and not self._lost:
+            return None
+        self._fresh = 0
+        raw = "".join(self._raw)
+        self._raw = [raw]
+        masked = redact_text(raw, open_end=True)
+        logged, self._logged = self._logged, masked
+        piece: dict[str, Any]
+        if self._lost:
+            self._lost = False
+            piece = {"from": 0, "text": "".join(self._final) + masked}
+        elif masked.startswith(logged):
+            if len(masked) == len(logged):
+                return None
+            piece = {"text": masked[len(logged):]}
+        else:
+            same = _common_prefix(logged, masked)
+            piece = {"from": self._final_length + same, "text": masked[same:]}
+        if len(piece["text"]) < len(masked) and redact_text(piece["text"]) != piece["text"]:
+            piece = {"from": self._final_length, "text": masked}  # the store masks it alone
+        self._settle(raw, masked)
+        return piece
+
+    def _settle(self, raw: str, masked: str) -> None:
+        """Make final the masked text more than ``FINAL_AFTER`` behind the end, where
+        masking the rest alone gives what masking it all did: no credential spans the
+        cut, and none the later text completes can (they are all shorter)."""
+        if len(raw) <= 2 * FINAL_AFTER:
+            return
+        cut = settled(raw[:len(raw) - FINAL_AFTER])
+        if not cut:
+            return
+        rest = redact_text(raw[cut:], open_end=True)
+        if not masked.endswith(rest):
+            return
+        kept = len(masked) - len(rest)
+        self._final.append(masked[:kept])
+        self._final_length += kept
+        self._logged = rest
+        self._raw = [raw[cut:]]
+
+    def _stream_reset(self) -> None:
+        """Forget the answer being streamed (stored whole, or logged to its end)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._raw, self._fresh, self._final, self._final_length = [], 0, [], 0
+        self._logged, self._lost = "", False
+        self._answer += 1
 
     async def _stream_ended(self) -> None:
         """Log what streamed since the last piece when the answer will not be stored:
         the turn ends here (an error, a cancel), so nothing more of it comes, and this
-        process is alive to write it."""
-        if self._streamed:
-            text = "".join(self._streamed)
-            self._streamed.clear()
-            with contextlib.suppress(Exception):
-                await self.log("partial_answer", {"text": text})
+        process is alive to write it (masked as an answer cut short: what it ends in may
+        be half a credential)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._due_pieces:  # a piece the timer is writing goes first
+            await asyncio.gather(*self._due_pieces, return_exceptions=True)
+        await self._log_piece()
+        self._stream_reset()
 
     async def error(self, code: str, message: str) -> None:
         """Log an error (after the rest of an answer it cut short); a failing log must
@@ -249,7 +351,8 @@ class Journal:
             record = await self._refreshed() if refresh else None
             pending, self._pending = [*self._pending, (TURN_END, entry)], []
             try:
-                await self._write_together(pending, record)
+                async with self._writing:
+                    await self._write_together(pending, record)
                 return
             except Exception:  # then apart, as far as they go (as ``refresh`` does)
                 self._pending = pending[:-1]
@@ -360,6 +463,19 @@ def _report(exc: Exception) -> None:
         print(f"nonoka: the session index was not updated: {exc}", file=sys.stderr)
     else:
         traceback.print_exception(exc, file=sys.stderr)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of what ``a`` and ``b`` begin with alike (compared in C, not a
+    character at a time)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if b.startswith(a[low:middle], low):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def this_process() -> str:

@@ -8,6 +8,10 @@ process — or nothing does, they are all that is left of the answer: an *unfini
 answer. ``nonoka sessions show``, the Markdown export and ``nonoka ui`` all decide it
 here. An unfinished answer lives only in the event log: it is never part of the
 conversation the model is sent.
+
+A piece adds its ``text`` to the answer; a piece with ``from`` replaces the answer's text
+from that offset on (the journal masks the answer whole as it grows, and the rest of a
+credential may change how its start is masked).
 """
 
 from __future__ import annotations
@@ -66,7 +70,10 @@ class Streamed:
         if event.kind == PARTIAL:
             if not self._pieces:
                 self._at = event.at
-            self._pieces.append(_text(event.data))
+            text, start = _piece(event.data)
+            if start is not None:
+                self._pieces = ["".join(self._pieces)[:start]]
+            self._pieces.append(text)
             return None
         if event.kind not in CLOSING:
             return None
@@ -101,14 +108,17 @@ def unfinished_answers(events: Iterable[Event]) -> list[tuple[int, Unfinished]]:
     return found
 
 
-def _text(data: Mapping[str, Any] | str) -> str:
-    """A piece's text from its data (decoded, or its stored JSON text); a damaged piece
-    adds nothing."""
+def _piece(data: Mapping[str, Any] | str) -> tuple[str, int | None]:
+    """A piece's text and where it goes (``None``: after the rest) from its data
+    (decoded, or its stored JSON text); a damaged piece adds nothing."""
     if isinstance(data, str):
         try:
             data = json.loads(data)
         except ValueError:
-            return ""
+            return "", None
         if not isinstance(data, dict):
-            return ""
-    return str(data.get("text", ""))
+            return "", None
+    start = data.get("from")
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        start = None
+    return str(data.get("text", "")), start
