@@ -14,7 +14,10 @@ from typing import Any, TypeAlias
 import pytest
 
 from nonoka.testing.server import ScriptedOpenAIServer, Step
+from tests.support import reaper
 from tests.support.bridge import Bridge, first_turn
+
+reaper.install()
 
 ScriptItem: TypeAlias = "Step | Callable[[dict[str, Any]], Step]"
 """A step, or a function from the request body to a step (called when the request comes)."""
@@ -59,3 +62,17 @@ def bridge(project: Path, server: ScriptedOpenAIServer) -> Bridge:
 def seeded(bridge: Bridge, scripted: list[ScriptItem]) -> str:
     """A project with one stored session, so bad input has something to leave alone."""
     return str(first_turn(bridge, scripted)[0])
+
+
+@pytest.fixture(autouse=True)
+def _name_the_test(request: pytest.FixtureRequest) -> None:
+    """Which test the processes started now belong to (``tests/support/reaper.py``)."""
+    reaper.current_test = request.node.nodeid
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test that left a process running fails the run, named (``reaper``)."""
+    if reaper.left_running:
+        lines = "\n".join(f"  {test}: {command}" for test, command in reaper.left_running)
+        print(f"\nprocesses left running by tests (killed when collected):\n{lines}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -173,9 +173,11 @@ def test_ctrl_c_ends_a_process_whose_tool_is_stuck(tmp_path: Path) -> None:
     script = (
         "import asyncio, sys\n"
         "from nonoka.cli.tools import bounded\n"
+        "def stuck(deadline):\n"
+        "    print('ready', flush=True)  # the tool's thread runs: open() blocks next\n"
+        "    return open(sys.argv[1]).read()\n"
         "async def main():\n"
-        "    print('ready', flush=True)\n"
-        "    await bounded(lambda deadline: open(sys.argv[1]).read())\n"
+        "    await bounded(stuck)\n"
         "try:\n"
         "    asyncio.run(main())\n"
         "except KeyboardInterrupt:\n"
@@ -185,10 +187,9 @@ def test_ctrl_c_ends_a_process_whose_tool_is_stuck(tmp_path: Path) -> None:
                                env={**os.environ, "NONOKA_TOOL_TIMEOUT": "600"})
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "ready"
-    time.sleep(0.3)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT)  # whether the open has blocked yet or is about to
     try:
-        out, _ = process.communicate(timeout=10)
+        out, _ = process.communicate(timeout=60)  # a bound on a hang, not a timing claim
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
