@@ -106,3 +106,23 @@ def test_a_later_turn_shows_running_not_the_last_finished_one(
     finally:
         kill(process)
     assert listed(project)[0]["status"] == "interrupted"
+
+
+def test_the_question_of_a_killed_turn_stays_in_the_conversation(
+        project: Project, scripted: list[ScriptItem]) -> None:
+    """A killed ``nonoka run`` left its question unanswered; the next ``run -c`` sends the
+    model that question and the new one (a failed turn's question, by contrast, is
+    replaced by its retry: ``test_run_retry.py``)."""
+    scripted += [text("first answer"), Delay(HELD_BACK, "never delivered"), text("both")]
+    assert project.nonoka("run", "first question").returncode == 0
+    process = start(project, "-c", "the question that was killed")
+    try:
+        wait_for(project, "running", process)
+    finally:
+        kill(process)
+    again = project.nonoka("run", "-c", "and a follow-up")
+    assert again.returncode == 0, again.stderr
+    sent = [(m["role"], m["content"]) for m in project.server.requests[-1]["messages"]
+            if m["role"] != "system"]
+    assert sent == [("user", "first question"), ("assistant", "first answer"),
+                    ("user", "the question that was killed"), ("user", "and a follow-up")]

@@ -177,12 +177,17 @@ async def _branch_or_check(turn: TurnService, session_id: str, at: int | None) -
 
 def _prompt_after(message: str) -> Callable[[Session], TurnInput]:
     """What ``message`` brings to a continued session, decided under its lease: a turn
-    that failed left its message unanswered, and the new message takes its place (the
-    person retried, perhaps in other words), so the model never sees two in a row."""
+    that failed or was stopped left its message unanswered, and the new message takes
+    its place (the person retried, perhaps in other words), so the model never sees two
+    in a row. A turn whose process was killed (still ``running``) keeps its question:
+    nobody saw it fail, and the new message may well build on it; the model gets both,
+    unless the new one only repeats it."""
 
     def plan(session: Session) -> TurnInput:
         entries = list(session.memory.entries)
-        if entries and entries[-1].role == "user" and session.status in _UNANSWERED:
+        killed = session.status == SessionStatus.RUNNING
+        if (entries and entries[-1].role == "user" and session.status in _UNANSWERED
+                and (not killed or entries[-1].content == message)):
             return TurnInput("prompt", message, replace=entries[:-1], edit={
                 "reason": "unanswered_replaced", "positions": [len(entries) - 1],
                 "original": [{"index": len(entries) - 1, "role": "user",
