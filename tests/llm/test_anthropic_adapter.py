@@ -214,19 +214,21 @@ def test_call_options_in_the_apis_fields() -> None:
         extra={"metadata": {"user_id": "u1"}, "service_tier": "auto", "model": "not-this",
                "max_tokens": 1}))
     assert sent["model"] == "claude-test"
-    assert list(sent) == ["model", "max_tokens", "stop_sequences", "tool_choice",
-                          "output_config", "metadata", "service_tier", "stream", "tools",
-                          "messages"]
-    assert {k: sent[k] for k in ("max_tokens", "stop_sequences", "tool_choice",
+    assert list(sent) == ["model", "max_tokens", "temperature", "stop_sequences",
+                          "tool_choice", "output_config", "metadata", "service_tier", "stream",
+                          "tools", "messages"]
+    assert {k: sent[k] for k in ("max_tokens", "temperature", "stop_sequences", "tool_choice",
                                  "output_config", "metadata", "service_tier")} == {
-        "max_tokens": 2000, "stop_sequences": ["END"], "tool_choice": {"type": "any"},
+        "max_tokens": 2000, "temperature": 0.5, "stop_sequences": ["END"],
+        "tool_choice": {"type": "any"},
         "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
         "metadata": {"user_id": "u1"}, "service_tier": "auto"}
-    # the Messages API has no sampling fields nor a seed: those go through ``extra``
-    assert not {"temperature", "top_p", "seed", "thinking"} & set(sent)
+    # a Claude model takes temperature or top_p, not both (as the AI SDK sends them); the
+    # Messages API has no seed
+    assert not {"top_p", "seed", "thinking"} & set(sent)
     sampled = body([Message(role="user", content="hi")],
-                   options=CallOptions(extra={"temperature": 0.2}))
-    assert sampled["temperature"] == 0.2
+                   options=CallOptions(top_p=0.9, extra={"top_k": 40}))
+    assert (sampled["top_p"], sampled["top_k"]) == (0.9, 40)
     named = body([Message(role="user", content="hi")], TOOLS, CallOptions(
         tool_choice={"type": "function", "function": {"name": "lookup"}}))
     assert named["tool_choice"] == {"type": "tool", "name": "lookup"}

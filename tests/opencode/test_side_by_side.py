@@ -264,8 +264,9 @@ class World:
             "gemini-3-pro-preview": {"name": "gemini-3-pro-preview", **MODEL_CAPS},
         }
         nonoka["models"].update({
+            # nonoka sends an option it does not know only when the user names it
             "openai:opts": {"name": "opts", **MODEL_CAPS, "temperature": True,
-                            "options": options},
+                            "options": {**options, "passthrough": ["custom_flag"]}},
             "deepseek:deepseek-reasoner": {"name": "deepseek-reasoner", **MODEL_CAPS,
                                            "reasoning": True},
             "openai:gemini-3-pro-preview": {"name": "gemini-3-pro-preview", **MODEL_CAPS},

@@ -27,7 +27,7 @@ import inspect
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,12 +43,13 @@ from nonoka.llm.anthropic_wire import (
     Conversation,
     Endpoint,
     cache_control,
+    call_fields,
     check_key,
-    option_fields,
     request_body,
     request_headers,
 )
 from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
+from nonoka.llm.options import dropped_warning
 from nonoka.llm.transport import (
     MAX_ERROR_BODY,
     Dialect,
@@ -145,8 +146,12 @@ class AnthropicChatModel(HTTPModel):
         """The exact bytes :meth:`complete_with` posts for ``messages``, ``tools`` and
         ``options``."""
         return request_body(self.model, conversation(messages), tools,
-                            option_fields(options, self._max_tokens),
+                            self._call_fields(options)[0],
                             cache_control(self._cache_setting(options))).encode()
+
+    def _call_fields(self, options: CallOptions | None) -> tuple[dict[str, Any], dict[str, str]]:
+        return call_fields(options, self._max_tokens, model=self.model,
+                           most=None if self._known is None else self._known.max_output_tokens)
 
     def _cache_setting(self, options: CallOptions | None) -> str:
         if options is not None and "prompt_cache" in options.extra:
@@ -173,7 +178,13 @@ class AnthropicChatModel(HTTPModel):
         one_hour = self._one_hour(options)
         stream = await self._transport.run(
             body, lambda: _Stream(on_text=on_text, on_reasoning=on_reasoning), None)
-        return stream.response(self.model, self._cost_function(one_hour), self._endpoint.url)
+        response = stream.response(self.model, self._cost_function(one_hour),
+                                   self._endpoint.url)
+        notes = self._call_fields(options)[1]
+        if not notes:
+            return response
+        warning = dropped_warning(notes, "the Messages API")
+        return replace(response, warnings=(*response.warnings, warning))
 
     def _cost_function(self, one_hour: bool) -> Callable[[int, int, int, int, int],
                                                           float | None]:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from nonoka.errors import ConfigurationError
+from nonoka.llm.options import snake_keys, sorted_extra
 
 if TYPE_CHECKING:
     import http.client
@@ -69,6 +70,20 @@ DEFAULT_CACHE = "5m"
 
 NONOKA_OPTIONS = frozenset({"prompt_cache"})
 """``CallOptions.extra`` keys nonoka reads itself and never sends."""
+
+ANTHROPIC_FIELDS = frozenset({
+    "cache_control", "container", "context_management", "diagnostics", "inference_geo",
+    "mcp_servers", "metadata", "output_config", "service_tier", "speed", "thinking",
+    "top_k", "user_profile_id", "workspace_id"})
+"""The Messages API body fields a call's ``extra`` may set: the ``anthropic`` SDK's
+``MessageCreateParams`` (and the beta ``context_management`` and ``mcp_servers``), besides
+the ones the adapter writes or sets from the standard options, and ``top_k``, which the
+API takes as the AI SDK sends it."""
+
+REJECTS_SAMPLING = ("claude-opus-5", "claude-opus-4-8", "claude-opus-4-7", "claude-fable-5",
+                    "claude-sonnet-5")
+"""Models that refuse ``temperature``, ``top_p`` and ``top_k`` (as the AI SDK's Anthropic
+provider lists them): none is sent to them."""
 
 _RESERVED = frozenset({"model", "stream", "tools", "system", "messages"})
 """Body fields the adapter writes itself: ``CallOptions.extra`` never replaces them."""
@@ -381,19 +396,40 @@ def tool_json(spec: ToolSpec) -> dict[str, Any]:
 
 
 def option_fields(options: CallOptions | None, max_tokens: int) -> dict[str, Any]:
-    """The body fields ``options`` set, in the API's names: ``max_tokens`` (required),
-    ``stop`` as ``stop_sequences``, ``tool_choice`` and ``response_format`` translated
-    from their Chat Completions forms, ``reasoning_effort`` as extended thinking
-    (``THINKING_BUDGETS``), then ``extra`` as given, never replacing those (its
-    ``thinking`` wins over ``reasoning_effort``; ``prompt_cache`` is read by the adapter,
-    not sent; ``model``, ``stream``, ``tools``, ``system`` and ``messages`` are the
-    adapter's). ``temperature``, ``top_p`` and ``seed`` have no field in the Messages API
-    (``anthropic`` SDK 2.16's ``MessageCreateParams``) and are not sent: a server that
-    takes them gets them through ``extra``."""
+    """The body fields ``options`` set (``call_fields`` without what it says of the
+    options it did not send)."""
+    return call_fields(options, max_tokens)[0]
+
+
+def call_fields(options: CallOptions | None, max_tokens: int, *, model: str = "",
+                most: int | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body fields ``options`` set, in the API's names and forms, as Anthropic's own
+    AI SDK provider (what OpenCode uses directly) sends them; and the options not sent
+    as given, each with why (``""``: the API has no such field).
+
+    ``max_tokens`` (required; the call's, else ``max_tokens``); ``temperature`` (kept
+    within 0 to 1), ``top_p``, ``extra["top_k"]``: none of them while thinking is on, nor
+    to a model that refuses sampling (``REJECTS_SAMPLING``), and ``top_p`` not beside
+    ``temperature`` for a Claude model; ``stop`` as ``stop_sequences``; ``tool_choice``
+    and ``response_format`` from their Chat Completions forms; ``reasoning_effort`` as
+    extended thinking (``THINKING_BUDGETS``, within ``max_tokens``). ``extra``'s fields
+    the API has (``ANTHROPIC_FIELDS``, camelCase names as their snake_case form, and
+    ``nonoka.llm.options.PASSTHROUGH``) follow; its ``thinking`` (OpenCode's ``{type:
+    "enabled", budgetTokens}`` as ``budget_tokens``) wins over ``reasoning_effort`` and,
+    enabled, adds its budget to ``max_tokens`` (up to the model's ``most``); ``seed`` and
+    unknown fields are not sent; ``prompt_cache`` is the adapter's."""
     if options is None:
-        return {"max_tokens": max_tokens}
-    limit = options.max_tokens or max_tokens
+        return {"max_tokens": max_tokens}, {}
+    extra, unknown = sorted_extra(options.extra, ANTHROPIC_FIELDS, own=NONOKA_OPTIONS,
+                                  reserved=_RESERVED | {"max_tokens", "stop_sequences"})
+    notes = dict.fromkeys(unknown, "")
+    thinking, limit = _thinking_option(options, extra.pop("thinking", None),
+                                       options.max_tokens or max_tokens, most)
     fields: dict[str, Any] = {"max_tokens": limit}
+    thinks = isinstance(thinking, Mapping) and thinking.get("type") in ("enabled", "adaptive")
+    fields.update(_sampling(options, extra.pop("top_k", None), model, thinks, notes))
+    if options.seed is not None:
+        notes["seed"] = "the Messages API has no seed"
     if options.stop:
         fields["stop_sequences"] = list(options.stop)
     if options.tool_choice is not None:
@@ -401,13 +437,52 @@ def option_fields(options: CallOptions | None, max_tokens: int) -> dict[str, Any
     output = _output_config(options.response_format)
     if output is not None:
         fields["output_config"] = output
-    if options.reasoning_effort is not None and "thinking" not in options.extra:
-        thinking = _thinking_config(options.reasoning_effort, limit)
-        if thinking is not None:
-            fields["thinking"] = thinking
-    for name, value in options.extra.items():
-        if name not in NONOKA_OPTIONS and name not in _RESERVED:
-            fields.setdefault(name, value)
+    if thinking is not None:
+        fields["thinking"] = thinking
+    if isinstance(extra.get("metadata"), Mapping):
+        extra["metadata"] = snake_keys(extra["metadata"])  # ``userId`` as ``user_id``
+    for name, value in extra.items():
+        fields.setdefault(name, value)
+    return fields, notes
+
+
+def _thinking_option(options: CallOptions, given: object, limit: int,
+                     most: int | None) -> tuple[Any, int]:
+    """The ``thinking`` field and ``max_tokens``: ``extra``'s ``thinking`` in the API's
+    names (enabled, its budget on top of ``limit``, up to ``most``; 1,024 when it names
+    none, as the AI SDK does), else ``reasoning_effort``'s (within ``limit``)."""
+    if isinstance(given, Mapping):
+        thinking = snake_keys(given)
+        if thinking.get("type") == "enabled":
+            budget = thinking.setdefault("budget_tokens", THINKING_BUDGETS["minimal"])
+            if isinstance(budget, int) and not isinstance(budget, bool):
+                limit += budget
+                limit = min(limit, most) if most is not None else limit
+        return thinking, limit
+    if given is None and options.reasoning_effort is not None:
+        return _thinking_config(options.reasoning_effort, limit), limit
+    return given, limit
+
+
+def _sampling(options: CallOptions, top_k: object, model: str, thinks: bool,
+              notes: dict[str, str]) -> dict[str, Any]:
+    """``temperature``, ``top_p`` and ``top_k`` as the API takes them (``call_fields``)."""
+    given = {"temperature": options.temperature, "top_p": options.top_p, "top_k": top_k}
+    fields = {name: value for name, value in given.items() if value is not None}
+    if fields and any(name in model for name in REJECTS_SAMPLING):
+        notes.update(dict.fromkeys(fields, f"{model} takes no sampling parameters"))
+        return {}
+    if fields and thinks:
+        notes.update(dict.fromkeys(fields, "not taken while extended thinking is on"))
+        return {}
+    temperature = fields.get("temperature")
+    if isinstance(temperature, int | float) and not 0 <= temperature <= 1:
+        fields["temperature"] = min(max(temperature, 0), 1)
+        notes["temperature"] = (f"{temperature:g} is outside Anthropic's 0 to 1; sent as "
+                                f"{fields['temperature']:g}")
+    if "temperature" in fields and "top_p" in fields and "claude" in model:
+        del fields["top_p"]
+        notes["top_p"] = "a Claude model takes temperature or top_p, not both: top_p is left out"
     return fields
 
 

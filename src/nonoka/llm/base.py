@@ -114,11 +114,13 @@ class CallOptions:
     reasoning_effort: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def wire_fields(self) -> dict[str, Any]:
-        """The Chat Completions body fields these options set (``extra`` last)."""
+    def wire_fields(self, *, with_extra: bool = True) -> dict[str, Any]:
+        """The Chat Completions body fields these options set (``extra`` last, as given,
+        unless ``with_extra`` is false: the adapters send only the ones their API takes,
+        ``nonoka.llm.options``)."""
         fields = {name: getattr(self, name) for name in _OPTION_FIELDS
                   if getattr(self, name) is not None}
-        return {**fields, **self.extra}
+        return {**fields, **self.extra} if with_extra else fields
 
 
 _OPTION_FIELDS = ("max_tokens", "temperature", "top_p", "stop", "seed", "response_format",

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
+from nonoka.llm.options import dropped_warning, sorted_extra
 from nonoka.llm.transport import (
     Failure,
     HTTPModel,
@@ -53,6 +54,35 @@ if TYPE_CHECKING:
     from nonoka.llm.inflight import Inflight
 
 __all__ = ("DEFAULT_BASE_URL", "OpenAIChatModel")
+
+WRITTEN_FIELDS = frozenset({"model", "messages", "stream", "stream_options", "tools"})
+"""Body fields the adapter writes itself: no option replaces them."""
+OPENAI_FIELDS = frozenset({
+    "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+    "max_completion_tokens", "max_tokens", "metadata", "modalities", "moderation", "n",
+    "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
+    "prompt_cache_options", "prompt_cache_retention", "reasoning_effort", "response_format",
+    "safety_identifier", "seed", "service_tier", "stop", "store", "temperature",
+    "tool_choice", "top_logprobs", "top_p", "user", "verbosity", "web_search_options"})
+"""OpenAI's own Chat Completions body fields (the ``openai`` SDK's
+``CompletionCreateParams``), besides the ones the adapter writes: all api.openai.com takes."""
+COMPATIBLE_FIELDS = frozenset({
+    # sampling that vLLM, SGLang, llama.cpp, Ollama and OpenRouter take
+    "top_k", "min_p", "top_a", "typical_p", "repetition_penalty", "min_tokens",
+    "stop_token_ids", "ignore_eos", "skip_special_tokens", "include_stop_str_in_output",
+    "length_penalty", "best_of", "use_beam_search", "mirostat", "mirostat_tau",
+    "mirostat_eta", "n_predict", "cache_prompt", "keep_alive", "priority",
+    # thinking switches: chat templates (vLLM, SGLang), Qwen, DeepSeek / GLM / Kimi
+    "chat_template", "chat_template_kwargs", "enable_thinking", "thinking_budget",
+    "thinking", "separate_reasoning", "reasoning",
+    # structured output (vLLM, SGLang)
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+    "guided_decoding_backend", "structured_outputs", "json_schema", "regex", "ebnf",
+    # OpenRouter's routing and accounting
+    "include_reasoning", "provider", "transforms", "models", "route", "usage", "plugins",
+})
+"""What other OpenAI-compatible servers take besides OpenAI's fields (docs/models.md):
+sent to any endpoint but api.openai.com."""
 
 
 class OpenAIChatModel(HTTPModel):
@@ -123,7 +153,18 @@ class OpenAIChatModel(HTTPModel):
               options: CallOptions | None = None) -> BodyFrame:
         """The request body around its messages, for ``tools`` and ``options``."""
         return BodyFrame.chat(self.model, [t.to_openai() for t in tools],
-                              options.wire_fields() if options is not None else None)
+                              self._option_fields(options)[0])
+
+    def _option_fields(self, options: CallOptions | None
+                       ) -> tuple[dict[str, Any] | None, list[str]]:
+        """The body fields ``options`` set (the standard ones, then the provider-specific
+        ones this endpoint takes), and the options not sent (``nonoka.llm.options``)."""
+        if options is None:
+            return None, []
+        known = OPENAI_FIELDS if self._endpoint.host == "api.openai.com" else (
+            OPENAI_FIELDS | COMPATIBLE_FIELDS)
+        extra, dropped = sorted_extra(options.extra, known, reserved=WRITTEN_FIELDS)
+        return {**options.wire_fields(with_extra=False), **extra}, dropped
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
                      options: CallOptions | None = None) -> bytes:
@@ -147,7 +188,12 @@ class OpenAIChatModel(HTTPModel):
         stream = await self._transport.run(
             body, lambda: _Stream(send_reasoning=self._send_reasoning, on_reasoning=on_reasoning),
             on_text, early)
-        return stream.response(self.model, self._pricing.cost, self._endpoint.url)
+        response = stream.response(self.model, self._pricing.cost, self._endpoint.url)
+        dropped = self._option_fields(options)[1]
+        if not dropped:
+            return response
+        warning = dropped_warning(dropped, f"the endpoint {self._endpoint.url}")
+        return replace(response, warnings=(*response.warnings, warning))
 
 
 def encoded_messages(messages: Sequence[Message], memo: PrefixMemo[str] | None = None

@@ -42,12 +42,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from nonoka.errors import ConfigurationError
 from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
+from nonoka.llm.options import dropped_warning, sorted_extra
 from nonoka.llm.transport import (
     Dialect,
     Failure,
@@ -81,6 +82,16 @@ reasoning part's whole reasoning item, a call's item ``id``, the answer's item l
 INCLUDE = ("reasoning.encrypted_content",)
 FIXED_FIELDS = frozenset({"model", "input", "stream", "tools"})
 """Body fields ``CallOptions.extra`` never replaces (it may replace any other)."""
+RESPONSES_FIELDS = frozenset({
+    "background", "context_management", "conversation", "include", "instructions",
+    "max_output_tokens", "max_tool_calls", "metadata", "parallel_tool_calls",
+    "previous_response_id", "prompt", "prompt_cache_key", "prompt_cache_retention",
+    "reasoning", "safety_identifier", "service_tier", "store", "stream_options",
+    "temperature", "text", "tool_choice", "top_logprobs", "top_p", "truncation", "user"})
+"""The Responses API body fields a call's ``extra`` may set (the ``openai`` SDK's
+``ResponseCreateParams``, but those the adapter writes itself)."""
+_NESTED_FIELDS = frozenset({"verbosity", "reasoning_summary"})
+"""Options that go inside a field: ``text.verbosity``, ``reasoning.summary``."""
 RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "vector_store_timeout"})
 """``response.failed`` and ``error`` event codes worth another attempt."""
 INCOMPLETE_REASONS = MappingProxyType({"max_output_tokens": "length",
@@ -135,15 +146,18 @@ class OpenAIResponsesModel(HTTPModel):
     def body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
              options: CallOptions | None = None) -> bytes:
         """The exact bytes a call posts for ``messages``, ``tools`` and ``options``."""
+        return self._body(messages, tools, options)[0]
+
+    def _body(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
+              options: CallOptions | None) -> tuple[bytes, dict[str, str]]:
+        """The body, and the options not sent as given (``extra_fields``)."""
         payload: dict[str, Any] = {"model": self.model, "input": conversation_items(messages),
                                    "stream": True, "store": False, "include": INCLUDE}
         if tools:
             payload["tools"] = [tool_item(t) for t in tools]
         payload.update(option_fields(options, reasons=self._reasons))
-        for name, value in (options.extra if options is not None else {}).items():
-            if name not in FIXED_FIELDS:
-                payload[name] = value
-        return json.dumps(payload).encode()
+        notes = extra_fields(payload, options) if options is not None else {}
+        return json.dumps(payload).encode(), notes
 
     async def complete_with(
         self,
@@ -154,10 +168,14 @@ class OpenAIResponsesModel(HTTPModel):
         on_reasoning: ReasoningSink | None = None,
         options: CallOptions | None = None,
     ) -> ModelResponse:
-        body = self.body(messages, tools, options)
+        body, notes = self._body(messages, tools, options)
         stream = await self._transport.run(body, lambda: _Stream(on_reasoning=on_reasoning),
                                            on_text)
-        return stream.response(self.model, self._pricing, self._endpoint.url)
+        response = stream.response(self.model, self._pricing, self._endpoint.url)
+        if not notes:
+            return response
+        warning = dropped_warning(notes, "the Responses API")
+        return replace(response, warnings=(*response.warnings, warning))
 
 
 # the request ---------------------------------------------------------------------------------
@@ -316,6 +334,32 @@ def option_fields(options: CallOptions | None, *, reasons: bool = False) -> dict
         reasoning["summary"] = "auto"
         fields["reasoning"] = reasoning
     return fields
+
+
+def extra_fields(payload: dict[str, Any], options: CallOptions) -> dict[str, str]:
+    """Add the fields of ``options.extra`` the Responses API has (``RESPONSES_FIELDS``,
+    camelCase names as their snake_case form, and the ``passthrough`` ones) to
+    ``payload``, replacing any but ``FIXED_FIELDS``; ``verbosity`` (Chat Completions'
+    name, as a host sends it) goes in ``text.verbosity`` and ``reasoning_summary`` in
+    ``reasoning.summary``. Returns the options not sent as given, with why (``""``: the
+    API has no such field): ``stop``, ``seed`` and fields it does not have."""
+    extra, unknown = sorted_extra(options.extra, RESPONSES_FIELDS | _NESTED_FIELDS,
+                                  reserved=FIXED_FIELDS)
+    notes = dict.fromkeys(unknown, "")
+    for name in ("stop", "seed"):
+        if getattr(options, name) is not None:
+            notes[name] = f"the Responses API has no {name}"
+    verbosity = extra.pop("verbosity", None)
+    summary = extra.pop("reasoning_summary", None)
+    payload.update(extra)
+    if verbosity is not None:
+        text = payload.get("text")
+        payload["text"] = {**(text if isinstance(text, dict) else {}), "verbosity": verbosity}
+    if summary is not None:
+        reasoning = payload.get("reasoning")
+        payload["reasoning"] = {**(reasoning if isinstance(reasoning, dict) else {}),
+                                "summary": summary}
+    return notes
 
 
 def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:

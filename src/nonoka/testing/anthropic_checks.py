@@ -11,6 +11,11 @@ part of a prefix, and blocks are compared as JSON values (key order aside), so a
 "seen before" is the same content, not merely the same bytes. Tokens are counted as
 about four characters of each block's JSON. Nothing expires.
 
+**Fields the API does not take** are refused with its 400 as well: a field it does not
+have (``BODY_FIELDS``), a thinking object in another shape (OpenCode's ``budgetTokens``),
+``temperature`` outside 0 to 1, and beside thinking ``temperature`` other than 1,
+``top_k``, or ``top_p`` below 0.95.
+
 **Always refused**, with the API's 400 ``invalid_request_error`` messages: no
 ``max_tokens``, more than four breakpoints, an empty text block, a ``tool_use`` not
 answered in the next message, a ``tool_result`` that answers nothing in the message
@@ -176,7 +181,62 @@ def request_problem(body: Mapping[str, Any]) -> str | None:
     if marks > MAX_BREAKPOINTS:
         return (f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
                 f"Found {marks}.")
-    return _thinking_budget(body, max_tokens) or _message_problem(_messages(body))
+    return (_fields_problem(body) or _thinking_budget(body, max_tokens)
+            or _message_problem(_messages(body)))
+
+
+BODY_FIELDS = frozenset({
+    "model", "messages", "max_tokens", "stream", "system", "tools", "tool_choice",
+    "stop_sequences", "temperature", "top_p", "top_k", "thinking", "metadata",
+    "service_tier", "output_config", "cache_control", "container", "context_management",
+    "mcp_servers", "inference_geo", "speed", "diagnostics", "user_profile_id", "workspace_id"})
+"""The body fields the API takes (the SDK's ``MessageCreateParams``, with the beta
+``context_management`` and ``mcp_servers``, and the sampling fields): any other is refused."""
+THINKING_FIELDS = {"enabled": {"type", "budget_tokens", "display"},
+                   "adaptive": {"type", "display"}, "disabled": {"type"}}
+
+
+def _fields_problem(body: Mapping[str, Any]) -> str | None:
+    """Unknown fields, a thinking object in another shape (OpenCode's ``budgetTokens``),
+    and sampling the API refuses (out of range, or beside thinking)."""
+    for name in body:
+        if name not in BODY_FIELDS:
+            return f"{name}: Extra inputs are not permitted"
+    return _thinking_problem(body.get("thinking")) or _sampling_problem(body)
+
+
+def _thinking_problem(thinking: object) -> str | None:
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if thinking is not None and kind not in THINKING_FIELDS:
+        return "thinking: Input tag does not match any of the expected tags: 'enabled', " \
+               "'disabled', 'adaptive'"
+    if isinstance(thinking, dict):
+        for name in thinking:
+            if name not in THINKING_FIELDS[str(kind)]:
+                return f"thinking.{kind}.{name}: Extra inputs are not permitted"
+        if kind == "enabled" and "budget_tokens" not in thinking:
+            return "thinking.enabled.budget_tokens: Field required"
+    return None
+
+
+def _sampling_problem(body: Mapping[str, Any]) -> str | None:
+    thinking = body.get("thinking")
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    temperature = body.get("temperature")
+    if isinstance(temperature, int | float) and not 0 <= temperature <= 1:
+        return "temperature: Input should be less than or equal to 1" if temperature > 1 \
+            else "temperature: Input should be greater than or equal to 0"
+    if kind in ("enabled", "adaptive"):
+        if temperature is not None and temperature != 1:
+            return ("`temperature` may only be set to 1 when thinking is enabled. Please "
+                    f"consult our documentation at {DOCS}#feature-compatibility")
+        if body.get("top_k") is not None:
+            return "`top_k` must be unset when thinking is enabled."
+        top_p = body.get("top_p")
+        if isinstance(top_p, int | float) and top_p < 0.95:
+            return "`top_p` must be greater than or equal to 0.95 or unset when thinking " \
+                   "is enabled."
+    return None
 
 
 def _breakpoints(body: Mapping[str, Any]) -> int:

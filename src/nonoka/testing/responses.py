@@ -286,6 +286,26 @@ def following_item_missing(rs: str) -> HttpError:
                                 "required following item.")
 
 
+REQUEST_FIELDS = frozenset({
+    "model", "input", "stream", "tools", "background", "context_management", "conversation",
+    "include", "instructions", "max_output_tokens", "max_tool_calls", "metadata",
+    "parallel_tool_calls", "previous_response_id", "prompt", "prompt_cache_key",
+    "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "store",
+    "stream_options", "temperature", "text", "tool_choice", "top_logprobs", "top_p",
+    "truncation", "user"})
+"""The request fields the Responses API takes (the ``openai`` SDK's
+``ResponseCreateParams``): it refuses any other."""
+
+
+def unknown_parameter(body: Mapping[str, Any]) -> HttpError | None:
+    """OpenAI's 400 for a request field the API does not have, as it always answers."""
+    for name in body:
+        if name not in REQUEST_FIELDS:
+            return invalid_request(400, f"Unknown parameter: '{name}'.", param=name,
+                                   code="unknown_parameter")
+    return None
+
+
 class ResponsesProduced:
     """The reasoning this server produced, and which function call each preceded.
 

@@ -79,6 +79,7 @@ from nonoka.testing.responses import (
     prepare,
     response_events,
     response_id,
+    unknown_parameter,
 )
 from nonoka.testing.served import ScriptedHandler, ScriptedHTTPServer, ServedScript
 from nonoka.testing.steps import (
@@ -263,8 +264,10 @@ class ScriptedResponsesServer(ScriptedOpenAIServer):
     Steps as for ``ScriptedOpenAIServer`` (an answer is served as
     ``ResponsesReply.of(step)``), plus ``ResponsesReply`` and ``ResponseFailed``. A
     streamed request gets the API's events (``nonoka.testing.responses``); one without
-    ``stream`` gets the whole response object. ``strict=["openai_reasoning"]`` refuses a
-    request that drops or alters encrypted reasoning this server sent, as OpenAI does.
+    ``stream`` gets the whole response object; one with a field the API does not have
+    gets its 400 ``unknown_parameter``, as OpenAI always answers.
+    ``strict=["openai_reasoning"]`` refuses a request that drops or alters encrypted
+    reasoning this server sent, as OpenAI does.
     """
 
     ROUTES = ("/v1/responses", "/responses")
@@ -277,7 +280,7 @@ class ScriptedResponsesServer(ScriptedOpenAIServer):
         """Makes this server's ids and encrypted content its own."""
 
     def _refusal(self, body: dict[str, Any]) -> HttpError | None:
-        return self._outputs.refusal(body, self.strict)
+        return unknown_parameter(body) or self._outputs.refusal(body, self.strict)
 
     def _noted(self, step: Step | None) -> Step | None:
         return step  # noted when served (``_serve``), with the ids it is given then
