@@ -1,7 +1,8 @@
 /**
  * One `nonoka bridge` process: spawn it, exchange NDJSON lines, and always reap it.
  *
- * A fresh bridge runs every model step, so this is the code on every turn. It owns the
+ * A bridge runs a model step (a fresh one, or a warm one kept by `BridgePool` from an
+ * earlier step of the same host session), so this is the code on every turn. It owns the
  * failure modes of a child process (it may not start, may die early, may hang) and turns each
  * into a `BridgeError` naming the command, its exit and the tail of its stderr (where the bridge
  * logs), so a person sees what went wrong without re-running anything. stderr is drained
@@ -84,6 +85,7 @@ export class BridgeProcess {
   private spawnError: Error | undefined;
   private exited = false;
   private readonly exitWaiters: Array<() => void> = [];
+  private readonly exitListeners = new Set<() => void>();
   exitCode: number | null = null;
   signalCode: NodeJS.Signals | null = null;
 
@@ -127,6 +129,45 @@ export class BridgeProcess {
 
   get running(): boolean {
     return !this.exited;
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /**
+   * Whether the host's event loop waits for this process (default: it does). A warm bridge
+   * waiting for the next step is unreferenced, so a host that is done can exit; the bridge
+   * then reads end of input and exits too.
+   */
+  setRef(ref: boolean): void {
+    for (const handle of [this.child, this.child.stdin, this.child.stdout, this.child.stderr]) {
+      const target = handle as unknown as { ref?: () => void; unref?: () => void } | null;
+      try {
+        if (ref) target?.ref?.();
+        else target?.unref?.();
+      } catch {
+        // a handle already closed has nothing to hold
+      }
+    }
+  }
+
+  /** Call `listener` once when the process exits (at once if it has); `offExit` forgets it. */
+  onExit(listener: () => void): void {
+    if (this.exited) {
+      listener();
+      return;
+    }
+    this.exitListeners.add(listener);
+  }
+
+  offExit(listener: () => void): void {
+    this.exitListeners.delete(listener);
+  }
+
+  /** Forget lines read but not taken: a warm bridge's next step starts on a clean slate. */
+  discardPending(): void {
+    this.lines.length = 0;
   }
 
   get stderrTail(): string {
@@ -302,5 +343,8 @@ export class BridgeProcess {
     if (this.exited) return;
     this.exited = true;
     for (const done of this.exitWaiters.splice(0)) done();
+    const listeners = [...this.exitListeners];
+    this.exitListeners.clear();
+    for (const listener of listeners) listener();
   }
 }

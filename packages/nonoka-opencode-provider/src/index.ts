@@ -1,16 +1,19 @@
 /**
- * nonoka's AI SDK provider for OpenCode: each model step runs in a fresh `nonoka bridge`.
+ * nonoka's AI SDK provider for OpenCode: each model step runs in a `nonoka bridge` (a warm one
+ * kept from the host session's last step, or a fresh one).
  *
  * OpenCode calls the first export whose name starts with `create`, so `createNonoka` must
  * stay the only one. The rest is exported for tests and scripts.
  */
 
-export { createNonoka, DEFAULT_CANCEL_GRACE_MS, DEFAULT_COMMAND, DEFAULT_TIMEOUT_MS } from "./provider.js";
+export { createNonoka, DEFAULT_CANCEL_GRACE_MS, DEFAULT_COMMAND, DEFAULT_TIMEOUT_MS, DEFAULT_WARM_IDLE_MS, MAX_WARM_BRIDGES } from "./provider.js";
 export type { NonokaProvider, NonokaProviderSettings } from "./provider.js";
 export { bridgeFailure, mapFinishReason, mapUsage, NonokaError, NonokaLanguageModel } from "./model.js";
 export { ProviderCallError, providerCallError } from "./errors.js";
 export type { ProviderFailure } from "./errors.js";
 export { BridgeError, commandText, STDERR_TAIL_BYTES } from "./bridge.js";
+export { BridgePool } from "./pool.js";
+export type { RetireReason } from "./pool.js";
 export { SessionTracker } from "./session.js";
 export type { SessionHint } from "./session.js";
 export {

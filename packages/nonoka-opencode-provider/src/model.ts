@@ -1,8 +1,9 @@
 /**
- * The language model: one `nonoka bridge` process per call, its events as AI SDK v3 stream parts.
+ * The language model: one `nonoka bridge` request per call, its events as AI SDK v3 stream parts.
  *
  * The host (OpenCode) calls `doStream` once per model step with the full history. The request
- * is shaped by the session tracker (`SessionTracker`), written to a fresh bridge, and the bridge's
+ * is shaped by the session tracker (`SessionTracker`), written to a bridge (a warm one from an
+ * earlier step of the same host session, `BridgePool`, or a fresh one), and the bridge's
  * events are mapped as they arrive: text deltas to text parts, reasoning to reasoning parts
  * (ended with the provider's metadata from `assistant_metadata`, so the host stores it and
  * sends it back), host tool calls to `tool-call` parts with their provider metadata and
@@ -26,6 +27,7 @@ import type {
 import { randomBytes } from "node:crypto";
 
 import { BridgeError, BridgeProcess } from "./bridge.js";
+import { bridgeGroup, type BridgePool } from "./pool.js";
 import { isProviderFailure, providerCallError, ProviderCallError } from "./errors.js";
 import type { Logger } from "./idfile.js";
 import {
@@ -76,6 +78,8 @@ export interface ModelConfig {
   maxFrameBytes: number;
   log: Logger;
   tracker: (cwd: string) => SessionTracker;
+  /** Where finished bridges wait for the next step (`undefined`: one process per step). */
+  pool: BridgePool | undefined;
 }
 
 /** An `error` event from the bridge, as the host sees it: code and message together. */
@@ -275,7 +279,9 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     if (config.model !== undefined) request.model = config.model;
     if (config.limits !== undefined) request.limits = config.limits;
     if (callOptions !== undefined) request.options = callOptions;
-    return new BridgeCall(config, request, tracker, warnings, this.modelId, options.abortSignal);
+    // Steps of one host session go to the bridge that served the last one, when it waits.
+    const affinity = host ?? hostSessionId(options, config.providerName) ?? "";
+    return new BridgeCall(config, request, tracker, warnings, this.modelId, options.abortSignal, affinity);
   }
 }
 
@@ -294,6 +300,13 @@ class BridgeCall {
   private finished = false;
   private cancelRequested = false;
   private cancelSent = false;
+  /** The bridge was a warm one from the pool (until the request goes to a fresh one). */
+  private reused = false;
+  /** The bridge acknowledged this request (before that, a dead warm bridge is replaced). */
+  private acknowledged = false;
+  private timedOut = false;
+  /** The bridge went back to the pool after `finish`: not this call's to stop any more. */
+  private kept = false;
   private deadline: number | undefined;
   private openText: string | undefined;
   private textCount = 0;
@@ -318,6 +331,7 @@ class BridgeCall {
     warnings: SharedV3Warning[],
     modelId: string,
     signal: AbortSignal | undefined,
+    private readonly affinity = "",
   ) {
     this.config = config;
     this.request = request;
@@ -345,22 +359,39 @@ class BridgeCall {
 
   private async run(): Promise<void> {
     const config = this.config;
-    const env: NodeJS.ProcessEnv = { ...process.env, ...config.env };
-    const bridge = BridgeProcess.spawn(config.command, { env, cwd: this.request.cwd, maxFrameBytes: config.maxFrameBytes });
+    const group = bridgeGroup(config.command, config.env, this.request.cwd);
+    const warm = config.pool?.take(group, this.affinity);
+    let bridge = warm ?? this.spawn();
+    this.reused = warm !== undefined;
     this.process = bridge;
+    if (warm !== undefined) {
+      warm.discardPending();
+      this.config.log(`request ${this.request.request_id} goes to the warm bridge (pid ${warm.pid ?? "?"})`);
+    }
     if (config.timeoutMs > 0) this.deadline = Date.now() + config.timeoutMs;
     this.signal?.addEventListener("abort", this.onAbort, { once: true });
     try {
-      bridge.write(encodeRequest(this.request));
+      if (!bridge.write(encodeRequest(this.request)) && this.mayRespawn()) bridge = this.respawn(bridge);
       while (!this.finished) {
-        const line = await this.nextLine(bridge);
+        let line: string | null;
+        try {
+          line = await this.nextLine(bridge);
+        } catch (error) {
+          if (!this.mayRespawn()) throw error;
+          bridge = this.respawn(bridge);
+          continue;
+        }
         if (line === null) {
+          if (this.mayRespawn()) {
+            bridge = this.respawn(bridge);
+            continue;
+          }
           await this.endedEarly(bridge);
           return;
         }
         await this.accept(bridge, line);
       }
-      await this.windDown(bridge);
+      await this.release(bridge, group);
     } catch (error) {
       const failure = error instanceof BridgeError || error instanceof NonokaError ? error : new BridgeError(String(error), { command: config.command });
       this.config.log(failure.message);
@@ -370,9 +401,37 @@ class BridgeCall {
       this.emitFinish("error", undefined);
     } finally {
       this.signal?.removeEventListener("abort", this.onAbort);
-      if (bridge.running) await bridge.stop(Math.min(config.cancelGraceMs, 1000), true);
+      const last = this.process;
+      if (!this.kept && last !== undefined && last.running) await last.stop(Math.min(config.cancelGraceMs, 1000), true);
       this.close();
     }
+  }
+
+  private spawn(): BridgeProcess {
+    const config = this.config;
+    const env: NodeJS.ProcessEnv = { ...process.env, ...config.env };
+    return BridgeProcess.spawn(config.command, { env, cwd: this.request.cwd, maxFrameBytes: config.maxFrameBytes });
+  }
+
+  /**
+   * Whether the request may go to a fresh bridge: the warm one it went to ended (killed or
+   * crashed while it waited) before acknowledging it, so that one started nothing of it.
+   */
+  private mayRespawn(): boolean {
+    return this.reused && !this.acknowledged && !this.cancelRequested && !this.timedOut && !this.closed;
+  }
+
+  private respawn(dead: BridgeProcess): BridgeProcess {
+    this.config.log(
+      `the warm bridge (pid ${dead.pid ?? "?"}) ended before taking request ${this.request.request_id} ` +
+        `(${dead.describeExit()}); starting a new one`,
+    );
+    if (dead.running) dead.signal("SIGKILL");
+    this.reused = false;
+    const fresh = this.spawn();
+    this.process = fresh;
+    fresh.write(encodeRequest(this.request));
+    return fresh;
   }
 
   private close(): void {
@@ -401,6 +460,7 @@ class BridgeCall {
       if (timer !== undefined) clearTimeout(timer);
     }
     if (got === "timeout") {
+      this.timedOut = true;
       throw await bridge.failure(
         `the bridge did not finish the request within ${this.config.timeoutMs / 1000} s and was stopped ` +
           "(raise the provider option timeoutMs if turns legitimately take longer)",
@@ -434,6 +494,7 @@ class BridgeCall {
     }
     switch (event.type) {
       case "protocol_ack":
+        this.acknowledged = true;
         this.emit({ type: "response-metadata", id: this.request.request_id, modelId: this.request.model ?? this.modelId, timestamp: new Date() });
         break;
       case "session_init": {
@@ -662,7 +723,22 @@ class BridgeCall {
     throw await bridge.failure("the bridge closed its output before finishing the request", this.config.cancelGraceMs);
   }
 
-  /** After `finish`: end input and let the bridge exit on its own (firmly, if it lingers). */
+  /**
+   * After `finish`: keep the bridge warm for the next step (the host has its answer now; the
+   * bridge's work after `finish` overlaps with the host's), or, with warm bridges off or
+   * after a cancel, let it exit.
+   */
+  private async release(bridge: BridgeProcess, group: string): Promise<void> {
+    const pool = this.config.pool;
+    if (pool !== undefined && !this.cancelRequested && bridge.running) {
+      this.kept = true;
+      pool.give(group, this.affinity, bridge);
+      return;
+    }
+    await this.windDown(bridge);
+  }
+
+  /** End input and let the bridge exit on its own (firmly, if it lingers). */
   private async windDown(bridge: BridgeProcess): Promise<void> {
     bridge.closeStdin();
     if (!(await bridge.wait(this.config.cancelGraceMs))) {

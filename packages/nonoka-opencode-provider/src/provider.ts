@@ -11,6 +11,7 @@ import * as path from "node:path";
 
 import { DEFAULT_MAX_FRAME_BYTES, type RequestLimits } from "./protocol.js";
 import { NonokaLanguageModel, type ModelConfig } from "./model.js";
+import { BridgePool } from "./pool.js";
 import { SessionTracker } from "./session.js";
 
 /** Options: in OpenCode, the `options` object of the provider block in `opencode.json`. */
@@ -38,6 +39,13 @@ export interface NonokaProviderSettings {
   /** Capabilities the bridge must have, or it refuses the request. */
   requiredCapabilities?: string[];
   maxFrameBytes?: number;
+  /**
+   * Keep a step's bridge running for the next step of the same host session (default
+   * `true`); `false` starts a fresh bridge for every step.
+   */
+  warm?: boolean;
+  /** How long a warm bridge waits for the next step before it exits, in milliseconds. Default 120000. */
+  warmIdleMs?: number;
   /** Log what the provider does (warnings, recoveries) to stderr; or a function that takes each line. */
   debug?: boolean | ((message: string) => void);
   /** Anything else the host passes (OpenCode adds `headers`, `fetch`...) is ignored. */
@@ -49,11 +57,16 @@ export interface NonokaProvider extends ProviderV3 {
   languageModel(modelId?: string): LanguageModelV3;
   /** The tracker of a workspace: which chat session the next call continues. */
   sessions(cwd?: string): SessionTracker;
+  /** The warm bridges waiting for a step (`undefined` with the option `warm: false`). */
+  readonly bridges: BridgePool | undefined;
 }
 
 export const DEFAULT_COMMAND: readonly string[] = ["nonoka", "bridge"];
 export const DEFAULT_TIMEOUT_MS = 600_000;
 export const DEFAULT_CANCEL_GRACE_MS = 5_000;
+export const DEFAULT_WARM_IDLE_MS = 120_000;
+/** Most warm bridges one provider keeps waiting at once (one per host session). */
+export const MAX_WARM_BRIDGES = 4;
 
 /** The model ids that mean "whatever the provider options (or nonoka's configuration) say". */
 const DEFAULT_MODEL_IDS = new Set(["", "default", "nonoka"]);
@@ -71,6 +84,11 @@ export function createNonoka(settings: NonokaProviderSettings = {}): NonokaProvi
     }
     return found;
   };
+  if (settings.warm !== undefined && typeof settings.warm !== "boolean") {
+    throw new Error(`nonoka provider option "warm" must be true or false, got ${JSON.stringify(settings.warm)}`);
+  }
+  const idleMs = nonNegative(settings.warmIdleMs, DEFAULT_WARM_IDLE_MS, "warmIdleMs");
+  const pool = settings.warm === false || idleMs === 0 ? undefined : new BridgePool(idleMs, MAX_WARM_BRIDGES, log);
   const cwd = (): string => path.resolve(typeof settings.cwd === "string" && settings.cwd !== "" ? settings.cwd : process.cwd());
   const base: Omit<ModelConfig, "model"> = {
     providerName,
@@ -84,6 +102,7 @@ export function createNonoka(settings: NonokaProviderSettings = {}): NonokaProvi
     maxFrameBytes: nonNegative(settings.maxFrameBytes, DEFAULT_MAX_FRAME_BYTES, "maxFrameBytes") || DEFAULT_MAX_FRAME_BYTES,
     log,
     tracker,
+    pool,
   };
 
   const languageModel = (modelId = "default"): LanguageModelV3 => {
@@ -103,6 +122,7 @@ export function createNonoka(settings: NonokaProviderSettings = {}): NonokaProvi
     embeddingModel: (modelId: string): EmbeddingModelV3 => noSuchModel("embedding", modelId),
     imageModel: (modelId: string): ImageModelV3 => noSuchModel("image", modelId),
     sessions: (dir?: string) => tracker(dir === undefined ? cwd() : path.resolve(dir)),
+    bridges: pool,
   });
   return provider;
 }

@@ -27,9 +27,27 @@ export function fakeProvider(mode: string, cwd: string, extra: NonokaProviderSet
     command: [process.execPath, FAKE_BRIDGE, mode],
     cwd,
     cancelGraceMs: 300,
-    env: { FAKE_BRIDGE_LOG: path.join(cwd, "requests.jsonl") },
+    env: { FAKE_BRIDGE_LOG: path.join(cwd, "requests.jsonl"), FAKE_BRIDGE_PIDS: path.join(cwd, "pids.txt") },
     ...extra,
   });
+}
+
+/** The pid of the fake bridge process that took each request, in order. */
+export function servedBy(cwd: string): number[] {
+  return served(cwd).map(([pid]) => pid);
+}
+
+/** Which fake bridge process took each request: [pid, request_id], in order. */
+export function served(cwd: string): Array<[number, string]> {
+  const file = path.join(cwd, "pids.txt");
+  if (!existsSync(file)) return [];
+  return readFileSync(file, "utf8")
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => {
+      const [pid, id] = line.split(" ");
+      return [Number(pid), id ?? ""];
+    });
 }
 
 /** Every line the fake bridge read, parsed. */

@@ -1,7 +1,8 @@
 /**
  * One `nonoka bridge` process: spawn it, exchange NDJSON lines, and always reap it.
  *
- * A fresh bridge runs every model step, so this is the code on every turn. It owns the
+ * A bridge runs a model step (a fresh one, or a warm one kept by `BridgePool` from an
+ * earlier step of the same host session), so this is the code on every turn. It owns the
  * failure modes of a child process (it may not start, may die early, may hang) and turns each
  * into a `BridgeError` naming the command, its exit and the tail of its stderr (where the bridge
  * logs), so a person sees what went wrong without re-running anything. stderr is drained
@@ -74,6 +75,7 @@ export class BridgeProcess {
     spawnError;
     exited = false;
     exitWaiters = [];
+    exitListeners = new Set();
     exitCode = null;
     signalCode = null;
     constructor(command, options) {
@@ -109,6 +111,43 @@ export class BridgeProcess {
     }
     get running() {
         return !this.exited;
+    }
+    get pid() {
+        return this.child.pid;
+    }
+    /**
+     * Whether the host's event loop waits for this process (default: it does). A warm bridge
+     * waiting for the next step is unreferenced, so a host that is done can exit; the bridge
+     * then reads end of input and exits too.
+     */
+    setRef(ref) {
+        for (const handle of [this.child, this.child.stdin, this.child.stdout, this.child.stderr]) {
+            const target = handle;
+            try {
+                if (ref)
+                    target?.ref?.();
+                else
+                    target?.unref?.();
+            }
+            catch {
+                // a handle already closed has nothing to hold
+            }
+        }
+    }
+    /** Call `listener` once when the process exits (at once if it has); `offExit` forgets it. */
+    onExit(listener) {
+        if (this.exited) {
+            listener();
+            return;
+        }
+        this.exitListeners.add(listener);
+    }
+    offExit(listener) {
+        this.exitListeners.delete(listener);
+    }
+    /** Forget lines read but not taken: a warm bridge's next step starts on a clean slate. */
+    discardPending() {
+        this.lines.length = 0;
     }
     get stderrTail() {
         return this.tail.text();
@@ -287,5 +326,9 @@ export class BridgeProcess {
         this.exited = true;
         for (const done of this.exitWaiters.splice(0))
             done();
+        const listeners = [...this.exitListeners];
+        this.exitListeners.clear();
+        for (const listener of listeners)
+            listener();
     }
 }

@@ -1,8 +1,9 @@
 /**
- * The language model: one `nonoka bridge` process per call, its events as AI SDK v3 stream parts.
+ * The language model: one `nonoka bridge` request per call, its events as AI SDK v3 stream parts.
  *
  * The host (OpenCode) calls `doStream` once per model step with the full history. The request
- * is shaped by the session tracker (`SessionTracker`), written to a fresh bridge, and the bridge's
+ * is shaped by the session tracker (`SessionTracker`), written to a bridge (a warm one from an
+ * earlier step of the same host session, `BridgePool`, or a fresh one), and the bridge's
  * events are mapped as they arrive: text deltas to text parts, reasoning to reasoning parts
  * (ended with the provider's metadata from `assistant_metadata`, so the host stores it and
  * sends it back), host tool calls to `tool-call` parts with their provider metadata and
@@ -12,6 +13,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { BridgeError, BridgeProcess } from "./bridge.js";
+import { bridgeGroup } from "./pool.js";
 import { isProviderFailure, providerCallError, ProviderCallError } from "./errors.js";
 import { detectPurpose, hostSessionId, needsParts, NOTICE_PREFIX, partMetadata, toCallOptions, toHostTools, toProtocolMessages, } from "./prompt.js";
 import { decodeEvent, encodeRequest, EventDecodeError, PROTOCOL_VERSION, } from "./protocol.js";
@@ -215,11 +217,14 @@ export class NonokaLanguageModel {
             request.limits = config.limits;
         if (callOptions !== undefined)
             request.options = callOptions;
-        return new BridgeCall(config, request, tracker, warnings, this.modelId, options.abortSignal);
+        // Steps of one host session go to the bridge that served the last one, when it waits.
+        const affinity = host ?? hostSessionId(options, config.providerName) ?? "";
+        return new BridgeCall(config, request, tracker, warnings, this.modelId, options.abortSignal, affinity);
     }
 }
 /** One request in flight: its process, what it produced so far, and how it is ending. */
 class BridgeCall {
+    affinity;
     request;
     stream;
     config;
@@ -233,6 +238,13 @@ class BridgeCall {
     finished = false;
     cancelRequested = false;
     cancelSent = false;
+    /** The bridge was a warm one from the pool (until the request goes to a fresh one). */
+    reused = false;
+    /** The bridge acknowledged this request (before that, a dead warm bridge is replaced). */
+    acknowledged = false;
+    timedOut = false;
+    /** The bridge went back to the pool after `finish`: not this call's to stop any more. */
+    kept = false;
     deadline;
     openText;
     textCount = 0;
@@ -249,7 +261,8 @@ class BridgeCall {
     errors = [];
     session;
     onAbort = () => void this.escalate();
-    constructor(config, request, tracker, warnings, modelId, signal) {
+    constructor(config, request, tracker, warnings, modelId, signal, affinity = "") {
+        this.affinity = affinity;
         this.config = config;
         this.request = request;
         this.tracker = tracker;
@@ -275,23 +288,43 @@ class BridgeCall {
     }
     async run() {
         const config = this.config;
-        const env = { ...process.env, ...config.env };
-        const bridge = BridgeProcess.spawn(config.command, { env, cwd: this.request.cwd, maxFrameBytes: config.maxFrameBytes });
+        const group = bridgeGroup(config.command, config.env, this.request.cwd);
+        const warm = config.pool?.take(group, this.affinity);
+        let bridge = warm ?? this.spawn();
+        this.reused = warm !== undefined;
         this.process = bridge;
+        if (warm !== undefined) {
+            warm.discardPending();
+            this.config.log(`request ${this.request.request_id} goes to the warm bridge (pid ${warm.pid ?? "?"})`);
+        }
         if (config.timeoutMs > 0)
             this.deadline = Date.now() + config.timeoutMs;
         this.signal?.addEventListener("abort", this.onAbort, { once: true });
         try {
-            bridge.write(encodeRequest(this.request));
+            if (!bridge.write(encodeRequest(this.request)) && this.mayRespawn())
+                bridge = this.respawn(bridge);
             while (!this.finished) {
-                const line = await this.nextLine(bridge);
+                let line;
+                try {
+                    line = await this.nextLine(bridge);
+                }
+                catch (error) {
+                    if (!this.mayRespawn())
+                        throw error;
+                    bridge = this.respawn(bridge);
+                    continue;
+                }
                 if (line === null) {
+                    if (this.mayRespawn()) {
+                        bridge = this.respawn(bridge);
+                        continue;
+                    }
                     await this.endedEarly(bridge);
                     return;
                 }
                 await this.accept(bridge, line);
             }
-            await this.windDown(bridge);
+            await this.release(bridge, group);
         }
         catch (error) {
             const failure = error instanceof BridgeError || error instanceof NonokaError ? error : new BridgeError(String(error), { command: config.command });
@@ -303,10 +336,34 @@ class BridgeCall {
         }
         finally {
             this.signal?.removeEventListener("abort", this.onAbort);
-            if (bridge.running)
-                await bridge.stop(Math.min(config.cancelGraceMs, 1000), true);
+            const last = this.process;
+            if (!this.kept && last !== undefined && last.running)
+                await last.stop(Math.min(config.cancelGraceMs, 1000), true);
             this.close();
         }
+    }
+    spawn() {
+        const config = this.config;
+        const env = { ...process.env, ...config.env };
+        return BridgeProcess.spawn(config.command, { env, cwd: this.request.cwd, maxFrameBytes: config.maxFrameBytes });
+    }
+    /**
+     * Whether the request may go to a fresh bridge: the warm one it went to ended (killed or
+     * crashed while it waited) before acknowledging it, so that one started nothing of it.
+     */
+    mayRespawn() {
+        return this.reused && !this.acknowledged && !this.cancelRequested && !this.timedOut && !this.closed;
+    }
+    respawn(dead) {
+        this.config.log(`the warm bridge (pid ${dead.pid ?? "?"}) ended before taking request ${this.request.request_id} ` +
+            `(${dead.describeExit()}); starting a new one`);
+        if (dead.running)
+            dead.signal("SIGKILL");
+        this.reused = false;
+        const fresh = this.spawn();
+        this.process = fresh;
+        fresh.write(encodeRequest(this.request));
+        return fresh;
     }
     close() {
         if (this.closed)
@@ -339,6 +396,7 @@ class BridgeCall {
                 clearTimeout(timer);
         }
         if (got === "timeout") {
+            this.timedOut = true;
             throw await bridge.failure(`the bridge did not finish the request within ${this.config.timeoutMs / 1000} s and was stopped ` +
                 "(raise the provider option timeoutMs if turns legitimately take longer)", grace, true);
         }
@@ -365,6 +423,7 @@ class BridgeCall {
         }
         switch (event.type) {
             case "protocol_ack":
+                this.acknowledged = true;
                 this.emit({ type: "response-metadata", id: this.request.request_id, modelId: this.request.model ?? this.modelId, timestamp: new Date() });
                 break;
             case "session_init": {
@@ -591,7 +650,21 @@ class BridgeCall {
         }
         throw await bridge.failure("the bridge closed its output before finishing the request", this.config.cancelGraceMs);
     }
-    /** After `finish`: end input and let the bridge exit on its own (firmly, if it lingers). */
+    /**
+     * After `finish`: keep the bridge warm for the next step (the host has its answer now; the
+     * bridge's work after `finish` overlaps with the host's), or, with warm bridges off or
+     * after a cancel, let it exit.
+     */
+    async release(bridge, group) {
+        const pool = this.config.pool;
+        if (pool !== undefined && !this.cancelRequested && bridge.running) {
+            this.kept = true;
+            pool.give(group, this.affinity, bridge);
+            return;
+        }
+        await this.windDown(bridge);
+    }
+    /** End input and let the bridge exit on its own (firmly, if it lingers). */
     async windDown(bridge) {
         bridge.closeStdin();
         if (!(await bridge.wait(this.config.cancelGraceMs))) {

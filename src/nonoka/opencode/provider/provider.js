@@ -8,10 +8,14 @@
 import * as path from "node:path";
 import { DEFAULT_MAX_FRAME_BYTES } from "./protocol.js";
 import { NonokaLanguageModel } from "./model.js";
+import { BridgePool } from "./pool.js";
 import { SessionTracker } from "./session.js";
 export const DEFAULT_COMMAND = ["nonoka", "bridge"];
 export const DEFAULT_TIMEOUT_MS = 600_000;
 export const DEFAULT_CANCEL_GRACE_MS = 5_000;
+export const DEFAULT_WARM_IDLE_MS = 120_000;
+/** Most warm bridges one provider keeps waiting at once (one per host session). */
+export const MAX_WARM_BRIDGES = 4;
 /** The model ids that mean "whatever the provider options (or nonoka's configuration) say". */
 const DEFAULT_MODEL_IDS = new Set(["", "default", "nonoka"]);
 export function createNonoka(settings = {}) {
@@ -27,6 +31,11 @@ export function createNonoka(settings = {}) {
         }
         return found;
     };
+    if (settings.warm !== undefined && typeof settings.warm !== "boolean") {
+        throw new Error(`nonoka provider option "warm" must be true or false, got ${JSON.stringify(settings.warm)}`);
+    }
+    const idleMs = nonNegative(settings.warmIdleMs, DEFAULT_WARM_IDLE_MS, "warmIdleMs");
+    const pool = settings.warm === false || idleMs === 0 ? undefined : new BridgePool(idleMs, MAX_WARM_BRIDGES, log);
     const cwd = () => path.resolve(typeof settings.cwd === "string" && settings.cwd !== "" ? settings.cwd : process.cwd());
     const base = {
         providerName,
@@ -40,6 +49,7 @@ export function createNonoka(settings = {}) {
         maxFrameBytes: nonNegative(settings.maxFrameBytes, DEFAULT_MAX_FRAME_BYTES, "maxFrameBytes") || DEFAULT_MAX_FRAME_BYTES,
         log,
         tracker,
+        pool,
     };
     const languageModel = (modelId = "default") => {
         // `default` runs the configured model; any other id is itself a nonoka model spec.
@@ -58,6 +68,7 @@ export function createNonoka(settings = {}) {
         embeddingModel: (modelId) => noSuchModel("embedding", modelId),
         imageModel: (modelId) => noSuchModel("image", modelId),
         sessions: (dir) => tracker(dir === undefined ? cwd() : path.resolve(dir)),
+        bridges: pool,
     });
     return provider;
 }
