@@ -24,6 +24,7 @@ others: a circle of imports (counted the same way) fails too. From the bottom up
     conformance   the storage conformance suite (public names only: tests/test_public_api)
     bridge        ``nonoka bridge``
     ui            ``nonoka ui``
+    serve         ``nonoka serve`` (over the bridge's decision chain for Chat Completions)
     cli           the ``nonoka`` command
     main          ``python -m nonoka``
 """
@@ -65,9 +66,12 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                 "runtime", "turn", "api")),
     "ui": (("nonoka.ui",),
            ("errors", "support", "state", "store", "runtime", "turn", "ops", "api")),
+    "serve": (("nonoka.serve",),
+              ("errors", "support", "state", "store", "llm", "protocol", "events", "runtime",
+               "turn", "api", "bridge")),
     "cli": (("nonoka.cli",),
             ("errors", "support", "state", "store", "llm", "protocol", "events", "runtime",
-             "turn", "api", "ops", "provider", "testing", "bridge", "ui")),
+             "turn", "api", "ops", "provider", "testing", "bridge", "ui", "serve")),
     "main": (("nonoka.__main__",), ("cli", "bridge", "api")),
 }
 

@@ -18,6 +18,7 @@ from nonoka.cli.common import Place
 from nonoka.cli.db_cmd import db
 from nonoka.cli.opencode_cmd import opencode
 from nonoka.cli.options import call, place_options
+from nonoka.cli.serve_cmd import serve
 from nonoka.cli.sessions_group import sessions
 from nonoka.cli.ui_cmd import ui
 from nonoka.cli.voice import VoicedGroup
@@ -179,3 +180,4 @@ cli.add_command(sessions)
 cli.add_command(db)
 cli.add_command(opencode)
 cli.add_command(ui)
+cli.add_command(serve)

@@ -1,0 +1,264 @@
+"""The HTTP routes, the key check, and server-sent events.
+
+A stream starts only once its first event is ready: a request that fails before
+anything happened (an unknown ``previous_response_id``, a model that refuses the call
+at once) gets an ordinary error response with its status, which is what clients retry
+on or match. The turn runs in a task of its own, so a client that goes away mid-stream
+does not cut the turn short: its answer is stored, and ``GET`` returns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from nonoka.serve.chat import ChatCompletions
+from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
+from nonoka.serve.model import Models
+from nonoka.serve.responses import Responses
+
+SESSION_ID_HEADER = "x-nonoka-session-id"
+"""The header a chat completion names the nonoka session it ran in with."""
+_DONE = object()
+"""The end of a stream's queue."""
+
+Emit = Callable[[dict[str, Any]], None]
+Work = Callable[[Emit], Awaitable[Any]]
+
+
+class Served:
+    """What the routes serve: the APIs, and the turns still running."""
+
+    def __init__(self, responses: Responses, chat: ChatCompletions, models: Models) -> None:
+        self.responses = responses
+        self.chat = chat
+        self.models = models
+        self.tasks: set[asyncio.Task[None]] = set()
+        """Turns whose stream a client may have left: kept until they end."""
+
+
+def create_app(served: Served, *, key: str | None = None,
+               hosts: frozenset[str] | None = None) -> ASGIApp:
+    """The ASGI app; ``key``: the API key every request must send (``None``: none, on
+    loopback only); ``hosts``: the ``Host`` values accepted (``None``: any)."""
+    app = Starlette(routes=[_answered(route) for route in _Routes(served).routes()],
+                    exception_handlers={404: _no_route, 405: _no_route})
+    return KeyGuard(app, key, hosts)
+
+
+class _Routes:
+    """One method per endpoint."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+
+    def routes(self) -> list[Route]:
+        later = _later
+        return [
+            Route("/v1/responses", self.create_response, methods=["POST"]),
+            Route("/v1/responses/compact", later("/v1/responses/compact"), methods=["POST"]),
+            Route("/v1/responses/input_tokens", later("/v1/responses/input_tokens"),
+                  methods=["POST"]),
+            Route("/v1/responses/{response_id}", self.get_response, methods=["GET"]),
+            Route("/v1/responses/{response_id}", self.delete_response, methods=["DELETE"]),
+            Route("/v1/responses/{response_id}/input_items", self.input_items,
+                  methods=["GET"]),
+            Route("/v1/responses/{response_id}/cancel", later("cancelling a response"),
+                  methods=["POST"]),
+            Route("/v1/conversations", later("the Conversations API"),
+                  methods=["POST", "GET"]),
+            Route("/v1/conversations/{rest:path}", later("the Conversations API"),
+                  methods=["GET", "POST", "DELETE"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+        ]
+
+    async def create_response(self, request: Request) -> Response:
+        body = await _json(request)
+        responses = self.served.responses
+        if isinstance(body, dict) and body.get("stream") is True:
+            return await _stream(self.served, lambda emit: responses.create(body, emit),
+                                 _sse_event, None)
+        return JSONResponse(await responses.create(body))
+
+    async def get_response(self, request: Request) -> Response:
+        if request.query_params.get("stream") == "true":
+            raise not_available("reattaching to a response's stream", "stream")
+        return JSONResponse(await self.served.responses.get(
+            request.path_params["response_id"]))
+
+    async def delete_response(self, request: Request) -> Response:
+        return JSONResponse(await self.served.responses.delete(
+            request.path_params["response_id"]))
+
+    async def input_items(self, request: Request) -> Response:
+        return JSONResponse(await self.served.responses.input_items(
+            request.path_params["response_id"], request.query_params))
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = await _json(request)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        opened: dict[str, str] = {}
+        chat = self.served.chat
+
+        def seen(session_id: str) -> None:
+            opened[SESSION_ID_HEADER] = session_id
+
+        if isinstance(body, dict) and body.get("stream") is True:
+            return await _stream(self.served,
+                                 lambda emit: chat.complete(body, headers, emit, seen),
+                                 _sse_data, opened, done="data: [DONE]\n\n")
+        answer = await chat.complete(body, headers, None, seen)
+        return JSONResponse(answer, headers=opened)
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse(self.served.models.listing())
+
+    async def model(self, request: Request) -> Response:
+        wanted = request.path_params["model"]
+        for entry in self.served.models.listing()["data"]:
+            if entry["id"] == wanted:
+                return JSONResponse(entry)
+        raise ApiError(404, f"The model '{wanted}' does not exist", code="model_not_found",
+                       param="model")
+
+
+def _later(feature: str) -> Callable[[Request], Awaitable[Response]]:
+    """An endpoint of the API this server does not offer yet."""
+    async def refuse(request: Request) -> Response:
+        raise not_available(feature)
+    return refuse
+
+
+async def _no_route(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    message = (f"Invalid URL ({request.method} {request.url.path})" if status == 404
+               else f"{request.method} is not allowed on {request.url.path}")
+    return JSONResponse(error_body(message), status_code=status)
+
+
+def _answered(route: Route) -> Route:
+    """``route`` with every failure answered as an error body (never a bare 500)."""
+    endpoint = route.endpoint
+
+    async def answered(request: Request) -> Response:
+        try:
+            return await endpoint(request)  # type: ignore[no-any-return]
+        except Exception as exc:
+            error = api_error(exc)
+            return JSONResponse(error.body(), status_code=error.status)
+
+    return Route(route.path, answered, methods=sorted(route.methods or ()) or None)
+
+
+async def _json(request: Request) -> Any:
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != "application/json":
+        raise ApiError(415, "send the body as JSON (Content-Type: application/json)")
+    try:
+        return json.loads(await request.body())
+    except ValueError:
+        raise invalid("the request body is not valid JSON") from None
+
+
+def _sse_event(event: dict[str, Any]) -> str:
+    return f"event: {event.get('type', 'message')}\ndata: {_dumped(event)}\n\n"
+
+
+def _sse_data(event: dict[str, Any]) -> str:
+    return f"data: {_dumped(event)}\n\n"
+
+
+def _dumped(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+async def _stream(served: Served, work: Work, frame: Callable[[dict[str, Any]], str],
+                  headers: dict[str, str] | None, *, done: str = "") -> Response:
+    """Run ``work`` in a task of its own and stream what it emits, once it emits."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def run() -> None:
+        try:
+            await work(queue.put_nowait)
+        except Exception as exc:
+            queue.put_nowait(exc)
+        finally:
+            queue.put_nowait(_DONE)
+
+    task = asyncio.create_task(run())
+    served.tasks.add(task)
+    task.add_done_callback(served.tasks.discard)
+    first = await queue.get()
+    if isinstance(first, Exception):
+        raise first
+    if first is _DONE:
+        raise ApiError(500, "the request ended without an answer", type="server_error")
+
+    async def body() -> Any:
+        item = first
+        while item is not _DONE:
+            if isinstance(item, Exception):
+                error = api_error(item)
+                yield _sse_data(error.body())
+            else:
+                yield frame(item)
+            item = await queue.get()
+        if done:
+            yield done
+
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", **(headers or {})})
+
+
+class KeyGuard:
+    """ASGI middleware: the ``Host`` check on loopback and the API key, when one is set."""
+
+    def __init__(self, app: ASGIApp, key: str | None, hosts: frozenset[str] | None) -> None:
+        self.app = app
+        self.key = key
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        if self.hosts is not None and headers.get("host", "").lower() not in self.hosts:
+            await _refuse(send, 403, "unexpected Host header: use the address nonoka serve "
+                                     "printed", "forbidden")
+            return
+        if self.key is not None and not self._valid(headers):
+            await _refuse(send, 401, "Incorrect API key provided: send the key nonoka serve "
+                                     "was started with as 'Authorization: Bearer <key>'",
+                          "invalid_api_key")
+            return
+        await self.app(scope, receive, send)
+
+    def _valid(self, headers: dict[str, str]) -> bool:
+        assert self.key is not None
+        given = headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer":
+            token = headers.get("api-key", "")
+        return hmac.compare_digest(token.strip().encode(), self.key.encode())
+
+
+async def _refuse(send: Send, status: int, message: str, code: str) -> None:
+    body = json.dumps(error_body(message, code=code)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+

@@ -1,0 +1,300 @@
+"""A ``POST /v1/responses`` body, checked, and its input as what a turn brings.
+
+The input's items become chat messages, the way nonoka stores a conversation: a user,
+system or developer message is one message; an assistant's message, reasoning and
+function calls that follow one another are one assistant message; a
+``function_call_output`` is a tool message. ``item_reference`` items (and reasoning
+items given by id only) are read from the store first (``Resolver``).
+
+What the turn then does (``plan``): a trailing user message is its prompt; the
+function call outputs before it answer the calls of the message just before them (the
+calls the previous response ended with, when the input starts with them: every one of
+those must be answered, as in OpenAI's API); everything else is history added first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nonoka.llm.base import CallOptions
+from nonoka.serve.errors import invalid, not_available
+from nonoka.serve.items import content_of
+from nonoka.serve.record import ECHOED
+from nonoka.state.messages import Message, ReasoningPart, ToolCall, ToolResult
+from nonoka.turn.service import TurnInput
+
+Resolver = Callable[[str, str], Awaitable[dict[str, Any]]]
+"""Reads the item an id names (the id, and the request parameter it came in)."""
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """The fields of a create request that nonoka acts on."""
+
+    model: str | None
+    input: list[Any]
+    instructions: str | None
+    previous_response_id: str | None
+    store: bool
+    stream: bool
+    tools: tuple[dict[str, Any], ...]
+    params: dict[str, Any]
+    """The ``ECHOED`` fields the request set."""
+
+    def call_options(self) -> CallOptions | None:
+        """The options the model call is made with, in their Chat Completions forms
+        (each adapter translates them for its API)."""
+        params = self.params
+        fields: dict[str, Any] = {}
+        if params.get("max_output_tokens") is not None:
+            fields["max_tokens"] = params["max_output_tokens"]
+        for name in ("temperature", "top_p"):
+            if params.get(name) is not None:
+                fields[name] = params[name]
+        choice = params.get("tool_choice")
+        if isinstance(choice, str):
+            fields["tool_choice"] = choice
+        elif isinstance(choice, dict) and choice.get("type") == "function":
+            fields["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        text_format = (params.get("text") or {}).get("format")
+        if isinstance(text_format, dict) and text_format.get("type") == "json_object":
+            fields["response_format"] = {"type": "json_object"}
+        elif isinstance(text_format, dict) and text_format.get("type") == "json_schema":
+            schema = {k: v for k, v in text_format.items() if k != "type"}
+            fields["response_format"] = {"type": "json_schema", "json_schema": schema}
+        effort = (params.get("reasoning") or {}).get("effort")
+        if isinstance(effort, str):
+            fields["reasoning_effort"] = effort
+        return CallOptions(**fields) if fields else None
+
+
+def parse_create(body: Any) -> CreateRequest:
+    """The request, or an ``ApiError`` naming the parameter that is wrong."""
+    if not isinstance(body, dict):
+        raise invalid("the request body must be a JSON object")
+    if body.get("background"):
+        raise not_available("background responses", "background")
+    if body.get("conversation") is not None:
+        raise not_available("the Conversations API", "conversation")
+    given = body.get("input")
+    if isinstance(given, str):
+        items: list[Any] = [{"type": "message", "role": "user", "content": given}]
+    elif isinstance(given, list) and given:
+        items = given
+    else:
+        raise invalid("input must be a string or a non-empty list of items", "input")
+    model = _optional(body, "model", str)
+    instructions = _optional(body, "instructions", str)
+    previous = _optional(body, "previous_response_id", str)
+    store = _optional(body, "store", bool)
+    stream = _optional(body, "stream", bool)
+    params = {name: body[name] for name in ECHOED if body.get(name) is not None}
+    _check_params(params)
+    return CreateRequest(model=model, input=items, instructions=instructions,
+                         previous_response_id=previous, store=True if store is None else store,
+                         stream=bool(stream), tools=_tools(body.get("tools")), params=params)
+
+
+def _optional(body: dict[str, Any], name: str, kind: type) -> Any:
+    value = body.get(name)
+    if value is not None and not isinstance(value, kind):
+        raise invalid(f"{name} must be a {'boolean' if kind is bool else 'string'}", name)
+    return value
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    metadata = params.get("metadata")
+    if metadata is not None and (not isinstance(metadata, dict) or len(metadata) > 16 or any(
+            not isinstance(k, str) or not isinstance(v, str) for k, v in metadata.items())):
+        raise invalid("metadata must be an object of at most 16 string values", "metadata")
+    choice = params.get("tool_choice")
+    if choice is not None and choice not in ("auto", "none", "required") and not (
+            isinstance(choice, dict) and choice.get("type") == "function"
+            and isinstance(choice.get("name"), str)):
+        raise invalid("tool_choice must be auto, none, required or "
+                      '{"type": "function", "name": ...}', "tool_choice")
+    for name in ("temperature", "top_p"):
+        if name in params and not isinstance(params[name], int | float):
+            raise invalid(f"{name} must be a number", name)
+    limit = params.get("max_output_tokens")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise invalid("max_output_tokens must be a positive integer", "max_output_tokens")
+
+
+def _tools(given: Any) -> tuple[dict[str, Any], ...]:
+    if given is None:
+        return ()
+    if not isinstance(given, list):
+        raise invalid("tools must be a list", "tools")
+    tools: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for n, tool in enumerate(given):
+        param = f"tools[{n}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise not_available(f"{kind!r} tools (only function tools, which the client "
+                                "runs, are)", f"{param}.type")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise invalid("a function tool needs a name", f"{param}.name")
+        if name in names:
+            raise invalid(f"two tools are named {name!r}", f"{param}.name")
+        names.add(name)
+        parameters = tool.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise invalid("parameters must be a JSON Schema object", f"{param}.parameters")
+        description = tool.get("description")
+        tools.append({"type": "function", "name": name,
+                      "description": description if isinstance(description, str) else None,
+                      "parameters": parameters, "strict": tool.get("strict")})
+    return tuple(tools)
+
+
+# -- items to messages ---------------------------------------------------------------------
+
+
+async def resolved(items: Sequence[Any], resolve: Resolver) -> list[tuple[dict[str, Any], str]]:
+    """The items with each reference replaced by the item it names, with its parameter."""
+    out: list[tuple[dict[str, Any], str]] = []
+    for n, item in enumerate(items):
+        param = f"input[{n}]"
+        if not isinstance(item, dict):
+            raise invalid("an input item must be an object", param)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "item_reference" or (kind == "reasoning" and item.get("id")
+                                        and not item.get("summary")
+                                        and not item.get("content")):
+            ident = item.get("id")
+            if not isinstance(ident, str):
+                raise invalid("an item reference needs the item's id", f"{param}.id")
+            out.append((await resolve(ident, param), param))
+        else:
+            out.append(({**item, "type": kind}, param))
+    return out
+
+
+def messages_of(items: Sequence[tuple[dict[str, Any], str]]) -> list[Message]:
+    """The items as chat messages (see the module's docstring)."""
+    messages: list[Message] = []
+    answer: _Answer | None = None
+    for item, param in items:
+        kind = item.get("type")
+        role = item.get("role")
+        if (kind == "message" and role == "assistant") or kind in ("function_call", "reasoning"):
+            if answer is None or not answer.takes(kind):
+                if answer is not None:
+                    messages.append(answer.message())
+                answer = _Answer()
+            answer.add(item, param)
+            continue
+        if answer is not None:
+            messages.append(answer.message())
+            answer = None
+        if kind == "message":
+            if role not in ("user", "system", "developer"):
+                raise invalid(f"message role {role!r} is not one of user, assistant, system, "
+                              "developer", f"{param}.role")
+            text, parts = content_of(item.get("content"), f"{param}.content")
+            messages.append(Message(role="user" if role == "user" else "system",
+                                    content=text, parts=parts))
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise invalid("a function_call_output needs the call_id it answers",
+                              f"{param}.call_id")
+            output = item.get("output")
+            text, parts = content_of(output if output is not None else "",
+                                     f"{param}.output")
+            messages.append(Message(role="tool", content=text, tool_call_id=call_id,
+                                    parts=parts))
+        else:
+            raise invalid(f"input item type {kind!r} is not supported", f"{param}.type")
+    if answer is not None:
+        messages.append(answer.message())
+    return messages
+
+
+class _Answer:
+    """An assistant message being gathered from consecutive items."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.reasoning: list[ReasoningPart] = []
+
+    def takes(self, kind: Any) -> bool:
+        """Whether an item of ``kind`` still belongs to this message (a message's text
+        and reasoning come before its calls)."""
+        return kind == "function_call" or not self.calls
+
+    def add(self, item: dict[str, Any], param: str) -> None:
+        kind = item.get("type")
+        if kind == "function_call":
+            call_id, name = item.get("call_id"), item.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                raise invalid("a function_call needs call_id and name", param)
+            arguments = item.get("arguments")
+            self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments
+                                       if isinstance(arguments, str) else "{}"))
+        elif kind == "reasoning":
+            summary = item.get("summary") or item.get("content") or []
+            text = "".join(p.get("text", "") for p in summary if isinstance(p, dict))
+            if text:
+                self.reasoning.append(ReasoningPart(text=text))
+        else:
+            text, _ = content_of(item.get("content"), f"{param}.content")
+            self.texts.append(text)
+
+    def message(self) -> Message:
+        return Message(role="assistant", content="\n".join(self.texts),
+                       tool_calls=self.calls or None, reasoning=self.reasoning or None)
+
+
+# -- what the turn brings ----------------------------------------------------------------
+
+
+def plan(messages: list[Message], pending: Sequence[ToolCall]) -> tuple[list[Message], TurnInput]:
+    """The history added before the turn, and the turn's input (see the module's
+    docstring); ``pending``: the calls the previous response ended with."""
+    rest = list(messages)
+    prompt = rest.pop() if rest and rest[-1].role == "user" else None
+    outputs: list[Message] = []
+    while rest and rest[-1].role == "tool":
+        outputs.insert(0, rest.pop())
+    waiting = {c.id for c in pending}
+    if rest and waiting and rest[-1].role == "assistant" and rest[-1].tool_calls and \
+            {c.id for c in rest[-1].tool_calls} <= waiting:
+        rest.pop()  # the previous response's calls, sent again: already stored
+    if waiting:
+        if rest:
+            raise invalid(f"No tool output found for function call {sorted(waiting)[0]}.",
+                          "input")
+        answers = waiting
+    elif outputs:
+        last = rest[-1] if rest else None
+        if last is None or last.role != "assistant" or not last.tool_calls:
+            raise invalid("No tool call found for function call output with call_id "
+                          f"{outputs[0].tool_call_id}.", "input")
+        answers = {c.id for c in last.tool_calls}
+    else:
+        answers = set()
+    given = [m.tool_call_id for m in outputs]
+    for call_id in given:
+        if call_id not in answers:
+            raise invalid(f"No tool call found for function call output with call_id "
+                          f"{call_id}.", "input")
+    missing = sorted(answers - set(given))
+    if missing:
+        raise invalid(f"No tool output found for function call {missing[0]}.", "input")
+    prompt_message = prompt if prompt is not None and prompt.parts else None
+    if outputs:
+        results = [ToolResult(tool_call_id=m.tool_call_id or "", content=m.content,
+                              parts=m.parts) for m in outputs]
+        return rest, TurnInput("tool_results", prompt=prompt.content if prompt else None,
+                               results=results, prompt_message=prompt_message)
+    if prompt is None:
+        raise invalid("the input must end with a user message or function_call_output "
+                      "items", "input")
+    return rest, TurnInput("prompt", prompt=prompt.content, prompt_message=prompt_message)

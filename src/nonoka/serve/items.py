@@ -1,0 +1,222 @@
+"""Stored entries as the Responses API's items, and content parts both ways.
+
+One entry gives the items a client sees of it, each with an id made from where it is
+stored (``nonoka.serve.ids``): an assistant entry its reasoning, its message and its
+function calls; a tool entry the output of the call it answers; a user or system entry
+its message. The same function builds the items a stream ends with, ``GET`` returns and
+``input_items`` lists, so they agree.
+
+Reasoning text is given as a reasoning item's summary: that is where OpenAI's own
+reasoning reaches its clients (and what Codex and the AI SDK show); the provider's
+opaque reasoning (signatures, encrypted content) stays in the session and goes back to
+the provider, never to the client.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import mimetypes
+from typing import Any
+
+from nonoka.serve.errors import invalid
+from nonoka.serve.ids import (
+    ENTRY_MESSAGE,
+    ENTRY_OUTPUT,
+    ENTRY_REASONING,
+    FIRST_CALL,
+    ResponsePoint,
+)
+from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import FilePart, Part, TextPart, ToolCall
+
+
+def entry_items(entry: MemoryEntry, point: ResponsePoint, offset: int) -> list[dict[str, Any]]:
+    """The items of ``entry``, stored ``offset`` entries after ``point``'s start."""
+    if entry.role == "assistant":
+        return assistant_items(entry.content, entry.tool_calls, reasoning_text(entry),
+                               point, offset)
+    if entry.role == "tool":
+        return [call_output_item(point.item_id("fco_", offset, ENTRY_OUTPUT),
+                                 entry.tool_call_id or "", entry.content, entry.parts)]
+    role = "system" if entry.role == "system" else "user"
+    return [{"type": "message", "id": point.item_id("msg_", offset, ENTRY_MESSAGE),
+             "role": role, "status": "completed",
+             "content": input_content(entry.content, entry.parts)}]
+
+
+def reasoning_text(entry: MemoryEntry) -> str:
+    return "".join(part.text for part in entry.reasoning)
+
+
+def assistant_items(text: str, calls: list[ToolCall], reasoning: str, point: ResponsePoint,
+                    offset: int, status: str = "completed") -> list[dict[str, Any]]:
+    """An answer's items: its reasoning, its message (always, unless it only calls
+    tools), its function calls, in that order."""
+    items: list[dict[str, Any]] = []
+    if reasoning:
+        items.append(reasoning_item(point.item_id("rs_", offset, ENTRY_REASONING), reasoning))
+    if text or not calls:
+        items.append(message_item(point.item_id("msg_", offset, ENTRY_MESSAGE), text, status))
+    items.extend(call_item(point.item_id("fc_", offset, FIRST_CALL + n), call)
+                 for n, call in enumerate(calls))
+    return items
+
+
+def message_item(item_id: str, text: str | None, status: str = "completed"
+                 ) -> dict[str, Any]:
+    """An assistant message; ``text`` ``None``: as it is announced, before any text."""
+    content = [] if text is None else [output_text(text)]
+    return {"type": "message", "id": item_id, "role": "assistant", "status": status,
+            "content": content}
+
+
+def output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def reasoning_item(item_id: str, text: str | None) -> dict[str, Any]:
+    summary = [] if text is None else [summary_text(text)]
+    return {"type": "reasoning", "id": item_id, "summary": summary}
+
+
+def summary_text(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
+
+
+def call_item(item_id: str, call: ToolCall, status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call.id, "name": call.name,
+            "arguments": call.arguments, "status": status}
+
+
+def call_output_item(item_id: str, call_id: str, text: str,
+                     parts: list[TextPart | FilePart] | None) -> dict[str, Any]:
+    output: str | list[dict[str, Any]] = input_content(text, parts) if parts else text
+    return {"type": "function_call_output", "id": item_id, "call_id": call_id,
+            "output": output, "status": "completed"}
+
+
+def input_content(text: str, parts: list[TextPart | FilePart] | None) -> list[dict[str, Any]]:
+    """A stored message's content as input parts."""
+    if not parts:
+        return [{"type": "input_text", "text": text}]
+    return [_input_part(part) for part in parts]
+
+
+def _input_part(part: TextPart | FilePart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "input_text", "text": part.text}
+    source = part.url if part.data is None else f"data:{part.media_type};base64,{part.data}"
+    if part.media_type.startswith("image/"):
+        return {"type": "input_image", "image_url": source, "detail": "auto"}
+    wired: dict[str, Any] = {"type": "input_file", "filename": part.filename}
+    if part.data is None:
+        wired["file_url"] = part.url
+    else:
+        wired["file_data"] = source
+    return wired
+
+
+# -- content parts a client sends ------------------------------------------------------
+
+
+def content_of(content: Any, param: str) -> tuple[str, list[Part] | None]:
+    """A message's text and, when it is more than one text, its parts."""
+    if isinstance(content, str):
+        return content, None
+    if not isinstance(content, list):
+        raise invalid("a message's content must be a string or a list of content parts",
+                      param)
+    parts = [content_part(part, f"{param}[{n}]") for n, part in enumerate(content)]
+    text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return text, None
+    return text, parts
+
+
+def content_part(part: Any, param: str) -> Part:
+    """One content part: text (``input_text``, ``output_text``, ``refusal``, Chat's
+    ``text``), an image (``input_image``, Chat's ``image_url``) or a file
+    (``input_file``, Chat's ``file``)."""
+    if not isinstance(part, dict):
+        raise invalid("a content part must be an object", param)
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text"):
+        return TextPart(text=_string(part.get("text"), f"{param}.text"))
+    if kind == "refusal":
+        return TextPart(text=_string(part.get("refusal"), f"{param}.refusal"))
+    if kind == "input_image":
+        return image_part(part.get("image_url"), part.get("file_id"), f"{param}.image_url")
+    if kind == "image_url":
+        url = part.get("image_url")
+        return image_part(url.get("url") if isinstance(url, dict) else url, None,
+                          f"{param}.image_url")
+    if kind == "input_file":
+        return file_part(part.get("file_data"), part.get("file_url"), part.get("filename"),
+                         part.get("file_id"), param)
+    if kind == "file":
+        found = part.get("file")
+        inner: dict[str, Any] = found if isinstance(found, dict) else {}
+        return file_part(inner.get("file_data"), None, inner.get("filename"),
+                         inner.get("file_id"), f"{param}.file")
+    raise invalid(f"content part type {kind!r} is not supported", f"{param}.type")
+
+
+def image_part(url: Any, file_id: Any, param: str) -> FilePart:
+    if file_id is not None:
+        raise invalid("images by file_id need the Files API, which nonoka serve does not "
+                      "offer; send the image as a data URL or an https URL", param)
+    url = _string(url, param)
+    if url.startswith("data:"):
+        media_type, data = _data_url(url, param)
+        return FilePart(media_type=media_type, data=data)
+    guessed = mimetypes.guess_type(url.split("?", 1)[0])[0]
+    return FilePart(media_type=guessed if guessed and guessed.startswith("image/")
+                    else "image/*", url=url)
+
+
+def file_part(data: Any, url: Any, filename: Any, file_id: Any, param: str) -> FilePart:
+    if file_id is not None:
+        raise invalid("files by file_id need the Files API, which nonoka serve does not "
+                      "offer; send the file as file_data or file_url", f"{param}.file_id")
+    name = filename if isinstance(filename, str) and filename else None
+    if data is not None:
+        text = _string(data, f"{param}.file_data")
+        if text.startswith("data:"):
+            media_type, encoded = _data_url(text, f"{param}.file_data")
+        else:
+            media_type, encoded = _guess(name), _base64(text, f"{param}.file_data")
+        return FilePart(media_type=media_type, data=encoded, filename=name)
+    if url is not None:
+        link = _string(url, f"{param}.file_url")
+        return FilePart(media_type=_guess(name or link.split("?", 1)[0]), url=link,
+                        filename=name)
+    raise invalid("a file needs file_data or file_url", param)
+
+
+def _guess(name: str | None) -> str:
+    found = mimetypes.guess_type(name)[0] if name else None
+    return found or "application/octet-stream"
+
+
+def _data_url(url: str, param: str) -> tuple[str, str]:
+    """``data:image/png;base64,AAAA`` → ``("image/png", "AAAA")``."""
+    head, comma, data = url.partition(",")
+    if not comma or not head.endswith(";base64"):
+        raise invalid("a data URL must be base64 (data:<type>;base64,...)", param)
+    media_type = head[len("data:"):-len(";base64")] or "application/octet-stream"
+    return media_type, _base64(data, param)
+
+
+def _base64(data: str, param: str) -> str:
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid("the file's data is not valid base64", param) from None
+    return data
+
+
+def _string(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise invalid(f"{param} must be a string", param)
+    return value

@@ -1,0 +1,137 @@
+"""The models a server runs: which one a request gets, and the wrapper that stamps answers.
+
+``Models`` picks the model of a request: the request's ``model`` when nonoka knows it
+(the server's own model, under its spec or its bare name; a ``provider:model`` spec the
+catalog or the project's ``.nonoka/config.toml`` describes), else the server's own
+(``--model``, ``NONOKA_MODEL`` or the project's config). The provider's key is read
+from the server's environment by the adapter and never appears in anything a client
+gets.
+
+``StampedModel`` is the model a response's turn runs: it sends the response's
+``instructions`` before the conversation (for this response only: a continuation does
+not inherit them, as in OpenAI's API), notes which entry the answer will be, and adds
+the response's stamp to each answer (``nonoka.serve.record``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nonoka.llm.base import (
+    CallOptions,
+    ChatModel,
+    ModelResponse,
+    ReasoningSink,
+    TakesCallOptions,
+    TextSink,
+    ToolSpec,
+)
+from nonoka.serve.ids import ResponsePoint
+from nonoka.serve.record import STAMP, Asked
+from nonoka.state.entries import EntryMessages, MemoryEntry
+from nonoka.state.messages import Message
+
+
+class Models:
+    """The server's model and the ones a request may name."""
+
+    def __init__(self, project: Path, default: str) -> None:
+        self.project = project
+        self.default = default
+
+    def pick(self, asked: str | None) -> str:
+        """The spec a request runs with (see the module's docstring)."""
+        if not asked or asked == self.default:
+            return self.default
+        if asked == self.default.partition(":")[2]:
+            return self.default
+        from nonoka.turn.project import described
+
+        if ":" in asked and described(self.project, asked) is not None:
+            return asked
+        return self.default
+
+    def resolve(self, spec: str) -> ChatModel:
+        """The model for ``spec`` (a ``ModelNotConfiguredError`` when it cannot be used)."""
+        from nonoka.turn.project import configured
+
+        return configured(self.project, spec)
+
+    def listing(self) -> dict[str, Any]:
+        """``GET /v1/models``."""
+        return {"object": "list", "data": [
+            {"id": self.default, "object": "model", "created": 0, "owned_by": "nonoka"}]}
+
+
+@dataclasses.dataclass
+class Answering:
+    """One response's turn, as its model and its event stream share it."""
+
+    asked: Asked
+    point: ResponsePoint | None = None
+    """Known once the turn's session is (``SessionOpened``)."""
+    tools_at: int | None = None
+    """The entry whose record holds this response's tools (an earlier response's)."""
+    entry: int = 0
+    """The entry the answer being made will be."""
+    answers: list[ModelResponse] = dataclasses.field(default_factory=list)
+    """The answers made so far, stamped."""
+
+    @property
+    def offset(self) -> int:
+        """The answer's entry, counted from the response's start."""
+        assert self.point is not None
+        return self.entry - self.point.start
+
+
+class StampedModel:
+    """``model``, answering for one response (see the module's docstring)."""
+
+    def __init__(self, model: ChatModel, run: Answering) -> None:
+        self.model = model
+        self.run = run
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *,
+                       on_text: TextSink | None = None) -> ModelResponse:
+        """A call that is not the response's answer (a compaction's summary)."""
+        return await self.model.complete(messages, tools, on_text=on_text)
+
+    async def complete_with(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
+                            *, on_text: TextSink | None = None,
+                            on_reasoning: ReasoningSink | None = None,
+                            options: CallOptions | None = None) -> ModelResponse:
+        run = self.run
+        run.entry = len(messages)
+        sent = _instructed(messages, run.asked.instructions)
+        model = self.model
+        if isinstance(model, TakesCallOptions):
+            answer = await model.complete_with(sent, tools, on_text=on_text,
+                                               on_reasoning=on_reasoning, options=options)
+        else:
+            answer = await model.complete(sent, tools, on_text=on_text)
+        assert run.point is not None
+        stamp: dict[str, Any] = {"id": run.point.id, "finish": answer.finish_reason,
+                                 "completed_at": int(time.time())}
+        if not run.answers:
+            stamp["record"] = run.asked.stamp(run.tools_at)
+        stamped = dataclasses.replace(answer, provider_metadata={
+            **(answer.provider_metadata or {}), STAMP: stamp})
+        run.answers.append(stamped)
+        return stamped
+
+
+def _instructed(messages: Sequence[Message], instructions: str | None) -> Sequence[Message]:
+    """The conversation with the response's instructions before it, as a system message."""
+    if not instructions:
+        return messages
+    if isinstance(messages, EntryMessages):
+        return EntryMessages([MemoryEntry.make("system", instructions), *messages.entries])
+    return [Message(role="system", content=instructions), *messages]

@@ -1,0 +1,225 @@
+"""What a stored response is made of, and where it is: its record rides on its answer.
+
+A response's answer is the assistant entry (entries, when the model was called more than
+once) its turn stored. The model the turn runs (``nonoka.serve.model.StampedModel``)
+adds to each answer, under its ``provider_metadata`` key ``nonoka_serve`` (which every
+model adapter ignores: each reads its own key), the response's id and how the answer
+ended; the first answer also carries what the response was asked with (``Asked``), so
+``GET`` can echo it. Nothing else is written for a response: no table, no index row,
+no second write. The tools a response was given are written once per line and referred
+to while they stay the same (``{"at": entry}``), so a long chain of an agent's turns
+does not store its tool definitions again every turn.
+
+``locate`` finds a response in its session's entries from its id alone: its input
+starts at the id's entry, its answers are the entries stamped with its id, and its
+output runs from the first of them to the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nonoka.serve.ids import ResponsePoint
+from nonoka.serve.items import entry_items
+from nonoka.state.entries import MemoryEntry
+
+STAMP = "nonoka_serve"
+"""The ``provider_metadata`` key of a response's stamp on its answers."""
+
+ECHOED = ("tool_choice", "temperature", "top_p", "max_output_tokens", "parallel_tool_calls",
+          "text", "reasoning", "truncation", "metadata", "safety_identifier",
+          "prompt_cache_key", "user", "service_tier", "top_logprobs", "presence_penalty",
+          "frequency_penalty", "max_tool_calls")
+"""The request fields a response echoes, kept when the request set them."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a response was asked with, as ``GET`` echoes it."""
+
+    model: str
+    created_at: int
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    params: dict[str, Any] | None = None
+    """The ``ECHOED`` fields the request set."""
+
+    def stamp(self, tools_at: int | None) -> dict[str, Any]:
+        """The record's form on the first answer; ``tools_at``: the entry whose record
+        holds the same tools, when an earlier response of the line gave them."""
+        record: dict[str, Any] = {"model": self.model, "created_at": self.created_at}
+        if self.previous_response_id:
+            record["previous_response_id"] = self.previous_response_id
+        if self.instructions is not None:
+            record["instructions"] = self.instructions
+        if tools_at is not None:
+            record["tools"] = {"at": tools_at}
+        elif self.tools:
+            record["tools"] = list(self.tools)
+        if self.params:
+            record["params"] = dict(self.params)
+        return record
+
+    @classmethod
+    def from_stamp(cls, record: dict[str, Any], tools: Sequence[dict[str, Any]]) -> Asked:
+        return cls(model=str(record.get("model", "")),
+                   created_at=int(record.get("created_at", 0)),
+                   previous_response_id=record.get("previous_response_id"),
+                   instructions=record.get("instructions"), tools=tuple(tools),
+                   params=dict(record.get("params") or {}))
+
+
+def stamp_of(entry: MemoryEntry) -> dict[str, Any] | None:
+    """The response stamp on an answer, if a served response wrote it."""
+    if entry.role != "assistant":
+        return None
+    meta = entry.metadata.get("provider_metadata")
+    found = meta.get(STAMP) if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) and isinstance(found.get("id"), str) else None
+
+
+@dataclass(frozen=True)
+class Located:
+    """A stored response: its point, and the entries of its line that are its own."""
+
+    point: ResponsePoint
+    entries: Sequence[MemoryEntry]
+    first: int
+    """The first answer."""
+    end: int
+    """The entry after its last answer: where a continuation starts."""
+
+    @property
+    def record(self) -> dict[str, Any]:
+        stamp = stamp_of(self.entries[self.first])
+        assert stamp is not None
+        return dict(stamp.get("record") or {})
+
+    @property
+    def last(self) -> dict[str, Any]:
+        stamp = stamp_of(self.entries[self.end - 1])
+        assert stamp is not None
+        return stamp
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools the response was given (followed to the record that holds them)."""
+        held = self.record.get("tools")
+        if isinstance(held, dict) and isinstance(held.get("at"), int) and \
+                0 <= held["at"] < len(self.entries):
+            stamp = stamp_of(self.entries[held["at"]])
+            held = ((stamp or {}).get("record") or {}).get("tools")
+        return list(held) if isinstance(held, list) else []
+
+    def tools_at(self) -> int | None:
+        """The entry whose record holds this response's tools, if it has any."""
+        held = self.record.get("tools")
+        if isinstance(held, dict) and isinstance(held.get("at"), int):
+            return int(held["at"])
+        return self.first if isinstance(held, list) and held else None
+
+    def asked(self) -> Asked:
+        return Asked.from_stamp(self.record, self.tools())
+
+    def input_items(self) -> list[dict[str, Any]]:
+        return [item for at in range(self.point.start, self.first)
+                for item in entry_items(self.entries[at], self.point, at - self.point.start)]
+
+    def output(self) -> list[dict[str, Any]]:
+        return [item for at in range(self.first, self.end)
+                for item in entry_items(self.entries[at], self.point, at - self.point.start)]
+
+    def usage(self) -> dict[str, Any]:
+        return usage_of(self.entries[self.first:self.end])
+
+
+def locate(entries: Sequence[MemoryEntry], point: ResponsePoint) -> Located | None:
+    """The response ``point`` names in a session's ``entries``, or ``None``.
+
+    Its answers are stamped with its id; the scan stops at an answer stamped by another
+    response (or the end), so it reads the response and the next one's input at most.
+    """
+    rid = point.id
+    first = last = None
+    for at in range(point.start, len(entries)):
+        stamp = stamp_of(entries[at])
+        if stamp is None:
+            continue
+        if stamp["id"] != rid:
+            break
+        if first is None:
+            first = at
+        last = at
+    if first is None or last is None or not isinstance(
+            (stamp_of(entries[first]) or {}).get("record"), dict):
+        return None
+    return Located(point, entries, first, last + 1)
+
+
+def usage_of(entries: Sequence[MemoryEntry]) -> dict[str, Any]:
+    """The Responses API's usage of the answers among ``entries`` (each keeps its call's)."""
+    counts = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
+              "reasoning_tokens": 0}
+    for entry in entries:
+        spent = entry.metadata.get("usage") if entry.role == "assistant" else None
+        if isinstance(spent, dict):
+            for name in counts:
+                value = spent.get(name)
+                counts[name] += value if isinstance(value, int) else 0
+    return usage_body(counts["input_tokens"], counts["output_tokens"],
+                      counts["cache_read_tokens"], counts["reasoning_tokens"])
+
+
+def usage_body(input_tokens: int, output_tokens: int, cached: int = 0,
+               reasoning: int = 0) -> dict[str, Any]:
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens_details": {"reasoning_tokens": reasoning}}
+
+
+INCOMPLETE = {"length": "max_output_tokens", "max_tokens": "max_output_tokens",
+              "content_filter": "content_filter"}
+"""A model's finish reason that leaves its response incomplete, and the reason given."""
+
+
+def resource(point_id: str, asked: Asked, *, status: str, output: list[dict[str, Any]],
+             usage: dict[str, Any] | None, completed_at: int | None = None,
+             incomplete: str | None = None, error: dict[str, Any] | None = None,
+             store: bool = True) -> dict[str, Any]:
+    """A response object, every field the Responses API gives."""
+    params = asked.params or {}
+    return {
+        "id": point_id, "object": "response", "created_at": asked.created_at,
+        "completed_at": completed_at, "status": status,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "model": asked.model, "previous_response_id": asked.previous_response_id,
+        "instructions": asked.instructions, "output": output, "error": error,
+        "tools": [_tool(t) for t in asked.tools],
+        "tool_choice": params.get("tool_choice", "auto"),
+        "truncation": params.get("truncation", "disabled"),
+        "parallel_tool_calls": params.get("parallel_tool_calls", True),
+        "text": params.get("text") or {"format": {"type": "text"}},
+        "top_p": params.get("top_p", 1.0),
+        "presence_penalty": params.get("presence_penalty", 0.0),
+        "frequency_penalty": params.get("frequency_penalty", 0.0),
+        "top_logprobs": params.get("top_logprobs", 0),
+        "temperature": params.get("temperature", 1.0),
+        "reasoning": params.get("reasoning"), "usage": usage,
+        "max_output_tokens": params.get("max_output_tokens"),
+        "max_tool_calls": params.get("max_tool_calls"),
+        "store": store, "background": False,
+        "service_tier": params.get("service_tier", "default"),
+        "metadata": params.get("metadata") or {},
+        "safety_identifier": params.get("safety_identifier"),
+        "prompt_cache_key": params.get("prompt_cache_key"),
+        "user": params.get("user"),
+    }
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "name": tool.get("name"),
+            "description": tool.get("description"), "parameters": tool.get("parameters"),
+            "strict": tool.get("strict")}

@@ -1,0 +1,352 @@
+"""The Responses API over nonoka's sessions: create, get, delete, input items.
+
+A response is a point on a session line. Without ``previous_response_id`` it starts a
+new session (the input's earlier items its history). With one, it continues from that
+response's point: in the same session when the point is the session's tip, checked
+under the session's lease; otherwise in a branch made there (nonoka's branches share
+their parent's entries: nothing is copied), so the model is sent exactly the path from
+the root to that point and nothing of its siblings. The turn itself is the turn
+service's, as for every front end, so ``nonoka sessions`` and ``nonoka ui`` see every
+response as the entries of a session.
+
+``store: false`` runs the turn in a memory store, seeded with the path it continues:
+nothing is written, and its id names nothing later. ``DELETE`` takes a response out of
+the API (``GET``, ``input_items`` and ``previous_response_id`` no longer find it; the
+session index row lists it under ``serve_deleted``); its entries stay in the session,
+which other responses may continue, until the session itself is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from nonoka.errors import ConfigurationError, Failure
+from nonoka.events import ModelCalled, ReasoningDelta, TextDelta, ToolCallFinished
+from nonoka.runtime.agent import Agent
+from nonoka.runtime.runner import Runner
+from nonoka.runtime.session import Session
+from nonoka.runtime.tools import host_tool
+from nonoka.serve.errors import api_error, failure_error, invalid, not_found, previous_not_found
+from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_response_id
+from nonoka.serve.inputs import CreateRequest, messages_of, parse_create, plan, resolved
+from nonoka.serve.items import entry_items
+from nonoka.serve.model import Answering, Models, StampedModel
+from nonoka.serve.record import INCOMPLETE, Asked, Located, locate, resource
+from nonoka.serve.stream import Emit, ResponseEvents
+from nonoka.state.messages import Message
+from nonoka.store.leases import hold_lease, lease_wait_from_env, new_lease_owner
+from nonoka.store.project import ProjectStores, open_project_stores
+from nonoka.turn.journal import title_from
+from nonoka.turn.outcome import TurnOutcome
+from nonoka.turn.service import Opening, SessionOpened, TurnEvent, TurnInput, TurnService
+
+DELETED = "serve_deleted"
+"""The index metadata key listing a session's responses taken out of the API."""
+FORK_REASON = "previous_response_id"
+"""Why a branch was made: a response continued from a point that is not its tip."""
+
+
+class SessionLocks:
+    """One lock per session a request of this process runs or changes, so requests for
+    one session wait for each other here instead of finding its lease taken."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[session_id]
+            if users == 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
+
+
+@dataclasses.dataclass
+class _Request:
+    """One create request on its way through."""
+
+    given: CreateRequest
+    asked: Asked
+    seed: list[Message]
+    turn_input: TurnInput
+    agent: Agent
+    run: Answering
+    events: ResponseEvents | None
+    previous: Located | None
+
+
+class Responses:
+    """The Responses API of one project's stores."""
+
+    def __init__(self, stores: ProjectStores, models: Models, project: Path,
+                 locks: SessionLocks | None = None) -> None:
+        self.stores = stores
+        self.models = models
+        self.project = project
+        self.locks = locks if locks is not None else SessionLocks()
+        self.runner = Runner(stores.checkpoints)
+
+    # -- create ------------------------------------------------------------------------------
+
+    async def create(self, body: Any, emit: Emit | None = None) -> dict[str, Any]:
+        """Run a response; its events go to ``emit`` (a stream) as they happen.
+
+        Raises ``ApiError`` for a request that cannot start; once ``response.created`` is
+        emitted, a failure ends the stream with ``response.failed`` instead (without a
+        stream, it is raised).
+        """
+        given = parse_create(body)
+        spec = self.models.pick(given.model)
+        asked = Asked(model=spec, created_at=int(time.time()),
+                      previous_response_id=given.previous_response_id,
+                      instructions=given.instructions, tools=given.tools, params=given.params)
+        sessions: dict[str, Session | None] = {}
+
+        async def resolve(ident: str, param: str) -> dict[str, Any]:
+            return await self._item(ident, param, sessions)
+
+        messages = messages_of(await resolved(given.input, resolve))
+        previous = None
+        if given.previous_response_id is not None:
+            previous = await self._stored(given.previous_response_id, sessions)
+            if previous is None:
+                raise previous_not_found(given.previous_response_id)
+        pending = previous.entries[previous.end - 1].tool_calls if previous else []
+        seed, turn_input = plan(messages, pending)
+        try:
+            model = self.models.resolve(spec)
+        except ConfigurationError as exc:
+            raise invalid(str(exc), "model", code="model_not_found") from None
+        run = Answering(asked)
+        if previous is not None and given.store and given.tools and \
+                previous.tools() == list(given.tools):
+            run.tools_at = previous.tools_at()
+        agent = Agent(model=StampedModel(model, run), call_options=given.call_options(),
+                      tools=[host_tool(t["name"], t["description"] or "", t["parameters"])
+                             for t in given.tools])
+        events = ResponseEvents(emit, run) if emit is not None else None
+        request = _Request(given, asked, seed, turn_input, agent, run, events, previous)
+        try:
+            return await self._run(request, messages)
+        except Exception as exc:
+            if events is None or not events.sequence:
+                raise
+            error = api_error(exc)  # the stream has begun: it ends with an error event
+            events.event("error", error={"type": error.type, "code": error.code,
+                                         "message": error.message, "param": error.param})
+            return {}
+
+    async def _run(self, request: _Request, messages: list[Message]) -> dict[str, Any]:
+        if not request.given.store:
+            return await self._unstored(request)
+        if request.previous is None:
+            return await self._answer(request, self._service(messages), Opening(
+                None, request.turn_input, seed=request.seed), start=0)
+        return await self._continue(request, request.previous)
+
+    async def _continue(self, request: _Request, previous: Located) -> dict[str, Any]:
+        """Continue from ``previous``: in its session at its tip, else in a branch."""
+        sid = previous.point.session_id
+        service = self._service([])
+        turn_input = dataclasses.replace(request.turn_input, seed=request.seed)
+        owner = new_lease_owner()
+        async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
+                                                     wait=lease_wait_from_env()):
+            session = await service.load(sid)
+            found = locate(session.memory.entries, previous.point) if session else None
+            if session is None or found is None:
+                raise previous_not_found(previous.point.id)
+            if found.end == len(session.memory.entries):
+                return await self._answer(request, service, Opening(session, turn_input),
+                                          start=found.end, owner=owner)
+        branch = await service.fork(sid, found.end, reason=FORK_REASON)
+        async with self.locks.hold(branch):
+            return await self._answer(request, service, Opening(
+                branch, turn_input, forked_from=sid, fork_point=found.end), start=found.end)
+
+    async def _unstored(self, request: _Request) -> dict[str, Any]:
+        """``store: false``: the turn in a memory store, seeded with the path it continues."""
+        path: list[Message] = []
+        if request.previous is not None:
+            located = request.previous
+            path = [e.to_message() for e in located.entries[:located.end]]
+        stores = open_project_stores(self.project, "memory:")
+        try:
+            service = TurnService(stores, title="", metadata={"purpose": "chat"})
+            return await self._answer(request, service, Opening(
+                None, request.turn_input, seed=[*path, *request.seed]), start=len(path))
+        finally:
+            await stores.close()
+
+    def _service(self, messages: list[Message]) -> TurnService:
+        title = next((title_from(m.content) for m in messages
+                      if m.role == "user" and m.content.strip()), "")
+        return TurnService(self.stores, title=title, metadata={
+            "purpose": "chat", "cwd": str(self.project), "api": "responses"})
+
+    async def _answer(self, request: _Request, service: TurnService, opening: Opening, *,
+                      start: int, owner: str | None = None) -> dict[str, Any]:
+        """Run the turn and give the response it made."""
+        run, events, given = request.run, request.events, request.given
+        answered = 0
+
+        async def sink(event: TurnEvent) -> None:
+            nonlocal answered
+            if isinstance(event, SessionOpened):
+                run.point = new_point(event.session_id, start)
+                await service.journal.log("response", {"id": run.point.id})
+                if events is not None:
+                    events.started(resource(run.point.id, request.asked, status="in_progress",
+                                            output=[], usage=None, store=given.store))
+            elif events is None:
+                return
+            elif isinstance(event, TextDelta):
+                events.text(event.text)
+            elif isinstance(event, ReasoningDelta):
+                events.reasoning(event.text)
+            elif isinstance(event, ModelCalled) and len(run.answers) > answered:
+                answered = len(run.answers)
+                events.answered()
+            elif isinstance(event, ToolCallFinished):
+                events.tool_output(event.call, event.content)
+
+        logged: dict[str, Any] = {"api": "responses", "model": request.asked.model,
+                                  "stream": given.stream, "store": given.store,
+                                  "previous_response_id": given.previous_response_id,
+                                  "tools": [t["name"] for t in given.tools]}
+        outcome = await service.run(request.agent, opening, request=logged,
+                                    lease_owner=(lambda _sid: owner) if owner else None,
+                                    on_event=sink)
+        term = outcome.result.termination if outcome.result is not None else None
+        await service.finish(outcome.finish_reason, *(
+            (term.limit, term.detail) if term is not None and term.limit else ()))
+        return self._made(request, outcome)
+
+    def _made(self, request: _Request, outcome: TurnOutcome) -> dict[str, Any]:
+        """The response a finished turn made (or the error, without a stream)."""
+        run, events = request.run, request.events
+        session = outcome.result.session if outcome.result is not None else None
+        located = None
+        if run.point is not None and session is not None:
+            located = locate(session.memory.entries, run.point)
+        if located is not None:
+            made = self._resource(located, store=request.given.store)
+            if events is not None:
+                events.finished(made)
+            return made
+        failure = outcome.failure or Failure(
+            "model_error", f"the turn ended ({outcome.finish_reason}) without an answer")
+        if events is None or run.point is None:
+            raise failure_error(failure)
+        error = failure_error(failure)
+        made = resource(run.point.id, request.asked, status="failed", output=[], usage=None,
+                        error={"code": error.code or "server_error", "message": error.message},
+                        store=request.given.store)
+        events.finished(made)
+        return made
+
+    @staticmethod
+    def _resource(located: Located, *, store: bool = True) -> dict[str, Any]:
+        last = located.last
+        incomplete = INCOMPLETE.get(str(last.get("finish")))
+        return resource(located.point.id, located.asked(),
+                        status="incomplete" if incomplete else "completed",
+                        output=located.output(), usage=located.usage(),
+                        completed_at=last.get("completed_at"), incomplete=incomplete,
+                        store=store)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def _stored(self, response_id: str,
+                      sessions: dict[str, Session | None] | None = None) -> Located | None:
+        """The stored response ``response_id`` names, or ``None``."""
+        point = parse_response_id(response_id)
+        if point is None:
+            return None
+        session = await self._session(point, sessions if sessions is not None else {})
+        if session is None:
+            return None
+        record = await self.stores.index.get_session(point.session_id)
+        if record is not None and response_id in (record.metadata.get(DELETED) or ()):
+            return None
+        return locate(session.memory.entries, point)
+
+    async def _session(self, point: ResponsePoint,
+                       sessions: dict[str, Session | None]) -> Session | None:
+        sid = point.session_id
+        if sid not in sessions:
+            sessions[sid] = await self.runner.load_session(sid)
+        return sessions[sid]
+
+    async def _item(self, ident: str, param: str,
+                    sessions: dict[str, Session | None]) -> dict[str, Any]:
+        """The stored item ``ident`` names (an ``item_reference``)."""
+        place = parse_item_id(ident)
+        located = await self._stored(place.response.id, sessions) if place else None
+        if place is not None and located is not None and place.entry < len(located.entries):
+            for item in entry_items(located.entries[place.entry], place.response,
+                                    place.offset):
+                if item["id"] == ident:
+                    return item
+        raise invalid(f"Item with id '{ident}' not found.", param)
+
+    async def get(self, response_id: str) -> dict[str, Any]:
+        return self._resource(await self._found(response_id))
+
+    async def _found(self, response_id: str) -> Located:
+        located = await self._stored(response_id)
+        if located is None:
+            raise not_found("Response", response_id)
+        return located
+
+    async def delete(self, response_id: str) -> dict[str, Any]:
+        located = await self._found(response_id)
+        sid = located.point.session_id
+        index = self.stores.index
+        async with self.locks.hold(sid):
+            record = await index.get_session(sid)
+            if record is None:
+                raise not_found("Response", response_id)
+            deleted = [*(record.metadata.get(DELETED) or ()), response_id]
+            await index.upsert_session(record.model_copy(
+                update={"metadata": {**record.metadata, DELETED: deleted}}))
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    async def input_items(self, response_id: str, query: Mapping[str, str]) -> dict[str, Any]:
+        """``GET /v1/responses/{id}/input_items``: ``limit`` (1-100, 20), ``order``
+        (``desc`` by default, as OpenAI's), ``after`` (an item id)."""
+        items = (await self._found(response_id)).input_items()
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise invalid("order must be asc or desc", "order")
+        if order == "desc":
+            items.reverse()
+        after = query.get("after")
+        if after:
+            ids = [item["id"] for item in items]
+            items = items[ids.index(after) + 1:] if after in ids else []
+        try:
+            limit = int(query.get("limit", "20"))
+        except ValueError:
+            raise invalid("limit must be an integer", "limit") from None
+        if not 1 <= limit <= 100:
+            raise invalid("limit must be between 1 and 100", "limit")
+        page = items[:limit]
+        return {"object": "list", "data": page,
+                "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None,
+                "has_more": len(items) > limit}
+

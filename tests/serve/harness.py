@@ -1,0 +1,204 @@
+"""A real ``nonoka serve``: in this process (uvicorn on a thread of its own, a free
+loopback port) or as a process of its own; raw HTTP and server-sent events; the
+OpenResponses spec's models for every response and every streamed event."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from openresponses_types import types as spec
+from pydantic import BaseModel
+
+from nonoka.serve.server import base_url, bind, open_served, run
+
+EVENT_MODELS: dict[str, type[BaseModel]] = {
+    "response.created": spec.ResponseCreatedStreamingEvent,
+    "response.queued": spec.ResponseQueuedStreamingEvent,
+    "response.in_progress": spec.ResponseInProgressStreamingEvent,
+    "response.completed": spec.ResponseCompletedStreamingEvent,
+    "response.failed": spec.ResponseFailedStreamingEvent,
+    "response.incomplete": spec.ResponseIncompleteStreamingEvent,
+    "response.output_item.added": spec.ResponseOutputItemAddedStreamingEvent,
+    "response.output_item.done": spec.ResponseOutputItemDoneStreamingEvent,
+    "response.content_part.added": spec.ResponseContentPartAddedStreamingEvent,
+    "response.content_part.done": spec.ResponseContentPartDoneStreamingEvent,
+    "response.output_text.delta": spec.ResponseOutputTextDeltaStreamingEvent,
+    "response.output_text.done": spec.ResponseOutputTextDoneStreamingEvent,
+    "response.output_text.annotation.added":
+        spec.ResponseOutputTextAnnotationAddedStreamingEvent,
+    "response.refusal.delta": spec.ResponseRefusalDeltaStreamingEvent,
+    "response.refusal.done": spec.ResponseRefusalDoneStreamingEvent,
+    "response.reasoning.delta": spec.ResponseReasoningDeltaStreamingEvent,
+    "response.reasoning.done": spec.ResponseReasoningDoneStreamingEvent,
+    "response.reasoning_summary_part.added":
+        spec.ResponseReasoningSummaryPartAddedStreamingEvent,
+    "response.reasoning_summary_part.done": spec.ResponseReasoningSummaryPartDoneStreamingEvent,
+    "response.reasoning_summary_text.delta": spec.ResponseReasoningSummaryDeltaStreamingEvent,
+    "response.reasoning_summary_text.done": spec.ResponseReasoningSummaryDoneStreamingEvent,
+    "response.function_call_arguments.delta":
+        spec.ResponseFunctionCallArgumentsDeltaStreamingEvent,
+    "response.function_call_arguments.done":
+        spec.ResponseFunctionCallArgumentsDoneStreamingEvent,
+    "error": spec.ErrorStreamingEvent,
+}
+"""Every streaming event of the OpenResponses spec, by its ``type``."""
+
+
+def valid_response(data: Any) -> dict[str, Any]:
+    """``data``, checked against the spec's ``ResponseResource``."""
+    spec.ResponseResource.model_validate(data)
+    assert isinstance(data, dict)
+    return data
+
+
+def valid_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events``, each checked against its spec model, numbered 0, 1, 2... in order,
+    starting with ``response.created`` and ending with the response's final event."""
+    for event in events:
+        model = EVENT_MODELS.get(event.get("type", ""))
+        assert model is not None, f"not an event of the spec: {event}"
+        model.model_validate(event)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[0]["type"] == "response.created"
+    assert events[1]["type"] == "response.in_progress"
+    assert events[-1]["type"] in ("response.completed", "response.incomplete",
+                                  "response.failed", "error")
+    return events
+
+
+class Served:
+    """``nonoka serve`` in this process: uvicorn on a thread of its own, a free port."""
+
+    def __init__(self, project: Path, model: str, *, key: str | None = None,
+                 database_url: str | None = None) -> None:
+        self._ready = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._failure: BaseException | None = None
+        self.url = ""
+        self.port = 0
+        self._args = (project, database_url, model, key)
+        self._thread = threading.Thread(target=self._main, name="nonoka-serve", daemon=True)
+        self._thread.start()
+        assert self._ready.wait(60), "nonoka serve did not start"
+        if self._failure is not None:
+            raise self._failure
+
+    def _main(self) -> None:
+        project, database_url, model, key = self._args
+
+        async def main() -> None:
+            served, stores = open_served(project, database_url, model)
+            try:
+                sock = bind("127.0.0.1", 0)
+                self.port = sock.getsockname()[1]
+                self.url = base_url("127.0.0.1", self.port)
+                await run(served, sock, key=key, started=self._started)
+            finally:
+                await stores.close()
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            self._failure = exc
+            self._ready.set()
+
+    def _started(self, server: uvicorn.Server) -> None:
+        self._server = server
+        self._ready.set()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "nonoka serve did not stop"
+
+    def request(self, method: str, path: str, body: Any = None,
+                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        return request(self.port, method, path, body, headers)
+
+    def events(self, body: dict[str, Any], headers: dict[str, str] | None = None
+               ) -> list[dict[str, Any]]:
+        return sse(self.port, "/v1/responses", {**body, "stream": True}, headers)
+
+
+def request(port: int, method: str, path: str, body: Any = None,
+            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """One plain HTTP request; the status, the headers (lower-case names), the body."""
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request(method, path, body=None if body is None else json.dumps(body),
+                           headers=sent)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, \
+            response.read()
+    finally:
+        connection.close()
+
+
+def sse(port: int, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+        ) -> list[dict[str, Any]]:
+    """A streamed request's events, as the server sent them (``data:`` lines; each
+    ``event:`` line must name its data's type). ``[DONE]`` ends a chat stream."""
+    status, got, raw = request(port, "POST", path, body, headers)
+    assert status == 200, raw
+    assert got["content-type"].startswith("text/event-stream")
+    events: list[dict[str, Any]] = []
+    for block in raw.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in block.split("\n"))
+        if fields["data"] == "[DONE]":
+            events.append({"type": "[DONE]"})
+            continue
+        data = json.loads(fields["data"])
+        if "event" in fields:
+            assert fields["event"] == data["type"]
+        events.append(data)
+    return events
+
+
+ADDRESS = re.compile(r"(http://127\.0\.0\.1:(\d+)/v1)")
+
+
+class ServeProcess:
+    """``nonoka serve --port 0`` as a process of its own, in ``project``."""
+
+    def __init__(self, project: Path, model: str, env: dict[str, str]) -> None:
+        command = [sys.executable, "-m", "nonoka", "serve", "--port", "0", "--model", model]
+        self.process = subprocess.Popen(command, cwd=project, env={**os.environ, **env},
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        assert self.process.stdout is not None
+        self.output = ""
+        for line in self.process.stdout:
+            self.output += line
+            found = ADDRESS.search(line)
+            if found:
+                self.url, self.port = found.group(1), int(found.group(2))
+                return
+        raise AssertionError(f"nonoka serve printed no address: {self.output}"
+                             f"{self.process.stderr.read() if self.process.stderr else ''}")
+
+    def kill(self) -> None:
+        """SIGKILL: nothing gets to clean up."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.communicate(timeout=30)
+
+    def stop(self) -> str:
+        """Ctrl+C; returns what it wrote on stderr."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        _, errors = self.process.communicate(timeout=30)
+        return errors
