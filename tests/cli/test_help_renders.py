@@ -20,7 +20,8 @@ from nonoka.llm.wire import PROVIDERS
 
 OPENS_A_DATABASE = {"run", "sessions list", "sessions show", "sessions fork",
                     "sessions search", "sessions export", "sessions import", "sessions delete",
-                    "sessions prune", "db copy", "db check", "db vacuum", "db stats", "ui"}
+                    "sessions prune", "db copy", "db check", "db vacuum", "db stats", "ui",
+                    "serve"}
 
 
 def commands(group: click.Group = cli, path: tuple[str, ...] = ()

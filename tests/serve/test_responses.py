@@ -279,3 +279,26 @@ def test_upstream_failures_keep_the_upstream_key(client: OpenAI, scripted: list[
     assert UPSTREAM_KEY not in body.decode() and UPSTREAM_KEY[8:30] not in body.decode()
     assert json.loads(body)["error"]["type"] == "server_error"
     assert os.environ["OPENAI_API_KEY"] == UPSTREAM_KEY
+
+
+def test_the_session_commands_see_responses(client: OpenAI, scripted: list[Any],
+                                            project: Path) -> None:
+    from tests.support.processes import run_nonoka
+
+    scripted += [text("The answer is papaya."), text("Still papaya.")]
+    first = client.responses.create(model="m", input="What fruit?")
+    client.responses.create(model="m", input="Sure?", previous_response_id=first.id)
+    point = parse_response_id(first.id)
+    assert point is not None
+    env = {**os.environ, "NONOKA_DATABASE_URL": ""}
+    listed = run_nonoka(project, "sessions", "list", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert point.session_id in listed.stdout
+    shown = run_nonoka(project, "sessions", "show", point.session_id[:8], "--entries",
+                       env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "Still papaya." in shown.stdout and first.id in shown.stdout
+    found = run_nonoka(project, "sessions", "search", "papaya", "--json", env=env)
+    assert found.returncode == 0 and point.session_id in found.stdout
+    exported = run_nonoka(project, "sessions", "export", point.session_id, env=env)
+    assert exported.returncode == 0 and first.id in exported.stdout

@@ -156,7 +156,8 @@ def _answered(route: Route) -> Route:
             return await endpoint(request)  # type: ignore[no-any-return]
         except Exception as exc:
             error = api_error(exc)
-            return JSONResponse(error.body(), status_code=error.status)
+            return JSONResponse(error.body(), status_code=error.status,
+                                headers=error.headers())
 
     return Route(route.path, answered, methods=sorted(route.methods or ()) or None)
 

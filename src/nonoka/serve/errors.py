@@ -26,13 +26,21 @@ class ApiError(Exception):
     """A request answered with an error body."""
 
     def __init__(self, status: int, message: str, *, type: str = INVALID,
-                 code: str | None = None, param: str | None = None) -> None:
+                 code: str | None = None, param: str | None = None,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type
         self.code = code
         self.param = param
+        self.retry_after = retry_after
+        """Seconds a client should wait before trying again, when known."""
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"retry-after": str(max(0, round(self.retry_after)))}
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, type=self.type, code=self.code, param=self.param)
@@ -89,7 +97,9 @@ def _upstream(failure: Failure) -> ApiError:
     if status in (400, 404, 413, 422):
         return ApiError(400, failure.message, code=code)
     if status == 429:
-        return ApiError(429, failure.message, type="rate_limit_error", code=code)
+        wait = provider.get("retry_after")
+        return ApiError(429, failure.message, type="rate_limit_error", code=code,
+                        retry_after=wait if isinstance(wait, int | float) else None)
     return ApiError(502, failure.message, type=SERVER, code="upstream_error")
 
 

@@ -98,6 +98,9 @@ class Responses:
         self.project = project
         self.locks = locks if locks is not None else SessionLocks()
         self.runner = Runner(stores.checkpoints)
+        self.running: dict[str, tuple[asyncio.Event, dict[str, Any]]] = {}
+        """The responses this process is making: when each ends, and its first form
+        (``GET`` gives it meanwhile; a continuation of it waits for its end)."""
 
     # -- create ------------------------------------------------------------------------------
 
@@ -121,6 +124,9 @@ class Responses:
         messages = messages_of(await resolved(given.input, resolve))
         previous = None
         if given.previous_response_id is not None:
+            making = self.running.get(given.previous_response_id)
+            if making is not None:
+                await making[0].wait()
             previous = await self._stored(given.previous_response_id, sessions)
             if previous is None:
                 raise previous_not_found(given.previous_response_id)
@@ -195,7 +201,7 @@ class Responses:
         title = next((title_from(m.content) for m in messages
                       if m.role == "user" and m.content.strip()), "")
         return TurnService(self.stores, title=title, metadata={
-            "purpose": "chat", "cwd": str(self.project), "api": "responses"})
+            "purpose": "chat", "cwd": str(self.project), "source": "nonoka serve"})
 
     async def _answer(self, request: _Request, service: TurnService, opening: Opening, *,
                       start: int, owner: str | None = None) -> dict[str, Any]:
@@ -207,10 +213,13 @@ class Responses:
             nonlocal answered
             if isinstance(event, SessionOpened):
                 run.point = new_point(event.session_id, start)
+                first = resource(run.point.id, request.asked, status="in_progress",
+                                 output=[], usage=None, store=given.store)
+                if given.store:
+                    self.running[run.point.id] = (asyncio.Event(), first)
                 await service.journal.log("response", {"id": run.point.id})
                 if events is not None:
-                    events.started(resource(run.point.id, request.asked, status="in_progress",
-                                            output=[], usage=None, store=given.store))
+                    events.started(first)
             elif events is None:
                 return
             elif isinstance(event, TextDelta):
@@ -223,17 +232,23 @@ class Responses:
             elif isinstance(event, ToolCallFinished):
                 events.tool_output(event.call, event.content)
 
-        logged: dict[str, Any] = {"api": "responses", "model": request.asked.model,
+        logged: dict[str, Any] = {"source": "serve /v1/responses",
+                                  "messages": len(given.input), "model": request.asked.model,
                                   "stream": given.stream, "store": given.store,
                                   "previous_response_id": given.previous_response_id,
                                   "tools": [t["name"] for t in given.tools]}
-        outcome = await service.run(request.agent, opening, request=logged,
-                                    lease_owner=(lambda _sid: owner) if owner else None,
-                                    on_event=sink)
-        term = outcome.result.termination if outcome.result is not None else None
-        await service.finish(outcome.finish_reason, *(
-            (term.limit, term.detail) if term is not None and term.limit else ()))
-        return self._made(request, outcome)
+        try:
+            outcome = await service.run(request.agent, opening, request=logged,
+                                        lease_owner=(lambda _sid: owner) if owner else None,
+                                        on_event=sink)
+            term = outcome.result.termination if outcome.result is not None else None
+            await service.finish(outcome.finish_reason, *(
+                (term.limit, term.detail) if term is not None and term.limit else ()))
+            return self._made(request, outcome)
+        finally:
+            making = self.running.pop(run.point.id, None) if run.point is not None else None
+            if making is not None:
+                making[0].set()
 
     def _made(self, request: _Request, outcome: TurnOutcome) -> dict[str, Any]:
         """The response a finished turn made (or the error, without a stream)."""
@@ -304,6 +319,9 @@ class Responses:
         raise invalid(f"Item with id '{ident}' not found.", param)
 
     async def get(self, response_id: str) -> dict[str, Any]:
+        making = self.running.get(response_id)
+        if making is not None:
+            return making[1]
         return self._resource(await self._found(response_id))
 
     async def _found(self, response_id: str) -> Located:
