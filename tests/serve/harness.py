@@ -18,9 +18,11 @@ from typing import Any
 
 import uvicorn
 from openresponses_types import types as spec
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nonoka.serve.server import base_url, bind, open_served, run
+from nonoka.serve.app import create_app
+from nonoka.serve.server import base_url, bind, open_served
 
 EVENT_MODELS: dict[str, type[BaseModel]] = {
     "response.created": spec.ResponseCreatedStreamingEvent,
@@ -77,8 +79,65 @@ def valid_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return events
 
 
+class Checked:
+    """ASGI middleware that holds every answer of the Responses API to the spec: each
+    response object (create, get) against ``ResponseResource``, each streamed event
+    against its event model, numbered in order. ``failures`` lists what did not hold."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.failures: list[str] = []
+        self.checked = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if scope["type"] != "http" or not path.startswith("/v1/responses") or \
+                path.endswith("/input_items") or scope.get("method") == "DELETE":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+        body = b""
+
+        async def watched(message: Message) -> None:
+            nonlocal status, body
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                body += message.get("body", b"")
+                if not message.get("more_body") and status == 200:
+                    self._check(path, body)
+            await send(message)
+
+        await self.app(scope, receive, watched)
+
+    def _check(self, path: str, body: bytes) -> None:
+        self.checked += 1
+        try:
+            if body.startswith(b"event:") or body.startswith(b"data:"):
+                events = [json.loads(block.split("data: ", 1)[1])
+                          for block in body.decode().split("\n\n") if block.strip()]
+                valid_events(events)
+            else:
+                valid_response(json.loads(body))
+        except (AssertionError, ValidationError, ValueError) as exc:
+            self.failures.append(f"{path}: {exc}")
+
+
+class _Started(uvicorn.Server):
+    """uvicorn's server, setting ``ready`` once it accepts requests."""
+
+    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
+        super().__init__(config)
+        self.ready = ready
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
 class Served:
-    """``nonoka serve`` in this process: uvicorn on a thread of its own, a free port."""
+    """``nonoka serve`` in this process: uvicorn on a thread of its own, a free port;
+    every Responses answer held to the spec (``Checked``; ``stop`` fails on a miss)."""
 
     def __init__(self, project: Path, model: str, *, key: str | None = None,
                  database_url: str | None = None) -> None:
@@ -87,6 +146,7 @@ class Served:
         self._failure: BaseException | None = None
         self.url = ""
         self.port = 0
+        self.checked: Checked | None = None
         self._args = (project, database_url, model, key)
         self._thread = threading.Thread(target=self._main, name="nonoka-serve", daemon=True)
         self._thread.start()
@@ -103,8 +163,15 @@ class Served:
                 sock = bind("127.0.0.1", 0)
                 self.port = sock.getsockname()[1]
                 self.url = base_url("127.0.0.1", self.port)
-                await run(served, sock, key=key, started=self._started)
+                hosts = frozenset({f"127.0.0.1:{self.port}", f"localhost:{self.port}"})
+                self.checked = Checked(create_app(served, key=key, hosts=hosts))
+                config = uvicorn.Config(self.checked, log_level="warning", lifespan="off")
+                self._server = _Started(config, self._ready)
+                await self._server.serve(sockets=[sock])
             finally:
+                for task in list(served.tasks):
+                    task.cancel()
+                await asyncio.gather(*served.tasks, return_exceptions=True)
                 await stores.close()
 
         try:
@@ -113,15 +180,13 @@ class Served:
             self._failure = exc
             self._ready.set()
 
-    def _started(self, server: uvicorn.Server) -> None:
-        self._server = server
-        self._ready.set()
-
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
         self._thread.join(60)
         assert not self._thread.is_alive(), "nonoka serve did not stop"
+        assert self.checked is not None
+        assert not self.checked.failures, self.checked.failures
 
     def request(self, method: str, path: str, body: Any = None,
                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:

@@ -26,7 +26,7 @@ def test_every_reported_response_survives_a_kill(project: Path, scripted: list[A
                                                  server: ScriptedOpenAIServer,
                                                  upstream_env: dict[str, str]) -> None:
     scripted.extend(lambda body: text(f"re: {body['messages'][-1]['content']}")
-                    for _ in range(12))
+                    for _ in range(13))
     paths: dict[str, list[str]] = {}
     process = ServeProcess(project, MODEL, upstream_env)
     try:
@@ -54,6 +54,14 @@ def test_every_reported_response_survives_a_kill(project: Path, scripted: list[A
                 "model": "m", "input": "next", "previous_response_id": response_id})
             assert status == 200, body
             assert path_of(server) == [*path, "next"]
+        status, _, body = request(process.port, "GET", f"/v1/responses/{root.id}/input_items")
+        [asked] = json.loads(body)["data"]
+        status, _, body = request(process.port, "POST", "/v1/responses", {
+            "model": "m", "input": [{"type": "item_reference", "id": asked["id"]},
+                                    {"type": "item_reference", "id": root.output[0].id},
+                                    {"type": "message", "role": "user", "content": "again"}]})
+        assert status == 200, body
+        assert path_of(server) == ["root", "re: root", "again"]  # item ids outlive a kill
     finally:
         assert "Traceback" not in process.stop()
 

@@ -62,8 +62,10 @@ def test_a_client_that_leaves_mid_stream_leaves_the_answer_stored(
         received += connection.recv(65536)
     created = json.loads(received.split(b"data: ", 1)[1].split(b"\n", 1)[0])
     connection.close()  # gone before the model answers
-    gate.set()
     response_id = created["response"]["id"]
+    status, _, raw = request(served.port, "GET", f"/v1/responses/{response_id}")
+    assert status == 200 and json.loads(raw)["status"] == "in_progress"
+    gate.set()
     # The next turn of this session waits for the first to end, then continues it.
     status, _, raw = request(served.port, "POST", "/v1/responses", {
         "model": "m", "input": "and then?", "previous_response_id": response_id})

@@ -1,0 +1,57 @@
+"""The same server on PostgreSQL: a chain, a fork and a chat conversation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.testing import text
+from nonoka.testing.server import ScriptedOpenAIServer
+from tests.pg import schema_url, temp_schema
+from tests.serve.conftest import MODEL
+from tests.serve.harness import Served, request
+
+
+@pytest.fixture
+def pg_served(project: Path, upstream_env: dict[str, str],
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    with temp_schema() as schema:
+        url = schema_url(schema)
+        monkeypatch.setenv("NONOKA_DATABASE_URL", url)  # as the command sets it for chat
+        running = Served(project, MODEL, database_url=url)
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+def post(served: Served, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    status, _, raw = request(served.port, "POST", path, body)
+    assert status == 200, raw
+    return dict(json.loads(raw))
+
+
+def test_lineage_on_postgres(pg_served: Served, scripted: list[Any],
+                             server: ScriptedOpenAIServer) -> None:
+    scripted.extend(lambda body: text(f"re {body['messages'][-1]['content']}")
+                    for _ in range(5))
+    root = post(pg_served, "/v1/responses", {"model": "m", "input": "root"})
+    post(pg_served, "/v1/responses", {"model": "m", "input": "a",
+                                      "previous_response_id": root["id"]})
+    b = post(pg_served, "/v1/responses", {"model": "m", "input": "b",
+                                          "previous_response_id": root["id"]})
+    assert [m["content"] for m in server.requests[-1]["messages"]] == ["root", "re root", "b"]
+    status, _, raw = request(pg_served.port, "GET", f"/v1/responses/{b['id']}")
+    assert status == 200 and json.loads(raw)["output"][0]["content"][0]["text"] == "re b"
+    chat = post(pg_served, "/v1/chat/completions",
+                {"model": "m", "messages": [{"role": "user", "content": "chat"}]})
+    assert chat["choices"][0]["message"]["content"] == "re chat"
+    post(pg_served, "/v1/chat/completions", {"model": "m", "messages": [
+        {"role": "user", "content": "chat"}, {"role": "assistant", "content": "re chat"},
+        {"role": "user", "content": "more"}]})
+    assert [m["content"] for m in server.requests[-1]["messages"]] == [
+        "chat", "re chat", "more"]
