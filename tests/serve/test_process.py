@@ -4,6 +4,8 @@ response it reported; the key it requires off loopback; the ``Host`` check."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,59 @@ def test_every_reported_response_survives_a_kill(project: Path, scripted: list[A
         assert path_of(server) == ["root", "re: root", "again"]  # item ids outlive a kill
     finally:
         assert "Traceback" not in process.stop()
+
+
+def test_a_response_killed_mid_turn_is_incomplete_and_continuable(
+        project: Path, scripted: list[Any], server: ScriptedOpenAIServer,
+        upstream_env: dict[str, str]) -> None:
+    asked = threading.Event()
+    release = threading.Event()
+
+    def stuck(body: dict[str, Any]) -> Any:
+        asked.set()
+        assert release.wait(60)
+        return text("never delivered")
+
+    scripted += [text("first answer"), stuck, text("after the kill"), text("branch")]
+    process = ServeProcess(project, MODEL, upstream_env)
+    try:
+        status, _, raw = request(process.port, "POST", "/v1/responses",
+                                 {"model": "m", "input": "first"})
+        first = json.loads(raw)["id"]
+        connection = socket.create_connection(("127.0.0.1", process.port))
+        body = json.dumps({"model": "m", "input": "killed question", "stream": True,
+                           "previous_response_id": first}).encode()
+        connection.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                           % (process.port, len(body), body))
+        received = b""
+        while b"response.in_progress" not in received:
+            received += connection.recv(65536)
+        killed = json.loads(received.split(b"data: ", 1)[1].split(b"\n", 1)[0])
+        assert asked.wait(60)  # the model is being asked
+    finally:
+        process.kill()
+        release.set()
+    connection.close()
+    killed_id = killed["response"]["id"]
+    process = ServeProcess(project, MODEL, upstream_env)
+    try:
+        status, _, raw = request(process.port, "GET", f"/v1/responses/{killed_id}")
+        assert status == 200, raw
+        got = valid_response(json.loads(raw))
+        assert (got["status"], got["incomplete_details"]) == (
+            "incomplete", {"reason": "interrupted"})
+        assert got["previous_response_id"] == first
+        status, _, raw = request(process.port, "POST", "/v1/responses", {
+            "model": "m", "input": "go on", "previous_response_id": killed_id})
+        assert status == 200, raw
+        assert path_of(server) == ["first", "first answer", "killed question", "go on"]
+        status, _, raw = request(process.port, "POST", "/v1/responses", {
+            "model": "m", "input": "instead", "previous_response_id": first})
+        assert status == 200, raw
+        assert path_of(server) == ["first", "first answer", "instead"]
+    finally:
+        process.stop()
 
 
 def test_other_addresses_need_a_key(project: Path, upstream_env: dict[str, str]) -> None:

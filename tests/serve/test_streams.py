@@ -124,3 +124,25 @@ def test_the_providers_rate_limit_is_passed_on(served: Served, scripted: list[An
                                           {"model": "m", "input": "hi"})
     assert status == 429 and headers["retry-after"] == "0"
     assert json.loads(raw)["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_a_failed_response_reads_back_and_can_be_continued(
+        served: Served, scripted: list[Any], server: ScriptedOpenAIServer) -> None:
+    scripted += [Reply(text="fine"),
+                 HttpError(400, {"error": {"message": "too long", "type": "invalid_request_error",
+                                           "code": "context_length_exceeded"}}),
+                 Reply(text="shorter now")]
+    first = json.loads(served.request("POST", "/v1/responses",
+                                      {"model": "m", "input": "hello"})[2])
+    events = valid_events(served.events({"model": "m", "input": "a huge question",
+                                         "previous_response_id": first["id"]}))
+    failed = events[-1]
+    assert failed["type"] == "response.failed"
+    assert failed["response"]["error"]["code"] == "context_length_exceeded"
+    status, _, raw = served.request("GET", f"/v1/responses/{failed['response']['id']}")
+    assert status == 200 and json.loads(raw)["status"] == "failed"
+    status, _, raw = served.request("POST", "/v1/responses", {
+        "model": "m", "input": "a short one", "previous_response_id": first["id"]})
+    assert status == 200, raw
+    assert [m["content"] for m in server.requests[-1]["messages"]] == [
+        "hello", "fine", "a short one"]

@@ -119,3 +119,30 @@ def test_store_failures_say_busy_or_broken() -> None:
     assert failure_error(Failure("session_busy", "busy", True)).status == 409
     assert failure_error(Failure("store_error", "disk full", False)).status == 500
     assert failure_error(Failure("store_error", "locked", True)).status == 503
+
+
+def test_a_response_without_an_answer_is_read_from_its_timeline() -> None:
+    from nonoka.serve.record import left_of
+    from nonoka.store.records import EventRecord
+
+    def log(*entries: tuple[str, dict[str, Any]]) -> list[EventRecord]:
+        return [EventRecord(session_id="s", kind=kind, data=data, seq=n)
+                for n, (kind, data) in enumerate(entries)]
+
+    record = {"model": "openai:m", "created_at": 1}
+    killed = log(("request", {}), ("response", {"id": "resp_a", "record": record}),
+                 ("partial_answer", {"text": "Once upon"}),
+                 ("partial_answer", {"text": " a time"}))
+    left = left_of(killed, "resp_a", live=False)
+    assert left is not None
+    assert (left.status, left.text, left.record) == ("incomplete", "Once upon a time", record)
+    running = left_of(killed, "resp_a", live=True)
+    assert running is not None and running.status == "in_progress"
+    failed = left_of(log(("response", {"id": "resp_b", "record": record}),
+                         ("error", {"code": "model_error", "message": "boom"}),
+                         ("finish", {"reason": "error"}),
+                         ("request", {}), ("response", {"id": "resp_c"}),
+                         ("partial_answer", {"text": "not b's"})), "resp_b", live=True)
+    assert failed is not None and (failed.status, failed.text, failed.error) == (
+        "failed", "", {"code": "model_error", "message": "boom"})
+    assert left_of(killed, "resp_unknown", live=False) is None

@@ -21,9 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nonoka.serve.ids import ResponsePoint
-from nonoka.serve.items import entry_items
+from nonoka.serve.ids import ENTRY_MESSAGE, ResponsePoint
+from nonoka.serve.items import entry_items, message_item
 from nonoka.state.entries import MemoryEntry
+from nonoka.state.messages import ToolCall
+from nonoka.store.records import EventRecord
+from nonoka.turn.partial import unfinished_answers
 
 STAMP = "nonoka_serve"
 """The ``provider_metadata`` key of a response's stamp on its answers."""
@@ -82,24 +85,46 @@ def stamp_of(entry: MemoryEntry) -> dict[str, Any] | None:
 
 
 @dataclass(frozen=True)
+class Left:
+    """What the timeline says of a response that has no answer stored: its turn failed,
+    or its process died mid-turn (or it is still running in another process)."""
+
+    record: dict[str, Any]
+    """The record its timeline entry (``response``) keeps, as an answer's would."""
+    status: str
+    """``failed``, ``incomplete`` (cut short: its process ended) or ``in_progress``."""
+    text: str = ""
+    """What its answer had streamed when it was cut short."""
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Located:
     """A stored response: its point, and the entries of its line that are its own."""
 
     point: ResponsePoint
     entries: Sequence[MemoryEntry]
     first: int
-    """The first answer."""
+    """The first answer (``end`` when it has none)."""
     end: int
-    """The entry after its last answer: where a continuation starts."""
+    """The entry after its last answer (after its input, when it has no answer): where a
+    continuation starts."""
+    left: Left | None = None
+    """Set for a response without an answer."""
 
     @property
     def record(self) -> dict[str, Any]:
+        if self.left is not None:
+            return dict(self.left.record)
         stamp = stamp_of(self.entries[self.first])
         assert stamp is not None
         return dict(stamp.get("record") or {})
 
     @property
     def last(self) -> dict[str, Any]:
+        """The last answer's stamp (``{}`` for a response without an answer)."""
+        if self.left is not None:
+            return {}
         stamp = stamp_of(self.entries[self.end - 1])
         assert stamp is not None
         return stamp
@@ -114,11 +139,17 @@ class Located:
         return list(held) if isinstance(held, list) else []
 
     def tools_at(self) -> int | None:
-        """The entry whose record holds this response's tools, if it has any."""
+        """The entry whose record holds this response's tools, if one does."""
         held = self.record.get("tools")
         if isinstance(held, dict) and isinstance(held.get("at"), int):
             return int(held["at"])
-        return self.first if isinstance(held, list) and held else None
+        stored = self.left is None and isinstance(held, list) and held
+        return self.first if stored else None
+
+    def pending(self) -> list[ToolCall]:
+        """The calls the response ended with, which a continuation must answer."""
+        last = self.entries[self.end - 1] if self.left is None else None
+        return last.tool_calls if last is not None else []
 
     def asked(self) -> Asked:
         return Asked.from_stamp(self.record, self.tools())
@@ -128,15 +159,33 @@ class Located:
                 for item in entry_items(self.entries[at], self.point, at - self.point.start)]
 
     def output(self) -> list[dict[str, Any]]:
+        if self.left is not None:
+            if not self.left.text:
+                return []
+            item_id = self.point.item_id("msg_", self.end - self.point.start, ENTRY_MESSAGE)
+            return [message_item(item_id, self.left.text, "incomplete")]
         return [item for at in range(self.first, self.end)
                 for item in entry_items(self.entries[at], self.point, at - self.point.start)]
 
-    def usage(self) -> dict[str, Any]:
-        return usage_of(self.entries[self.first:self.end])
+    def usage(self) -> dict[str, Any] | None:
+        return None if self.left is not None else usage_of(self.entries[self.first:self.end])
+
+
+def input_end(entries: Sequence[MemoryEntry], point: ResponsePoint) -> int:
+    """Where the input of a response without an answer ends: where the next response on
+    its line starts (a continuation of it), else the session's end."""
+    from nonoka.serve.ids import parse_response_id
+
+    for at in range(point.start, len(entries)):
+        stamp = stamp_of(entries[at])
+        if stamp is not None:
+            other = parse_response_id(stamp["id"])
+            return other.start if other is not None and other.start <= at else at
+    return len(entries)
 
 
 def locate(entries: Sequence[MemoryEntry], point: ResponsePoint) -> Located | None:
-    """The response ``point`` names in a session's ``entries``, or ``None``.
+    """The answered response ``point`` names in a session's ``entries``, or ``None``.
 
     Its answers are stamped with its id; the scan stops at an answer stamped by another
     response (or the end), so it reads the response and the next one's input at most.
@@ -223,3 +272,37 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "name": tool.get("name"),
             "description": tool.get("description"), "parameters": tool.get("parameters"),
             "strict": tool.get("strict")}
+
+
+RESPONSE_EVENT = "response"
+"""The timeline entry a response's turn opens with: its id and its record."""
+
+
+def left_of(events: Sequence[EventRecord], response_id: str, live: bool) -> Left | None:
+    """What a session's timeline (oldest first) says of ``response_id``, a response with
+    no answer stored; ``None`` when the timeline never named it. ``live``: whether a
+    process still holds the session (then it may still be running)."""
+    at = next((n for n, e in enumerate(events) if e.kind == RESPONSE_EVENT
+               and isinstance(e.data, dict) and e.data.get("id") == response_id), None)
+    if at is None:
+        return None
+    record = events[at].data.get("record")
+    turn: list[EventRecord] = []
+    for event in events[at + 1:]:
+        if event.kind in ("request", RESPONSE_EVENT):
+            break
+        turn.append(event)
+    failed = next((e.data for e in turn if e.kind == "error" and isinstance(e.data, dict)),
+                  None)
+    streamed = unfinished_answers(turn)
+    text = streamed[0][1].text if streamed else ""
+    error = None
+    if failed is not None:
+        status = "failed"
+        error = {"code": str(failed.get("code") or "server_error"),
+                 "message": str(failed.get("message") or "the response failed")}
+    elif live and not any(e.kind == "finish" for e in turn):
+        status = "in_progress"
+    else:
+        status = "incomplete"
+    return Left(record if isinstance(record, dict) else {}, status, text, error)

@@ -37,10 +37,24 @@ from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_resp
 from nonoka.serve.inputs import CreateRequest, messages_of, parse_create, plan, resolved
 from nonoka.serve.items import entry_items
 from nonoka.serve.model import Answering, Models, StampedModel
-from nonoka.serve.record import INCOMPLETE, Asked, Located, locate, resource
+from nonoka.serve.record import (
+    INCOMPLETE,
+    RESPONSE_EVENT,
+    Asked,
+    Located,
+    input_end,
+    left_of,
+    locate,
+    resource,
+)
 from nonoka.serve.stream import Emit, ResponseEvents
 from nonoka.state.messages import Message
-from nonoka.store.leases import hold_lease, lease_wait_from_env, new_lease_owner
+from nonoka.store.leases import (
+    hold_lease,
+    holder_is_dead,
+    lease_wait_from_env,
+    new_lease_owner,
+)
 from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.turn.journal import title_from
 from nonoka.turn.outcome import TurnOutcome
@@ -49,6 +63,10 @@ from nonoka.turn.service import Opening, SessionOpened, TurnEvent, TurnInput, Tu
 DELETED = "serve_deleted"
 """The index metadata key listing a session's responses taken out of the API."""
 FORK_REASON = "previous_response_id"
+RECENT_EVENTS = 500
+"""Timeline entries read first to find a response without an answer (its turn is usually
+the session's last); the whole timeline when they do not name it."""
+ALL_EVENTS = 1 << 62
 """Why a branch was made: a response continued from a point that is not its tip."""
 
 
@@ -130,7 +148,7 @@ class Responses:
             previous = await self._stored(given.previous_response_id, sessions)
             if previous is None:
                 raise previous_not_found(given.previous_response_id)
-        pending = previous.entries[previous.end - 1].tool_calls if previous else []
+        pending = previous.pending() if previous is not None else []
         seed, turn_input = plan(messages, pending)
         try:
             model = self.models.resolve(spec)
@@ -172,7 +190,7 @@ class Responses:
         async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
                                                      wait=lease_wait_from_env()):
             session = await service.load(sid)
-            found = locate(session.memory.entries, previous.point) if session else None
+            found = await self._locate(previous.point, session) if session else None
             if session is None or found is None:
                 raise previous_not_found(previous.point.id)
             if found.end == len(session.memory.entries):
@@ -217,7 +235,8 @@ class Responses:
                                  output=[], usage=None, store=given.store)
                 if given.store:
                     self.running[run.point.id] = (asyncio.Event(), first)
-                await service.journal.log("response", {"id": run.point.id})
+                await service.journal.log(RESPONSE_EVENT, {
+                    "id": run.point.id, "record": request.asked.stamp(run.tools_at)})
                 if events is not None:
                     events.started(first)
             elif events is None:
@@ -275,6 +294,12 @@ class Responses:
 
     @staticmethod
     def _resource(located: Located, *, store: bool = True) -> dict[str, Any]:
+        left = located.left
+        if left is not None:  # no answer stored: it failed, or its process died
+            return resource(located.point.id, located.asked(), status=left.status,
+                            output=located.output(), usage=None, error=left.error,
+                            incomplete="interrupted" if left.status == "incomplete"
+                            else None)
         last = located.last
         incomplete = INCOMPLETE.get(str(last.get("finish")))
         return resource(located.point.id, located.asked(),
@@ -297,7 +322,30 @@ class Responses:
         record = await self.stores.index.get_session(point.session_id)
         if record is not None and response_id in (record.metadata.get(DELETED) or ()):
             return None
-        return locate(session.memory.entries, point)
+        return await self._locate(point, session)
+
+    async def _locate(self, point: ResponsePoint, session: Session) -> Located | None:
+        """The response in its session: by its answers, else by its timeline (a response
+        whose turn failed or whose process died has no answer, only its input)."""
+        entries = session.memory.entries
+        found = locate(entries, point)
+        if found is not None:
+            return found
+        events = self.stores.events
+        recent = await events.list_events(point.session_id, limit=RECENT_EVENTS)
+        if len(recent) == RECENT_EVENTS and not any(
+                e.kind == RESPONSE_EVENT and e.data.get("id") == point.id for e in recent):
+            recent = await events.list_events(point.session_id, limit=ALL_EVENTS)
+        left = left_of(recent, point.id, await self._held(point.session_id))
+        if left is None:
+            return None
+        end = input_end(entries, point)
+        return Located(point, entries, end, end, left)
+
+    async def _held(self, session_id: str) -> bool:
+        """Whether a live process holds the session (a dead one's lease does not count)."""
+        lease = await self.stores.leases.get_lease(session_id)
+        return lease is not None and not holder_is_dead(lease.owner)
 
     async def _session(self, point: ResponsePoint,
                        sessions: dict[str, Session | None]) -> Session | None:
