@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from nonoka.serve.ids import ResponsePoint
 from nonoka.serve.record import STAMP, Asked
 from nonoka.state.entries import EntryMessages, MemoryEntry
 from nonoka.state.messages import Message
+from nonoka.state.prefix_memo import ConversationPasses
 
 
 class Models:
@@ -55,16 +57,38 @@ class Models:
             return asked
         return self.default
 
-    def resolve(self, spec: str) -> ChatModel:
-        """The model for ``spec`` (a ``ModelNotConfiguredError`` when it cannot be used)."""
+    def resolve(self, spec: str, passes: ConversationPasses | None = None) -> ChatModel:
+        """The model for ``spec`` (a ``ModelNotConfiguredError`` when it cannot be used);
+        ``passes``: where its passes over the session's conversation stopped last."""
         from nonoka.turn.project import configured
 
-        return configured(self.project, spec)
+        return configured(self.project, spec, passes=passes)
 
     def listing(self) -> dict[str, Any]:
         """``GET /v1/models``."""
         return {"object": "list", "data": [
             {"id": self.default, "object": "model", "created": 0, "owned_by": "nonoka"}]}
+
+
+class KeptPasses:
+    """The passes over the conversations of the sessions this process answered last
+    (``nonoka.state.prefix_memo``), so the next turn of a session reads only what it
+    adds (the model request's wire text above all). A turn takes its session's passes
+    (no other turn uses them meanwhile) and gives them back when it ends."""
+
+    def __init__(self, sessions: int = 16) -> None:
+        self.sessions = sessions
+        self._kept: OrderedDict[str, ConversationPasses] = OrderedDict()
+
+    def take(self, session_id: str | None) -> ConversationPasses:
+        found = self._kept.pop(session_id, None) if session_id is not None else None
+        return found if found is not None else ConversationPasses()
+
+    def give(self, session_id: str, passes: ConversationPasses) -> None:
+        self._kept[session_id] = passes
+        self._kept.move_to_end(session_id)
+        while len(self._kept) > self.sessions:
+            self._kept.popitem(last=False)
 
 
 @dataclasses.dataclass

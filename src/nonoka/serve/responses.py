@@ -36,7 +36,7 @@ from nonoka.serve.errors import api_error, failure_error, invalid, not_found, pr
 from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_response_id
 from nonoka.serve.inputs import CreateRequest, messages_of, parse_create, plan, resolved
 from nonoka.serve.items import entry_items
-from nonoka.serve.model import Answering, Models, StampedModel
+from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
 from nonoka.serve.record import (
     INCOMPLETE,
     RESPONSE_EVENT,
@@ -49,6 +49,7 @@ from nonoka.serve.record import (
 )
 from nonoka.serve.stream import Emit, ResponseEvents
 from nonoka.state.messages import Message
+from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.store.leases import (
     hold_lease,
     holder_is_dead,
@@ -104,6 +105,8 @@ class _Request:
     run: Answering
     events: ResponseEvents | None
     previous: Located | None
+    passes: ConversationPasses
+    """Where the turn's passes over its conversation stopped (its model's too)."""
 
 
 class Responses:
@@ -116,6 +119,7 @@ class Responses:
         self.project = project
         self.locks = locks if locks is not None else SessionLocks()
         self.runner = Runner(stores.checkpoints)
+        self.passes = KeptPasses()
         self.running: dict[str, tuple[asyncio.Event, dict[str, Any]]] = {}
         """The responses this process is making: when each ends, and its first form
         (``GET`` gives it meanwhile; a continuation of it waits for its end)."""
@@ -150,8 +154,10 @@ class Responses:
                 raise previous_not_found(given.previous_response_id)
         pending = previous.pending() if previous is not None else []
         seed, turn_input = plan(messages, pending)
+        passes = self.passes.take(previous.point.session_id if previous is not None
+                                  and given.store else None)
         try:
-            model = self.models.resolve(spec)
+            model = self.models.resolve(spec, passes)
         except ConfigurationError as exc:
             raise invalid(str(exc), "model", code="model_not_found") from None
         run = Answering(asked)
@@ -162,7 +168,7 @@ class Responses:
                       tools=[host_tool(t["name"], t["description"] or "", t["parameters"])
                              for t in given.tools])
         events = ResponseEvents(emit, run) if emit is not None else None
-        request = _Request(given, asked, seed, turn_input, agent, run, events, previous)
+        request = _Request(given, asked, seed, turn_input, agent, run, events, previous, passes)
         try:
             return await self._run(request, messages)
         except Exception as exc:
@@ -177,14 +183,15 @@ class Responses:
         if not request.given.store:
             return await self._unstored(request)
         if request.previous is None:
-            return await self._answer(request, self._service(messages), Opening(
-                None, request.turn_input, seed=request.seed), start=0)
+            return await self._answer(request, self._service(messages, request.passes),
+                                      Opening(None, request.turn_input, seed=request.seed),
+                                      start=0)
         return await self._continue(request, request.previous)
 
     async def _continue(self, request: _Request, previous: Located) -> dict[str, Any]:
         """Continue from ``previous``: in its session at its tip, else in a branch."""
         sid = previous.point.session_id
-        service = self._service([])
+        service = self._service([], request.passes)
         turn_input = dataclasses.replace(request.turn_input, seed=request.seed)
         owner = new_lease_owner()
         async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
@@ -215,10 +222,10 @@ class Responses:
         finally:
             await stores.close()
 
-    def _service(self, messages: list[Message]) -> TurnService:
+    def _service(self, messages: list[Message], passes: ConversationPasses) -> TurnService:
         title = next((title_from(m.content) for m in messages
                       if m.role == "user" and m.content.strip()), "")
-        return TurnService(self.stores, title=title, metadata={
+        return TurnService(self.stores, title=title, passes=passes, metadata={
             "purpose": "chat", "cwd": str(self.project), "source": "nonoka serve"})
 
     async def _answer(self, request: _Request, service: TurnService, opening: Opening, *,
@@ -268,6 +275,8 @@ class Responses:
             making = self.running.pop(run.point.id, None) if run.point is not None else None
             if making is not None:
                 making[0].set()
+            if run.point is not None and given.store:
+                self.passes.give(run.point.session_id, request.passes)
 
     def _made(self, request: _Request, outcome: TurnOutcome) -> dict[str, Any]:
         """The response a finished turn made (or the error, without a stream)."""
