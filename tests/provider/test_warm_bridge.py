@@ -107,6 +107,7 @@ def test_a_warm_bridge_reads_the_database_that_is_there_now(
     now = one(again, "session_init")["session_id"]
     assert stored(bridge, now) == [("user", "one"), ("assistant", "A1"), ("user", "two"),
                                    ("assistant", "A2")]
-    assert load_stored(moved, session_id) is not None
-    assert [(e.role, e.content) for e in load_stored(moved, session_id).memory_entries
+    before = load_stored(moved, session_id)
+    assert before is not None
+    assert [(e.role, e.content) for e in before.memory_entries
             if e.role != "system"] == [("user", "one"), ("assistant", "A1")]
