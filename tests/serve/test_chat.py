@@ -152,3 +152,16 @@ def test_the_session_is_named_in_a_header(served: Served, scripted: list[Any],
     assert status == 200
     [record] = records(project)
     assert headers["x-nonoka-session-id"] == record.session_id
+
+
+def test_a_retried_request_is_answered_from_the_store(client: OpenAI, scripted: list[Any],
+                                                      server: ScriptedOpenAIServer,
+                                                      project: Path) -> None:
+    scripted += [text("Sure."), text("Only once.")]
+    history = [user("Answer once"), assistant("Sure."), user("Now?")]
+    complete(client, history[:1])
+    answers = [complete(client, history).choices[0].message.content for _ in range(2)]
+    assert answers == ["Only once.", "Only once."]
+    assert len(server.requests) == 2  # the retry was not sent to the model
+    [record] = records(project)
+    assert record.message_count == 4

@@ -134,13 +134,17 @@ def test_a_failed_response_reads_back_and_can_be_continued(
                  Reply(text="shorter now")]
     first = json.loads(served.request("POST", "/v1/responses",
                                       {"model": "m", "input": "hello"})[2])
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
     events = valid_events(served.events({"model": "m", "input": "a huge question",
-                                         "previous_response_id": first["id"]}))
+                                         "previous_response_id": first["id"],
+                                         "tools": [tool], "instructions": "Be brief."}))
     failed = events[-1]
     assert failed["type"] == "response.failed"
     assert failed["response"]["error"]["code"] == "context_length_exceeded"
     status, _, raw = served.request("GET", f"/v1/responses/{failed['response']['id']}")
-    assert status == 200 and json.loads(raw)["status"] == "failed"
+    got = json.loads(raw)
+    assert status == 200 and got["status"] == "failed"
+    assert (got["instructions"], [t["name"] for t in got["tools"]]) == ("Be brief.", ["lookup"])
     status, _, raw = served.request("POST", "/v1/responses", {
         "model": "m", "input": "a short one", "previous_response_id": first["id"]})
     assert status == 200, raw

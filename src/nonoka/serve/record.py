@@ -66,6 +66,14 @@ class Asked:
             record["params"] = dict(self.params)
         return record
 
+    def logged(self, tools_at: int | None) -> dict[str, Any]:
+        """The record as the response's timeline entry keeps it: its tools by name only
+        (a timeline is read by people; the definitions are in the answer's record)."""
+        record = self.stamp(tools_at)
+        if isinstance(record.get("tools"), list):
+            record["tools"] = {"names": [tool["name"] for tool in self.tools]}
+        return record
+
     @classmethod
     def from_stamp(cls, record: dict[str, Any], tools: Sequence[dict[str, Any]]) -> Asked:
         return cls(model=str(record.get("model", "")),
@@ -136,6 +144,8 @@ class Located:
                 0 <= held["at"] < len(self.entries):
             stamp = stamp_of(self.entries[held["at"]])
             held = ((stamp or {}).get("record") or {}).get("tools")
+        elif isinstance(held, dict) and isinstance(held.get("names"), list):
+            held = [{"type": "function", "name": str(name)} for name in held["names"]]
         return list(held) if isinstance(held, list) else []
 
     def tools_at(self) -> int | None:

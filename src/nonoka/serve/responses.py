@@ -243,7 +243,7 @@ class Responses:
                 if given.store:
                     self.running[run.point.id] = (asyncio.Event(), first)
                 await service.journal.log(RESPONSE_EVENT, {
-                    "id": run.point.id, "record": request.asked.stamp(run.tools_at)})
+                    "id": run.point.id, "record": request.asked.logged(run.tools_at)})
                 if events is not None:
                     events.started(first)
             elif events is None:
