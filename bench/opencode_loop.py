@@ -10,19 +10,22 @@ repeated-call guard never stops the loop), then answers ``LOOP-DONE``: one ``ope
 run`` is ``--steps`` + 1 model steps (and a title request).
 
 Each run times ``opencode run`` from spawn to exit, directly and through nonoka in turn
-(the order alternates from one run to the next), after one untimed run of each (OpenCode
-installs the provider package on first use). The verdict is the median of the paired
-ratios (nonoka / direct): PASS at most 1.1. Also printed: the median wall times, the
-median extra time a step costs through nonoka, and how many ``nonoka bridge`` processes
-served the last run's steps (each ``request`` entry of the session's timeline names its process).
+(each side leads in turn from one run to the next), after one untimed run of each
+(OpenCode installs the provider package on first use). The verdict is the median of the
+paired ratios (nonoka / direct): PASS at most 1.1. Also printed: the median wall times,
+the median extra time a step costs through nonoka, and how many ``nonoka bridge``
+processes served the last run's steps (each ``request`` entry of the session's timeline
+names its process).
 
 Exit status 1 if an adapter's verdict fails or a run did not end with the model's
 answer. Run::
 
     .venv/bin/python bench/opencode_loop.py [--runs 5] [--steps 30] [--adapters openai,responses]
 
-Set ``--provider-option warm=false`` to time one bridge process per step (the provider's
-``warm`` option; see packages/nonoka-opencode-provider/README.md).
+``--per-step`` adds a third side in the same runs: nonoka with one bridge process per step
+(the provider's ``warm: false``, a second provider block ``nonoka-steps``), i.e. the
+provider before warm bridges. ``--provider-option NAME=JSON`` sets an option of the
+``nonoka`` block.
 """
 
 from __future__ import annotations
@@ -189,7 +192,10 @@ class Project:
         config = json.loads(path.read_text(encoding="utf-8"))
         nonoka = config["provider"]["nonoka"]
         nonoka["options"]["env"] = self.adapter.nonoka_env(self.server)
+        steps = json.loads(json.dumps(nonoka))
         nonoka["options"].update(options)
+        steps["options"]["warm"] = False
+        config["provider"]["nonoka-steps"] = steps
         limit = nonoka["models"]["default"].get("limit") or {"context": 200000, "output": 32000}
         config["provider"]["scripted"] = {
             "npm": self.adapter.npm, "name": "scripted",
@@ -202,7 +208,8 @@ class Project:
     def run(self, side: str) -> tuple[float, subprocess.CompletedProcess[str], int]:
         """One ``opencode run`` of the loop: its wall time, what it printed, and how many
         model requests the endpoint received."""
-        model = f"scripted/{self.adapter.model}" if side == "direct" else "nonoka/default"
+        model = {"direct": f"scripted/{self.adapter.model}", "nonoka": "nonoka/default",
+                 "per-step": "nonoka-steps/default"}[side]
         before = len(self.server.requests)
         started = time.perf_counter()
         done = subprocess.run(
@@ -213,7 +220,8 @@ class Project:
         return wall, done, len(self.server.requests) - before
 
     def bridge_pids(self) -> int:
-        """How many bridge processes served the latest chat session's requests."""
+        """How many bridge processes served the latest chat session's requests (run a
+        nonoka side last)."""
         done = subprocess.run([sys.executable, "-m", "nonoka", "sessions", "list", "--all",
                                "--json"], cwd=self.path, env=self.env, capture_output=True,
                               text=True, timeout=120, check=False)
@@ -245,38 +253,46 @@ def _check(done: subprocess.CompletedProcess[str], requests: int, steps: int,
     return None
 
 
-def bench(adapter: Adapter, binary: str, runs: int, steps: int,
-          options: dict[str, Any]) -> dict[str, Any]:
+def bench(adapter: Adapter, binary: str, runs: int, steps: int, options: dict[str, Any],
+          sides: tuple[str, ...]) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix=f"nonoka-loop-{adapter.name}-"))
     project = Project(root, binary, adapter, steps, options)
     problems: list[str] = []
-    walls: dict[str, list[float]] = {"direct": [], "nonoka": []}
-    ratios: list[float] = []
+    walls: dict[str, list[float]] = {side: [] for side in sides}
+    ratios: dict[str, list[float]] = {side: [] for side in sides}
+    processes = 0
     try:
-        for side in ("direct", "nonoka"):  # untimed: OpenCode installs the provider
+        for side in sides:  # untimed: OpenCode installs the provider
             _, done, seen = project.run(side)
             if (problem := _check(done, seen, steps, f"warm-up {side}")) is not None:
                 problems.append(problem)
         for n in range(runs):
-            order = ("direct", "nonoka") if n % 2 == 0 else ("nonoka", "direct")
-            pair: dict[str, float] = {}
+            order = sides[n % len(sides):] + sides[:n % len(sides)]  # each side leads in turn
+            wall_of: dict[str, float] = {}
             for side in order:
                 wall, done, seen = project.run(side)
                 if (problem := _check(done, seen, steps, f"run {n + 1} {side}")) is not None:
                     problems.append(problem)
-                pair[side] = wall
+                if side == "nonoka":
+                    processes = project.bridge_pids()
+                wall_of[side] = wall
                 walls[side].append(wall)
-            ratios.append(pair["nonoka"] / pair["direct"])
-            print(f"  {adapter.name} run {n + 1}: direct {pair['direct']:.2f} s, "
-                  f"nonoka {pair['nonoka']:.2f} s, {ratios[-1]:.2f}x", flush=True)
-        processes = project.bridge_pids()
+            for side in sides:
+                ratios[side].append(wall_of[side] / wall_of["direct"])
+            print(f"  {adapter.name} run {n + 1}: " + ", ".join(
+                f"{side} {wall_of[side]:.2f} s" + ("" if side == "direct" else
+                                                   f" ({ratios[side][-1]:.2f}x)")
+                for side in sides), flush=True)
     finally:
         project.close()
         shutil.rmtree(root, ignore_errors=True)
-    direct, through = statistics.median(walls["direct"]), statistics.median(walls["nonoka"])
-    return {"adapter": adapter, "direct": direct, "nonoka": through,
-            "ratio": statistics.median(ratios), "per_step": (through - direct) / (steps + 1),
-            "processes": processes, "problems": problems}
+    direct = statistics.median(walls["direct"])
+    return {"adapter": adapter, "direct": direct, "processes": processes,
+            "problems": problems, "sides": {
+                side: {"wall": statistics.median(walls[side]),
+                       "ratio": statistics.median(ratios[side]),
+                       "per_step": (statistics.median(walls[side]) - direct) / (steps + 1)}
+                for side in sides if side != "direct"}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--adapters", default=",".join(ADAPTERS))
     parser.add_argument("--opencode", default=shutil.which("opencode") or "opencode")
+    parser.add_argument("--per-step", action="store_true",
+                        help="also time nonoka with one bridge process per step")
     parser.add_argument("--provider-option", action="append", default=[],
                         metavar="NAME=JSON", help="set provider.nonoka.options.NAME")
     args = parser.parse_args(argv)
@@ -299,22 +317,29 @@ def main(argv: list[str] | None = None) -> int:
                              check=False).stdout.strip()
     print(f"OpenCode {version}, {args.steps} tool steps a run, {args.runs} runs a side, "
           f"{os.cpu_count()} cores" + (f", provider options {options}" if options else ""))
+    sides = ("direct", "nonoka", "per-step") if args.per_step else ("direct", "nonoka")
     results = []
     for name in args.adapters.split(","):
-        results.append(bench(ALL[name.strip()], args.opencode, args.runs, args.steps, options))
+        results.append(bench(ALL[name.strip()], args.opencode, args.runs, args.steps, options,
+                             sides))
     print()
-    print(f"{'adapter':<10} | {'direct':>8} | {'nonoka':>8} | {'ratio':>6} | "
+    print(f"{'adapter':<10} | {'side':<8} | {'wall':>8} | {'x direct':>8} | "
           f"{'+ per step':>10} | {'bridges':>7}")
     for r in results:
-        print(f"{r['adapter'].name:<10} | {r['direct']:>6.2f} s | {r['nonoka']:>6.2f} s | "
-              f"{r['ratio']:>5.2f}x | {r['per_step'] * 1e3:>7.1f} ms | {r['processes']:>7}")
+        print(f"{r['adapter'].name:<10} | {'direct':<8} | {r['direct']:>6.2f} s | "
+              f"{'':>8} | {'':>10} | {'':>7}")
+        for side, got in r["sides"].items():
+            bridges = str(r["processes"]) if side == "nonoka" else ""
+            print(f"{'':<10} | {side:<8} | {got['wall']:>6.2f} s | {got['ratio']:>7.2f}x | "
+                  f"{got['per_step'] * 1e3:>7.1f} ms | {bridges:>7}")
     print()
     failed = False
     for r in results:
-        ok = r["ratio"] <= GOAL and not r["problems"]
+        ratio = r["sides"]["nonoka"]["ratio"]
+        ok = ratio <= GOAL and not r["problems"]
         failed |= not ok
         print(f"{'PASS' if ok else 'FAIL'}  {r['adapter'].spec}: through nonoka "
-              f"<= {GOAL}x direct: {r['ratio']:.2f}x (median of paired runs)")
+              f"<= {GOAL}x direct: {ratio:.2f}x (median of paired runs)")
         for problem in r["problems"]:
             print(f"      {problem}")
     return 1 if failed else 0
