@@ -40,6 +40,14 @@ def _write_args(project: OpenCodeProject) -> str:
     return json.dumps({"filePath": str(project.path / "notes.txt"), "content": CONTENT})
 
 
+def _patch_args(project: OpenCodeProject) -> str:
+    import json
+
+    added = "".join(f"+{line}\n" for line in CONTENT.splitlines())
+    return json.dumps({"patchText": f"*** Begin Patch\n*** Add File: "
+                                    f"{project.path / 'notes.txt'}\n{added}*** End Patch"})
+
+
 def test_opencode_with_an_anthropic_model_keeps_its_thinking(tmp_path: Path,
                                                              opencode_bin: Path) -> None:
     holder: dict[str, OpenCodeProject] = {}
@@ -85,9 +93,12 @@ def test_opencode_with_a_responses_model_keeps_its_reasoning(tmp_path: Path,
         items = body.get("input") or []
         if any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items):
             return ResponsesReply(output=(ReasoningItem(("It is saved.",)), "DONE-RESPONSES"))
+        # OpenCode gives a GPT model (by its API id, as init writes it) apply_patch
+        # instead of write, as it does directly.
+        assert "apply_patch" in [t.get("name") for t in body["tools"]]
         return ResponsesReply(output=(
             ReasoningItem(("PLAN-RESPONSES: write the note.",)),
-            ToolCall(id="call_w1", name="write", arguments=_write_args(holder["p"]))))
+            ToolCall(id="call_w1", name="apply_patch", arguments=_patch_args(holder["p"]))))
 
     with ScriptedResponsesServer(step, strict=["openai_reasoning"]) as server:
         project = _project(tmp_path, opencode_bin, server, {
@@ -97,7 +108,7 @@ def test_opencode_with_a_responses_model_keeps_its_reasoning(tmp_path: Path,
         done = project.opencode("--thinking", "CREATE-FILE please")
     assert "DONE-RESPONSES" in done.stdout, project.explain(done)
     assert "PLAN-RESPONSES" in done.stdout + done.stderr, project.explain(done)
-    assert (project.path / "notes.txt").read_text() == CONTENT
+    assert (project.path / "notes.txt").read_text().strip() == CONTENT.strip()
     assert server.rejections == []
     for body in server.requests:
         valid_responses(body)

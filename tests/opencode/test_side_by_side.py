@@ -58,7 +58,7 @@ RUN_TIMEOUT = 180
 
 DIFFERENCES = {
     "model-identity-line": (
-        "OpenCode's system prompt names the model it runs (nonoka/default, not scripted/m)"),
+        "OpenCode's system prompt names the model it runs (nonoka/openai:m, not scripted/m)"),
     "tool-call-arguments-as-written": (
         "a tool call goes back with its arguments as the model wrote them, not re-serialised"),
     "tool-call-content-null": (

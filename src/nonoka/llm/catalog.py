@@ -57,6 +57,8 @@ class KnownModel(BaseModel):
     pdf_input: bool = False
     reasoning: bool = False
     tool_calls: bool = False
+    temperature: bool = True
+    """It takes a sampling temperature (OpenAI's reasoning models refuse one)."""
     prices: Prices
     source: str = ""
 
@@ -68,9 +70,11 @@ _OPENROUTER = "https://openrouter.ai/models"
 
 def _openai(id: str, context: int, output: int, prices: tuple[float, float, float], *,
             reasoning: bool = False, source: str = _OPENAI) -> KnownModel:
-    """An OpenAI model: text, images and PDFs in, tools; no charge to write the cache."""
+    """An OpenAI model: text, images and PDFs in, tools; no charge to write the cache; a
+    reasoning model takes no temperature."""
     return KnownModel(id=id, context_tokens=context, max_output_tokens=output,
                       image_input=True, pdf_input=True, reasoning=reasoning, tool_calls=True,
+                      temperature=not reasoning,
                       prices=Prices(input=prices[0], cache_read=prices[1], output=prices[2]),
                       source=source)
 
