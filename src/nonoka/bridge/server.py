@@ -1,8 +1,13 @@
 """The stdio loop of ``nonoka bridge``: NDJSON requests in, events out.
 
-A provider spawns this process for every model step, so the order of work is chosen for
+A provider starts this process for a model step, so the order of work is chosen for
 start-up time: the first line is read and checked, and ``protocol_ack`` is written, with
 nothing but ``json`` imported; only then are pydantic, the runtime and the store loaded.
+The process then serves further requests one after another as they come: the OpenCode
+provider keeps it warm for the next step of the same host session
+(docs/architecture.md, "Warm bridges"). Every request opens the project's stores, loads
+its session under the lease and closes the stores when it is answered; nothing of a
+request is kept only here, so the process may be killed between two requests.
 
 End of input after a request does not cancel it: the request finishes, then the process
 exits 0. ``cancel``, SIGTERM and SIGINT stop the running request; the runtime saves the
