@@ -97,6 +97,25 @@ async def test_the_thinking_budget_and_max_tokens_stay_within_the_models_limit(
     assert server.requests[0]["max_tokens"] == known.max_output_tokens
 
 
+async def test_an_effort_variant_reaches_anthropic_in_output_config(
+        store: SQLiteCheckpointStore) -> None:
+    """OpenCode's variants of the models that take an effort (``effort: "high"``, beside
+    adaptive thinking): ``output_config.effort``, as OpenCode's own Anthropic provider
+    sends it, merged with a structured-output format; no warning."""
+    options = CallOptions(max_tokens=2000, response_format={
+        "type": "json_schema", "json_schema": {"schema": {"type": "object"}}},
+        extra={"thinking": {"type": "adaptive"}, "effort": "high"})
+    with ScriptedAnthropicServer([AnthropicReply(text="{}")]) as server:
+        result, warnings = await _run(store, _anthropic(server, "claude-opus-4-6"), options)
+    assert result.success, result.error
+    assert server.rejections == []
+    sent = server.requests[0]
+    assert sent["output_config"] == {"format": {"type": "json_schema",
+                                                "schema": {"type": "object"}},
+                                     "effort": "high"}
+    assert "effort" not in sent and warnings == []
+
+
 async def test_temperature_reaches_anthropic(store: SQLiteCheckpointStore) -> None:
     options = CallOptions(temperature=0.3, max_tokens=1000, stop=["END"])
     with ScriptedAnthropicServer([AnthropicReply(text="Warm.")]) as server:
@@ -255,7 +274,7 @@ async def test_the_responses_api_gets_settings_in_its_own_shape(
 def test_the_known_fields_are_the_official_sdks() -> None:
     anthropic_base = set(anthropic_params.MessageCreateParamsBase.__annotations__)
     anthropic_all = anthropic_base | set(anthropic_beta.MessageCreateParamsBase.__annotations__)
-    assert ANTHROPIC_FIELDS - {"top_k"} <= anthropic_all
+    assert ANTHROPIC_FIELDS - {"top_k", "effort"} <= anthropic_all  # (effort: output_config's)
     assert BODY_FIELDS - {"temperature", "top_p", "top_k", "stream"} <= anthropic_all
     chat = set(chat_params.CompletionCreateParamsBase.__annotations__)
     assert chat >= OPENAI_FIELDS

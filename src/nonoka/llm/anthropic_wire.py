@@ -74,11 +74,12 @@ NONOKA_OPTIONS = frozenset({"prompt_cache"})
 ANTHROPIC_FIELDS = frozenset({
     "cache_control", "container", "context_management", "diagnostics", "inference_geo",
     "mcp_servers", "metadata", "output_config", "service_tier", "speed", "thinking",
-    "top_k", "user_profile_id", "workspace_id"})
+    "top_k", "user_profile_id", "workspace_id", "effort"})
 """The Messages API body fields a call's ``extra`` may set: the ``anthropic`` SDK's
 ``MessageCreateParams`` (and the beta ``context_management`` and ``mcp_servers``), besides
-the ones the adapter writes or sets from the standard options, and ``top_k``, which the
-API takes as the AI SDK sends it."""
+the ones the adapter writes or sets from the standard options, ``top_k``, which the API
+takes as the AI SDK sends it, and ``effort`` (OpenCode's variants of the models that
+take one), which goes into ``output_config`` as the AI SDK's Anthropic provider puts it."""
 
 REJECTS_SAMPLING = ("claude-opus-5", "claude-opus-4-8", "claude-opus-4-7", "claude-fable-5",
                     "claude-sonnet-5")
@@ -435,6 +436,11 @@ def call_fields(options: CallOptions | None, max_tokens: int, *, model: str = ""
     if options.tool_choice is not None:
         fields["tool_choice"] = _tool_choice(options.tool_choice)
     output = _output_config(options.response_format)
+    effort = extra.pop("effort", None)
+    if effort is not None:
+        given = extra.pop("output_config", None)
+        output = {**(given if isinstance(given, Mapping) else {}), **(output or {}),
+                  "effort": effort}
     if output is not None:
         fields["output_config"] = output
     if thinking is not None:
