@@ -102,6 +102,12 @@ def _script(project: Path) -> Any:
         if _is_title(body):
             return text("nonoka e2e title")
         last = _last(body)
+        if last.get("role") == "assistant" and "MAXIMUM STEPS" in str(last.get("content")):
+            return text("STEP-LIMIT-SUMMARY: the limit was reached after writing loop.txt")
+        users = [str(m.get("content") or "") for m in body["messages"] if m["role"] == "user"]
+        if any("LOOP-ON" in u for u in users):
+            return call("write", {"filePath": str(project / "loop.txt"), "content": "again\n"},
+                        id=f"call_loop_{len(body['messages'])}")
         if last.get("role") == "tool":
             return text("DONE-ONE: the file is written.")
         said = str(last.get("content") or "")
@@ -303,3 +309,25 @@ def test_opencode_drives_nonoka_across_processes(project: OpenCodeProject) -> No
     early = [e["data"]["outcome"] for e in detail["events"] if e["kind"] == "early_request"]
     assert early == ["used"], early
     print(f"OpenCode e2e: 3 turns in {time.monotonic() - started:.1f} s")
+
+
+def test_an_agents_step_limit_ends_with_the_models_answer(project: OpenCodeProject) -> None:
+    # OpenCode's last step under an agent's ``steps`` limit ends the history with its own
+    # assistant message ("CRITICAL - MAXIMUM STEPS REACHED ... Respond with text only."):
+    # the model answers it, and OpenCode prints that answer, as it does directly.
+    init = project.init()
+    assert init.returncode == 0, init.stderr
+    config_file = project.path / "opencode.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["agent"] = {"build": {"steps": 3}}
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    done = project.opencode("LOOP-ON: keep writing loop.txt")
+    assert "STEP-LIMIT-SUMMARY" in done.stdout, project.explain(done)
+    chat = project.chat_requests()
+    last = chat[-1]["messages"][-1]
+    assert last["role"] == "assistant" and "MAXIMUM STEPS" in last["content"]
+    assert [m["role"] for m in chat[-1]["messages"]][-2] == "tool"
+    session_id = project.session_id()
+    stored = project.show(session_id)
+    calls = [e for e in stored["events"] if e["kind"] == "model_call"]
+    assert len(calls) == len(chat)

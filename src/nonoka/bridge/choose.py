@@ -14,10 +14,12 @@ as the same conversation, edited.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nonoka.bridge.entry_rules import same_message
 from nonoka.bridge.reconcile import (
     HostComparison,
     Lineage,
@@ -96,12 +98,14 @@ def judge(candidates: Sequence[tuple[Session, Sequence[str]]],
 
 def unanswered_first_turn(session: Session, messages: Sequence[Message]) -> bool:
     """Whether ``session`` is a first turn that never got an answer, holding exactly the
-    user messages of ``messages`` (a host retrying a failed first turn)."""
+    user messages of ``messages``, every part of each (a host retrying a failed first
+    turn; the same words with another file are another turn)."""
     entries = [e for e in session.memory.entries if e.role != "system"]
     hosted = [m for m in messages if m.role != "system"]
-    return bool(hosted) and all(e.role == "user" for e in entries) and [
-        e.content for e in entries] == [m.content for m in hosted if m.role == "user"] and len(
-        entries) == len(hosted)
+    return bool(hosted) and len(entries) == len(hosted) and all(
+        e.role == "user" and same_message(e.role, e.content, e.metadata,
+                                          m.role, m.content, m)
+        for e, m in zip(entries, hosted, strict=True))
 
 
 def summary_digests(messages: Sequence[Message]) -> set[str]:
@@ -110,16 +114,28 @@ def summary_digests(messages: Sequence[Message]) -> set[str]:
 
 
 async def compacted_sessions(index: SessionIndex, messages: Sequence[Message],
-                             recent: int = 20) -> list[str]:
-    """Recently active chat sessions one of whose recorded summaries the history carries.
+                             project: str, recent: int = 20) -> list[str]:
+    """Recently active chat sessions of ``project`` one of whose recorded summaries the
+    history carries.
 
     For a request after a compaction that lost its session id: the summary opens a
     history whose conversation key is no longer the session's."""
     digests = summary_digests(messages)
     if not digests:
         return []
-    return [r.session_id for r in await index.list_sessions(limit=recent)
-            if digests.intersection(summaries_of(r))]
+    rows = [r for r in await index.list_sessions(limit=recent * 5) if in_project(r, project)]
+    return [r.session_id for r in rows[:recent] if digests.intersection(summaries_of(r))]
+
+
+def in_project(record: SessionRecord, project: str) -> bool:
+    """Whether a session belongs to the project ``project`` (a resolved directory): the
+    directory its index row records (``cwd``) is that one. Several projects may share
+    one database (a team's PostgreSQL schema); a rule that finds a session by what a
+    history says, not by an id the host holds, looks only at the project's own."""
+    recorded = record.metadata.get("cwd")
+    if not isinstance(recorded, str) or not recorded:
+        return False
+    return recorded == project or os.path.realpath(recorded) == project
 
 
 async def remember_summary(index: SessionIndex, chat_id: str, summary: str) -> bool:

@@ -9,16 +9,25 @@ The session decision chain (docs/protocol.md §7, "Which session a request runs 
 "Session lineage"):
 
 1. a title or compaction request → its own session;
-2. a history with no answer yet that a stored first turn holds unanswered → that session
-   (a host retrying a failed first turn); else ``new_session`` → a new session;
-3. the candidates — the session ``session_id`` names, then the sessions with the
-   ``conversation_key`` (and those whose recorded compaction summary the history
+2. the host's own conversation id (``host_session_id``) → that conversation's line of
+   sessions (``_host_line``), before anything is judged by content;
+3. a history with no answer yet that a stored first turn of this project holds
+   unanswered, every part of every message alike → that session (a host retrying a
+   failed first turn); else ``new_session`` → a new session;
+4. the candidates — the session ``session_id`` names, then the project's sessions with
+   the ``conversation_key`` (and those whose recorded compaction summary the history
    carries), most recently active first — are classified (``nonoka.bridge.choose``):
    the first the history continues or edits wins; else the one sharing the longest
    prefix gets a branch at the point where the histories part (warning
    ``session_branched``);
-4. nothing relates: a new session, seeded with the history, with a warning when the
+5. nothing relates: a new session, seeded with the history, with a warning when the
    request looked like a continuation.
+
+Every rule that finds a session by what a history says (2's first sight of a host
+conversation, 3, 4) looks only at the sessions of the request's project (its ``cwd``,
+``choose.in_project``): projects sharing one database never reach each other's data.
+The history is the request's messages less a final assistant message the host adds for
+this step (``nonoka.bridge.host_step``), which goes to the model, not into the session.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from nonoka.bridge.choose import (
     Match,
     Verdict,
     compacted_sessions,
+    in_project,
     judge,
     remember_summary,
     summaries_of,
@@ -42,6 +52,7 @@ from nonoka.bridge.choose import (
 )
 from nonoka.bridge.early import Dispatched
 from nonoka.bridge.history import split_for_new_session, turn_input
+from nonoka.bridge.host_step import StepModel, host_step
 from nonoka.bridge.reconcile import Reconciliation, classify
 from nonoka.bridge.reuse import BridgeReuse
 from nonoka.errors import (
@@ -90,6 +101,7 @@ from nonoka.runtime.session import Session
 from nonoka.runtime.tools import host_tool
 from nonoka.state.ids import validate_session_id
 from nonoka.state.ledger import RuntimeLimits
+from nonoka.state.messages import Message
 from nonoka.state.session_state import SessionStatus
 from nonoka.store.records import SessionRecord
 from nonoka.turn.journal import TurnUsage, title_from
@@ -126,6 +138,13 @@ class BridgeHandler:
         """Whether the provider asked for reasoning events."""
         self.key, self._warnings = _checked_key(request.conversation_key)
         """The request's conversation key, or ``None`` when it was missing or malformed."""
+        self.history: list[Message] = list(request.messages)
+        """The host's history as compared with the stored conversation: the request's
+        messages less ``step``."""
+        self.step: Message | None = None
+        """The final assistant message the host sent for this step only (``host_step``)."""
+        self._project = ""
+        """The request's project: its resolved working directory."""
         self._summaries: list[str] = []
         """Digests of the compaction summaries recorded for the chosen conversation."""
         self._summaries_by_id: dict[str, list[str]] = {}
@@ -143,6 +162,8 @@ class BridgeHandler:
         """Run the request; always ends with exactly one ``finish`` event."""
         try:
             cwd = self._cwd()
+            self._project = str(cwd)
+            self.history, self.step = host_step(self.request.messages)
             reuse = self._reuse
             model = configured(cwd, self.request.model, passes=reuse.passes)
             if self._early is not None:
@@ -205,14 +226,18 @@ class BridgeHandler:
     async def _run(self, turn: TurnService, model: ChatModel) -> TurnOutcome:
         request = self.request
         tools = [host_tool(t.name, t.description, t.parameters) for t in request.tools]
-        agent = self._agent = Agent(model=model, tools=tools,
-                                    call_options=_call_options(request))
+        step = self.step
+        agent = self._agent = Agent(model=model if step is None else StepModel(model, step),
+                                    tools=tools, call_options=_call_options(request))
         early = self._early
+        logged: dict[str, object] = {
+            "purpose": request.purpose, "messages": len(request.messages),
+            "tools": [t.name for t in request.tools],
+            "request_id": request.request_id, "model": model.name}
+        if step is not None:  # what the model is sent last, and the session does not keep
+            logged["host_step"] = {"role": "assistant", "content": step.content[:2000]}
         return await turn.run(
-            agent, self._decide, limits=self._limits(),
-            request={"purpose": request.purpose, "messages": len(request.messages),
-                     "tools": [t.name for t in request.tools],
-                     "request_id": request.request_id, "model": model.name},
+            agent, self._decide, limits=self._limits(), request=logged,
             lease_owner=early.lease_owner if early else None, on_event=self._on_turn_event)
 
     def _plan(self, session: Session) -> TurnInput:
@@ -220,7 +245,7 @@ class BridgeHandler:
         self._session = session
         if self._early is not None:
             self._early.share_text(session, self._reuse.passes.wire)
-        messages = self.request.messages
+        messages = self.history
         judged = self._judged
         if judged is not None and judged[:2] == (session.session_id, session.revision):
             rec = judged[2]
@@ -238,8 +263,8 @@ class BridgeHandler:
                            forked_from=choice.forked_from, fork_point=choice.fork_point,
                            warnings=warnings,
                            revision_seen=self._revision_seen(choice.session))
-        seed, prompt = split_for_new_session(self.request.messages)
-        last = self.request.messages[-1]
+        seed, prompt = split_for_new_session(self.history)
+        last = self.history[-1]
         plan = TurnInput("prompt", prompt, prompt_message=last if last.parts else None
                          ) if prompt is not None else TurnInput()
         return Opening(None, plan, seed=seed, warnings=warnings)
@@ -263,15 +288,15 @@ class BridgeHandler:
         if request.purpose == Purpose.COMPACTION:
             # Its own session, never the chat's: the provider must not adopt its id.
             return _Choice()
-        continuation = is_continuation(request.messages)
+        continuation = is_continuation(self.history)
+        if request.host_session_id:  # the host's own id first, before any rule on content
+            return await self._host_line(request.host_session_id, continuation)
         if not continuation:
             retried = await self._unanswered_first_turn()
             if retried is not None:
                 return _Choice(retried)
         if request.new_session:
             return _Choice()
-        if request.host_session_id:
-            return await self._host_line(request.host_session_id, continuation)
         named = await self._load(request.session_id) if request.session_id else None
         if not continuation:  # a history that holds no answer continues nothing stored
             return _Choice(named)
@@ -294,7 +319,7 @@ class BridgeHandler:
         memo = self._reuse.comparison
         mine = await self.turn.host_sessions(host)
         if mine:
-            verdict = judge(await self._candidates(None, mine), self.request.messages, memo)
+            verdict = judge(await self._candidates(None, mine), self.history, memo)
             if verdict.found is not None:
                 return self._found(verdict.found, None)
             if verdict.branch is not None:
@@ -325,16 +350,17 @@ class BridgeHandler:
         """Judge the named session and the conversation key's sessions; failing those,
         the sessions whose recorded compaction summary the history carries (a history
         that starts from a summary no longer has the conversation's key)."""
-        index, messages = self.turn.index, self.request.messages
+        index, messages = self.turn.index, self.history
         named_id = named.session_id if named is not None else None
         keyed = [r.session_id for r in await index.find_by_conversation_key(self.key)
-                 if r.session_id == named_id or not _made_by_hand(r)] if self.key else []
+                 if r.session_id == named_id or (
+                     in_project(r, self._project) and not _made_by_hand(r))] if self.key else []
         memo = self._reuse.comparison
         verdict = judge(await self._candidates(named, keyed), messages, memo)
         if verdict.found is not None:
             return verdict
-        later = judge(await self._candidates(None, await compacted_sessions(index, messages)),
-                      messages, memo)
+        compacted = await compacted_sessions(index, messages, self._project)
+        later = judge(await self._candidates(None, compacted), messages, memo)
         return later if later.found is not None or verdict.branch is None else verdict
 
     async def _candidates(self, named: Session | None,
@@ -388,7 +414,8 @@ class BridgeHandler:
                 "requested_session_id": request.session_id})])
         if not continuation:
             return _Choice()
-        recent = await self.turn.index.list_sessions(limit=5)
+        recent = [r for r in await self.turn.index.list_sessions(limit=50)
+                  if in_project(r, self._project)][:5]
         code = WarningCode.SESSION_ID_MISSING_STARTING_FRESH
         return _Choice(warnings=[RunWarning(code, WARNING_CODES[code], {"recent_sessions": [
             {"session_id": r.session_id, "title": r.title, "last_active": r.last_active}
@@ -396,12 +423,16 @@ class BridgeHandler:
 
     async def _unanswered_first_turn(self) -> Session | None:
         """A stored first turn of this very history that never got an answer (a host
-        retrying a failed first turn gets the same session back, not one per retry)."""
+        retrying a failed first turn gets the same session back, not one per retry):
+        one of this project's, that no host conversation holds (a host that says its
+        id finds its own sessions by it), with every part of every message alike."""
         if not self.key:
             return None
         for record in await self.turn.index.find_by_conversation_key(self.key):
+            if record.host_session_id or not in_project(record, self._project):
+                continue
             session = await self.turn.load(record.session_id)
-            if session is not None and unanswered_first_turn(session, self.request.messages):
+            if session is not None and unanswered_first_turn(session, self.history):
                 return session
         return None
 
@@ -554,8 +585,7 @@ class BridgeHandler:
         but before the host read ``finish`` leaves the host retrying the same request. The
         turn is not run again: the host gets what the session already holds.
         """
-        if self._streamed or self._session is None or self.request.messages[-1].role == \
-                "assistant":
+        if self._streamed or self._session is None or self.history[-1].role == "assistant":
             return
         entries = self._session.memory.entries
         start = max((i for i, e in enumerate(entries) if e.role in ("user", "tool")),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nonoka.bridge.entry_rules import nonokas_own
+from nonoka.bridge.entry_rules import nonokas_own, same_message
 from nonoka.bridge.reconcile import Lineage, Reconciliation
 from nonoka.protocol.turns import joined_prompt, split_after_reply
 from nonoka.state.entries import MemoryEntry, dangling_tool_calls
@@ -158,13 +158,14 @@ def _appended(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> Tur
     if any(m.role == "tool" for m in tail):
         return turn_input(Reconciliation(Lineage.CONTINUATION, len(stored), new=tail),
                           stored, messages)
-    users = [m.content for m in tail if m.role == "user"]
-    ending = [e.content for e in stored[len(stored) - len(users):]] if users else []
-    if not users or (ending == users and all(
-            e.role == "user" for e in stored[len(stored) - len(users):])):
+    users = [m for m in tail if m.role == "user"]
+    ending = list(stored[len(stored) - len(users):]) if users else []
+    if not users or (len(ending) == len(users) and all(
+            same_message(e.role, e.content, e.metadata, m.role, m.content, m)
+            for e, m in zip(ending, users, strict=True))):
         return _resumed(messages)
-    last = [m for m in tail if m.role == "user"][-1]
-    return TurnInput("prompt", users[-1], seed=[m for m in tail[:-1] if m.role != "system"],
+    last = users[-1]
+    return TurnInput("prompt", last.content, seed=[m for m in tail[:-1] if m.role != "system"],
                      prompt_message=last if last.parts else None)
 
 

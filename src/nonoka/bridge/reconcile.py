@@ -15,10 +15,12 @@ with the stored conversation message by message and classified:
   ``point`` entries;
 - ``unrelated`` — not even the first message agrees: a different conversation.
 
-Messages are compared by a key that ignores what hosts re-encode (whitespace, tool-call
-argument formatting) and skips what only one side has (system prompts, nonoka's own
-summaries and repair notes). Nothing here touches storage; the bridge acts on the result,
-and keeps a ``HostComparison`` between requests so a long history is compared once.
+Messages are compared by their identity (``nonoka.bridge.entry_rules.identity``: every
+part of a message — text, files, tool calls, reasoning — ignoring what hosts re-encode,
+such as whitespace and tool-call argument formatting), skipping what only one side has
+(system prompts, nonoka's own summaries and repair notes). Nothing here touches
+storage; the bridge acts on the result, and keeps a ``HostComparison`` between requests
+so a long history is compared once.
 """
 
 from __future__ import annotations
@@ -27,11 +29,22 @@ import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from nonoka.bridge.entry_rules import comparison_key, is_summary, nonokas_own, normalised
+from nonoka.bridge.entry_rules import (
+    agree,
+    identity,
+    is_summary,
+    nonokas_own,
+    normalised,
+    same_message,
+)
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import Message
 from nonoka.state.prefix_memo import PrefixMemo
+
+if TYPE_CHECKING:
+    from nonoka.bridge.entry_rules import Identity as Key
 
 
 class Lineage(StrEnum):
@@ -76,27 +89,11 @@ class Reconciliation:
         return any(m.role in ("assistant", "tool") for m in self.new)
 
 
-Key = tuple[str, ...]
-
-
-_norm = normalised
-message_key = comparison_key
-
-
 def _same(entry: MemoryEntry, message: Message) -> bool:
-    """``message_key`` equality, without building keys (the hot loop of ``classify``)."""
-    role = entry.role
-    if role != message.role:
-        return False
-    if entry.content != message.content and _norm(entry.content) != _norm(message.content):
-        return False
-    if role == "assistant":
-        calls, sent = entry.metadata.get("tool_calls"), message.tool_calls
-        return (not calls and not sent) or (
-            [str(c.get("id", "")) for c in calls or []] == [c.id for c in sent or []])
-    if role == "tool":
-        return (entry.metadata.get("tool_call_id") or "") == (message.tool_call_id or "")
-    return True
+    """Whether a stored entry and a host's message are the same message
+    (``entry_rules.same_message``)."""
+    return same_message(entry.role, entry.content, entry.metadata,
+                        message.role, message.content, message)
 
 
 class HostComparison:
@@ -149,8 +146,9 @@ def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message],
         message = hosted[j]
         if role != message.role or entry.content != message.content:
             return None
-        if role != "user" and (meta or message.tool_calls or message.tool_call_id) and not \
-                _same(entry, message):
+        if (meta or message.parts or message.tool_calls or message.tool_call_id
+                or message.reasoning) and not same_message(
+                    role, entry.content, meta, role, message.content, message):
             return None
         j += 1
     if not (j or count):
@@ -160,14 +158,19 @@ def _repeated(stored: Sequence[MemoryEntry], hosted: list[Message],
     return j
 
 
-def _shape(key: Key, role: str) -> Key:
-    """The key without the content of a tool output (what a prune leaves unchanged)."""
-    return key[:2] if role == "tool" else key
+def _shape(key: Key) -> Key:
+    """A tool result's identity without its output (text and files): what a prune
+    leaves unchanged."""
+    return key[:2]
+
+
+def _agree_all(stored: Sequence[Key], hosted: Sequence[Key]) -> bool:
+    return len(stored) == len(hosted) and all(map(agree, stored, hosted))
 
 
 def content_digest(text: str) -> str:
     """A short digest of a message's normalised text (how summaries are recognised)."""
-    return hashlib.sha256(_norm(text).encode()).hexdigest()[:32]
+    return hashlib.sha256(normalised(text).encode()).hexdigest()[:32]
 
 
 def _internal(entry: MemoryEntry) -> bool:
@@ -176,13 +179,11 @@ def _internal(entry: MemoryEntry) -> bool:
 
 
 def _entry_key(entry: MemoryEntry) -> Key:
-    calls = [str(c.get("id", "")) for c in entry.metadata.get("tool_calls") or []]
-    return message_key(entry.role, entry.content, calls, entry.tool_call_id)
+    return identity(entry.role, entry.content, entry.metadata)
 
 
 def _message_key(message: Message) -> Key:
-    calls = [c.id for c in message.tool_calls or []]
-    return message_key(message.role, message.content, calls, message.tool_call_id)
+    return identity(message.role, message.content, message)
 
 
 def classify(stored: Sequence[MemoryEntry], messages: Sequence[Message],
@@ -263,7 +264,7 @@ def _compacted_offset(stored: Sequence[MemoryEntry], positions: list[int], skeys
         return None
     first = skeys[0]
     for start in range(len(rkeys)):
-        if rkeys[start] == first and rkeys[start:start + len(skeys)] == skeys:
+        if agree(first, rkeys[start]) and _agree_all(skeys, rkeys[start:start + len(skeys)]):
             return start
     return None
 
@@ -287,10 +288,10 @@ def _pruned(stored: Sequence[MemoryEntry], positions: list[int], skeys: list[Key
         return None
     edited: list[int] = []
     for i in range(p, len(skeys)):
-        if skeys[i] == rkeys[i]:
+        if agree(skeys[i], rkeys[i]):
             continue
         role = stored[positions[i]].role
-        if role != "tool" or _shape(skeys[i], role) != _shape(rkeys[i], role):
+        if role != "tool" or _shape(skeys[i]) != _shape(rkeys[i]):
             return None
         edited.append(positions[i])
     return edited or None

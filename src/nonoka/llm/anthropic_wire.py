@@ -346,15 +346,32 @@ class Conversation:
     def encoded(self, mark: str | None) -> list[str]:
         """Each message's JSON text, with the two conversation breakpoints when
         ``mark`` (the ``cache_control`` text to add) is given."""
+        messages = _prefilled(self.messages)
         marked: set[int] = set()
-        if mark is not None and self.messages:
-            last = len(self.messages) - 1
+        if mark is not None and messages:
+            last = len(messages) - 1
             marked.add(last)
-            assistants = [i for i, (role, _) in enumerate(self.messages) if role == "assistant"]
+            assistants = [i for i, (role, _) in enumerate(messages) if role == "assistant"]
             if assistants and assistants[-1] > 0:
                 marked.add(assistants[-1] - 1)
         return [_message_json(role, blocks, mark if i in marked else None)
-                for i, (role, blocks) in enumerate(self.messages)]
+                for i, (role, blocks) in enumerate(messages)]
+
+
+def _prefilled(messages: list[tuple[str, list[Block]]]) -> list[tuple[str, list[Block]]]:
+    """The messages with the API's rule for a final assistant message (a prefill, which
+    the model's answer continues) applied: its text may not end with whitespace, so
+    the whitespace is trimmed (as Anthropic's own SDKs do); a prefill of whitespace only
+    is no prefill."""
+    if not messages or messages[-1][0] != "assistant" or messages[-1][1][-1][0] != "text":
+        return messages
+    blocks = messages[-1][1]
+    value = json.loads(blocks[-1][1])
+    text = str(value.get("text") or "").rstrip()
+    if text == value.get("text"):
+        return messages
+    kept = blocks[:-1] + ([_block({**value, "text": text})] if text else [])
+    return messages[:-1] + ([("assistant", kept)] if kept else [])
 
 
 def _message_json(role: str, blocks: list[Block], mark: str | None) -> str:

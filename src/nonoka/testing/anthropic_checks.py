@@ -19,7 +19,8 @@ have (``BODY_FIELDS``), a thinking object in another shape (OpenCode's ``budgetT
 **Always refused**, with the API's 400 ``invalid_request_error`` messages: no
 ``max_tokens``, more than four breakpoints, an empty text block, a ``tool_use`` not
 answered in the next message, a ``tool_result`` that answers nothing in the message
-before, a thinking budget below 1,024 or not below ``max_tokens``.
+before, a thinking budget below 1,024 or not below ``max_tokens``, a final assistant
+message (a prefill) whose text ends with whitespace.
 
 **``anthropic_thinking``**: a thinking block must come back exactly as the server sent
 it (its text with its signature, a redacted block's data), wherever it is sent; and in
@@ -286,6 +287,11 @@ def _message_problem(messages: list[dict[str, Any]]) -> str | None:
                     f"blocks immediately after: {', '.join(sorted(missing))}. Each `tool_use` "
                     "block must have a corresponding `tool_result` block in the next message.")
         previous_calls = {str(b.get("id")) for b in blocks if b.get("type") == "tool_use"}
+    final = _blocks(messages[-1].get("content")) if messages else []
+    if messages and messages[-1].get("role") == "assistant" and final:
+        text = str(final[-1].get("text")) if final[-1].get("type") == "text" else ""
+        if text != text.rstrip():
+            return "messages: final assistant content cannot end with trailing whitespace"
     return None
 
 
