@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nonoka.serve.app import create_app
+from nonoka.serve.keys import Gate, open_keys
 from nonoka.serve.server import base_url, bind, open_served
 
 EVENT_MODELS: dict[str, type[BaseModel]] = {
@@ -140,14 +141,14 @@ class Served:
     every Responses answer held to the spec (``Checked``; ``stop`` fails on a miss)."""
 
     def __init__(self, project: Path, model: str, *, key: str | None = None,
-                 database_url: str | None = None) -> None:
+                 database_url: str | None = None, keys: bool = False) -> None:
         self._ready = threading.Event()
         self._server: uvicorn.Server | None = None
         self._failure: BaseException | None = None
         self.url = ""
         self.port = 0
         self.checked: Checked | None = None
-        self._args = (project, database_url, model, key)
+        self._args = (project, database_url, model, key, keys)
         self._thread = threading.Thread(target=self._main, name="nonoka-serve", daemon=True)
         self._thread.start()
         assert self._ready.wait(60), "nonoka serve did not start"
@@ -155,16 +156,18 @@ class Served:
             raise self._failure
 
     def _main(self) -> None:
-        project, database_url, model, key = self._args
+        project, database_url, model, key, with_keys = self._args
 
         async def main() -> None:
             served, stores = open_served(project, database_url, model)
+            keys = open_keys(project, database_url) if with_keys else None
             try:
                 sock = bind("127.0.0.1", 0)
                 self.port = sock.getsockname()[1]
                 self.url = base_url("127.0.0.1", self.port)
                 hosts = frozenset({f"127.0.0.1:{self.port}", f"localhost:{self.port}"})
-                self.checked = Checked(create_app(served, key=key, hosts=hosts))
+                self.checked = Checked(create_app(served, hosts=hosts,
+                                                  gate=Gate(keys, key)))
                 config = uvicorn.Config(self.checked, log_level="warning", lifespan="off")
                 self._server = _Started(config, self._ready)
                 await self._server.serve(sockets=[sock])
@@ -172,6 +175,8 @@ class Served:
                 for task in list(served.tasks):
                     task.cancel()
                 await asyncio.gather(*served.tasks, return_exceptions=True)
+                if keys is not None:
+                    await keys.close()
                 await stores.close()
 
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from nonoka.serve.keys import add_key, digest, open_keys
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer
 from tests.pg import schema_url, temp_schema
@@ -55,3 +57,37 @@ def test_lineage_on_postgres(pg_served: Served, scripted: list[Any],
         {"role": "user", "content": "more"}]})
     assert [m["content"] for m in server.requests[-1]["messages"]] == [
         "chat", "re chat", "more"]
+
+
+def test_keys_and_owners_on_postgres(project: Path, upstream_env: dict[str, str],
+                                     scripted: list[Any],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    with temp_schema() as schema:
+        url = schema_url(schema)
+        monkeypatch.setenv("NONOKA_DATABASE_URL", url)
+
+        async def make() -> list[str]:
+            keys = open_keys(project, url)
+            try:
+                made = [(await add_key(keys, name))[1] for name in ("alice", "bob", "gone")]
+                assert [r.name for r in await keys.revoke("gone", 1.0)] == ["gone"]
+                assert await keys.owner(digest(made[2])) is None
+                return made
+            finally:
+                await keys.close()
+
+        alice, bob, gone = asyncio.run(make())
+        running = Served(project, MODEL, database_url=url, keys=True)
+        try:
+            scripted.append(text("alice's"))
+            status, _, raw = request(running.port, "POST", "/v1/responses",
+                                     {"model": "m", "input": "hi"},
+                                     {"Authorization": f"Bearer {alice}"})
+            assert status == 200, raw
+            made = json.loads(raw)["id"]
+            for key, expected in ((alice, 200), (bob, 404), (gone, 401), ("", 401)):
+                status, _, raw = request(running.port, "GET", f"/v1/responses/{made}",
+                                         headers={"Authorization": f"Bearer {key}"})
+                assert status == expected, raw
+        finally:
+            running.stop()

@@ -33,6 +33,7 @@ PINNED = {
         "m013_list_order": "919d4ea0d5c0a2ce",
         "m014_entries_by_session": "b0d32a15dce4aaa9",
         "m015_entry_rules_in_one_place": "c19edd4fbff38d57",
+        "m016_serve_keys": "202c414ace0ea908",
     },
     "postgres": {
         "m001_checkpoint_tables": "82f9c99aced467e5",
@@ -44,6 +45,7 @@ PINNED = {
         "m008_compact_tables": "4f91d9e69a28f9ef",
         "m009_session_list_lookups": "14c573f68097b812",
         "m010_list_order": "4c9b59561eb95d7a",
+        "m011_serve_keys": "69d2155029624c17",
     },
 }
 

@@ -10,7 +10,6 @@ does not cut the turn short: its answer is stored, and ``GET`` returns it.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nonoka.serve.chat import ChatCompletions
 from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
+from nonoka.serve.keys import Gate, set_owner
 from nonoka.serve.model import Models
 from nonoka.serve.responses import Responses
 
@@ -47,12 +47,13 @@ class Served:
 
 
 def create_app(served: Served, *, key: str | None = None,
-               hosts: frozenset[str] | None = None) -> ASGIApp:
-    """The ASGI app; ``key``: the API key every request must send (``None``: none, on
-    loopback only); ``hosts``: the ``Host`` values accepted (``None``: any)."""
+               hosts: frozenset[str] | None = None, gate: Gate | None = None) -> ASGIApp:
+    """The ASGI app; ``gate``: who may send requests, and as which owner
+    (``nonoka.serve.keys``; ``key``: the server's own key, when no gate is given);
+    ``hosts``: the ``Host`` values accepted (``None``: any)."""
     app = Starlette(routes=[_answered(route) for route in _Routes(served).routes()],
                     exception_handlers={404: _no_route, 405: _no_route})
-    return KeyGuard(app, key, hosts)
+    return KeyGuard(app, gate if gate is not None else Gate(None, key), hosts)
 
 
 class _Routes:
@@ -223,11 +224,12 @@ async def _stream(served: Served, work: Work, frame: Callable[[dict[str, Any]], 
 
 
 class KeyGuard:
-    """ASGI middleware: the ``Host`` check on loopback and the API key, when one is set."""
+    """ASGI middleware: the ``Host`` check on loopback, and the key: a request runs as
+    the owner its key acts for (``nonoka.serve.keys.current_owner``)."""
 
-    def __init__(self, app: ASGIApp, key: str | None, hosts: frozenset[str] | None) -> None:
+    def __init__(self, app: ASGIApp, gate: Gate, hosts: frozenset[str] | None) -> None:
         self.app = app
-        self.key = key
+        self.gate = gate
         self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -240,20 +242,20 @@ class KeyGuard:
             await _refuse(send, 403, "unexpected Host header: use the address nonoka serve "
                                      "printed", "forbidden")
             return
-        if self.key is not None and not self._valid(headers):
-            await _refuse(send, 401, "Incorrect API key provided: send the key nonoka serve "
-                                     "was started with as 'Authorization: Bearer <key>'",
-                          "invalid_api_key")
+        owner = await self.gate.owner(_token(headers))
+        if owner is None:
+            await _refuse(send, 401, "Incorrect API key provided: send a key of nonoka serve "
+                                     "as 'Authorization: Bearer <key>'", "invalid_api_key")
             return
+        set_owner(owner)
         await self.app(scope, receive, send)
 
-    def _valid(self, headers: dict[str, str]) -> bool:
-        assert self.key is not None
-        given = headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer":
-            token = headers.get("api-key", "")
-        return hmac.compare_digest(token.strip().encode(), self.key.encode())
+
+def _token(headers: dict[str, str]) -> str:
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        token = headers.get("api-key", "")
+    return token.strip()
 
 
 async def _refuse(send: Send, status: int, message: str, code: str) -> None:

@@ -43,6 +43,7 @@ from nonoka.protocol.models import (
 )
 from nonoka.serve.errors import failure_error, invalid
 from nonoka.serve.items import content_of
+from nonoka.serve.keys import LOCAL, current_owner
 from nonoka.serve.model import Models
 from nonoka.state.messages import Message, ToolCall
 from nonoka.store.reuse import StoreReuse
@@ -89,6 +90,28 @@ def parse_chat(body: Any, headers: Mapping[str, str], project: Path, spec: str
                           conversation_key=conversation_key(messages),
                           options=_options(body), request_id=secrets.token_hex(8))
     return request, stream, include_usage
+
+
+def owned(request: ChatRequest, owner: str) -> ChatRequest:
+    """``request`` as ``owner``'s: its conversation key and name made the owner's own, so
+    the lineage rules find only sessions that owner's requests made (the local owner's
+    are as they always were)."""
+    if owner == LOCAL:
+        return request
+    salt = hashlib.sha256(owner.encode()).hexdigest()[:16]
+    key = request.conversation_key
+    named = request.host_session_id
+    return request.model_copy(update={
+        "conversation_key": hashlib.sha256(f"{salt}:{key}".encode()).hexdigest()
+        if key else key,
+        "host_session_id": _owned_name(salt, named) if named else named})
+
+
+def _owned_name(salt: str, named: str) -> str:
+    owned = f"owner:{salt}/{named}"
+    if len(owned) > SIGNAL_LENGTH:
+        owned = f"owner:{salt}/sha256:{hashlib.sha256(named.encode()).hexdigest()}"
+    return owned
 
 
 def _message(raw: Any, param: str) -> Message:
@@ -183,6 +206,7 @@ class ChatCompletions:
         """
         spec = self.models.pick(body.get("model") if isinstance(body, dict) else None)
         request, _, include_usage = parse_chat(body, headers, self.project, spec)
+        request = owned(request, current_owner())
         answer = _Answer(spec, emit, include_usage, opened)
         reuse = BridgeReuse()
         reuse.store = self.reuse

@@ -36,6 +36,7 @@ from nonoka.serve.errors import api_error, failure_error, invalid, not_found, pr
 from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_response_id
 from nonoka.serve.inputs import CreateRequest, messages_of, parse_create, plan, resolved
 from nonoka.serve.items import entry_items
+from nonoka.serve.keys import LOCAL, OWNER_KEY, current_owner, owner_of_record
 from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
 from nonoka.serve.record import (
     INCOMPLETE,
@@ -120,9 +121,9 @@ class Responses:
         self.locks = locks if locks is not None else SessionLocks()
         self.runner = Runner(stores.checkpoints)
         self.passes = KeptPasses()
-        self.running: dict[str, tuple[asyncio.Event, dict[str, Any]]] = {}
-        """The responses this process is making: when each ends, and its first form
-        (``GET`` gives it meanwhile; a continuation of it waits for its end)."""
+        self.running: dict[str, tuple[asyncio.Event, dict[str, Any], str]] = {}
+        """The responses this process is making: when each ends, its first form (``GET``
+        gives it meanwhile; a continuation of it waits for its end), and its owner."""
 
     # -- create ------------------------------------------------------------------------------
 
@@ -147,7 +148,7 @@ class Responses:
         previous = None
         if given.previous_response_id is not None:
             making = self.running.get(given.previous_response_id)
-            if making is not None:
+            if making is not None and making[2] == current_owner():
                 await making[0].wait()
             previous = await self._stored(given.previous_response_id, sessions)
             if previous is None:
@@ -225,8 +226,10 @@ class Responses:
     def _service(self, messages: list[Message], passes: ConversationPasses) -> TurnService:
         title = next((title_from(m.content) for m in messages
                       if m.role == "user" and m.content.strip()), "")
+        owner = current_owner()
         return TurnService(self.stores, title=title, passes=passes, metadata={
-            "purpose": "chat", "cwd": str(self.project), "source": "nonoka serve"})
+            "purpose": "chat", "cwd": str(self.project), "source": "nonoka serve",
+            **({OWNER_KEY: owner} if owner != LOCAL else {})})
 
     async def _answer(self, request: _Request, service: TurnService, opening: Opening, *,
                       start: int, owner: str | None = None) -> dict[str, Any]:
@@ -241,7 +244,7 @@ class Responses:
                 first = resource(run.point.id, request.asked, status="in_progress",
                                  output=[], usage=None, store=given.store)
                 if given.store:
-                    self.running[run.point.id] = (asyncio.Event(), first)
+                    self.running[run.point.id] = (asyncio.Event(), first, current_owner())
                 await service.journal.log(RESPONSE_EVENT, {
                     "id": run.point.id, "record": request.asked.logged(run.tools_at)})
                 if events is not None:
@@ -325,11 +328,13 @@ class Responses:
         point = parse_response_id(response_id)
         if point is None:
             return None
+        record = await self.stores.index.get_session(point.session_id)
+        metadata = record.metadata if record is not None else {}
+        if owner_of_record(metadata) != current_owner() or \
+                response_id in (metadata.get(DELETED) or ()):
+            return None  # another owner's response is one that does not exist
         session = await self._session(point, sessions if sessions is not None else {})
         if session is None:
-            return None
-        record = await self.stores.index.get_session(point.session_id)
-        if record is not None and response_id in (record.metadata.get(DELETED) or ()):
             return None
         return await self._locate(point, session)
 
@@ -377,7 +382,7 @@ class Responses:
 
     async def get(self, response_id: str) -> dict[str, Any]:
         making = self.running.get(response_id)
-        if making is not None:
+        if making is not None and making[2] == current_owner():
             return making[1]
         return self._resource(await self._found(response_id))
 

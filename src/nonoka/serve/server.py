@@ -18,6 +18,7 @@ import uvicorn
 
 from nonoka.serve.app import Served, create_app
 from nonoka.serve.chat import ChatCompletions
+from nonoka.serve.keys import Gate, KeyStore, open_keys
 from nonoka.serve.model import Models
 from nonoka.serve.responses import Responses
 from nonoka.store.project import ProjectStores, open_project_stores
@@ -77,14 +78,17 @@ class _Server(uvicorn.Server):
 
 
 async def run(served: Served, sock: socket.socket, *, key: str | None,
-              started: Callable[[uvicorn.Server], None] | None = None) -> None:
+              started: Callable[[uvicorn.Server], None] | None = None,
+              keys: KeyStore | None = None) -> None:
     """Serve on ``sock`` until the server is told to exit (a signal, ``should_exit``);
-    turns still running then are cancelled, and saved as such."""
+    turns still running then are cancelled, and saved as such. ``key``: the server's
+    own key; ``keys``: the keys of ``nonoka serve keys``."""
     host, port = sock.getsockname()[:2]
     hosts = None
     if is_loopback(host):
         hosts = frozenset(f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]"))
-    app = create_app(served, key=key, hosts=hosts)
+    gate = Gate(keys, key, always=not is_loopback(host))
+    app = create_app(served, hosts=hosts, gate=gate)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=5, server_header=False)
     try:
@@ -100,12 +104,24 @@ async def serve(project: Path, database_url: str | None, *, model: str, host: st
                 port: int, key: str | None, say: Callable[[str], None]) -> None:
     """The command: run until interrupted (SIGINT or SIGTERM)."""
     served, stores = open_served(project, database_url, model)
+    keys: KeyStore | None = None
     try:
         await stores.index.list_sessions(limit=1)  # fail now, not on the first request
+        keys = open_keys(project, database_url)
+        named = await keys.any_active()
+        if key is None and not named and not is_loopback(host):
+            raise KeyRequired(host)
         sock = bind(host, port)
         url = base_url(host, sock.getsockname()[1])
-        needs = "clients send the API key" if key else "no API key (loopback only)"
-        await run(served, sock, key=key, started=lambda _server: say(
+        needs = ("clients send an API key" if key or named
+                 else "no API key (loopback only)")
+        await run(served, sock, key=key, keys=keys, started=lambda _server: say(
             f"nonoka serve: {project} with {model}\n  {url}\n  {needs}; Ctrl+C stops."))
     finally:
+        if keys is not None:
+            await keys.close()
         await stores.close()
+
+
+class KeyRequired(Exception):
+    """Binding beyond loopback with no key to require."""

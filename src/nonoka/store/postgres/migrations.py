@@ -243,3 +243,19 @@ async def m010_list_order(conn: AsyncConnection[Any]) -> None:
         $$""")
     await conn.execute("CREATE TRIGGER cli_sessions_list_order BEFORE INSERT ON cli_sessions "
                        "FOR EACH ROW EXECUTE FUNCTION cli_sessions_list_order()")
+
+
+@migration
+async def m011_serve_keys(conn: AsyncConnection[Any]) -> None:
+    """The API keys of ``nonoka serve`` (``nonoka serve keys``), as on SQLite: a key is
+    kept as its SHA-256 digest only, with its owner, name and the first characters
+    clients show; a revoked key keeps its row (``revoked_at``)."""
+    await conn.execute("""CREATE TABLE serve_keys (
+        key_id text PRIMARY KEY,
+        digest text NOT NULL UNIQUE,
+        owner text NOT NULL,
+        name text NOT NULL,
+        shown text NOT NULL,
+        created_at double precision NOT NULL,
+        revoked_at double precision
+    )""")

@@ -724,3 +724,19 @@ def m015_entry_rules_in_one_place(db: sqlite3.Connection) -> None:
     db.execute("DROP VIEW IF EXISTS search_text")
     for statement in _M015_SCHEMA:
         db.execute(statement)
+
+
+@migration
+def m016_serve_keys(db: sqlite3.Connection) -> None:
+    """The API keys of ``nonoka serve`` (``nonoka serve keys``): a key is kept as its
+    SHA-256 digest only, with the owner whose stored responses it reaches, its name and
+    the first characters clients show; a revoked key keeps its row (``revoked_at``)."""
+    db.execute("""CREATE TABLE serve_keys (
+        key_id TEXT PRIMARY KEY,
+        digest TEXT NOT NULL UNIQUE,
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL,
+        shown TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        revoked_at REAL
+    )""")
