@@ -148,6 +148,8 @@ class Served:
         self.url = ""
         self.port = 0
         self.checked: Checked | None = None
+        self.api: Any = None
+        """What the routes serve (``nonoka.serve.app.Served``), once started."""
         self._args = (project, database_url, model, key, keys)
         self._thread = threading.Thread(target=self._main, name="nonoka-serve", daemon=True)
         self._thread.start()
@@ -160,6 +162,7 @@ class Served:
 
         async def main() -> None:
             served, stores = open_served(project, database_url, model)
+            self.api = served
             keys = open_keys(project, database_url) if with_keys else None
             try:
                 sock = bind("127.0.0.1", 0)

@@ -24,7 +24,7 @@ from nonoka.serve.chat import ChatCompletions
 from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
 from nonoka.serve.keys import Gate, set_owner
 from nonoka.serve.model import Models
-from nonoka.serve.responses import Responses
+from nonoka.serve.responses import Responses, retry_of
 
 SESSION_ID_HEADER = "x-nonoka-session-id"
 """The header a chat completion names the nonoka session it ran in with."""
@@ -87,10 +87,12 @@ class _Routes:
     async def create_response(self, request: Request) -> Response:
         body = await _json(request)
         responses = self.served.responses
+        retry = retry_of(body, {k.lower(): v for k, v in request.headers.items()})
         if isinstance(body, dict) and body.get("stream") is True:
-            return await _stream(self.served, lambda emit: responses.create(body, emit),
+            return await _stream(self.served,
+                                 lambda emit: responses.create(body, emit, retry),
                                  _sse_event, None)
-        return JSONResponse(await responses.create(body))
+        return JSONResponse(await responses.create(body, retry=retry))
 
     async def get_response(self, request: Request) -> Response:
         if request.query_params.get("stream") == "true":

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -68,6 +71,8 @@ FORK_REASON = "previous_response_id"
 RECENT_EVENTS = 500
 """Timeline entries read first to find a response without an answer (its turn is usually
 the session's last); the whole timeline when they do not name it."""
+RETRIES_KEPT = 4096
+"""Recent requests whose retry digests this process keeps in memory."""
 ALL_EVENTS = 1 << 62
 """Why a branch was made: a response continued from a point that is not its tip."""
 
@@ -108,6 +113,42 @@ class _Request:
     previous: Located | None
     passes: ConversationPasses
     """Where the turn's passes over its conversation stopped (its model's too)."""
+    retry: Retry | None = None
+    again: ResponsePoint | None = None
+    """The response a retry makes again in place (its turn failed or was cut short)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Retry:
+    """How a create request may repeat an earlier one: its body's digest, its
+    ``Idempotency-Key``'s, and whether the client says it is a retry
+    (``x-stainless-retry-count`` above 0). Digests include the owner."""
+
+    body: str
+    key: str | None = None
+    retried: bool = False
+
+    @property
+    def wanted(self) -> str | None:
+        """The digest an earlier response must have logged to be this request's."""
+        return self.key if self.key is not None else (self.body if self.retried else None)
+
+
+def retry_of(body: Any, headers: Mapping[str, str]) -> Retry:
+    """The retry identity of a create request (``headers``: lower-case names)."""
+    owner = current_owner()
+    shown = {k: v for k, v in body.items() if k != "stream"} if isinstance(body, dict) \
+        else body
+    canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    key = headers.get("idempotency-key", "").strip()
+    count = headers.get("x-stainless-retry-count", "").strip()
+    return Retry(_digest(owner, "body", canonical),
+                 _digest(owner, "key", key) if key else None,
+                 count.isdigit() and int(count) > 0)
+
+
+def _digest(owner: str, kind: str, text: str) -> str:
+    return hashlib.sha256(f"{owner}\0{kind}\0{text}".encode()).hexdigest()[:32]
 
 
 class Responses:
@@ -121,14 +162,19 @@ class Responses:
         self.locks = locks if locks is not None else SessionLocks()
         self.runner = Runner(stores.checkpoints)
         self.passes = KeptPasses()
+        self.retries: OrderedDict[str, str] = OrderedDict()
+        """Recent requests' retry digests (``Retry``), and the response each made."""
         self.running: dict[str, tuple[asyncio.Event, dict[str, Any], str]] = {}
         """The responses this process is making: when each ends, its first form (``GET``
         gives it meanwhile; a continuation of it waits for its end), and its owner."""
 
     # -- create ------------------------------------------------------------------------------
 
-    async def create(self, body: Any, emit: Emit | None = None) -> dict[str, Any]:
-        """Run a response; its events go to ``emit`` (a stream) as they happen.
+    async def create(self, body: Any, emit: Emit | None = None,
+                     retry: Retry | None = None) -> dict[str, Any]:
+        """Run a response; its events go to ``emit`` (a stream) as they happen. A request
+        that repeats an earlier one (``retry``) gets that response: as it was stored, or
+        made again in place when its turn failed or was cut short.
 
         Raises ``ApiError`` for a request that cannot start; once ``response.created`` is
         emitted, a failure ends the stream with ``response.failed`` instead (without a
@@ -169,8 +215,12 @@ class Responses:
                       tools=[host_tool(t["name"], t["description"] or "", t["parameters"])
                              for t in given.tools])
         events = ResponseEvents(emit, run) if emit is not None else None
-        request = _Request(given, asked, seed, turn_input, agent, run, events, previous, passes)
+        request = _Request(given, asked, seed, turn_input, agent, run, events, previous, passes,
+                           retry)
         try:
+            earlier = await self._earlier(request) if given.store else None
+            if earlier is not None:
+                return await self._again(request, earlier)
             return await self._run(request, messages)
         except Exception as exc:
             if events is None or not events.sequence:
@@ -209,6 +259,59 @@ class Responses:
             return await self._answer(request, service, Opening(
                 branch, turn_input, forked_from=sid, fork_point=found.end), start=found.end)
 
+    async def _earlier(self, request: _Request) -> Located | None:
+        """The stored response this request repeats, if the client says it repeats one:
+        by this process's recent requests, else by the timeline of the session it
+        continues (a response logs its request's digests)."""
+        wanted = request.retry.wanted if request.retry is not None else None
+        if wanted is None:
+            return None
+        known = self.retries.get(wanted)
+        if known is None and request.previous is not None:
+            sid = request.previous.point.session_id
+            recent = await self.stores.events.list_events(sid, limit=RECENT_EVENTS)
+            known = next((e.data.get("id") for e in reversed(recent)
+                          if e.kind == RESPONSE_EVENT and isinstance(e.data, dict)
+                          and wanted in (e.data.get("request"), e.data.get("idempotency"))),
+                         None)
+        if not isinstance(known, str):
+            return None
+        making = self.running.get(known)
+        if making is not None and making[2] == current_owner():
+            await making[0].wait()
+        return await self._stored(known)
+
+    async def _again(self, request: _Request, earlier: Located) -> dict[str, Any]:
+        """A retry: the earlier response as stored; made again in its place when its
+        turn failed or its process died and nothing came after it."""
+        left = earlier.left
+        if left is None or left.status not in ("failed", "incomplete"):
+            return self._replayed(request, earlier)
+        sid = earlier.point.session_id
+        service = self._service([], request.passes)
+        owner = new_lease_owner()
+        async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
+                                                     wait=lease_wait_from_env()):
+            session = await service.load(sid)
+            found = await self._locate(earlier.point, session) if session else None
+            if session is None or found is None:
+                return self._replayed(request, earlier)
+            if found.left is None or found.end != len(session.memory.entries):
+                return self._replayed(request, found)
+            request.again = earlier.point
+            request.run.tools_at = found.tools_at()
+            return await self._answer(request, service, Opening(
+                session, TurnInput(kind="resume", reopen=True)), start=earlier.point.start,
+                owner=owner)
+
+    def _replayed(self, request: _Request, located: Located) -> dict[str, Any]:
+        made = self._resource(located)
+        if request.events is not None:
+            request.events.replay(made, resource(located.point.id, located.asked(),
+                                                 status="in_progress", output=[],
+                                                 usage=None))
+        return made
+
     async def _unstored(self, request: _Request) -> dict[str, Any]:
         """``store: false``: the turn in a memory store, seeded with the path it continues."""
         path: list[Message] = []
@@ -240,13 +343,15 @@ class Responses:
         async def sink(event: TurnEvent) -> None:
             nonlocal answered
             if isinstance(event, SessionOpened):
-                run.point = new_point(event.session_id, start)
+                run.point = request.again or new_point(event.session_id, start)
                 first = resource(run.point.id, request.asked, status="in_progress",
                                  output=[], usage=None, store=given.store)
+                logged: dict[str, Any] = {"id": run.point.id,
+                                          "record": request.asked.logged(run.tools_at)}
                 if given.store:
                     self.running[run.point.id] = (asyncio.Event(), first, current_owner())
-                await service.journal.log(RESPONSE_EVENT, {
-                    "id": run.point.id, "record": request.asked.logged(run.tools_at)})
+                    self._remember(request.retry, run.point.id, logged)
+                await service.journal.log(RESPONSE_EVENT, logged)
                 if events is not None:
                     events.started(first)
             elif events is None:
@@ -280,6 +385,21 @@ class Responses:
                 making[0].set()
             if run.point is not None and given.store:
                 self.passes.give(run.point.session_id, request.passes)
+
+    def _remember(self, retry: Retry | None, response_id: str,
+                  logged: dict[str, Any]) -> None:
+        """Note the request's retry digests, here and on its timeline entry."""
+        if retry is None:
+            return
+        logged["request"] = retry.body
+        if retry.key is not None:
+            logged["idempotency"] = retry.key
+        for digest in (retry.body, retry.key):
+            if digest is not None:
+                self.retries[digest] = response_id
+                self.retries.move_to_end(digest)
+        while len(self.retries) > RETRIES_KEPT:
+            self.retries.popitem(last=False)
 
     def _made(self, request: _Request, outcome: TurnOutcome) -> dict[str, Any]:
         """The response a finished turn made (or the error, without a stream)."""

@@ -184,6 +184,22 @@ class ResponseEvents:
         self.event("response.output_item.added", output_index=index, item=item)
         self.event("response.output_item.done", output_index=index, item=item)
 
+    def replay(self, response: dict[str, Any], first: dict[str, Any]) -> None:
+        """A stored response's events, as its stream gave them (a client's retry of a
+        request whose response is stored): ``first`` is its ``in_progress`` form."""
+        self.started(first)
+        for item in response["output"]:
+            if item["type"] == "function_call":
+                self._call(item)
+            elif item["type"] in ("message", "reasoning"):
+                self._whole(item)
+            else:
+                index = self.outputs
+                self.outputs += 1
+                self.event("response.output_item.added", output_index=index, item=item)
+                self.event("response.output_item.done", output_index=index, item=item)
+        self.finished(response)
+
     def finished(self, response: dict[str, Any]) -> None:
         kind = {"completed": "response.completed", "incomplete": "response.incomplete"
                 }.get(response["status"], "response.failed")
