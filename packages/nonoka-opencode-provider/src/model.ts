@@ -32,6 +32,8 @@ import { isProviderFailure, providerCallError, ProviderCallError } from "./error
 import type { Logger } from "./idfile.js";
 import {
   detectPurpose,
+  hostHeaders,
+  hostParentSessionId,
   hostSessionId,
   needsParts,
   NOTICE_PREFIX,
@@ -262,7 +264,8 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     if (needsParts(messages, callOptions) && !required.includes("parts")) required.push("parts");
     const request: OutgoingRequest = {
       type: "chat",
-      protocol: { version: PROTOCOL_VERSION, required_capabilities: required, features: ["reasoning"] },
+      // host_retries: OpenCode retries a failed call itself; the bridge must not multiply it.
+      protocol: { version: PROTOCOL_VERSION, required_capabilities: required, features: ["reasoning", "host_retries"] },
       request_id: `req-${randomBytes(8).toString("hex")}`,
       purpose,
       messages,
@@ -276,6 +279,10 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     if (hint.conversationKey !== undefined) request.conversation_key = hint.conversationKey;
     const host = purpose === "chat" ? hostSessionId(options, config.providerName) : undefined;
     if (host !== undefined) request.host_session_id = host;
+    const parent = purpose === "chat" ? hostParentSessionId(options) : undefined;
+    if (parent !== undefined) request.host_parent_session_id = parent;
+    const headers = hostHeaders(options);
+    if (headers !== undefined) request.headers = headers;
     if (config.model !== undefined) request.model = config.model;
     if (config.limits !== undefined) request.limits = config.limits;
     if (callOptions !== undefined) request.options = callOptions;

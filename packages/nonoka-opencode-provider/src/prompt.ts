@@ -275,6 +275,34 @@ export function hostSessionId(options: LanguageModelV3CallOptions, providerName 
   return undefined;
 }
 
+/** Header names that carry credentials: never sent to the bridge, whatever the host set. */
+const CREDENTIAL_HEADERS = new Set(["authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "x-goog-api-key"]);
+
+/**
+ * The request headers the host gave this call (AI SDK `headers`: OpenCode's `x-session-id`,
+ * `x-session-affinity`, `x-parent-session-id` of a subagent, its `User-Agent`, a model's
+ * configured headers such as `anthropic-beta`), as the protocol's `headers`, without
+ * credentials. The bridge forwards the ones its allow-list names to the model endpoint.
+ */
+export function hostHeaders(options: LanguageModelV3CallOptions): Record<string, string> | undefined {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(options.headers ?? {})) {
+    if (typeof value !== "string" || CREDENTIAL_HEADERS.has(name.toLowerCase())) continue;
+    out[name.toLowerCase()] = value;
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+/** A subagent's parent: the host session named by `x-parent-session-id`. */
+export function hostParentSessionId(options: LanguageModelV3CallOptions): string | undefined {
+  for (const [name, value] of Object.entries(options.headers ?? {})) {
+    if (name.toLowerCase() === "x-parent-session-id" && typeof value === "string" && value.trim() !== "") {
+      return value.trim().slice(0, 256);
+    }
+  }
+  return undefined;
+}
+
 /**
  * The call options as the protocol's `options`, the way the AI SDK's openai-compatible
  * provider puts them in a request body: `maxOutputTokens` → `max_tokens`, `temperature`,

@@ -70,6 +70,10 @@ export interface ChatRequest {
   conversation_key?: string | null;
   /** The host's own id of this conversation (an OpenCode session's id): every host conversation keeps its own line of nonoka sessions, whatever their content; `""` counts as none. */
   host_session_id?: string | null;
+  /** The host's id of the conversation that started this one (an OpenCode subagent's parent session, its `x-parent-session-id`): a new session records it, and lists show the session under its parent's line; `""` counts as none. */
+  host_parent_session_id?: string | null;
+  /** The request headers the host gave its provider for this step; the adapters forward the ones `nonoka.llm.host_headers` allows to the model endpoint (never credentials). */
+  headers?: Record<string, string> | null;
   /** The workspace (the project database lives in `<cwd>/.nonoka/`); default: the bridge's working directory. */
   cwd?: string | null;
   /** A model spec such as `openai:gpt-4o-mini`; default: from configuration. */
@@ -254,7 +258,7 @@ export interface ProtocolSpec {
   version: "1";
   /** Capabilities the provider cannot work without (`missing_capability` if absent). */
   required_capabilities?: string[];
-  /** What the provider can receive besides protocol 1's events: `reasoning` (`reasoning_delta` and `assistant_metadata`). A bridge sends nothing a request did not ask for, so an older provider keeps working. */
+  /** What the provider can receive besides protocol 1's events: `reasoning` (`reasoning_delta` and `assistant_metadata`). A bridge sends nothing a request did not ask for, so an older provider keeps working. `host_retries`: the host retries a failed model call itself (OpenCode does), so the bridge makes each model call once and passes a retryable failure, with its `retry_after`, straight back. */
   features?: string[] | null;
 }
 

@@ -33,7 +33,7 @@ describe("a chat step", () => {
     const [request] = sentFrames(tmp.dir);
     assert.equal(request?.["type"], "chat");
     // The call's options (max_tokens, tool_choice) need a bridge with capability parts.
-    assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: ["parts"], features: ["reasoning"] });
+    assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: ["parts"], features: ["reasoning", "host_retries"] });
     assert.deepEqual(request?.["options"], { max_tokens: 32000, tool_choice: "auto" });
     assert.equal(request?.["purpose"], "chat");
     assert.equal(request?.["new_session"], true);
@@ -115,8 +115,24 @@ describe("lossless both ways", () => {
   test("a plain request asks for nothing new; the reasoning feature is always asked for", async () => {
     await collect((await fakeProvider("text", tmp.dir).languageModel().doStream({ prompt: [user("hi")] })).stream);
     const [request] = sentFrames(tmp.dir);
-    assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: [], features: ["reasoning"] });
+    assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: [], features: ["reasoning", "host_retries"] });
     assert.equal(request?.["options"], undefined);
+  });
+
+  test("the host's headers go to the bridge without credentials; a subagent names its parent", async () => {
+    const headers = {
+      "X-Session-Id": "ses_child", "x-session-affinity": "ses_child", "x-parent-session-id": "ses_parent",
+      "User-Agent": "opencode/1.18.33", "anthropic-beta": "interleaved-thinking-2025-05-14",
+      Authorization: "Bearer host-secret", "x-api-key": "host-secret", "x-empty": undefined,
+    };
+    await collect((await fakeProvider("text", tmp.dir).languageModel().doStream({ ...chatCall([user("hi")]), headers })).stream);
+    const [request] = sentFrames(tmp.dir);
+    assert.deepEqual(request?.["headers"], {
+      "x-session-id": "ses_child", "x-session-affinity": "ses_child", "x-parent-session-id": "ses_parent",
+      "user-agent": "opencode/1.18.33", "anthropic-beta": "interleaved-thinking-2025-05-14",
+    });
+    assert.equal(request?.["host_session_id"], "ses_child");
+    assert.equal(request?.["host_parent_session_id"], "ses_parent");
   });
 
   test("reasoning streams, ends with its metadata; a call carries its own; usage splits cache and reasoning", async () => {

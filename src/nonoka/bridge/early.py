@@ -346,6 +346,7 @@ def _several_prompts(request: Mapping[str, Any]) -> bool:
 
 
 def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
+    from nonoka.llm.host_headers import forwarded
     from nonoka.llm.inflight import Inflight
     from nonoka.llm.wire import (
         DEFAULT_BASE_URL,
@@ -396,8 +397,10 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
         new = turn.new_messages()
         messages = ", ".join(part for part in (stored[0], json.dumps(new)[1:-1]) if part)
         inflight = Inflight()
+        host = request.get("headers")
+        extra = forwarded(host if isinstance(host, dict) else None, "openai")
         inflight.start(endpoint, (head + messages + tail).encode(),
-                       request_headers(target.api_key), DEFAULT_TIMEOUT)
+                       request_headers(target.api_key, extra), DEFAULT_TIMEOUT)
         dispatched = Dispatched(turn.session_id, owner, inflight, messages,
                                 stored[1] + len(new), stored[1], template, len(stored[0]))
         dispatched.hashed = None if hashed is None else (head, hashed)

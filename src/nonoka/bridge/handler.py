@@ -165,7 +165,10 @@ class BridgeHandler:
             self._project = str(cwd)
             self.history, self.step = host_step(self.request.messages)
             reuse = self._reuse
-            model = configured(cwd, self.request.model, passes=reuse.passes)
+            model = configured(cwd, self.request.model, passes=reuse.passes,
+                               headers=self.request.headers,
+                               host_retries="host_retries" in (
+                                   self.request.protocol.features or ()))
             if self._early is not None:
                 self._early.offer(model)
             turn = self._turn = TurnService.open(
@@ -200,6 +203,8 @@ class BridgeHandler:
                                        "purpose": request.purpose, "cwd": str(cwd)}
         if request.host_session_id and request.purpose == Purpose.CHAT:
             metadata["host_session_id"] = request.host_session_id
+        if request.host_parent_session_id and request.purpose == Purpose.CHAT:
+            metadata["host_parent_session_id"] = request.host_parent_session_id
         if request.purpose == Purpose.COMPACTION and request.session_id:
             metadata["compaction_of"] = request.session_id  # never the chat's own session
         return metadata

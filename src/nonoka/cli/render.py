@@ -29,6 +29,7 @@ from nonoka.events import (
 from nonoka.redact import redact
 from nonoka.state.entries import MemoryEntry
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
+from nonoka.turn.lineage import parent_line
 from nonoka.turn.partial import PARTIAL, Unfinished, unfinished_answers
 from nonoka.turn.status import LiveStatus
 
@@ -172,12 +173,13 @@ def print_tree(records: Sequence[SessionRecord], now: float | None = None) -> No
 
 
 def tree_lines(records: Sequence[SessionRecord], now: float | None = None) -> list[str]:
-    """The lines of ``print_tree``: roots newest first, branches oldest first beneath."""
+    """The lines of ``print_tree``: roots newest first, branches and subagents oldest
+    first beneath (a subagent's session under its parent's line: ``parent_line``)."""
     known = {r.session_id for r in records}
     children: dict[str, list[SessionRecord]] = {}
     roots: list[SessionRecord] = []
     for record in records:
-        parent = record.metadata.get("forked_from")
+        parent = record.metadata.get("forked_from") or parent_line(record, records)
         if parent in known:
             children.setdefault(str(parent), []).append(record)
         else:
@@ -190,6 +192,9 @@ def tree_lines(records: Sequence[SessionRecord], now: float | None = None) -> li
         row = session_row(record, now)
         at = record.metadata.get("fork_point")
         where = f"@{at} " if record.metadata.get("forked_from") and at is not None else ""
+        if not record.metadata.get("forked_from") and record.metadata.get(
+                "host_parent_session_id"):
+            where = "subagent "
         lines.append(f"{lead}{branch}{row[0]}  {where}{row[1]}  {row[2]} · {row[3]} turn(s)"
                      f" · {row[6]}")
         kids = sorted([k for k in children.get(record.session_id, [])
@@ -232,11 +237,16 @@ class SessionDetail:
     """The conversation, when asked for (``--entries``)."""
     files: list[SessionFile] = field(default_factory=list)
     """The files the conversation holds, in order (named, never their bytes)."""
+    parent_line: str | None = None
+    """A subagent's session: the session of the conversation that started it."""
+    subagents: list[str] = field(default_factory=list)
+    """The sessions of the subagents this session's conversation started, oldest first."""
 
     def as_json(self) -> dict[str, Any]:
         holder = self.live.as_json() if self.live is not None else None
         shown = {"session": {**self.record.model_dump(mode="json"), "holder": holder},
-                 "lineage": {**lineage_fields(self.record), "branches": self.branches},
+                 "lineage": {**lineage_fields(self.record), "branches": self.branches,
+                             "parent_line": self.parent_line, "subagents": self.subagents},
                  "files": [f.as_json() for f in self.files],
                  "events": [e.model_dump(mode="json") for e in self.events],
                  "usage": self.usage.model_dump(mode="json")}
@@ -281,7 +291,8 @@ def lineage_fields(record: SessionRecord) -> dict[str, Any]:
     """Where a session branched from: ``forked_from``, ``fork_point``, ``fork_reason``."""
     meta = record.metadata
     return {"forked_from": meta.get("forked_from"), "fork_point": meta.get("fork_point"),
-            "fork_reason": meta.get("fork_reason")}
+            "fork_reason": meta.get("fork_reason"),
+            "host_parent_session_id": meta.get("host_parent_session_id")}
 
 
 EVENT_STYLES = {"request": "bold", "recovered": "magenta", "branch": "magenta",
@@ -411,6 +422,13 @@ def _metadata(detail: SessionDetail, now: float | None) -> list[tuple[str, str]]
     if lineage["forked_from"]:
         rows.append(("forked from", f"{lineage['forked_from']} at entry "
                                     f"{lineage['fork_point']} ({lineage['fork_reason']})"))
+    if lineage["host_parent_session_id"]:
+        parent = detail.parent_line
+        rows.append(("subagent of", f"{parent} (host session "
+                                    f"{lineage['host_parent_session_id']})" if parent else
+                     f"host session {lineage['host_parent_session_id']}"))
+    if detail.subagents:
+        rows.append(("subagents", ", ".join(short_id(b) for b in detail.subagents)))
     if detail.branches:
         rows.append(("branches", ", ".join(short_id(b) for b in detail.branches)))
     rows += [("files" if n == 0 else "", f"{f.label} at entry {f.position}")

@@ -23,7 +23,7 @@ from nonoka.cli.render import SessionDetail
 from nonoka.cli.voice import EXIT_USAGE, CliError
 from nonoka.errors import ConfigurationError
 from nonoka.store.records import SessionRecord
-from nonoka.turn.lineage import branches_of, fork_session
+from nonoka.turn.lineage import branches_of, fork_session, subagent_links
 from nonoka.turn.status import LiveStatus, live_status, live_statuses, with_live_status
 
 
@@ -54,11 +54,13 @@ async def show_session(where: Place | Path, ref: str, *, limit: int = 50,
         events = await stores.events.list_events(record.session_id, limit=limit)
         usage = await stores.events.usage_summary(record.session_id)
         branches = await branches_of(stores, record.session_id)
+        parent_line, subagents = await subagent_links(stores, record)
         live = await live_status(stores, record)
         stored = await stores.checkpoints.load_session(record.session_id) if entries else None
         files = await session_files(stores, record.session_id)
     return SessionDetail(record=with_live_status(record, live), events=events, usage=usage,
                          branches=branches, live=live, files=files,
+                         parent_line=parent_line, subagents=subagents,
                          entries=None if stored is None else list(stored.memory_entries))
 
 

@@ -37,7 +37,9 @@ def __dir__() -> list[str]:
 
 
 def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = None,
-                  known: KnownModel | None = None, project: Path | None = None) -> ChatModel:
+                  known: KnownModel | None = None, project: Path | None = None,
+                  headers: dict[str, str] | None = None,
+                  host_retries: bool = False) -> ChatModel:
     """Turn ``"openai:gpt-4o-mini"`` (or any ``provider:model``) into a model instance.
 
     ``passes``: where the process's passes over a growing conversation stopped last
@@ -53,11 +55,18 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
     prompt cache as ``project``'s ``.nonoka/config.toml`` sets it (``[anthropic]``).
     ``openai-responses:<model>`` speaks OpenAI's Responses API instead
     (``nonoka.llm.responses``), with ``openai:``'s endpoint and key.
+
+    ``headers``: the host's request headers; the ones ``nonoka.llm.host_headers`` allows
+    for the provider go with every request. ``host_retries``: the host retries a failed
+    call itself, so the model makes each call once (``docs/protocol.md``, "Retries").
     """
     if not isinstance(spec, str):
         return spec
     import os
 
+    from nonoka.llm.host_headers import forwarded
+
+    retries: dict[str, Any] = {"max_retries": 0} if host_retries else {}
     if spec.partition(":")[0] == "anthropic":
         from nonoka.llm.anthropic import anthropic_model
 
@@ -65,7 +74,8 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
             from nonoka.llm.catalog import known_model
 
             known = known_model(spec)
-        return anthropic_model(spec, os.environ, known=known, project=project)
+        return anthropic_model(spec, os.environ, known=known, project=project,
+                               extra_headers=forwarded(headers, "anthropic"), **retries)
     from nonoka.llm.openai import OpenAIChatModel
     from nonoka.llm.wire import resolve_target
 
@@ -81,6 +91,8 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
         from nonoka.llm.responses import OpenAIResponsesModel
 
         return OpenAIResponsesModel(model=target.model, label=spec, base_url=target.base_url,
-                                    api_key=target.api_key, known=known)
+                                    api_key=target.api_key, known=known,
+                                    extra_headers=forwarded(headers, "openai"), **retries)
     return OpenAIChatModel(model=target.model, label=spec, base_url=target.base_url,
-                           api_key=target.api_key, passes=passes, known=known)
+                           api_key=target.api_key, passes=passes, known=known,
+                           extra_headers=forwarded(headers, "openai"), **retries)

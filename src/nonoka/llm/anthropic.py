@@ -262,10 +262,13 @@ def prompt_cache_setting(project: Path) -> str | None:
 
 
 def anthropic_model(spec: str, environ: Mapping[str, str], *, known: KnownModel | None,
-                    project: Path | None = None) -> AnthropicChatModel:
+                    project: Path | None = None,
+                    extra_headers: Mapping[str, str] | None = None,
+                    max_retries: int = 3) -> AnthropicChatModel:
     """The model an ``anthropic:<model>`` spec names: ``ANTHROPIC_BASE_URL`` (default
     ``https://api.anthropic.com``) and ``ANTHROPIC_API_KEY``, never another provider's;
-    the prompt cache as ``project``'s ``.nonoka/config.toml`` sets it."""
+    the prompt cache as ``project``'s ``.nonoka/config.toml`` sets it; ``extra_headers``
+    (the host's, as ``nonoka.llm.host_headers`` allows them) with every request."""
     _, _, model = spec.partition(":")
     if not model:
         raise ConfigurationError(f"model {spec!r} names no model; use e.g. "
@@ -274,7 +277,8 @@ def anthropic_model(spec: str, environ: Mapping[str, str], *, known: KnownModel 
     return AnthropicChatModel(model, label=spec,
                               base_url=environ.get(BASE_URL_VARIABLE) or DEFAULT_BASE_URL,
                               api_key=environ.get(KEY_VARIABLE) or "",
-                              prompt_cache=setting or DEFAULT_CACHE, known=known)
+                              prompt_cache=setting or DEFAULT_CACHE, known=known,
+                              extra_headers=extra_headers, max_retries=max_retries)
 
 
 # -- the stream ---------------------------------------------------------------------------

@@ -143,7 +143,9 @@ class ProtocolSpec(_Frame):
     features: list[str] | None = None
     """What the provider can receive besides protocol 1's events: ``reasoning``
     (``reasoning_delta`` and ``assistant_metadata``). A bridge sends nothing a request
-    did not ask for, so an older provider keeps working."""
+    did not ask for, so an older provider keeps working. ``host_retries``: the host
+    retries a failed model call itself (OpenCode does), so the bridge makes each model
+    call once and passes a retryable failure, with its ``retry_after``, straight back."""
 
 
 class HostToolSpec(_Frame):
@@ -209,6 +211,13 @@ class ChatRequest(_Frame):
     """The host's own id of this conversation (an OpenCode session's id): every host
     conversation keeps its own line of nonoka sessions, whatever their content; ``""``
     counts as none."""
+    host_parent_session_id: str | None = Field(default=None, max_length=256)
+    """The host's id of the conversation that started this one (an OpenCode subagent's
+    parent session, its ``x-parent-session-id``): a new session records it, and lists
+    show the session under its parent's line; ``""`` counts as none."""
+    headers: dict[str, str] | None = None
+    """The request headers the host gave its provider for this step; the adapters forward
+    the ones ``nonoka.llm.host_headers`` allows to the model endpoint (never credentials)."""
     cwd: str | None = None
     """The workspace (the project database lives in ``<cwd>/.nonoka/``); default: the
     bridge's working directory."""
@@ -222,7 +231,8 @@ class ChatRequest(_Frame):
     ``finish``); a store holding fewer went back in time and the bridge warns
     (``store_regressed``)."""
 
-    @field_validator("session_id", "conversation_key", "host_session_id")
+    @field_validator("session_id", "conversation_key", "host_session_id",
+                     "host_parent_session_id")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         """An empty ``session_id`` or ``conversation_key`` counts as none (docs/protocol.md §4)."""

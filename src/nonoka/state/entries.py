@@ -155,13 +155,16 @@ class MemoryEntry(BaseModel):
     def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = (), *,
                   reasoning: Sequence[ReasoningPart] = (),
                   provider_metadata: ProviderMetadata | None = None,
-                  usage: dict[str, Any] | None = None) -> MemoryEntry:
+                  usage: dict[str, Any] | None = None,
+                  model: str | None = None) -> MemoryEntry:
         """``usage``: what the model call that wrote this answer spent (its non-zero
-        counts), so a branch made before this entry does not count it."""
+        counts), so a branch made before this entry does not count it; ``model``: the
+        model that wrote it (a host may switch models within one conversation)."""
         calls = [c.model_dump(exclude_none=True) for c in tool_calls] or None
         return cls.make("assistant", content, tool_calls=calls,
                         reasoning=[r.model_dump(exclude_none=True) for r in reasoning] or None,
-                        provider_metadata=provider_metadata or None, usage=usage or None)
+                        provider_metadata=provider_metadata or None, usage=usage or None,
+                        model=model or None)
 
     @classmethod
     def tool_result(

@@ -102,6 +102,9 @@ class Journal:
         self.session_id: str | None = None
         self.usage = TurnUsage()
         self.entries: int | None = None
+        self.model: str | None = None
+        """The model of this turn's last call: the index row names it (a host may switch
+        models within one session)."""
         """Conversation entries stored for the session, as of the last ``refresh``."""
         self._raw: list[str] = []
         """The answer being streamed as it came, from where its masked text is final."""
@@ -216,6 +219,7 @@ class Journal:
                 ("cache_read_tokens", usage.cache_read_tokens),
                 ("cache_write_tokens", usage.cache_write_tokens),
                 ("reasoning_tokens", usage.reasoning_tokens)) if value}
+            self.model = event.model
             await self.log("model_call", {
                 "model": event.model, "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd or 0.0,
@@ -420,7 +424,7 @@ class Journal:
         return SessionRecord(
             session_id=session.session_id,
             title=existing.title if existing is not None else self.title,
-            model=model or (existing.model if existing is not None else ""),
+            model=model or self.model or (existing.model if existing is not None else ""),
             created_at=existing.created_at if existing is not None else time.time(),
             last_active=time.time(), status=str(session.status),
             turn_count=session.turn_count, message_count=len(session.memory),

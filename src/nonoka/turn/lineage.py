@@ -11,16 +11,19 @@ host's history parts from the stored one; ``nonoka sessions fork`` and ``nonoka 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from nonoka.runtime.runner import Runner
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import SessionRecord
 
-FORK_KEYS = ("forked_from", "fork_point", "fork_reason", "host_session_id")
+FORK_KEYS = ("forked_from", "fork_point", "fork_reason", "host_session_id",
+             "host_parent_session_id")
 """Index metadata naming a branch's parent (a branch of a branch replaces them), and the
-host conversation a session belongs to: a branch belongs to the host conversation that
-made it, if any, never to its parent's."""
+host conversation a session belongs to, and the one that started it (a subagent's
+parent): a branch belongs to the host conversation that made it, if any, never to its
+parent's."""
 
 
 async def fork_session(stores: ProjectStores, parent_id: str, at: int | None = None, *,
@@ -71,3 +74,42 @@ async def branches_of(stores: ProjectStores, session_id: str) -> list[str]:
                   else await stores.index.list_sessions(limit=1_000_000, purpose=None))
     found = [r for r in candidates if r.metadata.get("forked_from") == session_id]
     return [r.session_id for r in sorted(found, key=lambda r: r.created_at)]
+
+
+async def subagent_links(stores: ProjectStores, record: SessionRecord
+                         ) -> tuple[str | None, list[str]]:
+    """A session's place among subagents: the session of the host conversation that
+    started it (``host_parent_session_id``; ``None`` when it names none or that
+    conversation is not stored), and the sessions of the subagents it started, oldest
+    first. A host conversation may have several sessions (branches): a subagent belongs
+    to the one last active when the subagent's session was made."""
+    from nonoka.store.records import HostSessions
+
+    host = record.metadata.get("host_parent_session_id")
+    parent = None
+    if isinstance(host, str) and host and isinstance(stores.index, HostSessions):
+        parent = parent_line(record, await stores.index.find_by_host_session(host))
+    children: list[str] = []
+    if record.host_session_id:
+        rows = await stores.index.list_sessions(limit=1_000_000, purpose="chat")
+        found = [r for r in rows
+                 if r.metadata.get("host_parent_session_id") == record.host_session_id]
+        for child in sorted(found, key=lambda r: r.created_at):
+            if parent_line(child, rows) == record.session_id:
+                children.append(child.session_id)
+    return parent, children
+
+
+def parent_line(record: SessionRecord, records: Sequence[SessionRecord]) -> str | None:
+    """The session a subagent's session belongs under: of the sessions of the host
+    conversation that started it (``host_parent_session_id``), the one last active when
+    it was created (else the oldest); ``None`` for any other session, or when none of
+    ``records`` holds that conversation."""
+    host = record.metadata.get("host_parent_session_id")
+    if not isinstance(host, str) or not host:
+        return None
+    line = sorted((r for r in records if r.host_session_id == host
+                   and r.session_id != record.session_id), key=lambda r: r.created_at)
+    before = [r for r in line if r.created_at <= record.created_at]
+    chosen = before[-1] if before else (line[0] if line else None)
+    return chosen.session_id if chosen is not None else None

@@ -57,8 +57,11 @@ def _text(path: Path) -> str:
 
 
 def configured(project: Path, explicit: str | None = None, *,
-               passes: ConversationPasses | None = None) -> ChatModel:
-    """The model to run: ``explicit``, else ``NONOKA_MODEL``, else ``.nonoka/config.toml``.
+               passes: ConversationPasses | None = None,
+               headers: dict[str, str] | None = None, host_retries: bool = False
+               ) -> ChatModel:
+    """The model to run: ``explicit``, else ``NONOKA_MODEL``, else ``.nonoka/config.toml``;
+    ``headers`` and ``host_retries`` as ``nonoka.llm.resolve_model`` takes them.
 
     Raises ``ModelNotConfiguredError`` when there is none or it cannot be used.
     """
@@ -68,7 +71,7 @@ def configured(project: Path, explicit: str | None = None, *,
     try:
         spec = configured_model(project, explicit)
         return resolve_model(spec, passes=passes, known=described(project, spec),
-                             project=project)
+                             project=project, headers=headers, host_retries=host_retries)
     except ModelNotConfiguredError:
         raise
     except ConfigurationError as exc:

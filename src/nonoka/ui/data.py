@@ -146,6 +146,8 @@ class LineageNode:
     """Further branches exist beyond the ones listed."""
     label: str = ""
     """What the branch changed: its entry at the fork point (the edited message)."""
+    subagent: bool = False
+    """A subagent's session under the session of the conversation that started it."""
 
 
 def fork_point_of(record: SessionRecord) -> int | None:
@@ -513,7 +515,7 @@ class UiData:
         root = record
         seen = {record.session_id}
         for _ in range(LINEAGE_DEPTH):
-            parent_id = parent_of(root)
+            parent_id = parent_of(root) or await self._subagent_parent(root)
             if parent_id is None or parent_id in seen:
                 break
             parent = await self.stores.index.get_session(parent_id)
@@ -543,6 +545,48 @@ class UiData:
             branch.label = await self._entry_text(child.session_id, branch.fork_point)
             node.children.append(branch)
             await self._grow(branch, depth - 1, seen)
+        await self._grow_subagents(node, depth, seen)
+
+    async def _subagent_parent(self, record: SessionRecord) -> str | None:
+        """The session of the host conversation that started ``record`` (a subagent's)."""
+        from nonoka.turn.lineage import parent_line
+
+        host = record.metadata.get("host_parent_session_id")
+        if not isinstance(host, str) or not host:
+            return None
+        return parent_line(record, await self._host_line(host))
+
+    async def _host_line(self, host: str) -> list[SessionRecord]:
+        """The sessions of the host conversation ``host`` (an index that cannot tell: none)."""
+        from nonoka.store.records import HostSessions
+
+        index = self.stores.index
+        return (await index.find_by_host_session(host)
+                if isinstance(index, HostSessions) else [])
+
+    async def _grow_subagents(self, node: LineageNode, depth: int, seen: set[str]) -> None:
+        """The subagents' sessions that ``node``'s host conversation started and that
+        belong under ``node`` (``nonoka.turn.lineage.parent_line``)."""
+        from nonoka.turn.lineage import parent_line
+
+        host = node.record.host_session_id
+        if not host:
+            return
+        meta = self._dialect.meta("host_parent_session_id")
+        (rows,) = await self._query(
+            (f"SELECT {', '.join(_COLUMNS)} FROM cli_sessions WHERE {meta} = ? "
+             "ORDER BY created_at, session_id LIMIT ?", [host, LINEAGE_BREADTH + 1]))
+        line = await self._host_line(host)
+        kids = [_shown_record(self._record(r)) for r in rows]
+        node.more = node.more or len(kids) > LINEAGE_BREADTH
+        for child in kids[:LINEAGE_BREADTH]:
+            if child.session_id in seen or child.metadata.get("forked_from") or (
+                    parent_line(child, line) != node.record.session_id):
+                continue
+            seen.add(child.session_id)
+            kid = LineageNode(child, None, subagent=True)
+            node.children.append(kid)
+            await self._grow(kid, depth - 1, seen)
 
     async def _entry_text(self, session_id: str, seq: int | None) -> str:
         if seq is None:

@@ -15,7 +15,7 @@ import { randomBytes } from "node:crypto";
 import { BridgeError, BridgeProcess } from "./bridge.js";
 import { bridgeGroup } from "./pool.js";
 import { isProviderFailure, providerCallError, ProviderCallError } from "./errors.js";
-import { detectPurpose, hostSessionId, needsParts, NOTICE_PREFIX, partMetadata, toCallOptions, toHostTools, toProtocolMessages, } from "./prompt.js";
+import { detectPurpose, hostHeaders, hostParentSessionId, hostSessionId, needsParts, NOTICE_PREFIX, partMetadata, toCallOptions, toHostTools, toProtocolMessages, } from "./prompt.js";
 import { decodeEvent, encodeRequest, EventDecodeError, PROTOCOL_VERSION, } from "./protocol.js";
 /** An `error` event from the bridge, as the host sees it: code and message together. */
 export class NonokaError extends Error {
@@ -193,7 +193,8 @@ export class NonokaLanguageModel {
             required.push("parts");
         const request = {
             type: "chat",
-            protocol: { version: PROTOCOL_VERSION, required_capabilities: required, features: ["reasoning"] },
+            // host_retries: OpenCode retries a failed call itself; the bridge must not multiply it.
+            protocol: { version: PROTOCOL_VERSION, required_capabilities: required, features: ["reasoning", "host_retries"] },
             request_id: `req-${randomBytes(8).toString("hex")}`,
             purpose,
             messages,
@@ -211,6 +212,12 @@ export class NonokaLanguageModel {
         const host = purpose === "chat" ? hostSessionId(options, config.providerName) : undefined;
         if (host !== undefined)
             request.host_session_id = host;
+        const parent = purpose === "chat" ? hostParentSessionId(options) : undefined;
+        if (parent !== undefined)
+            request.host_parent_session_id = parent;
+        const headers = hostHeaders(options);
+        if (headers !== undefined)
+            request.headers = headers;
         if (config.model !== undefined)
             request.model = config.model;
         if (config.limits !== undefined)

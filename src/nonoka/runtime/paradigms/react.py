@@ -118,7 +118,8 @@ class ReActAgent:
         session.record_model_call(response.usage)
         session.memory.append(MemoryEntry.assistant(
             response.text, response.tool_calls, reasoning=response.reasoning,
-            provider_metadata=response.provider_metadata, usage=call_usage(response.usage)))
+            provider_metadata=response.provider_metadata, usage=call_usage(response.usage),
+            model=model.name))
         session.step_count += 1
         await self.env.save(session)
         faults.point("model.call.after")
