@@ -65,6 +65,15 @@ def valid_response(data: Any) -> dict[str, Any]:
     return data
 
 
+def valid_compaction(data: Any) -> dict[str, Any]:
+    """``data``, checked against the spec's ``CompactResource``: exactly one output item,
+    a ``compaction`` (as Codex requires)."""
+    spec.CompactResource.model_validate(data)
+    assert isinstance(data, dict)
+    assert [item["type"] for item in data["output"]] == ["compaction"], data["output"]
+    return data
+
+
 def valid_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``events``, each checked against its spec model, numbered 0, 1, 2... in order,
     starting with ``response.created`` and ending with the response's final event."""
@@ -118,6 +127,8 @@ class Checked:
                 events = [json.loads(block.split("data: ", 1)[1])
                           for block in body.decode().split("\n\n") if block.strip()]
                 valid_events(events)
+            elif path == "/v1/responses/compact":
+                valid_compaction(json.loads(body))
             else:
                 valid_response(json.loads(body))
         except (AssertionError, ValidationError, ValueError) as exc:

@@ -66,7 +66,7 @@ class _Routes:
         later = _later
         return [
             Route("/v1/responses", self.create_response, methods=["POST"]),
-            Route("/v1/responses/compact", later("/v1/responses/compact"), methods=["POST"]),
+            Route("/v1/responses/compact", self.compact, methods=["POST"]),
             Route("/v1/responses/input_tokens", later("/v1/responses/input_tokens"),
                   methods=["POST"]),
             Route("/v1/responses/{response_id}", self.get_response, methods=["GET"]),
@@ -93,6 +93,11 @@ class _Routes:
                                  lambda emit: responses.create(body, emit, retry),
                                  _sse_event, None)
         return JSONResponse(await responses.create(body, retry=retry))
+
+    async def compact(self, request: Request) -> Response:
+        body = await _json(request)
+        retry = retry_of(body, {k.lower(): v for k, v in request.headers.items()})
+        return JSONResponse(await self.served.responses.compact(body, retry))
 
     async def get_response(self, request: Request) -> Response:
         if request.query_params.get("stream") == "true":

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nonoka.llm.base import CallOptions
+from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
 from nonoka.serve.errors import invalid, not_available
 from nonoka.serve.items import content_of
 from nonoka.serve.record import ECHOED
@@ -192,28 +193,38 @@ def messages_of(items: Sequence[tuple[dict[str, Any], str]]) -> list[Message]:
         if answer is not None:
             messages.append(answer.message())
             answer = None
-        if kind == "message":
-            if role not in ("user", "system", "developer"):
-                raise invalid(f"message role {role!r} is not one of user, assistant, system, "
-                              "developer", f"{param}.role")
-            text, parts = content_of(item.get("content"), f"{param}.content")
-            messages.append(Message(role="user" if role == "user" else "system",
-                                    content=text, parts=parts))
-        elif kind == "function_call_output":
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise invalid("a function_call_output needs the call_id it answers",
-                              f"{param}.call_id")
-            output = item.get("output")
-            text, parts = content_of(output if output is not None else "",
-                                     f"{param}.output")
-            messages.append(Message(role="tool", content=text, tool_call_id=call_id,
-                                    parts=parts))
-        else:
-            raise invalid(f"input item type {kind!r} is not supported", f"{param}.type")
+        messages.append(_message(item, param))
     if answer is not None:
         messages.append(answer.message())
     return messages
+
+
+def _message(item: dict[str, Any], param: str) -> Message:
+    """A user, system or developer message, a compaction or a function call output."""
+    kind = item.get("type")
+    role = item.get("role")
+    if kind == "message":
+        if role not in ("user", "system", "developer"):
+            raise invalid(f"message role {role!r} is not one of user, assistant, system, "
+                          "developer", f"{param}.role")
+        text, parts = content_of(item.get("content"), f"{param}.content")
+        return Message(role="user" if role == "user" else "system", content=text,
+                       parts=parts)
+    if kind in ("compaction", "compaction_summary"):
+        found = read_compaction(item)
+        if found is None:
+            raise invalid("this compaction item was not made by nonoka serve: send the "
+                          "conversation it replaced instead", f"{param}.encrypted_content")
+        return Message(role="user", content=SUMMARY_PREFIX + found[1])
+    if kind == "function_call_output":
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise invalid("a function_call_output needs the call_id it answers",
+                          f"{param}.call_id")
+        output = item.get("output")
+        text, parts = content_of(output if output is not None else "", f"{param}.output")
+        return Message(role="tool", content=text, tool_call_id=call_id, parts=parts)
+    raise invalid(f"input item type {kind!r} is not supported", f"{param}.type")
 
 
 class _Answer:

@@ -35,7 +35,17 @@ from nonoka.runtime.agent import Agent
 from nonoka.runtime.runner import Runner
 from nonoka.runtime.session import Session
 from nonoka.runtime.tools import host_tool
-from nonoka.serve.errors import api_error, failure_error, invalid, not_found, previous_not_found
+from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
+from nonoka.serve.compaction import compaction_item
+from nonoka.serve.errors import (
+    SERVER,
+    ApiError,
+    api_error,
+    failure_error,
+    invalid,
+    not_found,
+    previous_not_found,
+)
 from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_response_id
 from nonoka.serve.inputs import CreateRequest, messages_of, parse_create, plan, resolved
 from nonoka.serve.items import entry_items
@@ -147,6 +157,13 @@ def retry_of(body: Any, headers: Mapping[str, str]) -> Retry:
                  count.isdigit() and int(count) > 0)
 
 
+def _triggers_compaction(body: Any) -> bool:
+    """Whether a create request's input ends with a ``compaction_trigger`` item."""
+    items = body.get("input") if isinstance(body, dict) else None
+    return isinstance(items, list) and bool(items) and isinstance(items[-1], dict) and \
+        items[-1].get("type") == "compaction_trigger"
+
+
 def _digest(owner: str, kind: str, text: str) -> str:
     return hashlib.sha256(f"{owner}\0{kind}\0{text}".encode()).hexdigest()[:32]
 
@@ -180,6 +197,8 @@ class Responses:
         emitted, a failure ends the stream with ``response.failed`` instead (without a
         stream, it is raised).
         """
+        if _triggers_compaction(body):
+            return await self._compact_in_turn(body, emit, retry)
         given = parse_create(body)
         spec = self.models.pick(given.model)
         asked = Asked(model=spec, created_at=int(time.time()),
@@ -439,6 +458,72 @@ class Responses:
                         output=located.output(), usage=located.usage(),
                         completed_at=last.get("completed_at"), incomplete=incomplete,
                         store=store)
+
+    # -- compact -----------------------------------------------------------------------------
+
+    async def compact(self, body: Any, retry: Retry | None = None) -> dict[str, Any]:
+        """``POST /v1/responses/compact``: a stored response whose input is the whole
+        conversation and whose answer is its summary; the client gets exactly one
+        ``compaction`` item carrying it (``nonoka.serve.compaction``)."""
+        if not isinstance(body, dict):
+            raise invalid("the request body must be a JSON object")
+        given = body.get("input", [])
+        items = [{"type": "message", "role": "user", "content": given}] \
+            if isinstance(given, str) else given
+        if not isinstance(items, list):
+            raise invalid("input must be a string or a list of items", "input")
+        if not items and not body.get("previous_response_id"):
+            raise invalid("nothing to compact: send the conversation as input, or "
+                          "previous_response_id", "input")
+        asked = {"model": body.get("model"), "store": True,
+                 "input": [*items, {"type": "message", "role": "user",
+                                    "content": COMPACT_PROMPT}]}
+        for name in ("instructions", "previous_response_id"):
+            if body.get(name) is not None:
+                asked[name] = body[name]
+        made = await self.create(asked, retry=retry)
+        summary = self._summary(made)
+        usage = made.get("usage") or {
+            "input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0}}
+        return {"id": made["id"], "object": "response.compaction",
+                "output": [compaction_item(made["id"], summary)],
+                "created_at": made["created_at"], "usage": usage}
+
+    async def _compact_in_turn(self, body: dict[str, Any], emit: Emit | None,
+                               retry: Retry | None) -> dict[str, Any]:
+        """A create request whose input ends with ``compaction_trigger`` (Codex's remote
+        compaction, second form): the compaction's response, whose output is exactly
+        one ``compaction`` item (streamed as one item when the request streams)."""
+        items = list(body["input"][:-1])
+        asked = {k: v for k, v in body.items()
+                 if k not in ("input", "stream", "tools", "tool_choice")}
+        asked["input"] = [*items, {"type": "message", "role": "user",
+                                   "content": COMPACT_PROMPT}]
+        made = await self.create(asked, retry=retry)
+        item = compaction_item(made["id"], self._summary(made))
+        done = {**made, "output": [item]}
+        if emit is not None:
+            first = {**made, "status": "in_progress", "output": [], "usage": None,
+                     "completed_at": None}
+            ResponseEvents(emit, Answering(Asked(model=str(made.get("model")),
+                                                 created_at=made["created_at"]))
+                           ).replay(done, first)
+        return done
+
+    @staticmethod
+    def _summary(made: dict[str, Any]) -> str:
+        """The summary a compaction's response answered with (a 502 when it has none:
+        a cut or failed summary never stands in for a conversation)."""
+        summary = "".join(part.get("text", "") for item in made.get("output", ())
+                          if item.get("type") == "message"
+                          for part in item.get("content", ()))
+        if made.get("status") != "completed" or not summary.strip():
+            raise ApiError(502, "the model gave no summary to compact the conversation into "
+                                f"(response {made.get('id')} is {made.get('status')})",
+                           type=SERVER, code="compaction_failed")
+        return summary
 
     # -- reading -----------------------------------------------------------------------------
 
