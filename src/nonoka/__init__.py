@@ -23,7 +23,10 @@ def _starting_the_bridge() -> bool:
 def _quiet_while_the_bridge_starts() -> None:
     """``nonoka bridge``: until the bridge installs its own handlers (its first line of
     ``main``), SIGINT or SIGTERM end the process at once, quietly, with status 0, as a
-    signal before any request does later: nothing was read or written yet. Without this,
+    signal before any request does later: nothing was read or written yet (but with
+    ``128 + signal`` and a line on stderr when a request is already waiting in the input,
+    as ``bridge.server.stopped_code`` says it later, so the host never takes the silence
+    for an answer). Without this,
     SIGINT in the bridge's first ~30 ms (Python still importing) printed a
     KeyboardInterrupt traceback. Run first thing here, where ``python -m nonoka bridge``
     and the ``nonoka`` script both begin; it imports nothing that is not loaded already.
@@ -35,7 +38,16 @@ def _quiet_while_the_bridge_starts() -> None:
     import os
 
     def stop(signum: int, frame: object) -> None:
-        os._exit(0)
+        import select
+
+        try:
+            waiting = bool(select.select([0], [], [], 0)[0]) and bool(os.read(0, 1))
+        except OSError:
+            waiting = False
+        if waiting:
+            os.write(2, b"nonoka bridge: stopped by a signal before it read the request "
+                        b"waiting in its input; nothing was done: send the request again\n")
+        os._exit(128 + signum if waiting else 0)
 
     try:
         for signum in (_signal.SIGINT, _signal.SIGTERM):

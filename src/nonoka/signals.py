@@ -36,6 +36,8 @@ class StopSignals:
     def __init__(self) -> None:
         self.received = 0
         """How many stop signals came so far."""
+        self.last = 0
+        """The number of the last one (0: none yet)."""
         self.interrupt_reads = False
         """Raise ``Interrupted`` from the handler (a blocking read with nothing to save)."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -83,6 +85,7 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: object) -> None:
         self.received += 1
+        self.last = signum
         loop, callback = self._loop, self._callback
         if loop is not None and callback is not None:
             if not loop.is_closed():  # closed: the turn is over anyway

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nonoka.bridge.server import LineReader, Output, _first_request
+from nonoka.bridge.server import LineReader, Output, _first_request, stopped_code
 from nonoka.protocol.frames import RequestLines
 from nonoka.signals import StopSignals
 from nonoka.state.session_state import SessionStatus
@@ -279,6 +279,42 @@ class _SignalBeforeTheRead(StopSignals):
             self._fired = True
             self._handle(signal.SIGINT, None)  # not raised: reads are not interruptible yet
         self._flag = value
+
+
+def test_a_request_left_unread_by_a_signal_fails_with_a_code() -> None:
+    """Stopped before it read the request waiting in its input, the bridge does not end
+    with exit 0 and no output (a host would take that for an empty answer): 128 + the
+    signal, and a line on stderr. With nothing waiting, or at the end of the input, 0."""
+    line = json.dumps(chat([user("hi")], new_session=True)).encode() + b"\n"
+    read_end, write_end = os.pipe()
+    with open(read_end, "rb") as stream, open(write_end, "wb") as writer:
+        signals = _SignalBeforeTheRead()
+        assert stopped_code(signals, stream) == 0  # no signal: the input simply ended
+        signals._handle(signal.SIGTERM, None)
+        assert stopped_code(signals, stream) == 0  # nothing waiting
+        writer.write(line)
+        writer.flush()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert stopped_code(signals, stream) == 128 + signal.SIGTERM
+        assert "before it read the request" in err.getvalue()
+
+
+def test_a_signal_as_the_bridge_starts_with_a_request_waiting_never_passes_for_an_answer(
+        bridge: Bridge) -> None:
+    """Whenever SIGTERM comes while the bridge starts (at the imports it reports), a
+    request already in its input is answered, or the bridge fails with a code: never
+    exit 0 with nothing on stdout."""
+    line = json.dumps(chat([user("hi")], new_session=True)).encode() + b"\n"
+    for marker in ("| nonoka", "nonoka.signals", "nonoka.bridge.server") * 2:
+        proc = _spawn_until_imported(bridge, marker)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(line)
+        proc.stdin.flush()
+        proc.send_signal(signal.SIGTERM)
+        out = proc.stdout.read()
+        _finish(proc)
+        assert out or proc.returncode != 0, (marker, proc.returncode)
 
 
 def test_a_signal_just_before_the_first_read_ends_the_wait() -> None:

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted:  # a signal as the read ended, once the read was interruptible
         first = None
     if first is None:
-        return 0
+        return stopped_code(signals, sys.stdin.buffer)
     from nonoka.bridge import early
 
     dispatched = early.dispatch(first[1])  # before the runtime loads: see nonoka.bridge.early
@@ -188,6 +188,30 @@ def main(argv: list[str] | None = None) -> int:
     # wait for and then abort on.)
     _leave(code)
     return code
+
+
+def stopped_code(signals: StopSignals, stream: BinaryIO) -> int:
+    """The exit code of a bridge that served no request: 0 at the end of its input, or
+    stopped by a signal with nothing waiting to be read; ``128 + signal`` (130, 143), said
+    on stderr, when a signal stopped it before it read a request waiting in its input, so
+    its host never takes the silence for an answer."""
+    if not signals.received or not _input_waiting(stream):
+        return 0
+    sys.stderr.write("nonoka bridge: stopped by a signal before it read the request waiting "
+                     "in its input; nothing was done: send the request again\n")
+    return 128 + signals.last
+
+
+def _input_waiting(stream: BinaryIO) -> bool:
+    """Whether ``stream`` (a pipe or file) has bytes ready to read, without waiting."""
+    import select
+
+    try:
+        ready, _, _ = select.select([stream.fileno()], [], [], 0)
+        peek = getattr(stream, "peek", None)
+        return bool(ready) and (peek is None or bool(peek(1)))
+    except (OSError, ValueError):
+        return False
 
 
 YOUNG_OBJECTS = 50_000
