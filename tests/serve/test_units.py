@@ -79,7 +79,10 @@ def test_what_a_turn_brings() -> None:
 @pytest.mark.parametrize(("body", "param"), [
     ({"input": []}, "input"),
     ({"input": "x", "background": True}, "background"),
-    ({"input": "x", "conversation": "conv_1"}, "conversation"),
+    ({"input": "x", "conversation": "conv_1", "previous_response_id": "resp_1"},
+     "conversation"),
+    ({"input": "x", "conversation": {"id": 1}}, "conversation"),
+    ({"input": "x", "conversation": "conv_1", "store": False}, "store"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "x", "tools": [{"type": "function", "name": "a"},
                               {"type": "function", "name": "a"}]}, "tools[1].name"),

@@ -60,7 +60,7 @@ def _say(text: str) -> None:
 @place_options
 @click.pass_context
 def serve(ctx: click.Context, port: int, host: str, model: str | None, place: Place) -> None:
-    """Serve OpenAI's Responses and Chat Completions APIs in front of your model.
+    """Serve OpenAI's Responses, Conversations and Chat Completions APIs in front of your model.
 
     Point any OpenAI client at the printed address (its /v1 base URL). Every response
     is stored as a nonoka session in the project's database (.nonoka/sessions.db, or

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nonoka.serve.chat import ChatCompletions
+from nonoka.serve.conversations import Conversations
 from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
 from nonoka.serve.keys import Gate, set_owner
 from nonoka.serve.model import Models
@@ -75,10 +76,15 @@ class _Routes:
                   methods=["GET"]),
             Route("/v1/responses/{response_id}/cancel", later("cancelling a response"),
                   methods=["POST"]),
-            Route("/v1/conversations", later("the Conversations API"),
-                  methods=["POST", "GET"]),
-            Route("/v1/conversations/{rest:path}", later("the Conversations API"),
-                  methods=["GET", "POST", "DELETE"]),
+            Route("/v1/conversations", self.create_conversation, methods=["POST"]),
+            Route("/v1/conversations/{cid}", self.get_conversation, methods=["GET"]),
+            Route("/v1/conversations/{cid}", self.update_conversation, methods=["POST"]),
+            Route("/v1/conversations/{cid}", self.delete_conversation, methods=["DELETE"]),
+            Route("/v1/conversations/{cid}/items", self.add_items, methods=["POST"]),
+            Route("/v1/conversations/{cid}/items", self.list_items, methods=["GET"]),
+            Route("/v1/conversations/{cid}/items/{item_id}", self.get_item, methods=["GET"]),
+            Route("/v1/conversations/{cid}/items/{item_id}", self.delete_item,
+                  methods=["DELETE"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
@@ -112,6 +118,39 @@ class _Routes:
     async def input_items(self, request: Request) -> Response:
         return JSONResponse(await self.served.responses.input_items(
             request.path_params["response_id"], request.query_params))
+
+    async def create_conversation(self, request: Request) -> Response:
+        return JSONResponse(await self._conversations.create(await _json(request)))
+
+    async def get_conversation(self, request: Request) -> Response:
+        return JSONResponse(await self._conversations.get(request.path_params["cid"]))
+
+    async def update_conversation(self, request: Request) -> Response:
+        return JSONResponse(await self._conversations.update(request.path_params["cid"],
+                                                             await _json(request)))
+
+    async def delete_conversation(self, request: Request) -> Response:
+        return JSONResponse(await self._conversations.delete(request.path_params["cid"]))
+
+    async def add_items(self, request: Request) -> Response:
+        return JSONResponse(await self._conversations.add_items(request.path_params["cid"],
+                                                                await _json(request)))
+
+    async def list_items(self, request: Request) -> Response:
+        return JSONResponse(await self._conversations.list_items(
+            request.path_params["cid"], request.query_params))
+
+    async def get_item(self, request: Request) -> Response:
+        return JSONResponse(await self._conversations.get_item(
+            request.path_params["cid"], request.path_params["item_id"]))
+
+    async def delete_item(self, request: Request) -> Response:
+        return JSONResponse(await self._conversations.delete_item(
+            request.path_params["cid"], request.path_params["item_id"]))
+
+    @property
+    def _conversations(self) -> Conversations:
+        return self.served.responses.conversations
 
     async def chat_completions(self, request: Request) -> Response:
         body = await _json(request)

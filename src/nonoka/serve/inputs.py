@@ -43,6 +43,8 @@ class CreateRequest:
     tools: tuple[dict[str, Any], ...]
     params: dict[str, Any]
     """The ``ECHOED`` fields the request set."""
+    conversation: str | None = None
+    """The conversation the response runs in (``nonoka.serve.conversations``)."""
 
     def call_options(self) -> CallOptions | None:
         """The options the model call is made with, in their Chat Completions forms
@@ -71,14 +73,31 @@ class CreateRequest:
         return CallOptions(**fields) if fields else None
 
 
+def conversation_of(value: Any) -> str | None:
+    """The conversation id a create request names (a string or ``{"id": ...}``)."""
+    if value is None:
+        return None
+    ident = value.get("id") if isinstance(value, dict) else value
+    if not isinstance(ident, str) or not ident:
+        raise invalid("conversation must be a conversation id or {\"id\": ...}",
+                      "conversation")
+    return ident
+
+
 def parse_create(body: Any) -> CreateRequest:
     """The request, or an ``ApiError`` naming the parameter that is wrong."""
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     if body.get("background"):
         raise not_available("background responses", "background")
-    if body.get("conversation") is not None:
-        raise not_available("the Conversations API", "conversation")
+    conversation = conversation_of(body.get("conversation"))
+    if conversation is not None and body.get("previous_response_id") is not None:
+        raise invalid("Mutually exclusive parameters: Ensure you are only providing one of: "
+                      "'previous_response_id' or 'conversation'.", "conversation",
+                      code="mutually_exclusive_parameters")
+    if conversation is not None and body.get("store") is False:
+        raise invalid("a response in a conversation is stored: store cannot be false",
+                      "store")
     given = body.get("input")
     if isinstance(given, str):
         items: list[Any] = [{"type": "message", "role": "user", "content": given}]
@@ -95,7 +114,8 @@ def parse_create(body: Any) -> CreateRequest:
     _check_params(params)
     return CreateRequest(model=model, input=items, instructions=instructions,
                          previous_response_id=previous, store=True if store is None else store,
-                         stream=bool(stream), tools=_tools(body.get("tools")), params=params)
+                         stream=bool(stream), tools=_tools(body.get("tools")), params=params,
+                         conversation=conversation)
 
 
 def _optional(body: dict[str, Any], name: str, kind: type) -> Any:

@@ -104,6 +104,8 @@ class Answering:
     """The entry the answer being made will be."""
     answers: list[ModelResponse] = dataclasses.field(default_factory=list)
     """The answers made so far, stamped."""
+    hidden: frozenset[int] = frozenset()
+    """Entries left out of what the model is sent (a conversation's deleted items)."""
 
     @property
     def offset(self) -> int:
@@ -134,7 +136,7 @@ class StampedModel:
                             options: CallOptions | None = None) -> ModelResponse:
         run = self.run
         run.entry = len(messages)
-        sent = _instructed(messages, run.asked.instructions)
+        sent = _instructed(_without(messages, run.hidden), run.asked.instructions)
         model = self.model
         if isinstance(model, TakesCallOptions):
             answer = await model.complete_with(sent, tools, on_text=on_text,
@@ -150,6 +152,15 @@ class StampedModel:
             **(answer.provider_metadata or {}), STAMP: stamp})
         run.answers.append(stamped)
         return stamped
+
+
+def _without(messages: Sequence[Message], hidden: frozenset[int]) -> Sequence[Message]:
+    """The conversation less the entries ``hidden`` names."""
+    if not hidden:
+        return messages
+    if isinstance(messages, EntryMessages):
+        return EntryMessages([e for at, e in enumerate(messages.entries) if at not in hidden])
+    return [m for at, m in enumerate(messages) if at not in hidden]
 
 
 def _instructed(messages: Sequence[Message], instructions: str | None) -> Sequence[Message]:

@@ -37,6 +37,7 @@ from nonoka.runtime.session import Session
 from nonoka.runtime.tools import host_tool
 from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
 from nonoka.serve.compaction import compaction_item
+from nonoka.serve.conversations import Conversations, Found, hidden_entries
 from nonoka.serve.errors import (
     SERVER,
     ApiError,
@@ -126,6 +127,8 @@ class _Request:
     retry: Retry | None = None
     again: ResponsePoint | None = None
     """The response a retry makes again in place (its turn failed or was cut short)."""
+    conversation: Found | None = None
+    """The conversation the response runs in."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +182,7 @@ class Responses:
         self.locks = locks if locks is not None else SessionLocks()
         self.runner = Runner(stores.checkpoints)
         self.passes = KeptPasses()
+        self.conversations = Conversations(self)
         self.retries: OrderedDict[str, str] = OrderedDict()
         """Recent requests' retry digests (``Retry``), and the response each made."""
         self.running: dict[str, tuple[asyncio.Event, dict[str, Any], str]] = {}
@@ -219,6 +223,11 @@ class Responses:
             if previous is None:
                 raise previous_not_found(given.previous_response_id)
         pending = previous.pending() if previous is not None else []
+        conversation = None
+        if given.conversation is not None:
+            conversation = await self.conversations.find(given.conversation)
+            held = await self.runner.load_session(conversation.session_id)
+            pending = held.memory.dangling_tool_calls()[1] if held is not None else []
         seed, turn_input = plan(messages, pending)
         passes = self.passes.take(previous.point.session_id if previous is not None
                                   and given.store else None)
@@ -235,7 +244,7 @@ class Responses:
                              for t in given.tools])
         events = ResponseEvents(emit, run) if emit is not None else None
         request = _Request(given, asked, seed, turn_input, agent, run, events, previous, passes,
-                           retry)
+                           retry, conversation=conversation)
         try:
             earlier = await self._earlier(request) if given.store else None
             if earlier is not None:
@@ -252,6 +261,8 @@ class Responses:
     async def _run(self, request: _Request, messages: list[Message]) -> dict[str, Any]:
         if not request.given.store:
             return await self._unstored(request)
+        if request.conversation is not None:
+            return await self._in_conversation(request, request.conversation)
         if request.previous is None:
             return await self._answer(request, self._service(messages, request.passes),
                                       Opening(None, request.turn_input, seed=request.seed),
@@ -330,6 +341,24 @@ class Responses:
                                                  status="in_progress", output=[],
                                                  usage=None))
         return made
+
+    async def _in_conversation(self, request: _Request, found: Found) -> dict[str, Any]:
+        """A response at the end of its conversation's session, less the deleted items."""
+        sid = found.session_id
+        service = self._service([], request.passes)
+        turn_input = dataclasses.replace(request.turn_input, seed=request.seed)
+        owner = new_lease_owner()
+        async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
+                                                     wait=lease_wait_from_env()):
+            found = await self.conversations.find(found.id)
+            session = await service.load(sid)
+            if session is None:
+                raise not_found("Conversation", found.id)
+            entries = session.memory.entries
+            request.run.hidden = frozenset(hidden_entries(
+                entries, sid, found.data["nonce"], found.deleted_items))
+            return await self._answer(request, service, Opening(session, turn_input),
+                                      start=len(entries), owner=owner)
 
     async def _unstored(self, request: _Request) -> dict[str, Any]:
         """``store: false``: the turn in a memory store, seeded with the path it continues."""
