@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from nonoka.cli.opencode_cmd import (
+    ANTHROPIC_BETA,
     INSTALL_DIR,
     Capabilities,
     InitError,
@@ -130,6 +131,21 @@ def _catalog_fields(spec: str) -> dict[str, object]:
     }
 
 
+def test_the_anthropic_beta_header_follows_the_model_and_the_users_headers_stay(
+        tmp_path: Path) -> None:
+    init_project(tmp_path, python="/py", model="anthropic:claude-sonnet-4-5")
+    config = _config(tmp_path)
+    models = config["provider"]["nonoka"]["models"]  # type: ignore[index]
+    models["default"]["headers"]["x-team"] = "blue"
+    (tmp_path / "opencode.json").write_text(json.dumps(config), encoding="utf-8")
+    init_project(tmp_path, python="/py", model="anthropic:claude-sonnet-4-5")
+    again = _config(tmp_path)["provider"]["nonoka"]["models"]  # type: ignore[index]
+    assert again["default"]["headers"] == {"anthropic-beta": ANTHROPIC_BETA, "x-team": "blue"}
+    init_project(tmp_path, python="/py", model="openai:gpt-4o")
+    switched = _config(tmp_path)["provider"]["nonoka"]["models"]  # type: ignore[index]
+    assert switched["default"]["headers"] == {"x-team": "blue"}
+
+
 def test_an_openai_model_s_entry_comes_from_the_catalog(tmp_path: Path) -> None:
     """Images and PDFs (else OpenCode replaces a file with an error text), the limits
     OpenCode compacts at and asks max_tokens by, temperature (else OpenCode never sends
@@ -147,6 +163,8 @@ def test_an_anthropic_model_s_entry_comes_from_the_catalog(tmp_path: Path) -> No
     @ai-sdk/anthropic and this model (thinking budgets, kept below limit.output)."""
     entry = _entry_for(tmp_path, "anthropic:claude-sonnet-4-5")
     variants = entry.pop("variants")
+    # The beta features OpenCode's own Anthropic provider asks for with every request.
+    assert entry.pop("headers") == {"anthropic-beta": ANTHROPIC_BETA}
     assert entry == _catalog_fields("anthropic:claude-sonnet-4-5")
     assert entry["cost"] == {"input": 3.0, "output": 15.0, "cache_read": 0.3,
                              "cache_write": 3.75}
@@ -275,7 +293,8 @@ def test_a_user_s_own_model_fields_are_kept(tmp_path: Path) -> None:
     init_project(tmp_path, python="/py", model="anthropic:claude-haiku-4-5")
     models = _config(tmp_path)["provider"]["nonoka"]["models"]  # type: ignore[index]
     default = models["default"]
-    assert default["name"] == "mine" and default["headers"] == {"x-team": "a"}
+    assert default["name"] == "mine"
+    assert default["headers"] == {"x-team": "a", "anthropic-beta": ANTHROPIC_BETA}
     assert default["cost"] == {"input": 1.0, "output": 5.0, "cache_read": 0.1,
                                "cache_write": 1.25}
     assert default["limit"] == {"context": 200000, "output": 64000}

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from nonoka.cli.opencode_cmd import init_project
+from nonoka.cli.opencode_cmd import ANTHROPIC_BETA, init_project
 from nonoka.testing.anthropic_replies import AnthropicReply
 from nonoka.testing.anthropic_server import ScriptedAnthropicServer
 from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
@@ -372,6 +372,31 @@ def test_an_agent_s_temperature_the_family_prompt_and_the_cost(host: Host) -> No
     assert nonoka.tokens == direct.tokens
     expected = (1000 * 3 + 2000 * 0.3 + 500 * 3.75 + 50 * 15) / 1e6
     assert nonoka.cost == pytest.approx(direct.cost) == pytest.approx(expected)
+
+
+def test_anthropic_gets_the_same_beta_features_and_session_headers(host: Host) -> None:
+    """OpenCode's own Anthropic provider asks for its beta features and names the session
+    in every request's headers; through nonoka the same reach Anthropic (init writes the
+    beta into the model's headers), with nonoka's own key and user agent appended."""
+    direct, nonoka = host.both(ANTHROPIC, "SETTINGS-4: hello")
+    sent = {}
+    for side, run in (("direct", direct), ("nonoka", nonoka)):
+        server = host.servers[f"anthropic-{side}"]
+        chat = [h for h, body in zip(server.headers, server.requests, strict=True)
+                if body in run.requests]
+        assert chat, side
+        sent[side] = chat[-1]
+    want, got = sent["direct"], sent["nonoka"]
+    # The AI SDK's Anthropic provider adds the beta of its own structured outputs, which
+    # nonoka's adapter does not use (docs/opencode.md, "Differences around the content").
+    theirs = set(want["anthropic-beta"].split(",")) - {"structured-outputs-2025-11-13"}
+    assert got["anthropic-beta"].split(",") == ANTHROPIC_BETA.split(",")
+    assert set(ANTHROPIC_BETA.split(",")) == theirs
+    for name in ("x-session-id", "x-session-affinity"):
+        assert name in want and name in got, (want, got)
+    assert got["user-agent"].startswith("opencode/1.18.33 ")
+    assert got["user-agent"].endswith(" nonoka/0.1.0")
+    assert got["x-api-key"] == want["x-api-key"]  # each side's own key (the same here)
 
 
 def test_a_variant_asks_for_the_same_thinking(host: Host) -> None:

@@ -14,7 +14,9 @@ without them OpenCode replaces a file with an error text), ``reasoning``, ``temp
 (OpenCode sends an agent's temperature only to a model marked so), its limits
 (``limit.context`` decides when OpenCode compacts, ``limit.output`` the ``max_tokens`` it
 asks for), ``cost`` (what OpenCode shows a session cost) and ``variants``, the thinking
-levels OpenCode defines for that model family (``opencode run --variant high``). They come
+levels OpenCode defines for that model family (``opencode run --variant high``), and for
+an ``anthropic:`` model the ``anthropic-beta`` header OpenCode's own Anthropic provider
+sends (``headers``; the bridge forwards it to Anthropic). They come
 from nonoka's catalog (``nonoka.llm.catalog``, with the project's ``[models]`` tables in
 ``.nonoka/config.toml``) for the model ``--model``, the provider's ``model`` option,
 ``NONOKA_MODEL`` or the config file names, and from ``--attachments``, ``--reasoning``,
@@ -62,6 +64,11 @@ SCHEMA_URL = "https://opencode.ai/config.json"
 DESCRIBED = ("attachment", "modalities", "reasoning", "temperature", "limit", "cost",
              "variants")
 """The fields of a model entry that describe the model (``model_entry`` writes them)."""
+ANTHROPIC_BETA = "interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14"
+"""The ``anthropic-beta`` header OpenCode's own Anthropic provider sends with every request
+(its ``anthropic`` plugin, OpenCode 1.18.33): written into an ``anthropic:`` model's
+``headers``, so OpenCode gives it to nonoka's provider and the same features reach
+Anthropic (the bridge forwards it to ``anthropic:`` endpoints only)."""
 
 
 class InitError(Exception):
@@ -202,6 +209,8 @@ def model_entry(project: Path, spec: str | None, stated: Capabilities) -> dict[s
         variants = thinking_variants(spec, output)
         if variants:
             entry["variants"] = variants
+    if spec is not None and spec.partition(":")[0] == "anthropic":
+        entry["headers"] = {"anthropic-beta": ANTHROPIC_BETA}
     return entry
 
 
@@ -526,12 +535,20 @@ def _merged_entry(current: Any, entry: dict[str, Any], spec: str | None, *,
     another model (its ``id``), what it said that model can do and costs goes; while it
     describes the same one, the variants a user added beside OpenCode's levels stay."""
     merged = dict(current) if isinstance(current, dict) else {}
+    headers = merged.get("headers")
     if merged.get("id", spec) != spec:
         for field_name in DESCRIBED:
             merged.pop(field_name, None)
+        if isinstance(headers, dict):  # the user's own headers stay; the model's beta goes
+            headers = {k: v for k, v in headers.items() if k != "anthropic-beta"}
+            merged["headers"] = headers
+            if not headers:
+                del merged["headers"]
     kept = merged.get("variants")
     merged.setdefault("name", name)
     merged.update(entry)
+    if "headers" in entry and isinstance(headers, dict):
+        merged["headers"] = {**headers, **entry["headers"]}
     if "variants" in entry and isinstance(kept, dict):
         merged["variants"] = {**entry["variants"],
                               **{k: v for k, v in kept.items() if k not in entry["variants"]}}
