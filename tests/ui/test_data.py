@@ -219,6 +219,21 @@ async def test_lineage_is_read_from_index_metadata(data: UiData) -> None:
     assert alone is not None and (await data.lineage_of(alone)).children == []
 
 
+async def test_a_subagent_is_shown_under_its_parents_line(data: UiData) -> None:
+    stores, now = data.stores, time.time()
+    parent = await add(stores, "parent", entries=2, last_active=now,
+                       metadata={"host_session_id": "ses_parent"})
+    child = await add(stores, "child", entries=2, last_active=now + 5,
+                      metadata={"host_session_id": "ses_child",
+                                "host_parent_session_id": "ses_parent"})
+    for sid in (child, parent):
+        record = await data.get_session(sid)
+        assert record is not None
+        tree = await data.lineage_of(record)
+        assert tree.record.session_id == parent
+        assert [(c.record.session_id, c.subagent) for c in tree.children] == [(child, True)]
+
+
 async def test_cancel_fork_and_export_go_through_the_library(
         data: UiData) -> None:
     stores = data.stores
