@@ -20,6 +20,7 @@ from nonoka import __version__
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedAnthropicServer, ScriptedOpenAIServer, Step
 from nonoka.testing.steps import HttpError
+from tests.bridge.test_early_dispatch import outcomes
 from tests.bridge.test_host_step import anthropic, anthropic_bridge
 from tests.bridge.test_lineage import SYSTEM, rows, turn
 from tests.support.bridge import Bridge, chat, load_state, one, user
@@ -47,6 +48,21 @@ def test_allowed_host_headers_reach_an_openai_compatible_endpoint(
     assert got["authorization"] == "Bearer sk-test"  # nonoka's own key for this provider
     for never in ("anthropic-beta", "x-api-key", "cookie", "x-custom"):
         assert never not in got, got
+
+
+def test_an_early_request_carries_the_host_headers_and_is_used(
+        bridge: Bridge, scripted: list[Step], server: ScriptedOpenAIServer) -> None:
+    """The next turn's request sent before the runtime loads (``bridge/early.py``) has the
+    same headers the adapter would send, so it is used, never sent twice."""
+    history = [user("hello")]
+    sid = one(turn(bridge, scripted, history, "first", headers=HOST_HEADERS),
+              "session_init")["session_id"]
+    history.append(user("again"))
+    turn(bridge, scripted, history, "second", session_id=sid, headers=HOST_HEADERS)
+    assert outcomes(bridge, sid) == ["used"]
+    assert len(server.requests) == 2, "a model request was sent twice"
+    assert server.headers[-1]["x-session-affinity"] == "ses_main"
+    assert server.headers[-1]["user-agent"] == f"opencode/1.18.33 nonoka/{__version__}"
 
 
 def test_a_request_without_host_headers_sends_none(
