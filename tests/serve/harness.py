@@ -74,6 +74,21 @@ def valid_compaction(data: Any) -> dict[str, Any]:
     return data
 
 
+def valid_events_after(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of a stream attached to again: each one of the spec, numbered on from
+    where the client asked, ending with the response's final event."""
+    for event in events:
+        model = EVENT_MODELS.get(event.get("type", ""))
+        assert model is not None, f"not an event of the spec: {event}"
+        model.model_validate(event)
+    if events:
+        first = events[0]["sequence_number"]
+        assert [e["sequence_number"] for e in events] == list(range(first, first + len(events)))
+        assert events[-1]["type"] in ("response.completed", "response.incomplete",
+                                      "response.failed", "error")
+    return events
+
+
 def valid_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``events``, each checked against its spec model, numbered 0, 1, 2... in order,
     starting with ``response.created`` and ending with the response's final event."""
@@ -115,18 +130,21 @@ class Checked:
             elif message["type"] == "http.response.body":
                 body += message.get("body", b"")
                 if not message.get("more_body") and status == 200:
-                    self._check(path, body)
+                    self._check(path, body, b"starting_after=" in scope.get("query_string", b""))
             await send(message)
 
         await self.app(scope, receive, watched)
 
-    def _check(self, path: str, body: bytes) -> None:
+    def _check(self, path: str, body: bytes, partial: bool = False) -> None:
         self.checked += 1
         try:
             if body.startswith(b"event:") or body.startswith(b"data:"):
                 events = [json.loads(block.split("data: ", 1)[1])
                           for block in body.decode().split("\n\n") if block.strip()]
-                valid_events(events)
+                if partial:
+                    valid_events_after(events)
+                else:
+                    valid_events(events)
             elif path == "/v1/responses/compact":
                 valid_compaction(json.loads(body))
             else:

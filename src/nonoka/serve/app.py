@@ -23,9 +23,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nonoka.serve.chat import ChatCompletions
 from nonoka.serve.conversations import Conversations
 from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
+from nonoka.serve.journal import Live
 from nonoka.serve.keys import Gate, set_owner
 from nonoka.serve.model import Models
-from nonoka.serve.responses import Responses, retry_of
+from nonoka.serve.responses import Responses, Retry, retry_of
 
 SESSION_ID_HEADER = "x-nonoka-session-id"
 """The header a chat completion names the nonoka session it ran in with."""
@@ -74,8 +75,7 @@ class _Routes:
             Route("/v1/responses/{response_id}", self.delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", self.input_items,
                   methods=["GET"]),
-            Route("/v1/responses/{response_id}/cancel", later("cancelling a response"),
-                  methods=["POST"]),
+            Route("/v1/responses/{response_id}/cancel", self.cancel, methods=["POST"]),
             Route("/v1/conversations", self.create_conversation, methods=["POST"]),
             Route("/v1/conversations/{cid}", self.get_conversation, methods=["GET"]),
             Route("/v1/conversations/{cid}", self.update_conversation, methods=["POST"]),
@@ -94,11 +94,17 @@ class _Routes:
         body = await _json(request)
         responses = self.served.responses
         retry = retry_of(body, {k.lower(): v for k, v in request.headers.items()})
+        if isinstance(body, dict) and body.get("background") is True:
+            return JSONResponse(await _background(self.served, body, retry))
         if isinstance(body, dict) and body.get("stream") is True:
             return await _stream(self.served,
                                  lambda emit: responses.create(body, emit, retry),
                                  _sse_event, None)
         return JSONResponse(await responses.create(body, retry=retry))
+
+    async def cancel(self, request: Request) -> Response:
+        return JSONResponse(await self.served.responses.cancel(
+            request.path_params["response_id"]))
 
     async def compact(self, request: Request) -> Response:
         body = await _json(request)
@@ -107,7 +113,15 @@ class _Routes:
 
     async def get_response(self, request: Request) -> Response:
         if request.query_params.get("stream") == "true":
-            raise not_available("reattaching to a response's stream", "stream")
+            events = await self.served.responses.reattach(
+                request.path_params["response_id"], request.query_params)
+
+            async def body() -> Any:
+                async for event in events:
+                    yield _sse_event(event)
+
+            return StreamingResponse(body(), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
         return JSONResponse(await self.served.responses.get(
             request.path_params["response_id"]))
 
@@ -229,6 +243,38 @@ def _sse_data(event: dict[str, Any]) -> str:
 
 def _dumped(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+async def _background(served: Served, body: dict[str, Any], retry: Retry) -> dict[str, Any]:
+    """A background response: its turn runs in a task of its own, and the request is
+    answered once the response exists (``queued``); clients poll ``GET``."""
+    made: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    responses = served.responses
+    live = Live(responses.stores.events)
+
+    def emit(event: dict[str, Any]) -> None:
+        live.add(event)
+        if not made.done() and event.get("type") == "response.created":
+            responses.streams[live.response_id or ""] = live
+            made.set_result(event["response"])
+
+    async def run() -> None:
+        try:
+            await responses.create(body, emit, retry)
+        except Exception as exc:
+            if not made.done():
+                made.set_exception(exc)
+        finally:
+            await live.close()
+            responses.streams.pop(live.response_id or "", None)
+            if not made.done():
+                made.set_exception(ApiError(500, "the request ended without a response",
+                                            type="server_error"))
+
+    task = asyncio.create_task(run())
+    served.tasks.add(task)
+    task.add_done_callback(served.tasks.discard)
+    return {**await made, "status": "queued"}
 
 
 async def _stream(served: Served, work: Work, frame: Callable[[dict[str, Any]], str],

@@ -34,7 +34,7 @@ STAMP = "nonoka_serve"
 ECHOED = ("tool_choice", "temperature", "top_p", "max_output_tokens", "parallel_tool_calls",
           "text", "reasoning", "truncation", "metadata", "safety_identifier",
           "prompt_cache_key", "user", "service_tier", "top_logprobs", "presence_penalty",
-          "frequency_penalty", "max_tool_calls")
+          "frequency_penalty", "max_tool_calls", "background")
 """The request fields a response echoes, kept when the request set them."""
 
 
@@ -269,7 +269,7 @@ def resource(point_id: str, asked: Asked, *, status: str, output: list[dict[str,
         "reasoning": params.get("reasoning"), "usage": usage,
         "max_output_tokens": params.get("max_output_tokens"),
         "max_tool_calls": params.get("max_tool_calls"),
-        "store": store, "background": False,
+        "store": store, "background": params.get("background") is True,
         "service_tier": params.get("service_tier", "default"),
         "metadata": params.get("metadata") or {},
         "safety_identifier": params.get("safety_identifier"),
@@ -311,6 +311,9 @@ def left_of(events: Sequence[EventRecord], response_id: str, live: bool) -> Left
         status = "failed"
         error = {"code": str(failed.get("code") or "server_error"),
                  "message": str(failed.get("message") or "the response failed")}
+    elif any(e.kind == "finish" and isinstance(e.data, dict)
+             and e.data.get("finish_reason") == "cancelled" for e in turn):
+        status = "cancelled"
     elif live and not any(e.kind == "finish" for e in turn):
         status = "in_progress"
     else:

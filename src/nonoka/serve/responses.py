@@ -50,6 +50,7 @@ from nonoka.serve.errors import (
 from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_response_id
 from nonoka.serve.inputs import CreateRequest, messages_of, parse_create, plan, resolved
 from nonoka.serve.items import entry_items
+from nonoka.serve.journal import FINAL, Live, final_event, stored_events
 from nonoka.serve.keys import LOCAL, OWNER_KEY, current_owner, owner_of_record
 from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
 from nonoka.serve.record import (
@@ -185,6 +186,10 @@ class Responses:
         self.conversations = Conversations(self)
         self.retries: OrderedDict[str, str] = OrderedDict()
         """Recent requests' retry digests (``Retry``), and the response each made."""
+        self.streams: dict[str, Live] = {}
+        """The streams of the background responses this process is making."""
+        self.background: dict[str, asyncio.Task[Any]] = {}
+        """The background responses this process is making, by id (``cancel``)."""
         self.running: dict[str, tuple[asyncio.Event, dict[str, Any], str]] = {}
         """The responses this process is making: when each ends, its first form (``GET``
         gives it meanwhile; a continuation of it waits for its end), and its owner."""
@@ -391,17 +396,7 @@ class Responses:
         async def sink(event: TurnEvent) -> None:
             nonlocal answered
             if isinstance(event, SessionOpened):
-                run.point = request.again or new_point(event.session_id, start)
-                first = resource(run.point.id, request.asked, status="in_progress",
-                                 output=[], usage=None, store=given.store)
-                logged: dict[str, Any] = {"id": run.point.id,
-                                          "record": request.asked.logged(run.tools_at)}
-                if given.store:
-                    self.running[run.point.id] = (asyncio.Event(), first, current_owner())
-                    self._remember(request.retry, run.point.id, logged)
-                await service.journal.log(RESPONSE_EVENT, logged)
-                if events is not None:
-                    events.started(first)
+                await self._opened(request, service, event.session_id, start)
             elif events is None:
                 return
             elif isinstance(event, TextDelta):
@@ -429,10 +424,31 @@ class Responses:
             return self._made(request, outcome)
         finally:
             making = self.running.pop(run.point.id, None) if run.point is not None else None
+            if run.point is not None:
+                self.background.pop(run.point.id, None)
             if making is not None:
                 making[0].set()
             if run.point is not None and given.store:
                 self.passes.give(run.point.session_id, request.passes)
+
+    async def _opened(self, request: _Request, service: TurnService, session_id: str,
+                      start: int) -> None:
+        """The response's session is known: its id, its timeline entry, its first event."""
+        run, given = request.run, request.given
+        run.point = request.again or new_point(session_id, start)
+        first = resource(run.point.id, request.asked, status="in_progress", output=[],
+                         usage=None, store=given.store)
+        logged: dict[str, Any] = {"id": run.point.id,
+                                  "record": request.asked.logged(run.tools_at)}
+        if given.store:
+            self.running[run.point.id] = (asyncio.Event(), first, current_owner())
+            task = asyncio.current_task()
+            if given.params.get("background") is True and task is not None:
+                self.background[run.point.id] = task
+            self._remember(request.retry, run.point.id, logged)
+        await service.journal.log(RESPONSE_EVENT, logged)
+        if request.events is not None:
+            request.events.started(first)
 
     def _remember(self, retry: Retry | None, response_id: str,
                   logged: dict[str, Any]) -> None:
@@ -619,6 +635,57 @@ class Responses:
         if making is not None and making[2] == current_owner():
             return making[1]
         return self._resource(await self._found(response_id))
+
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        """``POST /v1/responses/{id}/cancel``: a background response this process is
+        making is stopped (its turn saved as cancelled, what it streamed kept); a finished
+        one is given as it is; a response made without ``background`` cannot be."""
+        making = self.running.get(response_id)
+        if making is None or making[2] != current_owner():
+            located = await self._found(response_id)
+            made = self._resource(located)
+            if made.get("background") is not True:
+                raise invalid("Cannot cancel a synchronous response.")
+            return made
+        if making[1].get("background") is not True:
+            raise invalid("Cannot cancel a synchronous response.")
+        task = self.background.get(response_id)
+        if task is not None:
+            task.cancel()
+        await making[0].wait()
+        return self._resource(await self._found(response_id))
+
+    async def reattach(self, response_id: str, query: Mapping[str, str]
+                       ) -> AsyncIterator[dict[str, Any]]:
+        """``GET /v1/responses/{id}?stream=true&starting_after=N``: a background
+        response's events after ``N`` (``nonoka.serve.journal``)."""
+        raw = query.get("starting_after", "-1")
+        try:
+            after = int(raw)
+        except ValueError:
+            raise invalid("starting_after must be an integer", "starting_after") from None
+        live = self.streams.get(response_id)
+        if live is not None:
+            making = self.running.get(response_id)
+            if making is None:
+                await self._found(response_id)  # its owner's, and not deleted
+            elif making[2] != current_owner():
+                raise not_found("Response", response_id)
+            return live.follow(after)
+        made = self._resource(await self._found(response_id))
+        if made.get("background") is not True:
+            raise invalid("only a background response can be streamed again", "stream")
+        events = await stored_events(self.stores.events, response_id)
+        if not events or events[-1].get("type") not in FINAL:
+            events.append(final_event(made, events[-1]["sequence_number"] + 1 if events
+                                      else 0))
+
+        async def replayed() -> AsyncIterator[dict[str, Any]]:
+            for event in events:
+                if event["sequence_number"] > after:
+                    yield event
+
+        return replayed()
 
     async def _found(self, response_id: str) -> Located:
         located = await self._stored(response_id)
