@@ -91,3 +91,32 @@ def test_keys_and_owners_on_postgres(project: Path, upstream_env: dict[str, str]
                 assert status == expected, raw
         finally:
             running.stop()
+
+
+def test_conversations_and_background_streams_on_postgres(pg_served: Served,
+                                                          scripted: list[Any]) -> None:
+    scripted += [text("first answer"), text("in the background")]
+    made = post(pg_served, "/v1/conversations", {"items": [
+        {"type": "message", "role": "user", "content": str(n)} for n in range(20)]})
+    for n in range(20, 25):
+        post(pg_served, f"/v1/conversations/{made['id']}/items",
+             {"items": [{"type": "message", "role": "user", "content": str(n)}]})
+    answered = post(pg_served, "/v1/responses", {"model": "m", "input": "go",
+                                                  "conversation": made["id"]})
+    status, _, raw = request(pg_served.port, "GET",
+                             f"/v1/conversations/{made['id']}/items?order=asc&limit=100")
+    assert status == 200
+    items = json.loads(raw)["data"]
+    assert [i["content"][0]["text"] for i in items] == [
+        *map(str, range(25)), "go", "first answer"]
+    assert items[-1]["id"] == answered["output"][0]["id"]
+    queued = post(pg_served, "/v1/responses", {"model": "m", "input": "later",
+                                                "background": True})
+    assert queued["status"] == "queued"
+    status, _, raw = request(pg_served.port, "GET",
+                             f"/v1/responses/{queued['id']}?stream=true")
+    assert status == 200
+    events = [json.loads(block.split("data: ", 1)[1])
+              for block in raw.decode().split("\n\n") if block.strip()]
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "in the background"
