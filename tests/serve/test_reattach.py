@@ -112,3 +112,31 @@ def test_attached_again_after_a_kill(project: Path, scripted: list[Any],
         assert stream(again.port, response_id, 1) == events[2:]
     finally:
         again.stop()
+
+
+def test_a_streamed_background_response_left_and_attached_again(
+        served: Served, scripted: list[Any]) -> None:
+    gate = threading.Event()
+
+    def held(body: dict[str, Any]) -> Reply:
+        assert gate.wait(60)
+        return Reply(text="finished while nobody watched")
+
+    scripted.append(held)
+    connection = socket.create_connection(("127.0.0.1", served.port))
+    sent = json.dumps({"model": "m", "input": "long task", "background": True,
+                       "stream": True}).encode()
+    connection.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                       b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                       % (served.port, len(sent), sent))
+    seen = b""
+    while b"response.in_progress" not in seen:
+        seen += connection.recv(65536)
+    created = json.loads(seen.split(b"data: ", 1)[1].split(b"\n", 1)[0])
+    assert created["response"]["background"] is True
+    connection.close()  # the client left; the response goes on
+    gate.set()
+    rest = stream(served.port, created["response"]["id"], 1)
+    assert rest[0]["sequence_number"] == 2 and rest[-1]["type"] == "response.completed"
+    assert "".join(e["delta"] for e in rest if e["type"] == "response.output_text.delta") == \
+        "finished while nobody watched"

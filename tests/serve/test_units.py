@@ -79,7 +79,6 @@ def test_what_a_turn_brings() -> None:
 @pytest.mark.parametrize(("body", "param"), [
     ({"input": []}, "input"),
     ({"input": "x", "background": True, "store": False}, "background"),
-    ({"input": "x", "background": True, "stream": True}, "stream"),
     ({"input": "x", "conversation": "conv_1", "previous_response_id": "resp_1"},
      "conversation"),
     ({"input": "x", "conversation": {"id": 1}}, "conversation"),

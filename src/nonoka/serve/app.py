@@ -95,7 +95,16 @@ class _Routes:
         responses = self.served.responses
         retry = retry_of(body, {k.lower(): v for k, v in request.headers.items()})
         if isinstance(body, dict) and body.get("background") is True:
-            return JSONResponse(await _background(self.served, body, retry))
+            made, live = await _background(self.served, body, retry)
+            if body.get("stream") is not True:
+                return JSONResponse({**made, "status": "queued"})
+
+            async def events() -> Any:  # a client that leaves can attach again
+                async for event in live.follow(-1):
+                    yield _sse_event(event)
+
+            return StreamingResponse(events(), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
         if isinstance(body, dict) and body.get("stream") is True:
             return await _stream(self.served,
                                  lambda emit: responses.create(body, emit, retry),
@@ -245,9 +254,10 @@ def _dumped(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-async def _background(served: Served, body: dict[str, Any], retry: Retry) -> dict[str, Any]:
-    """A background response: its turn runs in a task of its own, and the request is
-    answered once the response exists (``queued``); clients poll ``GET``."""
+async def _background(served: Served, body: dict[str, Any], retry: Retry
+                      ) -> tuple[dict[str, Any], Live]:
+    """A background response: its turn runs in a task of its own; the response once it
+    exists, and its stream (``nonoka.serve.journal``)."""
     made: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
     responses = served.responses
     live = Live(responses.stores.events)
@@ -274,7 +284,7 @@ async def _background(served: Served, body: dict[str, Any], retry: Retry) -> dic
     task = asyncio.create_task(run())
     served.tasks.add(task)
     task.add_done_callback(served.tasks.discard)
-    return {**await made, "status": "queued"}
+    return await made, live
 
 
 async def _stream(served: Served, work: Work, frame: Callable[[dict[str, Any]], str],

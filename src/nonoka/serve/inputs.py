@@ -90,8 +90,6 @@ def parse_create(body: Any) -> CreateRequest:
         raise invalid("the request body must be a JSON object")
     if body.get("background") is True and body.get("store") is False:
         raise invalid("background can only be used when `store` is true", "background")
-    if body.get("background") is True and body.get("stream") is True:
-        raise not_available("streaming a background response (poll GET instead)", "stream")
     if body.get("background") not in (None, False, True):
         raise invalid("background must be a boolean", "background")
     conversation = conversation_of(body.get("conversation"))
