@@ -71,8 +71,29 @@ def _name_the_test(request: pytest.FixtureRequest) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A test that left a process running fails the run, named (``reaper``)."""
+    """A test that left a process running fails the run, named (``reaper``). Under
+    pytest-xdist a worker hands its list to the controller (``pytest_testnodedown``)."""
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output["nonoka_left_running"] = list(reaper.left_running)
+        return
     if reaper.left_running:
         lines = "\n".join(f"  {test}: {command}" for test, command in reaper.left_running)
         print(f"\nprocesses left running by tests (killed when collected):\n{lines}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+class _WorkersLeftRunning:
+    """Under pytest-xdist: each worker's processes left running, kept for the controller's
+    session end."""
+
+    @staticmethod
+    def pytest_testnodedown(node: Any, error: object) -> None:
+        output = getattr(node, "workeroutput", {})
+        reaper.left_running.extend(tuple(entry) for entry in
+                                   output.get("nonoka_left_running", []))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorkersLeftRunning())

@@ -19,7 +19,7 @@ from nonoka.state.session_state import SessionState
 from nonoka.store.base import encode_entry, snapshot_json
 from nonoka.store.sqlite import SQLiteCheckpointStore, ledger, migrations
 from nonoka.store.sqlite.digests import Chain
-from nonoka.store.sqlite.entries import catch_up
+from nonoka.store.sqlite.entries import catch_up, doc
 
 VERSIONS = [m.__name__ for m in migrations.MIGRATIONS[:-1]]
 
@@ -35,6 +35,10 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
 
 def _write_old(db: sqlite3.Connection) -> None:
     entry_columns = _columns(db, "session_entries")
+    # From m015 on, the store chooses a checkpoint row's block and each row's place
+    # itself (no trigger does it for a writer that leaves them out).
+    places = "entry_block" in _columns(db, "checkpoints") and db.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'checkpoints_insert'").fetchone() is None
     for created, (sid, texts) in enumerate(_SESSIONS.items()):
         entries = [MemoryEntry.make("user" if n % 2 == 0 else "assistant", text)
                    for n, text in enumerate(texts)]
@@ -42,11 +46,19 @@ def _write_old(db: sqlite3.Connection) -> None:
         db.execute("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
                    "memory_generation, created_at, updated_at) VALUES (?, ?, 1, ?, 0, ?, ?)",
                    (sid, snapshot_json(state), len(entries), 1.0 + created, 2.0 + created))
+        block = created + 1
+        if places:
+            db.execute("UPDATE checkpoints SET entry_block = ? WHERE session_id = ?",
+                       (block, sid))
         chain = Chain()
         for seq, entry in enumerate(entries):
             text = encode_entry(entry)[0]
             chain = chain.add(text)
-            if "key_chain" in entry_columns:
+            if places:
+                db.execute("INSERT INTO session_entries (doc, session_id, seq, entry_json, "
+                           "key_chain) VALUES (?, ?, ?, ?, ?)",
+                           (doc(block, seq), sid, seq, text, chain.encode()))
+            elif "key_chain" in entry_columns:
                 db.execute("INSERT INTO session_entries (session_id, seq, entry_json, "
                            "key_chain) VALUES (?, ?, ?, ?)", (sid, seq, text, chain.encode()))
             else:
