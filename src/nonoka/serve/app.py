@@ -25,6 +25,7 @@ from nonoka.serve.conversations import Conversations
 from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
 from nonoka.serve.journal import Live
 from nonoka.serve.keys import Gate, set_owner
+from nonoka.serve.messages import Messages, anthropic_error, count_tokens
 from nonoka.serve.model import Models
 from nonoka.serve.responses import Responses, Retry, retry_of
 
@@ -86,6 +87,8 @@ class _Routes:
             Route("/v1/conversations/{cid}/items/{item_id}", self.delete_item,
                   methods=["DELETE"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
         ]
@@ -191,16 +194,61 @@ class _Routes:
         answer = await chat.complete(body, headers, None, seen)
         return JSONResponse(answer, headers=opened)
 
+    async def messages(self, request: Request) -> Response:
+        """The Anthropic Messages API (``nonoka.serve.messages``)."""
+        try:
+            body = await _json(request)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            opened: dict[str, str] = {}
+            chat = self.served.chat
+            messages = Messages(chat.project, chat.models, chat.reuse)
+
+            def seen(session_id: str) -> None:
+                opened[SESSION_ID_HEADER] = session_id
+
+            if isinstance(body, dict) and body.get("stream") is True:
+                return await _stream(self.served,
+                                     lambda emit: messages.create(body, headers, emit, seen),
+                                     _sse_event, opened)
+            answer = await messages.create(body, headers, None, seen)
+            return JSONResponse(answer, headers=opened)
+        except Exception as exc:
+            raise anthropic_error(exc) from exc
+
+    async def count_tokens(self, request: Request) -> Response:
+        try:
+            return JSONResponse(count_tokens(await _json(request)))
+        except Exception as exc:
+            raise anthropic_error(exc) from exc
+
     async def models(self, request: Request) -> Response:
+        if _anthropic_client(request):
+            return JSONResponse(_anthropic_models(self.served.models.listing()))
         return JSONResponse(self.served.models.listing())
 
     async def model(self, request: Request) -> Response:
         wanted = request.path_params["model"]
         for entry in self.served.models.listing()["data"]:
             if entry["id"] == wanted:
+                if _anthropic_client(request):
+                    return JSONResponse(_anthropic_models({"data": [entry]})["data"][0])
                 return JSONResponse(entry)
         raise ApiError(404, f"The model '{wanted}' does not exist", code="model_not_found",
                        param="model")
+
+
+def _anthropic_client(request: Request) -> bool:
+    """An Anthropic client (the SDK, Claude Code): it sends ``anthropic-version``."""
+    return "anthropic-version" in request.headers
+
+
+def _anthropic_models(listing: dict[str, Any]) -> dict[str, Any]:
+    """A model listing in the Anthropic API's shape."""
+    data = [{"type": "model", "id": entry["id"], "display_name": entry["id"],
+             "created_at": "1970-01-01T00:00:00Z"} for entry in listing["data"]]
+    return {"data": data, "has_more": False,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}
 
 
 def _later(feature: str) -> Callable[[Request], Awaitable[Response]]:
@@ -356,7 +404,7 @@ class KeyGuard:
 def _token(headers: dict[str, str]) -> str:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer":
-        token = headers.get("api-key", "")
+        token = headers.get("api-key", "") or headers.get("x-api-key", "")
     return token.strip()
 
 
