@@ -91,7 +91,8 @@ def test_an_answer_whole_and_streamed(claude: Anthropic, anthropic_script: list[
     assert first.stop_reason == "end_turn" and first.usage.output_tokens > 0
     history += [{"role": "assistant", "content": "Hello, Ann."},
                 {"role": "user", "content": "Who am I?"}]
-    with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=256,
+    beta = {"anthropic-beta": "interleaved-thinking-2025-05-14"}
+    with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=256, extra_headers=beta,
                                 system="Be brief.", messages=history) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_message()
@@ -103,6 +104,8 @@ def test_an_answer_whole_and_streamed(claude: Anthropic, anthropic_script: list[
     assert sent["system"][0]["text"] == "Be brief."
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
     assert upstream.headers[1]["x-api-key"] == UPSTREAM_KEY
+    assert upstream.headers[1]["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+    assert "anthropic-beta" not in upstream.headers[0]
 
 
 def test_the_raw_event_order(served: Served, anthropic_script: list[Any]) -> None:
@@ -187,6 +190,31 @@ def test_an_image_in_a_tool_result_and_a_pdf(claude: Anthropic, anthropic_script
     assert result["type"] == "tool_result" and result["tool_use_id"] == use.id
     image = next(b for b in result["content"] if b["type"] == "image")
     assert image["source"] == {"type": "base64", "media_type": "image/png", "data": PNG}
+
+
+def test_a_key_as_x_api_key(project: Path, upstream: ScriptedAnthropicServer,
+                            anthropic_script: list[Any],
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", UPSTREAM_KEY)
+    monkeypatch.setenv("NONOKA_DATABASE_URL", "")
+    anthropic_script.append(AnthropicReply(text="Keyed."))
+    running = Served(project, MODEL, key="the-server-key")
+    try:
+        base = running.url.removesuffix("/v1")
+        with Anthropic(base_url=base, api_key="wrong", max_retries=0) as wrong, \
+                pytest.raises(anthropic.AuthenticationError) as refused:
+            wrong.messages.create(model="claude-x", max_tokens=64,
+                                  messages=[{"role": "user", "content": "Hi"}])
+        assert refused.value.body == {"type": "error", "error": {
+            "type": "authentication_error",
+            "message": "invalid x-api-key: send a key of nonoka serve"}}
+        with Anthropic(base_url=base, api_key="the-server-key", max_retries=0) as right:
+            answer = right.messages.create(model="claude-x", max_tokens=64,
+                                           messages=[{"role": "user", "content": "Hi"}])
+        assert answer.content[0].text == "Keyed."  # type: ignore[union-attr]
+    finally:
+        running.stop()
 
 
 def test_count_tokens_and_models(claude: Anthropic) -> None:

@@ -394,6 +394,10 @@ class KeyGuard:
             return
         owner = await self.gate.owner(_token(headers))
         if owner is None:
+            if str(scope.get("path", "")).startswith("/v1/messages"):
+                await _refuse(send, 401, "invalid x-api-key: send a key of nonoka serve",
+                              "authentication_error", anthropic=True)
+                return
             await _refuse(send, 401, "Incorrect API key provided: send a key of nonoka serve "
                                      "as 'Authorization: Bearer <key>'", "invalid_api_key")
             return
@@ -408,8 +412,11 @@ def _token(headers: dict[str, str]) -> str:
     return token.strip()
 
 
-async def _refuse(send: Send, status: int, message: str, code: str) -> None:
-    body = json.dumps(error_body(message, code=code)).encode()
+async def _refuse(send: Send, status: int, message: str, code: str, *,
+                  anthropic: bool = False) -> None:
+    shaped = ({"type": "error", "error": {"type": code, "message": message}} if anthropic
+              else error_body(message, code=code))
+    body = json.dumps(shaped).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
