@@ -106,6 +106,8 @@ def test_an_answer_whole_and_streamed(claude: Anthropic, anthropic_script: list[
     assert upstream.headers[1]["x-api-key"] == UPSTREAM_KEY
     assert upstream.headers[1]["anthropic-beta"] == "interleaved-thinking-2025-05-14"
     assert "anthropic-beta" not in upstream.headers[0]
+    marks = json.dumps(sent).count('"cache_control"')
+    assert 1 <= marks <= 4  # the breakpoints, at most the API's four
 
 
 def test_the_raw_event_order(served: Served, anthropic_script: list[Any]) -> None:
@@ -217,13 +219,16 @@ def test_a_key_as_x_api_key(project: Path, upstream: ScriptedAnthropicServer,
         running.stop()
 
 
-def test_count_tokens_and_models(claude: Anthropic) -> None:
+def test_count_tokens_and_models(claude: Anthropic, served: Served) -> None:
     counted = claude.messages.count_tokens(
         model="claude-x", messages=[{"role": "user", "content": "Count these words please."}])
     assert counted.input_tokens > 0
     listed = claude.models.list()
     assert [m.id for m in listed.data] == [MODEL]
     assert listed.data[0].type == "model"
+    status, _, raw = served.request("GET", "/v1/models", None,
+                                    {"Authorization": "Bearer client-key"})
+    assert status == 200 and json.loads(raw)["object"] == "list"  # OpenAI's shape
 
 
 def test_an_overloaded_upstream_is_a_529(claude: Anthropic, anthropic_script: list[Any],
@@ -289,3 +294,34 @@ def test_two_claude_code_sessions_stay_apart(claude: Anthropic, anthropic_script
     listed = run_nonoka(project, "sessions", "list", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     assert all(r.session_id in listed.stdout for r in found)
+
+
+def test_one_claude_session_id_under_two_owners_is_two_lines(
+        project: Path, upstream: ScriptedAnthropicServer, anthropic_script: list[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.serve.test_keys import make_key
+
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", UPSTREAM_KEY)
+    monkeypatch.setenv("NONOKA_DATABASE_URL", "")
+    keys = [make_key(project, "alice"), make_key(project, "bob")]
+    anthropic_script += [AnthropicReply(text=f"answer {n}") for n in range(4)]
+    running = Served(project, MODEL, keys=True)
+    session = {"x-claude-code-session-id": "33333333-cccc-4ccc-8ccc-333333333333"}
+    try:
+        base = running.url.removesuffix("/v1")
+        for n, key in enumerate(keys):
+            with Anthropic(base_url=base, api_key=key, max_retries=0) as client:
+                history: list[Any] = [{"role": "user", "content": "Same words."}]
+                first = client.messages.create(model="claude-x", max_tokens=64,
+                                               messages=history, extra_headers=session)
+                assert first.content[0].text == f"answer {2 * n}"  # type: ignore[union-attr]
+                history += [{"role": "assistant", "content": f"answer {2 * n}"},
+                            {"role": "user", "content": "More."}]
+                client.messages.create(model="claude-x", max_tokens=64, messages=history,
+                                       extra_headers=session)
+    finally:
+        running.stop()
+    assert len(records(project)) == 2
+    sent = upstream.requests[3]["messages"]
+    assert "answer 0" not in json.dumps(sent) and "answer 2" in json.dumps(sent)

@@ -238,8 +238,9 @@ class _Routes:
 
 
 def _anthropic_client(request: Request) -> bool:
-    """An Anthropic client (the SDK, Claude Code): it sends ``anthropic-version``."""
-    return "anthropic-version" in request.headers
+    """An Anthropic client (the SDK, Claude Code): it sends ``anthropic-version``, or
+    its key as ``x-api-key``."""
+    return "anthropic-version" in request.headers or "x-api-key" in request.headers
 
 
 def _anthropic_models(listing: dict[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,9 @@ PDFs (``document`` blocks), tool calls and results (with their images), thinking
 redacted thinking with their signatures (sent back unchanged), ``thinking``,
 ``metadata``, ``top_k`` and the other body fields, and the ``anthropic-beta`` header.
 The adapter places the prompt cache's breakpoints itself (the last system block, the
-last tool, the last message); a client's own ``cache_control`` marks are not copied
-one by one. A serving model that is not ``anthropic:`` is refused with a 400 for now.
+last tool, the last message: where Claude Code puts its own), and a top-level
+``cache_control`` (automatic caching) is passed on; a client's marks on single blocks
+are not copied one by one. A serving model that is not ``anthropic:`` is refused with a 400 for now.
 
 Errors have Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``): an
 upstream answer's own status and type (529 ``overloaded_error``, 429
@@ -67,7 +68,8 @@ CLAUDE_SESSION_HEADER = "x-claude-code-session-id"
 PROVIDER = "anthropic"
 """The ``provider_metadata`` key of what Anthropic sent (``nonoka.llm.anthropic_wire``)."""
 _OPTION_FIELDS = ("metadata", "thinking", "top_k", "output_config", "service_tier",
-                  "context_management", "container", "mcp_servers")
+                  "context_management", "container", "mcp_servers", "cache_control",
+                  "inference_geo", "speed")
 """Body fields passed on to the adapter as they are."""
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]+)$")
 
