@@ -264,6 +264,21 @@ def test_rate_limit_and_context_overflow_pass_through(
         "type": "invalid_request_error", "message": too_long}}
 
 
+def test_an_error_mid_stream_is_anthropics_error_event(
+        served: Served, anthropic_script: list[Any]) -> None:
+    from nonoka.testing.anthropic_replies import StreamError
+
+    anthropic_script.append(StreamError(partial_text="Half an answ"))
+    events = sse(served.port, "/v1/messages?beta=true", {
+        "model": "claude-x", "max_tokens": 64, "stream": True,
+        "messages": [{"role": "user", "content": "Go."}]},
+        {"anthropic-version": "2023-06-01", "x-api-key": "client-key"})
+    kinds = [e["type"] for e in events]
+    assert kinds[:2] == ["message_start", "ping"] and kinds[-1] == "error"
+    assert events[-1]["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+    assert "message_stop" not in kinds
+
+
 def test_an_invalid_request_is_anthropics_400(served: Served) -> None:
     status, _, raw = served.request("POST", "/v1/messages", {
         "model": "claude-x", "messages": [{"role": "user", "content": "Hi"}]},
@@ -325,3 +340,42 @@ def test_one_claude_session_id_under_two_owners_is_two_lines(
     assert len(records(project)) == 2
     sent = upstream.requests[3]["messages"]
     assert "answer 0" not in json.dumps(sent) and "answer 2" in json.dumps(sent)
+
+
+def test_the_sdks_retry_after_a_529_stores_one_turn(
+        served: Served, anthropic_script: list[Any], upstream: ScriptedAnthropicServer,
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Anthropic, "_calculate_retry_timeout", lambda *_a, **_k: 0.0)
+    anthropic_script += [HttpError(529, error_body("overloaded_error", "Overloaded"),
+                                   retry_after=0), AnthropicReply(text="Made it.")]
+    with Anthropic(base_url=served.url.removesuffix("/v1"), api_key="k",
+                   max_retries=1) as retrying:
+        answer = retrying.messages.create(model="claude-x", max_tokens=64,
+                                          messages=[{"role": "user", "content": "Try."}])
+    assert answer.content[0].text == "Made it."  # type: ignore[union-attr]
+    assert len(upstream.requests) == 2
+    [record] = records(project)
+
+    async def entries() -> list[Any]:
+        async with open_project_stores(project) as stores:
+            state = await stores.checkpoints.load_session(record.session_id)
+            return list(state.memory_entries) if state else []
+    kept = asyncio.run(entries())
+    assert [e.role for e in kept] == ["user", "assistant"]
+
+
+def test_another_serving_model_is_refused_for_now(project: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
+    monkeypatch.setenv("NONOKA_DATABASE_URL", "")
+    running = Served(project, "openai:scripted-model")
+    try:
+        status, _, raw = running.request("POST", "/v1/messages", {
+            "model": "claude-x", "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Hi"}]}, {"x-api-key": "k"})
+    finally:
+        running.stop()
+    assert status == 400
+    error = json.loads(raw)["error"]
+    assert error["type"] == "invalid_request_error" and "anthropic:" in error["message"]
+    assert records(project) == []
