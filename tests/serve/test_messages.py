@@ -111,7 +111,8 @@ def test_an_answer_whole_and_streamed(claude: Anthropic, anthropic_script: list[
 
 
 def test_the_raw_event_order(served: Served, anthropic_script: list[Any]) -> None:
-    anthropic_script.append(AnthropicReply(text="Sunny.", thinking=(Thinking("Look up."),)))
+    anthropic_script.append(AnthropicReply(text="Sunny.",
+                                           thinking=(Thinking("Look it up. " * 40),)))
     events = sse(served.port, "/v1/messages", {
         "model": "claude-x", "max_tokens": 2048, "stream": True, "thinking": THINKING,
         "messages": [{"role": "user", "content": "Weather?"}]},
@@ -123,6 +124,10 @@ def test_the_raw_event_order(served: Served, anthropic_script: list[Any]) -> Non
     assert starts == ["thinking", "text"]
     deltas = [e["delta"]["type"] for e in events if e["type"] == "content_block_delta"]
     assert deltas[:2] == ["thinking_delta", "signature_delta"]
+    first_block = kinds.index("content_block_start")
+    assert kinds[:first_block].count("ping") > 1  # while the thinking was held
+    thought = next(e for e in events if e["type"] == "content_block_delta")
+    assert thought["delta"]["thinking"] == "Look it up. " * 40
 
 
 def test_a_tool_loop_with_thinking(claude: Anthropic, anthropic_script: list[Any],

@@ -71,6 +71,8 @@ _OPTION_FIELDS = ("metadata", "thinking", "top_k", "output_config", "service_tie
                   "context_management", "container", "mcp_servers", "cache_control",
                   "inference_geo", "speed")
 """Body fields passed on to the adapter as they are."""
+_PING_EVERY = 32
+"""While thinking is held for its signature, a ``ping`` every this many pieces of it."""
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]+)$")
 
 Emit = Callable[[dict[str, Any]], None]
@@ -404,6 +406,8 @@ class _Answer:
         elif isinstance(event, ReasoningDeltaEvent):
             self.thinking.append(event.text)
             self.held.append(("thinking", event.text))
+            if len(self.thinking) % _PING_EVERY == 1:
+                self._ping()  # bytes keep flowing while the thinking is held
         elif isinstance(event, TextDelta):
             self._after_thinking(("text", event.text))
         elif isinstance(event, ToolCallEvent):
@@ -491,12 +495,23 @@ class _Answer:
     def _send(self, event: dict[str, Any]) -> None:
         if self.emit is None:
             return
-        if not self.started:
+        self._start()
+        self.emit(event)
+
+    def _ping(self) -> None:
+        if self.emit is None:
+            return
+        if self.started:
+            self.emit({"type": "ping"})
+        else:
+            self._start()
+
+    def _start(self) -> None:
+        if self.emit is not None and not self.started:
             self.started = True
             self.emit({"type": "message_start", "message": {
                 **self._message([], None), "usage": {"input_tokens": 0, "output_tokens": 0}}})
             self.emit({"type": "ping"})
-        self.emit(event)
 
     def _end(self) -> None:
         if self.emit is None:
@@ -507,8 +522,7 @@ class _Answer:
                 self.emit(failure_message_error(self.failure).body())
             return
         self._close_text()
-        if not self.started:
-            self._send({"type": "ping"})
+        self._start()
         usage = self.usage()
         self.emit({"type": "message_delta",
                    "delta": {"stop_reason": self.stop_reason(), "stop_sequence": None},
