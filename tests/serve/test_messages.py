@@ -101,6 +101,7 @@ def test_an_answer_whole_and_streamed(claude: Anthropic, anthropic_script: list[
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     assert "content_block_start" in kinds and "content_block_stop" in kinds
     sent = upstream.requests[1]
+    assert sent["model"] == "claude-sonnet-4-5"  # a model nonoka knows: as asked
     assert sent["system"][0]["text"] == "Be brief."
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
     assert upstream.headers[1]["x-api-key"] == UPSTREAM_KEY
@@ -155,6 +156,7 @@ def test_a_tool_loop_with_thinking(claude: Anthropic, anthropic_script: list[Any
                                                       "content": f"weather {step}"}]}]
     assert answer.content[-1].text == "Paris sunny, Rome rainy."  # type: ignore[union-attr]
     assert upstream.rejections == [] and len(upstream.requests) == 3
+    assert {r["model"] for r in upstream.requests} == {"claude-scripted"}  # the server's
     last = upstream.requests[2]["messages"]
     kinds = [[b["type"] for b in m["content"]] for m in last if m["role"] == "assistant"]
     assert kinds == [["thinking", "tool_use"], ["redacted_thinking", "tool_use"]]

@@ -20,7 +20,9 @@ redacted thinking with their signatures (sent back unchanged), ``thinking``,
 The adapter places the prompt cache's breakpoints itself (the last system block, the
 last tool, the last message: where Claude Code puts its own), and a top-level
 ``cache_control`` (automatic caching) is passed on; a client's marks on single blocks
-are not copied one by one. A serving model that is not ``anthropic:`` is refused with a 400 for now.
+are not copied one by one. A request's ``model`` is used when nonoka knows it as an
+``anthropic:`` model (Claude Code's small model for its side requests), else the
+server's model answers. A serving model that is not ``anthropic:`` is refused with a 400 for now.
 
 Errors have Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``): an
 upstream answer's own status and type (529 ``overloaded_error``, 429
@@ -367,10 +369,13 @@ class Messages:
     async def create(self, body: Any, headers: Mapping[str, str], emit: Emit | None = None,
                      opened: Callable[[str], None] | None = None) -> dict[str, Any]:
         """One answer: the whole message, or (``emit``) its events as they come."""
-        spec = self.models.pick(None)
-        if not spec.startswith(f"{PROVIDER}:"):
+        default = self.models.pick(None)
+        if not default.startswith(f"{PROVIDER}:"):
             raise invalid(f"the Messages API is served for anthropic: models only; this "
-                          f"server's model is {spec}")
+                          f"server's model is {default}")
+        asked = body.get("model") if isinstance(body, dict) else None
+        spec = self.models.pick(f"{PROVIDER}:{asked}" if isinstance(asked, str) and asked
+                                and ":" not in asked else None)
         request = owned(parse_messages(body, headers, self.project, spec), current_owner())
         answer = _Answer(str(body["model"]), emit, opened)
         reuse = BridgeReuse()
