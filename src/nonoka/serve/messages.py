@@ -32,6 +32,7 @@ message, such as ``prompt is too long``) pass through.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -73,6 +74,9 @@ _OPTION_FIELDS = ("metadata", "thinking", "top_k", "output_config", "service_tie
                   "context_management", "container", "mcp_servers", "cache_control",
                   "inference_geo", "speed")
 """Body fields passed on to the adapter as they are."""
+_CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key", "cookie",
+                          "proxy-authorization"})
+"""Request headers never passed on with the turn (the client's key to nonoka)."""
 _PING_EVERY = 32
 """While thinking is held for its signature, a ``ping`` every this many pieces of it."""
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]+)$")
@@ -158,7 +162,9 @@ def claude_session(headers: Mapping[str, str], body: Mapping[str, Any]) -> str |
     if not named:
         return None
     signal = f"claude-code:{named}"
-    return signal[:SIGNAL_LENGTH]
+    if len(signal) > SIGNAL_LENGTH:
+        signal = f"claude-code:sha256:{hashlib.sha256(named.encode()).hexdigest()}"
+    return signal
 
 
 def _session_in(user_id: str) -> str:
@@ -192,7 +198,9 @@ def parse_messages(body: Any, headers: Mapping[str, str], project: Path, spec: s
                        messages=messages, tools=_tools(body.get("tools")), cwd=str(project),
                        model=spec, host_session_id=named,
                        conversation_key=conversation_key(messages),
-                       headers=dict(headers), options=_options(body),
+                       headers={k: v for k, v in headers.items()
+                                if k.lower() not in _CREDENTIALS},
+                       options=_options(body),
                        request_id=secrets.token_hex(8))
 
 
