@@ -13,9 +13,11 @@ Each run times ``opencode run`` from spawn to exit, directly and through nonoka 
 (each side leads in turn from one run to the next), after one untimed run of each
 (OpenCode installs the provider package on first use). The verdict is the median of the
 paired ratios (nonoka / direct): PASS at most 1.1. Also printed: the median wall times,
-the median extra time a step costs through nonoka, and how many ``nonoka bridge``
-processes served the last run's steps (each ``request`` entry of the session's timeline
-names its process).
+the median extra time a step costs through nonoka, the median paired ratio of the loop
+alone (``loop x``: from the first chat request's arrival at the endpoint to the last's,
+without OpenCode's start and exit, which are the same on both paths and vary the most),
+and how many ``nonoka bridge`` processes served the last run's steps (each ``request``
+entry of the session's timeline names its process).
 
 Exit status 1 if an adapter's verdict fails or a run did not end with the model's
 answer. Run::
@@ -113,18 +115,28 @@ class Adapter:
     """OpenCode's own provider package for it."""
     model: str
 
-    def server(self, project: Path, steps: int) -> Any:
+    def server(self, project: Path, steps: int, arrivals: list[float]) -> Any:
+        """The scripted endpoint; each chat request's arrival goes to ``arrivals``."""
         from nonoka.testing.server import (
             ScriptedAnthropicServer,
             ScriptedOpenAIServer,
             ScriptedResponsesServer,
         )
 
+        make = {"anthropic": _anthropic_script, "responses": _responses_script}.get(
+            self.name, _openai_script)
+        script = make(project, steps)
+
+        def timed(body: dict[str, Any]) -> Any:
+            if body.get("tools"):
+                arrivals.append(time.perf_counter())
+            return script(body)
+
         if self.name == "anthropic":
-            return ScriptedAnthropicServer(_anthropic_script(project, steps))
+            return ScriptedAnthropicServer(timed)
         if self.name == "responses":
-            return ScriptedResponsesServer(_responses_script(project, steps))
-        return ScriptedOpenAIServer(_openai_script(project, steps))
+            return ScriptedResponsesServer(timed)
+        return ScriptedOpenAIServer(timed)
 
     def direct_base(self, server: Any) -> str:
         """The base URL OpenCode's own provider takes (the Anthropic SDK's ends in /v1)."""
@@ -162,7 +174,8 @@ class Project:
         (self.path / "files").mkdir()
         for n in range(steps):
             _file(self.path, n).write_text(f"file {n}\nsecond line\n", encoding="utf-8")
-        self.server = adapter.server(self.path, steps)
+        self.arrivals: list[float] = []
+        self.server = adapter.server(self.path, steps, self.arrivals)
         self.server.start()
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("OPENCODE", "OPENAI_", "ANTHROPIC_", "NONOKA_", "XDG_"))}
@@ -205,19 +218,22 @@ class Project:
         }
         path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
-    def run(self, side: str) -> tuple[float, subprocess.CompletedProcess[str], int]:
-        """One ``opencode run`` of the loop: its wall time, what it printed, and how many
+    def run(self, side: str) -> tuple[float, float, subprocess.CompletedProcess[str], int]:
+        """One ``opencode run`` of the loop: its wall time, the loop's (from the first chat
+        request's arrival at the endpoint to the last's), what it printed, and how many
         model requests the endpoint received."""
         model = {"direct": f"scripted/{self.adapter.model}", "nonoka": "nonoka/default",
                  "per-step": "nonoka-steps/default"}[side]
         before = len(self.server.requests)
+        self.arrivals.clear()
         started = time.perf_counter()
         done = subprocess.run(
             [self.binary, "run", "--model", model, "Read the files one by one, please."],
             cwd=self.path, env=self.env, capture_output=True, text=True, timeout=900,
             check=False)
         wall = time.perf_counter() - started
-        return wall, done, len(self.server.requests) - before
+        loop = self.arrivals[-1] - self.arrivals[0] if self.arrivals else 0.0
+        return wall, loop, done, len(self.server.requests) - before
 
     def bridge_pids(self) -> int:
         """How many bridge processes served the latest chat session's requests (run a
@@ -260,28 +276,32 @@ def bench(adapter: Adapter, binary: str, runs: int, steps: int, options: dict[st
     problems: list[str] = []
     walls: dict[str, list[float]] = {side: [] for side in sides}
     ratios: dict[str, list[float]] = {side: [] for side in sides}
+    loops: dict[str, list[float]] = {side: [] for side in sides}
     processes = 0
     try:
         for side in sides:  # untimed: OpenCode installs the provider
-            _, done, seen = project.run(side)
+            _, _, done, seen = project.run(side)
             if (problem := _check(done, seen, steps, f"warm-up {side}")) is not None:
                 problems.append(problem)
         for n in range(runs):
             order = sides[n % len(sides):] + sides[:n % len(sides)]  # each side leads in turn
             wall_of: dict[str, float] = {}
+            loop_of: dict[str, float] = {}
             for side in order:
-                wall, done, seen = project.run(side)
+                wall, loop, done, seen = project.run(side)
                 if (problem := _check(done, seen, steps, f"run {n + 1} {side}")) is not None:
                     problems.append(problem)
                 if side == "nonoka":
                     processes = project.bridge_pids()
-                wall_of[side] = wall
+                wall_of[side], loop_of[side] = wall, loop
                 walls[side].append(wall)
             for side in sides:
                 ratios[side].append(wall_of[side] / wall_of["direct"])
+                loops[side].append(loop_of[side] / loop_of["direct"])
             print(f"  {adapter.name} run {n + 1}: " + ", ".join(
                 f"{side} {wall_of[side]:.2f} s" + ("" if side == "direct" else
-                                                   f" ({ratios[side][-1]:.2f}x)")
+                                                   f" ({ratios[side][-1]:.2f}x, "
+                                                   f"loop {loops[side][-1]:.2f}x)")
                 for side in sides), flush=True)
     finally:
         project.close()
@@ -291,6 +311,7 @@ def bench(adapter: Adapter, binary: str, runs: int, steps: int, options: dict[st
             "problems": problems, "sides": {
                 side: {"wall": statistics.median(walls[side]),
                        "ratio": statistics.median(ratios[side]),
+                       "loop": statistics.median(loops[side]),
                        "per_step": (statistics.median(walls[side]) - direct) / (steps + 1)}
                 for side in sides if side != "direct"}}
 
@@ -324,14 +345,14 @@ def main(argv: list[str] | None = None) -> int:
                              sides))
     print()
     print(f"{'adapter':<10} | {'side':<8} | {'wall':>8} | {'x direct':>8} | "
-          f"{'+ per step':>10} | {'bridges':>7}")
+          f"{'loop x':>6} | {'+ per step':>10} | {'bridges':>7}")
     for r in results:
         print(f"{r['adapter'].name:<10} | {'direct':<8} | {r['direct']:>6.2f} s | "
-              f"{'':>8} | {'':>10} | {'':>7}")
+              f"{'':>8} | {'':>6} | {'':>10} | {'':>7}")
         for side, got in r["sides"].items():
             bridges = str(r["processes"]) if side == "nonoka" else ""
             print(f"{'':<10} | {side:<8} | {got['wall']:>6.2f} s | {got['ratio']:>7.2f}x | "
-                  f"{got['per_step'] * 1e3:>7.1f} ms | {bridges:>7}")
+                  f"{got['loop']:>5.2f}x | {got['per_step'] * 1e3:>7.1f} ms | {bridges:>7}")
     print()
     failed = False
     for r in results:
