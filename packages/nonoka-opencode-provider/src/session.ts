@@ -108,7 +108,9 @@ export class SessionTracker {
       }
     }
     try {
-      writeSessionId(this.idFile, event.session_id);
+      // Every step of a conversation reports the same id: write (and fsync, on the host's
+      // event loop) only when the file does not hold it already.
+      if (readSessionId(this.idFile) !== event.session_id) writeSessionId(this.idFile, event.session_id);
     } catch (error) {
       this.log(
         `could not save the session id to ${this.idFile} (${(error as Error).message}); it is held in memory only, ` +

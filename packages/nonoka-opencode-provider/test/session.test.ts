@@ -57,6 +57,25 @@ describe("the id file", () => {
   });
 });
 
+describe("SessionTracker: the id file on every step", () => {
+  test("is written when the reported id changes or the file is gone, not again for the same id", () => {
+    const tracker = new SessionTracker(tmp.dir);
+    const file = idFilePath(tmp.dir);
+    tracker.adopt("chat", "k", init("sess-one"));
+    const first = statSync(file).ino;
+    tracker.adopt("chat", "k", init("sess-one")); // the next step of the same conversation
+    assert.equal(statSync(file).ino, first, "the file was not rewritten");
+    clearSessionId(file); // lost between steps: written again
+    tracker.adopt("chat", "k", init("sess-one"));
+    assert.equal(readSessionId(file), "sess-one");
+    writeFileSync(file, "sess-other\n"); // another host wrote its own: this one's id goes back
+    tracker.adopt("chat", "k", init("sess-one"));
+    assert.equal(readSessionId(file), "sess-one");
+    tracker.adopt("chat", "k", init("sess-two"));
+    assert.equal(readSessionId(file), "sess-two");
+  });
+});
+
 describe("SessionTracker: new conversation or continuation, and the conversation key", () => {
   test("a new conversation forgets the held id and its file, and sends new_session", () => {
     const first = new SessionTracker(tmp.dir);
