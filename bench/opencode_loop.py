@@ -13,11 +13,14 @@ Each run times ``opencode run`` from spawn to exit, directly and through nonoka 
 (each side leads in turn from one run to the next), after one untimed run of each
 (OpenCode installs the provider package on first use). The verdict is the median of the
 paired ratios (nonoka / direct): PASS at most 1.1. Also printed: the median wall times,
-the median extra time a step costs through nonoka, the median paired ratio of the loop
-alone (``loop x``: from the first chat request's arrival at the endpoint to the last's,
-without OpenCode's start and exit, which are the same on both paths and vary the most),
-and how many ``nonoka bridge`` processes served the last run's steps (each ``request``
-entry of the session's timeline names its process).
+the median paired ratio of the loop alone (``loop x``: from the first chat request's
+arrival at the endpoint to the last's, without OpenCode's start and exit, which are the
+same on both paths and vary the most), the extra time a step costs through nonoka (the
+median loops' difference over ``--steps``), the median CPU seconds of a run (OpenCode and
+every process it started, a warm bridge that outlives it included: this process adopts
+orphans as a subreaper and waits for them after each run), and how many ``nonoka bridge``
+processes served the last run's steps (each ``request`` entry of the session's timeline
+names its process).
 
 Exit status 1 if an adapter's verdict fails or a run did not end with the model's
 answer. Run::
@@ -33,8 +36,10 @@ provider before warm bridges. ``--provider-option NAME=JSON`` sets an option of 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -218,22 +223,23 @@ class Project:
         }
         path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
-    def run(self, side: str) -> tuple[float, float, subprocess.CompletedProcess[str], int]:
-        """One ``opencode run`` of the loop: its wall time, the loop's (from the first chat
-        request's arrival at the endpoint to the last's), what it printed, and how many
-        model requests the endpoint received."""
+    def run(self, side: str) -> Run:
+        """One ``opencode run`` of the loop."""
         model = {"direct": f"scripted/{self.adapter.model}", "nonoka": "nonoka/default",
                  "per-step": "nonoka-steps/default"}[side]
         before = len(self.server.requests)
         self.arrivals.clear()
+        used = _cpu_of_children()
         started = time.perf_counter()
         done = subprocess.run(
             [self.binary, "run", "--model", model, "Read the files one by one, please."],
             cwd=self.path, env=self.env, capture_output=True, text=True, timeout=900,
             check=False)
         wall = time.perf_counter() - started
+        _reap_orphans()  # a warm bridge exits once OpenCode has: count it, and wait for it
         loop = self.arrivals[-1] - self.arrivals[0] if self.arrivals else 0.0
-        return wall, loop, done, len(self.server.requests) - before
+        return Run(wall, loop, _cpu_of_children() - used, done,
+                   len(self.server.requests) - before)
 
     def bridge_pids(self) -> int:
         """How many bridge processes served the latest chat session's requests (run a
@@ -259,14 +265,52 @@ class Project:
         self.server.close()
 
 
-def _check(done: subprocess.CompletedProcess[str], requests: int, steps: int,
-           what: str) -> str | None:
-    if done.returncode != 0 or DONE not in done.stdout:
-        return (f"{what}: exit {done.returncode}, no {DONE} in its output\n"
-                f"{done.stdout[-1500:]}\n{done.stderr[-1500:]}")
-    if requests < steps + 1:
-        return f"{what}: the endpoint saw {requests} requests, expected at least {steps + 1}"
-    return None
+@dataclass(frozen=True)
+class Run:
+    """One ``opencode run`` of the loop."""
+
+    wall: float
+    """Spawn to exit."""
+    loop: float
+    """From the first chat request's arrival at the endpoint to the last's."""
+    cpu: float
+    """User and system seconds of OpenCode and every process it started (bridges too)."""
+    done: subprocess.CompletedProcess[str]
+    requests: int
+    """Model requests the endpoint received."""
+
+    def problem(self, steps: int, what: str) -> str | None:
+        done = self.done
+        if done.returncode != 0 or DONE not in done.stdout:
+            return (f"{what}: exit {done.returncode}, no {DONE} in its output\n"
+                    f"{done.stdout[-1500:]}\n{done.stderr[-1500:]}")
+        if self.requests < steps + 1:
+            return (f"{what}: the endpoint saw {self.requests} requests, expected at least "
+                    f"{steps + 1}")
+        return None
+
+
+def _adopt_orphans() -> bool:
+    """Make this process the one that reaps its descendants when their parent exits (Linux:
+    ``PR_SET_CHILD_SUBREAPER``), so a warm bridge, which outlives OpenCode, is counted."""
+    try:
+        done: int = ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+        return done == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_orphans() -> None:
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+
+
+def _cpu_of_children() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def bench(adapter: Adapter, binary: str, runs: int, steps: int, options: dict[str, Any],
@@ -274,45 +318,46 @@ def bench(adapter: Adapter, binary: str, runs: int, steps: int, options: dict[st
     root = Path(tempfile.mkdtemp(prefix=f"nonoka-loop-{adapter.name}-"))
     project = Project(root, binary, adapter, steps, options)
     problems: list[str] = []
-    walls: dict[str, list[float]] = {side: [] for side in sides}
+    runs_of: dict[str, list[Run]] = {side: [] for side in sides}
     ratios: dict[str, list[float]] = {side: [] for side in sides}
     loops: dict[str, list[float]] = {side: [] for side in sides}
     processes = 0
     try:
         for side in sides:  # untimed: OpenCode installs the provider
-            _, _, done, seen = project.run(side)
-            if (problem := _check(done, seen, steps, f"warm-up {side}")) is not None:
+            if (problem := project.run(side).problem(steps, f"warm-up {side}")) is not None:
                 problems.append(problem)
         for n in range(runs):
             order = sides[n % len(sides):] + sides[:n % len(sides)]  # each side leads in turn
-            wall_of: dict[str, float] = {}
-            loop_of: dict[str, float] = {}
+            this: dict[str, Run] = {}
             for side in order:
-                wall, loop, done, seen = project.run(side)
-                if (problem := _check(done, seen, steps, f"run {n + 1} {side}")) is not None:
+                run = this[side] = project.run(side)
+                if (problem := run.problem(steps, f"run {n + 1} {side}")) is not None:
                     problems.append(problem)
                 if side == "nonoka":
                     processes = project.bridge_pids()
-                wall_of[side], loop_of[side] = wall, loop
-                walls[side].append(wall)
+                runs_of[side].append(run)
             for side in sides:
-                ratios[side].append(wall_of[side] / wall_of["direct"])
-                loops[side].append(loop_of[side] / loop_of["direct"])
+                ratios[side].append(this[side].wall / this["direct"].wall)
+                loops[side].append(this[side].loop / this["direct"].loop)
             print(f"  {adapter.name} run {n + 1}: " + ", ".join(
-                f"{side} {wall_of[side]:.2f} s" + ("" if side == "direct" else
-                                                   f" ({ratios[side][-1]:.2f}x, "
-                                                   f"loop {loops[side][-1]:.2f}x)")
+                f"{side} {this[side].wall:.2f} s" + ("" if side == "direct" else
+                                                     f" ({ratios[side][-1]:.2f}x, "
+                                                     f"loop {loops[side][-1]:.2f}x)")
                 for side in sides), flush=True)
     finally:
         project.close()
         shutil.rmtree(root, ignore_errors=True)
-    direct = statistics.median(walls["direct"])
-    return {"adapter": adapter, "direct": direct, "processes": processes,
+
+    def median(side: str, field: str) -> float:
+        return statistics.median(float(getattr(run, field)) for run in runs_of[side])
+
+    return {"adapter": adapter, "direct": median("direct", "wall"),
+            "direct_cpu": median("direct", "cpu"), "processes": processes,
             "problems": problems, "sides": {
-                side: {"wall": statistics.median(walls[side]),
+                side: {"wall": median(side, "wall"), "cpu": median(side, "cpu"),
                        "ratio": statistics.median(ratios[side]),
                        "loop": statistics.median(loops[side]),
-                       "per_step": (statistics.median(walls[side]) - direct) / (steps + 1)}
+                       "per_step": (median(side, "loop") - median("direct", "loop")) / steps}
                 for side in sides if side != "direct"}}
 
 
@@ -336,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
             options[name] = value
     version = subprocess.run([args.opencode, "--version"], capture_output=True, text=True,
                              check=False).stdout.strip()
+    if not _adopt_orphans():
+        print("(cpu: a warm bridge outlives OpenCode and is not counted on this system)")
     print(f"OpenCode {version}, {args.steps} tool steps a run, {args.runs} runs a side, "
           f"{os.cpu_count()} cores" + (f", provider options {options}" if options else ""))
     sides = ("direct", "nonoka", "per-step") if args.per_step else ("direct", "nonoka")
@@ -345,14 +392,15 @@ def main(argv: list[str] | None = None) -> int:
                              sides))
     print()
     print(f"{'adapter':<10} | {'side':<8} | {'wall':>8} | {'x direct':>8} | "
-          f"{'loop x':>6} | {'+ per step':>10} | {'bridges':>7}")
+          f"{'loop x':>6} | {'+ per step':>10} | {'cpu':>7} | {'bridges':>7}")
     for r in results:
         print(f"{r['adapter'].name:<10} | {'direct':<8} | {r['direct']:>6.2f} s | "
-              f"{'':>8} | {'':>6} | {'':>10} | {'':>7}")
+              f"{'':>8} | {'':>6} | {'':>10} | {r['direct_cpu']:>5.2f} s | {'':>7}")
         for side, got in r["sides"].items():
             bridges = str(r["processes"]) if side == "nonoka" else ""
             print(f"{'':<10} | {side:<8} | {got['wall']:>6.2f} s | {got['ratio']:>7.2f}x | "
-                  f"{got['loop']:>5.2f}x | {got['per_step'] * 1e3:>7.1f} ms | {bridges:>7}")
+                  f"{got['loop']:>5.2f}x | {got['per_step'] * 1e3:>7.1f} ms | "
+                  f"{got['cpu']:>5.2f} s | {bridges:>7}")
     print()
     failed = False
     for r in results:
