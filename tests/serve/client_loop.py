@@ -1,0 +1,129 @@
+"""The 3-step tool loop every real client runs against ``nonoka serve``: the upstream
+model asks for ``read_note`` three times (``alpha``, ``beta``, ``gamma``), thinking
+before each call, then answers with the three results it was sent. The upstream is the
+scripted Chat Completions endpoint in its ``reasoning_back`` strict mode, so a loop
+whose reasoning does not go back with its tool calls is refused as a thinking model's
+endpoint refuses it. What the client got, what nonoka stored and what the upstream
+received are each checked here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.state.messages import ToolCall
+from nonoka.store.project import open_project_stores
+from nonoka.testing.server import Reply, ScriptedOpenAIServer, Step
+
+NOTES = ("alpha", "beta", "gamma")
+QUESTION = "Read the notes alpha, beta and gamma, then tell me what they say."
+READ_NOTE = {"type": "object", "properties": {"name": {"type": "string"}},
+             "required": ["name"], "additionalProperties": False}
+"""``read_note``'s parameters."""
+
+
+def note(name: str) -> str:
+    """What the client's ``read_note`` answers."""
+    return f"note {name}: {name.upper()}-CONTENT"
+
+
+FINAL = "FINAL " + " | ".join(note(name) for name in NOTES)
+"""The model's answer once the three results came back."""
+
+
+def call_id(step: int) -> str:
+    return f"call_loop_{step}"
+
+
+def loop_step(body: dict[str, Any]) -> Step:
+    """The model's answer to ``body``: the next ``read_note`` call, or ``FINAL`` built
+    from the tool results the request carries (so they must have arrived)."""
+    if not body.get("tools"):
+        return Reply(text="untitled")
+    results = [str(m.get("content")) for m in body["messages"] if m.get("role") == "tool"]
+    done = len(results)
+    if done >= len(NOTES):
+        return Reply(text="FINAL " + " | ".join(results))
+    arguments = json.dumps({"name": NOTES[done]})
+    return Reply(reasoning=f"thinking about note {done}",
+                 tool_calls=(ToolCall(id=call_id(done), name="read_note",
+                                      arguments=arguments),))
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedOpenAIServer]:
+    """The strict upstream answering the loop, four model calls at most."""
+    with ScriptedOpenAIServer(loop_step, strict=("reasoning_back",)) as running:
+        yield running
+    assert not running.failures, running.failures
+
+
+def expected_messages(first: list[dict[str, Any]] | None = None,
+                      upto: int = len(NOTES)) -> list[dict[str, Any]]:
+    """What the upstream must be sent at the loop's step ``upto``: the question (after
+    ``first``), then each call with its reasoning and its result."""
+    messages: list[dict[str, Any]] = [*(first or []), {"role": "user", "content": QUESTION}]
+    for step in range(upto):
+        messages += [
+            {"role": "assistant", "content": None,
+             "reasoning_content": f"thinking about note {step}",
+             "tool_calls": [{"id": call_id(step), "type": "function", "function": {
+                 "name": "read_note", "arguments": json.dumps({"name": NOTES[step]})}}]},
+            {"role": "tool", "tool_call_id": call_id(step), "content": note(NOTES[step])}]
+    return messages
+
+
+def assert_upstream_loop(server: ScriptedOpenAIServer,
+                         first: list[dict[str, Any]] | None = None) -> None:
+    """The upstream got exactly four chat requests, each the loop so far, none refused."""
+    chat = [r for r in server.requests if r.get("tools")]
+    assert server.rejections == [], [server.requests[i] for i in server.rejections]
+    assert len(chat) == len(NOTES) + 1, [r["messages"][-1] for r in chat]
+    for step, request in enumerate(chat):
+        assert request["messages"] == expected_messages(first, step), step
+        assert [t["function"]["name"] for t in request["tools"]] == ["read_note"]
+
+
+def stored_lines(project: Path) -> list[list[tuple[str, str]]]:
+    """Each stored chat session's entries, as (role, what it holds): the text, the
+    called tool and its arguments, or the result and the call it answers."""
+    async def read() -> list[list[tuple[str, str]]]:
+        async with open_project_stores(project) as stores:
+            rows = await stores.index.list_sessions(limit=100)
+            lines = []
+            for row in rows:
+                if row.purpose != "chat":
+                    continue
+                state = await stores.checkpoints.load_session(row.session_id)
+                lines.append([_entry(e.role, e.content, e.metadata)
+                              for e in (state.memory_entries if state else [])])
+            return lines
+    return asyncio.run(read())
+
+
+def _entry(role: str, content: str, metadata: dict[str, Any]) -> tuple[str, str]:
+    calls = metadata.get("tool_calls") or []
+    if calls:
+        return role, ";".join(f"{c['id']} {c['name']} {c['arguments']}" for c in calls)
+    if metadata.get("tool_call_id"):
+        return role, f"{metadata['tool_call_id']} -> {content}"
+    return role, content
+
+
+def expected_line(first: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """The one session line a finished loop leaves: the question, each call and its
+    result, the answer."""
+    line = [*(first or []), ("user", QUESTION)]
+    for step, name in enumerate(NOTES):
+        line += [("assistant", f"{call_id(step)} read_note {json.dumps({'name': name})}"),
+                 ("tool", f"{call_id(step)} -> {note(name)}")]
+    return [*line, ("assistant", FINAL)]
+
+
+def assert_one_line(project: Path, first: list[tuple[str, str]] | None = None) -> None:
+    assert stored_lines(project) == [expected_line(first)]

@@ -1,0 +1,106 @@
+"""openai-python runs the 3-step tool loop (``tests/serve/client_loop.py``) through a
+real ``nonoka serve``, in each of its three ways to keep a conversation: Responses
+chained by ``previous_response_id``, Responses inside a Conversation, and Chat
+Completions resending the whole history. Each ends with the client holding the answer
+built from its own tool results, one session line holding every step, and the upstream
+having been sent each step's conversation exactly, reasoning included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from openai import OpenAI
+from openai.types.responses import Response
+
+from nonoka.testing.server import ScriptedOpenAIServer
+from tests.serve.client_loop import (
+    FINAL,
+    NOTES,
+    QUESTION,
+    READ_NOTE,
+    assert_one_line,
+    assert_upstream_loop,
+    note,
+    server,
+)
+
+__all__ = ("server",)  # the strict upstream replaces the shared one
+
+TOOLS: list[Any] = [{"type": "function", "name": "read_note", "description": "Read a note.",
+                     "parameters": READ_NOTE, "strict": True}]
+
+
+def outputs_for(response: Response) -> list[Any]:
+    """The client running each ``read_note`` call the response asks for."""
+    return [{"type": "function_call_output", "call_id": item.call_id,
+             "output": note(json.loads(item.arguments)["name"])}
+            for item in response.output if item.type == "function_call"]
+
+
+def summaries(response: Response) -> list[str]:
+    return [part.text for item in response.output if item.type == "reasoning"
+            for part in item.summary]
+
+
+def test_responses_chained_by_previous_response_id(client: OpenAI, project: Path,
+                                                   server: ScriptedOpenAIServer) -> None:
+    response = client.responses.create(model="m", input=QUESTION, tools=TOOLS)
+    ids = [response.id]
+    for step in range(len(NOTES)):
+        assert summaries(response) == [f"thinking about note {step}"]
+        outputs = outputs_for(response)
+        assert len(outputs) == 1, response.output
+        response = client.responses.create(model="m", input=outputs, tools=TOOLS,
+                                           previous_response_id=response.id)
+        assert response.previous_response_id == ids[-1]
+        ids.append(response.id)
+    assert response.status == "completed" and response.output_text == FINAL
+    assert outputs_for(response) == []
+    assert len(set(ids)) == 4
+    assert_upstream_loop(server)
+    assert_one_line(project)
+    listed = client.responses.input_items.list(response.id, order="asc")
+    assert [item.type for item in listed.data] == ["function_call_output"]
+
+
+def test_responses_inside_a_conversation(client: OpenAI, project: Path,
+                                         server: ScriptedOpenAIServer) -> None:
+    conversation = client.conversations.create(metadata={"topic": "notes"})
+    response = client.responses.create(model="m", input=QUESTION, tools=TOOLS,
+                                       conversation=conversation.id)
+    for _ in NOTES:
+        outputs = outputs_for(response)
+        assert len(outputs) == 1, response.output
+        response = client.responses.create(model="m", input=outputs, tools=TOOLS,
+                                           conversation=conversation.id)
+    assert response.status == "completed" and response.output_text == FINAL
+    assert_upstream_loop(server)
+    assert_one_line(project)
+    items = client.conversations.items.list(conversation.id, order="asc").data
+    assert [item.type for item in items] == [
+        "message", *["reasoning", "function_call", "function_call_output"] * len(NOTES),
+        "message"]
+    assert items[-1].id == response.output[-1].id
+
+
+def test_chat_completions_resending_the_history(client: OpenAI, project: Path,
+                                                server: ScriptedOpenAIServer) -> None:
+    tools: list[Any] = [{"type": "function", "function": {
+        "name": "read_note", "description": "Read a note.", "parameters": READ_NOTE}}]
+    history: list[Any] = [{"role": "user", "content": QUESTION}]
+    for _ in NOTES:
+        answer = client.chat.completions.create(model="m", messages=history, tools=tools)
+        choice = answer.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        [called] = choice.message.tool_calls or []
+        assert called.type == "function"
+        history += [choice.message.model_dump(exclude_none=True),
+                    {"role": "tool", "tool_call_id": called.id,
+                     "content": note(json.loads(called.function.arguments)["name"])}]
+    answer = client.chat.completions.create(model="m", messages=history, tools=tools)
+    assert answer.choices[0].message.content == FINAL
+    assert answer.choices[0].finish_reason == "stop"
+    assert_upstream_loop(server)
+    assert_one_line(project)
