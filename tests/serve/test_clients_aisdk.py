@@ -1,0 +1,107 @@
+"""The Vercel AI SDK (``ai`` with ``@ai-sdk/openai`` and ``@ai-sdk/openai-compatible``,
+pinned in ``tests/clients``) runs its own 3-step tool loop (``tests/clients/loop.mjs``,
+``generateText`` or ``streamText`` with ``stopWhen: stepCountIs(4)``) through a real
+``nonoka serve``: over Chat Completions (``openai.chat``, ``createOpenAICompatible``) and
+over the Responses API (``openai(...)``, with ``store`` true and false). Each ends with
+the SDK holding the answer built from its tool results, one session line holding every
+step, and the strict upstream having been sent each step's conversation exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.testing.server import ScriptedOpenAIServer
+from tests.serve.client_loop import (
+    FINAL,
+    NOTES,
+    QUESTION,
+    assert_one_line,
+    assert_upstream_loop,
+    call_id,
+    note,
+    server,
+)
+from tests.serve.harness import Served
+
+__all__ = ("server",)  # the strict upstream replaces the shared one
+
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+
+
+def node() -> str:
+    found = shutil.which("node")
+    assert found is not None, "node is not on PATH: install Node.js 20 or later"
+    installed = CLIENTS / "node_modules" / "ai" / "package.json"
+    assert installed.is_file(), f"the AI SDK is not installed: run `npm ci` in {CLIENTS}"
+    return found
+
+
+def run_loop(served: Served, provider: str, call: str,
+             store: bool | None = None) -> dict[str, Any]:
+    """``loop.mjs`` against ``served``; its report. No vendor key nor base URL in its
+    environment: the SDK reaches nothing but the server it is given."""
+    options = {"baseURL": served.url, "apiKey": "client-key", "provider": provider,
+               "call": call, "store": store, "question": QUESTION}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AI_"))}
+    done = subprocess.run([node(), "loop.mjs", json.dumps(options)], cwd=CLIENTS, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def assert_the_sdk_looped(report: dict[str, Any]) -> None:
+    """Three steps that called ``read_note`` and got its result, then the answer."""
+    steps = report["steps"]
+    assert [s["finishReason"] for s in steps] == ["tool-calls"] * len(NOTES) + ["stop"]
+    for n, name in enumerate(NOTES):
+        assert steps[n]["toolCalls"] == [{"id": call_id(n), "name": "read_note",
+                                          "input": {"name": name}}]
+        assert steps[n]["toolResults"] == [{"id": call_id(n), "output": note(name)}]
+    assert report["text"] == steps[-1]["text"] == FINAL
+
+
+CHAT_CASES = [("chat", "generate"), ("chat", "stream"), ("compatible", "generate"),
+              ("compatible", "stream")]
+
+
+@pytest.mark.parametrize(("provider", "call"), CHAT_CASES)
+def test_chat_completions_loop(served: Served, server: ScriptedOpenAIServer, project: Path,
+                               provider: str, call: str) -> None:
+    report = run_loop(served, provider, call)
+    assert_the_sdk_looped(report)
+    assert_upstream_loop(server)
+    assert_one_line(project)
+
+
+@pytest.mark.parametrize("call", ["generate", "stream"])
+def test_responses_loop_stored(served: Served, server: ScriptedOpenAIServer, project: Path,
+                               call: str) -> None:
+    """With ``store`` the SDK sends each step its whole history without
+    ``previous_response_id`` (its reasoning as ``item_reference``s, its calls as items):
+    each lands on the line it continues, whose stored reasoning goes back to the model."""
+    report = run_loop(served, "responses", call)
+    assert_the_sdk_looped(report)
+    assert [s["reasoning"] for s in report["steps"][:3]] == [
+        f"thinking about note {n}" for n in range(3)]
+    assert_upstream_loop(server)
+    assert_one_line(project)
+
+
+@pytest.mark.parametrize("call", ["generate", "stream"])
+def test_responses_loop_unstored(served: Served, server: ScriptedOpenAIServer,
+                                 project: Path, call: str) -> None:
+    """With ``store: false`` the SDK drops the reasoning it was given (it has no
+    ``encrypted_content``) and sends the rest of the history: the line it lands on still
+    sends the model its reasoning."""
+    report = run_loop(served, "responses", call, store=False)
+    assert_the_sdk_looped(report)
+    assert_upstream_loop(server)
+    assert_one_line(project)
