@@ -1,0 +1,111 @@
+"""Claude Code (``claude -p``, the pinned client in tests/clients) run for real, offline:
+a home of its own, its updates, telemetry and error reports off, its API key and
+``ANTHROPIC_BASE_URL`` pointing at a local endpoint, nothing else of the machine's; and
+a strict scripted Anthropic endpoint that refuses what the real API refuses (its checks,
+the ``anthropic_thinking`` strict mode, and the ``anthropic`` package's request types)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic.types.beta import (
+    BetaContentBlockParam,
+    BetaMessageParam,
+    BetaTextBlockParam,
+    BetaToolUnionParam,
+    message_create_params,
+)
+from anthropic.types.beta.beta_tool_result_block_param import Content as ToolResultContent
+from pydantic import TypeAdapter, ValidationError
+
+from nonoka.testing.anthropic_replies import invalid_request
+from nonoka.testing.server import ScriptedAnthropicServer
+
+CLAUDE = Path(__file__).resolve().parents[1] / "clients" / "node_modules" / ".bin" / "claude"
+MAIN_MODEL = "claude-opus-5-5"
+"""Claude Code's own default model with an API key, asked for by name."""
+OFFLINE = {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_ERROR_REPORTING": "1"}
+
+Script = Callable[[dict[str, Any]], Any]
+
+_BODY = TypeAdapter(message_create_params.MessageCreateParamsStreaming)
+_MESSAGE: TypeAdapter[Any] = TypeAdapter(BetaMessageParam)
+_BLOCK: TypeAdapter[Any] = TypeAdapter(BetaContentBlockParam)
+_RESULT_PART: TypeAdapter[Any] = TypeAdapter(ToolResultContent)
+_SYSTEM: TypeAdapter[Any] = TypeAdapter(BetaTextBlockParam)
+_TOOL: TypeAdapter[Any] = TypeAdapter(BetaToolUnionParam)
+
+
+def claude_binary() -> Path:
+    if not CLAUDE.exists():
+        pytest.fail(f"Claude Code is not installed at {CLAUDE}: run `npm ci` in tests/clients "
+                    "(.ci/run does)")
+    return CLAUDE
+
+
+def typed_problem(body: dict[str, Any]) -> str | None:
+    """What the ``anthropic`` package's (beta) request types refuse in ``body``, one
+    level at a time (pydantic checks an ``Iterable`` field only as it is read)."""
+    try:
+        _BODY.validate_python(body)
+        system = body.get("system")
+        for block in system if isinstance(system, list) else []:
+            _SYSTEM.validate_python(block)
+        for tool in body.get("tools") or []:
+            _TOOL.validate_python(tool)
+        for message in body.get("messages") or []:
+            _MESSAGE.validate_python(message)
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                _BLOCK.validate_python(block)
+                inner = block.get("content") if block.get("type") == "tool_result" else None
+                for part in inner if isinstance(inner, list) else []:
+                    _RESULT_PART.validate_python(part)
+    except ValidationError as exc:
+        return str(exc).splitlines()[0] + ": " + str(exc.errors()[0]["loc"])
+    return None
+
+
+def strict_endpoint(script: Script) -> ScriptedAnthropicServer:
+    """The scripted Messages API endpoint, as strict as the real one."""
+    def checked(body: dict[str, Any]) -> Any:
+        problem = typed_problem(body)
+        return invalid_request(problem) if problem is not None else script(body)
+
+    return ScriptedAnthropicServer(checked, strict=("anthropic_thinking",))
+
+
+class ClaudeCode:
+    """``claude -p`` with a home and a working directory of its own."""
+
+    def __init__(self, root: Path) -> None:
+        self.home = root / "home"
+        self.work = root / "work"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.binary = claude_binary()
+
+    def environment(self, base_url: str, key: str) -> dict[str, str]:
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
+                "CLAUDE_CONFIG_DIR": str(self.home / ".claude"), "LANG": "C.UTF-8",
+                "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": key, **OFFLINE}
+
+    def run(self, base_url: str, prompt: str, *args: str, key: str = "client-key",
+            ) -> dict[str, Any]:
+        """One ``claude -p`` run to its end; its JSON result."""
+        command = [str(self.binary), "-p", prompt, "--output-format", "json",
+                   "--model", MAIN_MODEL, *args]
+        done = subprocess.run(command, cwd=self.work, env=self.environment(base_url, key),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, (done.returncode, done.stdout[-2000:],
+                                      done.stderr[-2000:])
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result

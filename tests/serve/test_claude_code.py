@@ -1,0 +1,190 @@
+"""Claude Code (``claude -p``, the pinned 2.1.332) behind a real ``nonoka serve --model
+anthropic:…`` whose upstream is the strict scripted Anthropic endpoint, side by side with
+the same Claude Code pointed at that endpoint directly: a tool loop with thinking
+completes both ways, what reaches the endpoint differs only as docs/serve.md says, and
+the run is one nonoka session line named by Claude Code's session id."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.state.messages import ToolCall
+from nonoka.store.project import open_project_stores
+from nonoka.store.records import SessionRecord
+from nonoka.testing.anthropic_replies import AnthropicReply, Thinking
+from nonoka.testing.server import ScriptedAnthropicServer
+from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
+from tests.serve.harness import ServeProcess
+
+UPSTREAM_KEY = "sk-ant-upstream-key-that-never-leaves-0123"
+CLIENT_KEY = "client-key-for-nonoka"
+NOTE = "papaya and kiwi"
+FORWARDED = ("anthropic-version", "anthropic-beta", "x-claude-code-session-id")
+"""The headers Claude Code sends that reach Anthropic through nonoka as they are."""
+FALLBACK_BETAS = ("per-turn-control-2026-07-01", "mid-conversation-tool-changes-2026-07-01")
+"""The betas Claude Code stops sending when nonoka refuses a mid-conversation system
+message (it sends that text inside the user message instead)."""
+
+
+class ReadingModel:
+    """The scripted model: it thinks and calls Read (or Bash) on the first request of a
+    prompt, and answers with what the tool returned once the result comes back."""
+
+    def __init__(self, tool: str, arguments: dict[str, Any]) -> None:
+        self.tool = tool
+        self.arguments = arguments
+        self.calls = 0
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        results = tool_results(body["messages"][-1])
+        if results:
+            content = results[-1].get("content")
+            text = content if isinstance(content, str) else json.dumps(content)
+            return AnthropicReply(text=f"The tool said: {text.strip()}")
+        self.calls += 1
+        return AnthropicReply(thinking=(Thinking(f"I should use {self.tool} for this."),),
+                              tool_calls=(ToolCall(id=f"toolu_{self.tool}_{self.calls}",
+                                                   name=self.tool,
+                                                   arguments=json.dumps(self.arguments)),))
+
+
+def tool_results(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
+            ] if isinstance(content, list) else []
+
+
+class Nonoka:
+    """``nonoka serve`` as its own process, in front of ``upstream``."""
+
+    def __init__(self, project: Path, upstream: ScriptedAnthropicServer) -> None:
+        self.project = project
+        self.process = ServeProcess(project, f"anthropic:{MAIN_MODEL}", {
+            "ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": UPSTREAM_KEY,
+            "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+        self.base_url = self.process.url.removesuffix("/v1")
+
+    def stop(self) -> str:
+        return self.process.stop()
+
+
+@pytest.fixture
+def claude_code(tmp_path: Path) -> ClaudeCode:
+    code = ClaudeCode(tmp_path / "claude")
+    (code.work / "notes.txt").write_text(NOTE + "\n")
+    return code
+
+
+@pytest.fixture
+def nonoka_project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    return project
+
+
+def records(project: Path) -> list[SessionRecord]:
+    async def read() -> list[SessionRecord]:
+        async with open_project_stores(project) as stores:
+            return await stores.index.list_sessions(limit=100)
+    return asyncio.run(read())
+
+
+def run_both(claude_code: ClaudeCode, project: Path, model: Callable[[], ReadingModel],
+             prompt: str, *args: str
+             ) -> Iterator[tuple[str, dict[str, Any], ScriptedAnthropicServer]]:
+    """The same run (the same script from its start) directly and through nonoka: each
+    way's result and endpoint."""
+    with strict_endpoint(model()) as direct:
+        yield "direct", claude_code.run(direct.base_url, prompt, *args), direct
+    with strict_endpoint(model()) as upstream:
+        served = Nonoka(project, upstream)
+        try:
+            result = claude_code.run(served.base_url, prompt, *args, key=CLIENT_KEY)
+        finally:
+            errors = served.stop()
+        assert "Traceback" not in errors, errors
+        yield "nonoka", result, upstream
+
+
+def without_marks(value: Any) -> Any:
+    """``value`` without its ``cache_control`` marks (nonoka places its own)."""
+    if isinstance(value, dict):
+        return {k: without_marks(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_marks(v) for v in value]
+    return value
+
+
+def texts(message: dict[str, Any]) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "\n".join(
+        str(b.get("text", "")) for b in content)
+
+
+def same_conversation(sent: list[dict[str, Any]], got: list[dict[str, Any]]) -> None:
+    """``got`` is ``sent`` with its mid-conversation system messages refused: Claude Code
+    sends their lines as ``<system-reminder>`` texts in the first user message instead;
+    everything after it (thinking, tool calls, results) is alike but for the marks."""
+    kept = [m for m in without_marks(sent) if m["role"] != "system"]
+    assert without_marks(got)[1:] == kept[1:]
+    first = texts(got[0])
+    for message in sent[:2]:
+        for line in texts(message).splitlines():
+            assert line in first, line
+    assert first.count("<system-reminder>") > texts(sent[0]).count("<system-reminder>")
+
+
+def test_a_tool_loop_with_thinking_directly_and_through_nonoka(
+        claude_code: ClaudeCode, nonoka_project: Path) -> None:
+    def model() -> ReadingModel:
+        return ReadingModel("Read", {"file_path": str(claude_code.work / "notes.txt")})
+
+    runs = {way: (result, endpoint) for way, result, endpoint in run_both(
+        claude_code, nonoka_project, model, "What does notes.txt say?",
+        "--allowedTools", "Read")}
+    for way, (result, endpoint) in runs.items():
+        assert result["subtype"] == "success" and not result["is_error"], (way, result)
+        assert NOTE in result["result"], (way, result["result"])  # Read ran, its result came back
+        assert result["num_turns"] == 2
+        assert not endpoint.rejections and not endpoint.failures, (way, endpoint.failures)
+        assert len(endpoint.requests) == 2  # the call, then the answer: no side requests
+        second = endpoint.requests[1]["messages"]
+        assert [b["type"] for b in second[-2]["content"]] == ["thinking", "tool_use"]
+    direct, through = runs["direct"][1], runs["nonoka"][1]
+    session = runs["nonoka"][0]["session_id"]
+
+    # What the endpoint received, request by request, both ways.
+    for sent, got, sent_headers, got_headers in zip(
+            direct.requests, through.requests, direct.headers, through.headers, strict=True):
+        same_conversation(sent["messages"], got["messages"])
+        assert [b["text"] for b in got["system"]] == [b["text"] for b in sent["system"]]
+        assert without_marks(got["tools"]) == [
+            {k: v for k, v in tool.items() if k != "defer_loading"}
+            for tool in without_marks(sent["tools"])]
+        same = {k for k in sent if k not in ("messages", "system", "tools", "metadata")}
+        assert {k: got.get(k) for k in same} == {k: sent[k] for k in same}
+        user_id = json.loads(got["metadata"]["user_id"])
+        assert user_id["session_id"] == session
+        assert user_id["device_id"] == json.loads(sent["metadata"]["user_id"])["device_id"]
+        assert got_headers["x-claude-code-session-id"] == session
+        assert got_headers["anthropic-version"] == sent_headers["anthropic-version"]
+        assert got_headers["anthropic-beta"].split(",") == [
+            b for b in sent_headers["anthropic-beta"].split(",") if b not in FALLBACK_BETAS]
+        assert got_headers["user-agent"] == sent_headers["user-agent"] + " nonoka/0.1.0"
+        assert got_headers["x-api-key"] == UPSTREAM_KEY
+        assert sent_headers["x-api-key"] == "client-key"
+        assert CLIENT_KEY not in json.dumps(got_headers)
+        dropped = {k for k in sent_headers if k.startswith(("x-stainless-", "x-app"))}
+        assert dropped and not dropped & set(got_headers)
+
+    # One session line, named by Claude Code's session id.
+    rows = records(nonoka_project)
+    assert [(r.purpose, r.host_session_id) for r in rows] == [
+        ("chat", f"claude-code:{session}")]
+    assert rows[0].turn_count >= 1
