@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +56,14 @@ SIGNAL_LENGTH = 256
 Emit = Callable[[dict[str, Any]], None]
 
 
-def session_signal(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+def session_signal(headers: Mapping[str, str], body: Mapping[str, Any],
+                   client: Sequence[tuple[str, Any]] = ()) -> str | None:
     """The client's own name for the conversation, strongest first, with where it came
-    from (so a cache key never meets a user id of the same text)."""
-    for source, value in ((SESSION_HEADER, headers.get(SESSION_HEADER)),
+    from (so a cache key never meets a user id of the same text). ``client``: a client's
+    own session ids (Codex's), which come before every other name. This is the one
+    place the order is kept."""
+    for source, value in (*client,
+                          (SESSION_HEADER, headers.get(SESSION_HEADER)),
                           ("prompt_cache_key", body.get("prompt_cache_key")),
                           ("user", body.get("user"))):
         if isinstance(value, str) and value.strip():

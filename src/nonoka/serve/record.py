@@ -49,6 +49,9 @@ class Asked:
     tools: tuple[dict[str, Any], ...] = ()
     params: dict[str, Any] | None = None
     """The ``ECHOED`` fields the request set."""
+    stored: bool = True
+    """``store`` as the request gave it: a ``store: false`` exchange is kept in its
+    session, but the response is not found by its id."""
 
     def stamp(self, tools_at: int | None) -> dict[str, Any]:
         """The record's form on the first answer; ``tools_at``: the entry whose record
@@ -64,6 +67,8 @@ class Asked:
             record["tools"] = list(self.tools)
         if self.params:
             record["params"] = dict(self.params)
+        if not self.stored:
+            record["store"] = False
         return record
 
     def logged(self, tools_at: int | None) -> dict[str, Any]:
@@ -80,7 +85,8 @@ class Asked:
                    created_at=int(record.get("created_at", 0)),
                    previous_response_id=record.get("previous_response_id"),
                    instructions=record.get("instructions"), tools=tuple(tools),
-                   params=dict(record.get("params") or {}))
+                   params=dict(record.get("params") or {}),
+                   stored=record.get("store") is not False)
 
 
 def stamp_of(entry: MemoryEntry) -> dict[str, Any] | None:
@@ -266,7 +272,7 @@ def resource(point_id: str, asked: Asked, *, status: str, output: list[dict[str,
         "frequency_penalty": params.get("frequency_penalty", 0.0),
         "top_logprobs": params.get("top_logprobs", 0),
         "temperature": params.get("temperature", 1.0),
-        "reasoning": params.get("reasoning"), "usage": usage,
+        "reasoning": _reasoning(params.get("reasoning")), "usage": usage,
         "max_output_tokens": params.get("max_output_tokens"),
         "max_tool_calls": params.get("max_tool_calls"),
         "store": store, "background": params.get("background") is True,
@@ -276,6 +282,15 @@ def resource(point_id: str, asked: Asked, *, status: str, output: list[dict[str,
         "prompt_cache_key": params.get("prompt_cache_key"),
         "user": params.get("user"),
     }
+
+
+def _reasoning(given: Any) -> dict[str, Any] | None:
+    """The request's ``reasoning`` with both of its fields (Codex sends only
+    ``summary``; the object always has ``effort`` and ``summary``)."""
+    if not isinstance(given, dict):
+        return None
+    return {"effort": given.get("effort"), "summary": given.get("summary"),
+            **{k: v for k, v in given.items() if k not in ("effort", "summary")}}
 
 
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """The Responses API over nonoka's sessions: create, get, delete, input items.
 
-A response is a point on a session line. Without ``previous_response_id`` it starts a
-new session (the input's earlier items its history). With one, it continues from that
+A response is a point on a session line. Without ``previous_response_id`` its input is
+the whole history (Codex, the AI SDK with ``store: false``), placed on a line by the
+Chat Completions rules (``nonoka.serve.lines``): it continues the session it extends,
+branches one it parts from, or starts a new one. With one, it continues from that
 response's point: in the same session when the point is the session's tip, checked
 under the session's lease; otherwise in a branch made there (nonoka's branches share
 their parent's entries: nothing is copied), so the model is sent exactly the path from
@@ -9,8 +11,10 @@ the root to that point and nothing of its siblings. The turn itself is the turn
 service's, as for every front end, so ``nonoka sessions`` and ``nonoka ui`` see every
 response as the entries of a session.
 
-``store: false`` runs the turn in a memory store, seeded with the path it continues:
-nothing is written, and its id names nothing later. ``DELETE`` takes a response out of
+``store: false`` with ``previous_response_id`` runs the turn in a memory store, seeded
+with the path it continues: nothing is written. Without one, the exchange is kept on its
+line like any other (nonoka's record of what the client did), but its response is not
+found by its id (``GET`` 404, as OpenAI answers for an unstored response). ``DELETE`` takes a response out of
 the API (``GET``, ``input_items`` and ``previous_response_id`` no longer find it; the
 session index row lists it under ``serve_deleted``); its entries stay in the session,
 which other responses may continue, until the session itself is deleted.
@@ -48,10 +52,18 @@ from nonoka.serve.errors import (
     previous_not_found,
 )
 from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_response_id
-from nonoka.serve.inputs import CreateRequest, messages_of, parse_create, plan, resolved
+from nonoka.serve.inputs import (
+    CreateRequest,
+    messages_of,
+    parse_create,
+    plan,
+    repeats,
+    resolved,
+)
 from nonoka.serve.items import entry_items
 from nonoka.serve.journal import FINAL, Live, final_event, stored_events
 from nonoka.serve.keys import LOCAL, OWNER_KEY, current_owner, owner_of_record
+from nonoka.serve.lines import LineDecision, line_signal
 from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
 from nonoka.serve.record import (
     INCOMPLETE,
@@ -75,7 +87,14 @@ from nonoka.store.leases import (
 from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.turn.journal import title_from
 from nonoka.turn.outcome import TurnOutcome
-from nonoka.turn.service import Opening, SessionOpened, TurnEvent, TurnInput, TurnService
+from nonoka.turn.service import (
+    Chooser,
+    Opening,
+    SessionOpened,
+    TurnEvent,
+    TurnInput,
+    TurnService,
+)
 
 DELETED = "serve_deleted"
 """The index metadata key listing a session's responses taken out of the API."""
@@ -130,6 +149,8 @@ class _Request:
     """The response a retry makes again in place (its turn failed or was cut short)."""
     conversation: Found | None = None
     """The conversation the response runs in."""
+    line: LineDecision | None = None
+    """How a whole-history request was placed on a session line (``nonoka.serve.lines``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +162,9 @@ class Retry:
     body: str
     key: str | None = None
     retried: bool = False
+    signal: str | None = None
+    """The client's name for its conversation (``nonoka.serve.lines.line_signal``),
+    which places a request without ``previous_response_id`` on a session line."""
 
     @property
     def wanted(self) -> str | None:
@@ -158,7 +182,7 @@ def retry_of(body: Any, headers: Mapping[str, str]) -> Retry:
     count = headers.get("x-stainless-retry-count", "").strip()
     return Retry(_digest(owner, "body", canonical),
                  _digest(owner, "key", key) if key else None,
-                 count.isdigit() and int(count) > 0)
+                 count.isdigit() and int(count) > 0, line_signal(headers, body))
 
 
 def _triggers_compaction(body: Any) -> bool:
@@ -212,7 +236,8 @@ class Responses:
         spec = self.models.pick(given.model)
         asked = Asked(model=spec, created_at=int(time.time()),
                       previous_response_id=given.previous_response_id,
-                      instructions=given.instructions, tools=given.tools, params=given.params)
+                      instructions=given.instructions, tools=given.tools, params=given.params,
+                      stored=given.store)
         sessions: dict[str, Session | None] = {}
 
         async def resolve(ident: str, param: str) -> dict[str, Any]:
@@ -264,21 +289,34 @@ class Responses:
             return {}
 
     async def _run(self, request: _Request, messages: list[Message]) -> dict[str, Any]:
-        if not request.given.store:
-            return await self._unstored(request)
         if request.conversation is not None:
             return await self._in_conversation(request, request.conversation)
         if request.previous is None:
-            return await self._answer(request, self._service(messages, request.passes),
-                                      Opening(None, request.turn_input, seed=request.seed),
-                                      start=0)
+            return await self._on_line(request, messages)
+        if not request.given.store:
+            return await self._unstored(request)
         return await self._continue(request, request.previous)
 
+    async def _on_line(self, request: _Request, messages: list[Message]) -> dict[str, Any]:
+        """A request without ``previous_response_id`` brings its whole history: it lands
+        on a session line by the Chat Completions rules (``nonoka.serve.lines``), with or
+        without ``store`` (a ``store: false`` exchange is kept there too; only its
+        response is not found by id)."""
+        owner = current_owner()
+        signal = request.retry.signal if request.retry is not None else None
+        line = request.line = LineDecision(messages, signal, self.project,
+                                           request.asked.model, owner)
+        title = next((title_from(m.content) for m in reversed(messages)
+                      if m.role == "user" and m.content.strip()), "")
+        service = line.service(self.stores, request.passes, title, {
+            "source": "nonoka serve", **({OWNER_KEY: owner} if owner != LOCAL else {})})
+        return await self._answer(request, service, line.choose, start=0)
+
     async def _continue(self, request: _Request, previous: Located) -> dict[str, Any]:
-        """Continue from ``previous``: in its session at its tip, else in a branch."""
+        """Continue from ``previous``, after the entries the input repeats (``repeats``):
+        in its session at its tip, else in a branch."""
         sid = previous.point.session_id
         service = self._service([], request.passes)
-        turn_input = dataclasses.replace(request.turn_input, seed=request.seed)
         owner = new_lease_owner()
         async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
                                                      wait=lease_wait_from_env()):
@@ -286,13 +324,17 @@ class Responses:
             found = await self._locate(previous.point, session) if session else None
             if session is None or found is None:
                 raise previous_not_found(previous.point.id)
-            if found.end == len(session.memory.entries):
+            entries = session.memory.entries
+            end = found.end + repeats(request.seed, entries[found.end:])
+            turn_input = dataclasses.replace(request.turn_input,
+                                             seed=request.seed[end - found.end:])
+            if end == len(entries):
                 return await self._answer(request, service, Opening(session, turn_input),
-                                          start=found.end, owner=owner)
-        branch = await service.fork(sid, found.end, reason=FORK_REASON)
+                                          start=end, owner=owner)
+        branch = await service.fork(sid, end, reason=FORK_REASON)
         async with self.locks.hold(branch):
             return await self._answer(request, service, Opening(
-                branch, turn_input, forked_from=sid, fork_point=found.end), start=found.end)
+                branch, turn_input, forked_from=sid, fork_point=end), start=end)
 
     async def _earlier(self, request: _Request) -> Located | None:
         """The stored response this request repeats, if the client says it repeats one:
@@ -387,7 +429,8 @@ class Responses:
             "purpose": "chat", "cwd": str(self.project), "source": "nonoka serve",
             **({OWNER_KEY: owner} if owner != LOCAL else {})})
 
-    async def _answer(self, request: _Request, service: TurnService, opening: Opening, *,
+    async def _answer(self, request: _Request, service: TurnService,
+                      opening: Opening | Chooser, *,
                       start: int, owner: str | None = None) -> dict[str, Any]:
         """Run the turn and give the response it made."""
         run, events, given = request.run, request.events, request.given
@@ -435,6 +478,8 @@ class Responses:
                       start: int) -> None:
         """The response's session is known: its id, its timeline entry, its first event."""
         run, given = request.run, request.given
+        if request.line is not None:
+            start = request.line.start
         run.point = request.again or new_point(session_id, start)
         first = resource(run.point.id, request.asked, status="in_progress", output=[],
                          usage=None, store=given.store)
@@ -586,7 +631,10 @@ class Responses:
         session = await self._session(point, sessions if sessions is not None else {})
         if session is None:
             return None
-        return await self._locate(point, session)
+        found = await self._locate(point, session)
+        if found is not None and not found.asked().stored:
+            return None  # a store: false exchange: kept in its session, not by its id
+        return found
 
     async def _locate(self, point: ResponsePoint, session: Session) -> Located | None:
         """The response in its session: by its answers, else by its timeline (a response

@@ -1,0 +1,105 @@
+"""Codex CLI (``@openai/codex``, pinned in tests/clients) run against a ``nonoka serve``:
+a ``CODEX_HOME`` of its own whose ``config.toml`` is the one docs/serve.md shows, and
+an environment that can reach nothing but the local server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+CODEX = CLIENTS / "node_modules" / ".bin" / "codex"
+
+CONFIG = """\
+model = "nonoka"
+model_provider = "nonoka"
+model_context_window = {window}
+model_auto_compact_token_limit = {compact_at}
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+web_search = "disabled"
+check_for_update_on_startup = false
+
+[model_providers.nonoka]
+name = "nonoka serve"
+base_url = "{base_url}"
+env_key = "NONOKA_SERVE_KEY"
+wire_api = "responses"
+supports_websockets = false
+request_max_retries = 0
+stream_max_retries = 0
+
+[agents]
+enabled = false
+
+[features]
+goals = false
+apps = false
+plugins = false
+remote_plugin = false
+image_generation = false
+tool_suggest = false
+shell_snapshot = false
+
+[analytics]
+enabled = false
+
+[otel]
+exporter = "none"
+"""
+"""Codex's configuration (docs/serve.md, "Codex CLI"): the provider is nonoka serve;
+``web_search``, multi-agent and the other hosted tools are off, as nonoka serves
+function tools only; no update check, analytics or telemetry."""
+
+UNREACHABLE = "http://127.0.0.1:9"
+"""A proxy that refuses every connection: whatever Codex would send elsewhere than the
+local server fails at once instead of leaving the machine."""
+
+
+def codex_binary() -> Path:
+    """The pinned Codex CLI; a clear failure (never a skip) when it is not installed."""
+    if not CODEX.exists():
+        raise AssertionError(f"Codex CLI is not installed at {CODEX}: run `npm ci` in "
+                             f"{CLIENTS} (.ci/run does)")
+    return CODEX
+
+
+@dataclass
+class CodexRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Codex:
+    """``codex exec`` in ``workspace``, its home in ``home``, pointed at ``base_url``."""
+
+    def __init__(self, home: Path, workspace: Path, base_url: str, *,
+                 window: int = 200000, compact_at: int = 150000) -> None:
+        self.binary = codex_binary()
+        self.home = home
+        self.workspace = workspace
+        home.mkdir(parents=True, exist_ok=True)
+        workspace.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(CONFIG.format(
+            base_url=base_url, window=window, compact_at=compact_at))
+
+    def env(self) -> dict[str, str]:
+        kept = {k: v for k, v in os.environ.items()
+                if not k.startswith(("OPENAI_", "CODEX_", "NONOKA_", "ANTHROPIC_"))
+                and k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+        return {**kept, "CODEX_HOME": str(self.home), "HOME": str(self.home),
+                "NONOKA_SERVE_KEY": "unused", "HTTPS_PROXY": UNREACHABLE,
+                "HTTP_PROXY": UNREACHABLE, "ALL_PROXY": UNREACHABLE,
+                "NO_PROXY": "127.0.0.1,localhost", "RUST_LOG": "error"}
+
+    def exec(self, prompt: str, *args: str, timeout: float = 300) -> CodexRun:
+        """One ``codex exec`` (``args`` before the prompt: ``resume --last``...)."""
+        command = [str(self.binary), "exec", *args, "--skip-git-repo-check",
+                   "--sandbox", "danger-full-access", prompt]
+        done = subprocess.run(command, cwd=self.workspace, env=self.env(),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
+        return CodexRun(done.returncode, done.stdout, done.stderr)

@@ -1,0 +1,162 @@
+"""Codex CLI end to end: the real ``codex exec`` (tests/clients) against a real
+``nonoka serve`` whose upstream is the strict scripted Responses endpoint (it refuses
+encrypted reasoning that comes back dropped or altered, as OpenAI does).
+
+Codex sends ``store: false`` and its whole history every turn, never
+``previous_response_id``: nonoka must place every request of one Codex thread on one
+session line (by Codex's session id and the history), keep the whole exchange there,
+and answer Codex's remote compaction with exactly one ``compaction`` item."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.state.messages import ToolCall
+from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer
+from tests.serve.codex_client import Codex, CodexRun
+from tests.serve.harness import Served
+
+MODEL = "openai-responses:scripted-model"
+
+
+class Script:
+    """The upstream's answers in order; each is a function of the request it answers,
+    so a step can check what nonoka sent before answering."""
+
+    def __init__(self) -> None:
+        self.steps: list[Any] = []
+        self.seen: list[dict[str, Any]] = []
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        self.seen.append(body)
+        if not self.steps:
+            raise AssertionError(f"the model was called more often than scripted: {body}")
+        step = self.steps.pop(0)
+        return step(body) if callable(step) else step
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script()
+
+
+@pytest.fixture
+def upstream(script: Script) -> Iterator[ScriptedResponsesServer]:
+    with ScriptedResponsesServer(script, strict=["openai_reasoning"]) as running:
+        yield running
+    assert not running.failures, running.failures
+
+
+@pytest.fixture
+def served(project: Path, upstream: ScriptedResponsesServer,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    for name, value in {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-up",
+                        "NONOKA_DATABASE_URL": ""}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("NONOKA_MODEL", raising=False)
+    running = Served(project, MODEL)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def exported(project: Path) -> list[dict[str, Any]]:
+    """Every session as ``nonoka sessions export --all`` gives it: its index row, its
+    entries and its timeline, read back from the JSONL a person would get."""
+    done = subprocess.run([sys.executable, "-m", "nonoka", "sessions", "export", "--all",
+                           "--dir", str(project)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    sessions: list[dict[str, Any]] = []
+    for line in done.stdout.splitlines():
+        record = json.loads(line)
+        if record.get("type") == "session":
+            sessions.append({"id": record["session_id"], "index": record["index"],
+                             "lineage": record["lineage"], "entries": [], "events": []})
+        elif record.get("type") == "entry":
+            sessions[-1]["entries"].append(json.loads(record["entry"]))
+        elif record.get("type") == "event":
+            sessions[-1]["events"].append((record["kind"], json.loads(record["data"])))
+    return sessions
+
+
+def thread_of(run: CodexRun) -> str:
+    """The session id Codex printed (its thread, which it sends as ``session-id``)."""
+    found = re.search(r"session id: ([0-9a-f-]{36})", run.stdout + run.stderr)
+    assert found, run.stderr
+    return found.group(1)
+
+
+def exec_call(call_id: str, command: str) -> ToolCall:
+    return ToolCall(id=call_id, name="exec_command", arguments=json.dumps({"cmd": command}))
+
+
+def outputs(body: dict[str, Any]) -> dict[str, str]:
+    """The function call outputs nonoka sent the model, by call id."""
+    return {item["call_id"]: str(item.get("output")) for item in body["input"]
+            if item.get("type") == "function_call_output"}
+
+
+def said(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The conversation after its leading system entries: role, and the text or the
+    call ids (a tool entry: the call it answers)."""
+    out = []
+    for entry in entries:
+        meta = entry.get("metadata") or {}
+        if entry["role"] == "system":
+            continue
+        if entry["role"] == "tool":
+            out.append(("tool", meta["tool_call_id"]))
+        elif meta.get("tool_calls"):
+            out.append(("calls", ",".join(c["id"] for c in meta["tool_calls"])))
+        else:
+            out.append((entry["role"], entry["content"]))
+    return out
+
+
+def test_a_codex_tool_loop_is_one_session_line(tmp_path: Path, project: Path,
+                                               served: Served, script: Script,
+                                               upstream: ScriptedResponsesServer) -> None:
+    script.steps += [
+        ResponsesReply(output=[ReasoningItem(summary=("Write the file first.",)),
+                               exec_call("call_write", "printf 'papaya\\n' > fruit.txt")]),
+        ResponsesReply(output=[ReasoningItem(), exec_call("call_read", "cat fruit.txt")]),
+        ResponsesReply(output=["The file says papaya."]),
+    ]
+    codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url)
+    run = codex.exec("Write papaya into fruit.txt, then read it back.")
+    assert run.returncode == 0, run.stderr
+    assert (codex.workspace / "fruit.txt").read_text() == "papaya\n"
+    assert "The file says papaya." in run.stdout
+    # what reached the model: each step's tool output, Codex's own, and the model's
+    # encrypted reasoning sent back unaltered (the strict endpoint refuses anything else)
+    _, second, third = upstream.requests
+    assert upstream.rejections == []
+    assert "call_write" in outputs(second) and "papaya" in outputs(third)["call_read"]
+    assert [i["type"] for i in third["input"] if i.get("type") == "reasoning"] == \
+        ["reasoning", "reasoning"]
+    # one session line holds the whole loop, named by Codex's thread
+    [line] = exported(project)
+    assert line["index"]["metadata"]["host_session_id"] == f"codex:{thread_of(run)}"
+    assert line["lineage"] is None  # not a branch of anything
+    assert said(line["entries"])[1:] == [
+        ("user", "Write papaya into fruit.txt, then read it back."),
+        ("calls", "call_write"), ("tool", "call_write"),
+        ("calls", "call_read"), ("tool", "call_read"),
+        ("assistant", "The file says papaya.")]
+    # store: false: the exchange is kept, its responses are not found by id
+    made = [data["id"] for kind, data in line["events"]
+            if kind == "response" and "id" in data]
+    assert len(made) == 3
+    for response_id in made:
+        status, _, _ = served.request("GET", f"/v1/responses/{response_id}")
+        assert status == 404
