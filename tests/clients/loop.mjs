@@ -4,10 +4,12 @@
 //   node loop.mjs '{"baseURL": "http://127.0.0.1:8378/v1", "apiKey": "k",
 //                   "provider": "responses" | "chat" | "compatible",
 //                   "call": "generate" | "stream", "store": true | false | null,
-//                   "question": "..."}'
+//                   "question": "...", "turns": 1}'
 //
-// Prints one JSON line: the answer, each step's tool calls, results, reasoning and
-// finish reason, and the response ids the provider reported.
+// With "turns" above 1 the question is asked again after each answer, continuing the
+// last answer's response by the provider's previousResponseId (the Responses API's
+// way to go on with a conversation). Prints one JSON line: each turn's answer, its
+// steps' tool calls, results, reasoning and finish reason, and their response ids.
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
@@ -34,20 +36,25 @@ const readNote = tool({
   execute: async ({ name }) => `note ${name}: ${name.toUpperCase()}-CONTENT`,
 });
 
-const settings = {
-  model: model(),
-  tools: { read_note: readNote },
-  stopWhen: stepCountIs(4),
-  maxRetries: 0,
-  prompt: options.question,
-  ...(options.store === null || options.store === undefined
-    ? {}
-    : { providerOptions: { openai: { store: options.store } } }),
-};
+function settings(previousResponseId) {
+  const openai = {
+    ...(options.store === null || options.store === undefined ? {} : { store: options.store }),
+    ...(previousResponseId ? { previousResponseId } : {}),
+  };
+  return {
+    model: model(),
+    tools: { read_note: readNote },
+    stopWhen: stepCountIs(4),
+    maxRetries: 0,
+    prompt: options.question,
+    ...(Object.keys(openai).length ? { providerOptions: { openai } } : {}),
+  };
+}
 
-async function run() {
+async function run(previousResponseId) {
+  const asked = settings(previousResponseId);
   if (options.call === "stream") {
-    const streamed = streamText({ ...settings, onError: ({ error }) => { throw error; } });
+    const streamed = streamText({ ...asked, onError: ({ error }) => { throw error; } });
     const parts = [];
     for await (const part of streamed.fullStream) {
       if (part.type === "error") throw part.error;
@@ -55,13 +62,12 @@ async function run() {
     }
     return { text: await streamed.text, steps: await streamed.steps, parts };
   }
-  const result = await generateText(settings);
+  const result = await generateText(asked);
   return { text: result.text, steps: result.steps, parts: [] };
 }
 
-try {
-  const { text, steps, parts } = await run();
-  const report = {
+function reported({ text, steps, parts }) {
+  return {
     text,
     parts,
     steps: steps.map((step) => ({
@@ -70,10 +76,20 @@ try {
       reasoning: step.reasoningText ?? "",
       toolCalls: step.toolCalls.map((c) => ({ id: c.toolCallId, name: c.toolName, input: c.input })),
       toolResults: step.toolResults.map((r) => ({ id: r.toolCallId, output: r.output })),
-      responseId: step.providerMetadata?.openai?.responseId ?? step.response?.id ?? null,
+      responseId: step.providerMetadata?.openai?.responseId ?? null,
     })),
   };
-  process.stdout.write(JSON.stringify(report) + "\n");
+}
+
+try {
+  const turns = [];
+  let previous = null;
+  for (let n = 0; n < (options.turns ?? 1); n++) {
+    const turn = reported(await run(previous));
+    turns.push(turn);
+    previous = turn.steps.at(-1).responseId;
+  }
+  process.stdout.write(JSON.stringify({ turns }) + "\n");
 } catch (error) {
   process.stderr.write(`loop.mjs: ${error?.stack ?? error}\n`);
   if (error?.responseBody) process.stderr.write(`response body: ${error.responseBody}\n`);

@@ -18,6 +18,7 @@ import pytest
 
 from nonoka.state.messages import ToolCall
 from nonoka.store.project import open_project_stores
+from nonoka.store.records import SessionRecord
 from nonoka.testing.server import Reply, ScriptedOpenAIServer, Step
 
 NOTES = ("alpha", "beta", "gamma")
@@ -41,17 +42,21 @@ def call_id(step: int) -> str:
 
 
 def loop_step(body: dict[str, Any]) -> Step:
-    """The model's answer to ``body``: the next ``read_note`` call, or ``FINAL`` built
-    from the tool results the request carries (so they must have arrived)."""
+    """The model's answer to ``body``: the next ``read_note`` call of the turn (after the
+    last user message), or ``FINAL`` built from the turn's tool results (so they must
+    have arrived). Call ids count every call of the conversation."""
     if not body.get("tools"):
         return Reply(text="untitled")
-    results = [str(m.get("content")) for m in body["messages"] if m.get("role") == "tool"]
+    messages = body["messages"]
+    asked = max(n for n, m in enumerate(messages) if m.get("role") == "user")
+    results = [str(m.get("content")) for m in messages[asked:] if m.get("role") == "tool"]
     done = len(results)
     if done >= len(NOTES):
         return Reply(text="FINAL " + " | ".join(results))
+    earlier = sum(1 for m in messages[:asked] if m.get("role") == "tool")
     arguments = json.dumps({"name": NOTES[done]})
-    return Reply(reasoning=f"thinking about note {done}",
-                 tool_calls=(ToolCall(id=call_id(done), name="read_note",
+    return Reply(reasoning=f"thinking about note {earlier + done}",
+                 tool_calls=(ToolCall(id=call_id(earlier + done), name="read_note",
                                       arguments=arguments),))
 
 
@@ -63,30 +68,46 @@ def server() -> Iterator[ScriptedOpenAIServer]:
     assert not running.failures, running.failures
 
 
-def expected_messages(first: list[dict[str, Any]] | None = None,
-                      upto: int = len(NOTES)) -> list[dict[str, Any]]:
-    """What the upstream must be sent at the loop's step ``upto``: the question (after
-    ``first``), then each call with its reasoning and its result."""
-    messages: list[dict[str, Any]] = [*(first or []), {"role": "user", "content": QUESTION}]
-    for step in range(upto):
-        messages += [
-            {"role": "assistant", "content": None,
-             "reasoning_content": f"thinking about note {step}",
-             "tool_calls": [{"id": call_id(step), "type": "function", "function": {
-                 "name": "read_note", "arguments": json.dumps({"name": NOTES[step]})}}]},
-            {"role": "tool", "tool_call_id": call_id(step), "content": note(NOTES[step])}]
+def expected_messages(first: list[dict[str, Any]] | None = None, upto: int = len(NOTES),
+                      turn: int = 0) -> list[dict[str, Any]]:
+    """What the upstream must be sent at step ``upto`` of the loop's ``turn`` (0, 1...):
+    each earlier turn (its question, calls with their reasoning, results and answer),
+    then this turn's question and its steps so far (after ``first``)."""
+    messages: list[dict[str, Any]] = [*(first or [])]
+    for each in range(turn + 1):
+        messages.append({"role": "user", "content": QUESTION})
+        for step in range(upto if each == turn else len(NOTES)):
+            n = each * len(NOTES) + step
+            messages += [
+                {"role": "assistant", "content": None,
+                 "reasoning_content": f"thinking about note {n}",
+                 "tool_calls": [{"id": call_id(n), "type": "function", "function": {
+                     "name": "read_note", "arguments": json.dumps({"name": NOTES[step]})}}]},
+                {"role": "tool", "tool_call_id": call_id(n), "content": note(NOTES[step])}]
+        if each < turn:
+            messages.append({"role": "assistant", "content": FINAL})
     return messages
 
 
 def assert_upstream_loop(server: ScriptedOpenAIServer,
-                         first: list[dict[str, Any]] | None = None) -> None:
-    """The upstream got exactly four chat requests, each the loop so far, none refused."""
+                         first: list[dict[str, Any]] | None = None, turns: int = 1) -> None:
+    """The upstream got exactly four chat requests a turn, each the conversation so far,
+    none refused."""
     chat = [r for r in server.requests if r.get("tools")]
     assert server.rejections == [], [server.requests[i] for i in server.rejections]
-    assert len(chat) == len(NOTES) + 1, [r["messages"][-1] for r in chat]
-    for step, request in enumerate(chat):
-        assert request["messages"] == expected_messages(first, step), step
+    assert len(chat) == (len(NOTES) + 1) * turns, [r["messages"][-1] for r in chat]
+    for n, request in enumerate(chat):
+        turn, step = divmod(n, len(NOTES) + 1)
+        assert request["messages"] == expected_messages(first, step, turn), (turn, step)
         assert [t["function"]["name"] for t in request["tools"]] == ["read_note"]
+
+
+def records(project: Path) -> list[SessionRecord]:
+    """The project's sessions, as the index lists them."""
+    async def read() -> list[SessionRecord]:
+        async with open_project_stores(project) as stores:
+            return await stores.index.list_sessions(limit=100)
+    return asyncio.run(read())
 
 
 def stored_lines(project: Path) -> list[list[tuple[str, str]]]:
@@ -115,15 +136,21 @@ def _entry(role: str, content: str, metadata: dict[str, Any]) -> tuple[str, str]
     return role, content
 
 
-def expected_line(first: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
-    """The one session line a finished loop leaves: the question, each call and its
-    result, the answer."""
-    line = [*(first or []), ("user", QUESTION)]
-    for step, name in enumerate(NOTES):
-        line += [("assistant", f"{call_id(step)} read_note {json.dumps({'name': name})}"),
-                 ("tool", f"{call_id(step)} -> {note(name)}")]
-    return [*line, ("assistant", FINAL)]
+def expected_line(first: list[tuple[str, str]] | None = None,
+                  turns: int = 1) -> list[tuple[str, str]]:
+    """The one session line finished loops leave: each turn's question, each call and
+    its result, the answer."""
+    line = [*(first or [])]
+    for turn in range(turns):
+        line.append(("user", QUESTION))
+        for step, name in enumerate(NOTES):
+            n = turn * len(NOTES) + step
+            line += [("assistant", f"{call_id(n)} read_note {json.dumps({'name': name})}"),
+                     ("tool", f"{call_id(n)} -> {note(name)}")]
+        line.append(("assistant", FINAL))
+    return line
 
 
-def assert_one_line(project: Path, first: list[tuple[str, str]] | None = None) -> None:
-    assert stored_lines(project) == [expected_line(first)]
+def assert_one_line(project: Path, first: list[tuple[str, str]] | None = None,
+                    turns: int = 1) -> None:
+    assert stored_lines(project) == [expected_line(first, turns)]

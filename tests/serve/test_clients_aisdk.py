@@ -43,29 +43,33 @@ def node() -> str:
     return found
 
 
-def run_loop(served: Served, provider: str, call: str,
-             store: bool | None = None) -> dict[str, Any]:
-    """``loop.mjs`` against ``served``; its report. No vendor key nor base URL in its
-    environment: the SDK reaches nothing but the server it is given."""
+def run_loop(served: Served, provider: str, call: str, store: bool | None = None,
+             turns: int = 1) -> list[dict[str, Any]]:
+    """``loop.mjs`` against ``served``; its report of each turn. No vendor key nor base
+    URL in its environment: the SDK reaches nothing but the server it is given."""
     options = {"baseURL": served.url, "apiKey": "client-key", "provider": provider,
-               "call": call, "store": store, "question": QUESTION}
+               "call": call, "store": store, "question": QUESTION, "turns": turns}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AI_"))}
     done = subprocess.run([node(), "loop.mjs", json.dumps(options)], cwd=CLIENTS, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+    reports: list[dict[str, Any]] = json.loads(done.stdout)["turns"]
+    assert len(reports) == turns
+    return reports
 
 
-def assert_the_sdk_looped(report: dict[str, Any]) -> None:
-    """Three steps that called ``read_note`` and got its result, then the answer."""
-    steps = report["steps"]
-    assert [s["finishReason"] for s in steps] == ["tool-calls"] * len(NOTES) + ["stop"]
-    for n, name in enumerate(NOTES):
-        assert steps[n]["toolCalls"] == [{"id": call_id(n), "name": "read_note",
-                                          "input": {"name": name}}]
-        assert steps[n]["toolResults"] == [{"id": call_id(n), "output": note(name)}]
-    assert report["text"] == steps[-1]["text"] == FINAL
+def assert_the_sdk_looped(reports: list[dict[str, Any]]) -> None:
+    """Each turn: three steps that called ``read_note`` and got its result, then the
+    answer."""
+    for turn, report in enumerate(reports):
+        steps = report["steps"]
+        assert [s["finishReason"] for s in steps] == ["tool-calls"] * len(NOTES) + ["stop"]
+        for step, name in enumerate(NOTES):
+            n = turn * len(NOTES) + step
+            assert steps[step]["toolCalls"] == [{"id": call_id(n), "name": "read_note",
+                                                 "input": {"name": name}}]
+            assert steps[step]["toolResults"] == [{"id": call_id(n), "output": note(name)}]
+        assert report["text"] == steps[-1]["text"] == FINAL
 
 
 CHAT_CASES = [("chat", "generate"), ("chat", "stream"), ("compatible", "generate"),
@@ -89,7 +93,7 @@ def test_responses_loop_stored(served: Served, server: ScriptedOpenAIServer, pro
     each lands on the line it continues, whose stored reasoning goes back to the model."""
     report = run_loop(served, "responses", call)
     assert_the_sdk_looped(report)
-    assert [s["reasoning"] for s in report["steps"][:3]] == [
+    assert [s["reasoning"] for s in report[0]["steps"][:3]] == [
         f"thinking about note {n}" for n in range(3)]
     assert_upstream_loop(server)
     assert_one_line(project)
@@ -105,3 +109,16 @@ def test_responses_loop_unstored(served: Served, server: ScriptedOpenAIServer,
     assert_the_sdk_looped(report)
     assert_upstream_loop(server)
     assert_one_line(project)
+
+
+@pytest.mark.parametrize("call", ["generate", "stream"])
+def test_responses_next_turn_by_previous_response_id(
+        served: Served, server: ScriptedOpenAIServer, project: Path, call: str) -> None:
+    """The SDK's way to go on with a conversation: the next ``generateText`` gives the
+    last answer's ``responseId`` as ``previousResponseId``, and each of its steps sends
+    that same id with the turn's steps so far (without their reasoning). The steps the
+    line already holds are its own: the line goes on, the model gets the reasoning."""
+    reports = run_loop(served, "responses", call, turns=2)
+    assert_the_sdk_looped(reports)
+    assert_upstream_loop(server, turns=2)
+    assert_one_line(project, turns=2)

@@ -23,6 +23,7 @@ from tests.serve.client_loop import (
     assert_one_line,
     assert_upstream_loop,
     note,
+    records,
     server,
 )
 
@@ -104,3 +105,46 @@ def test_chat_completions_resending_the_history(client: OpenAI, project: Path,
     assert answer.choices[0].finish_reason == "stop"
     assert_upstream_loop(server)
     assert_one_line(project)
+
+
+def run_to_the_end(client: OpenAI, response: Response) -> Response:
+    """The client answering every call until the model answers."""
+    while outputs := outputs_for(response):
+        response = client.responses.create(model="m", input=outputs, tools=TOOLS,
+                                           previous_response_id=response.id)
+    return response
+
+
+def test_a_turn_resent_with_the_conversations_first_id(client: OpenAI, project: Path,
+                                                       server: ScriptedOpenAIServer) -> None:
+    """A client that continues a conversation by the id of its last answer and sends the
+    current turn's steps again with each request (as the AI SDK does) goes on with the
+    line: the steps it resends are the stored ones, reasoning included. Where the resent
+    steps part from the line, the line branches there."""
+    answered = run_to_the_end(client, client.responses.create(model="m", input=QUESTION,
+                                                               tools=TOOLS))
+    asked = client.responses.create(model="m", input=QUESTION, tools=TOOLS,
+                                    previous_response_id=answered.id)
+    [called] = [item for item in asked.output if item.type == "function_call"]
+    resent: list[Any] = [
+        {"type": "message", "role": "user", "content": QUESTION},
+        {"type": "function_call", "call_id": called.call_id, "name": called.name,
+         "arguments": json.dumps(json.loads(called.arguments), separators=(",", ":"))}]
+    step = client.responses.create(model="m", tools=TOOLS, previous_response_id=answered.id,
+                                   input=[*resent, *outputs_for(asked)])
+    assert outputs_for(step)  # the next call, on the same line
+    assert len(records(project)) == 1
+    changed: Any = {"type": "function_call_output", "call_id": called.call_id,
+               "output": "note alpha: CHANGED"}
+    client.responses.create(model="m", tools=TOOLS, previous_response_id=answered.id,
+                            input=[*resent, changed])
+    rows = records(project)
+    assert len(rows) == 2
+    [branch] = [row for row in rows if row.metadata.get("forked_from")]
+    assert branch.metadata["fork_point"] == 2 * len(NOTES) + 2 + 2  # after the resent call
+    sent = [r for r in server.requests if r.get("tools")]
+    assert server.rejections == []
+    assert sent[-1]["messages"][-3:-1] == sent[-2]["messages"][-3:-1]  # the stored call
+    assert sent[-1]["messages"][-2]["reasoning_content"] == "thinking about note 3"
+    assert sent[-1]["messages"][-1] == {"role": "tool", "tool_call_id": called.call_id,
+                                        "content": "note alpha: CHANGED"}

@@ -9,7 +9,9 @@ items given by id only) are read from the store first (``Resolver``).
 What the turn then does (``plan``): a trailing user message is its prompt; the
 function call outputs before it answer the calls of the message just before them (the
 calls the previous response ended with, when the input starts with them: every one of
-those must be answered, as in OpenAI's API); everything else is history added first.
+those must be answered, as in OpenAI's API); everything else is history added first,
+but for its first messages that repeat what the line already holds after the response
+it continues (``repeats``): those are the line's own entries.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nonoka.bridge.entry_rules import same_message
 from nonoka.llm.base import CallOptions
 from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
 from nonoka.serve.errors import invalid, not_available
 from nonoka.serve.items import content_of
 from nonoka.serve.record import ECHOED
+from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import Message, ReasoningPart, ToolCall, ToolResult
 from nonoka.turn.service import TurnInput
 
@@ -286,6 +290,22 @@ class _Answer:
 
 
 # -- what the turn brings ----------------------------------------------------------------
+
+
+def repeats(history: Sequence[Message], stored: Sequence[MemoryEntry]) -> int:
+    """How many of ``history``'s first messages are the entries ``stored`` holds (in
+    order, as the bridge compares a host's copy: call arguments as JSON values, reasoning
+    the client left out agreeing with any). A client continuing a response with
+    ``previous_response_id`` may send again what the line already holds after it — the
+    AI SDK resends its current turn's steps with the conversation's first id — and
+    those are the stored entries, with what the client dropped (reasoning, signatures)."""
+    count = 0
+    for message, entry in zip(history, stored, strict=False):
+        if not same_message(entry.role, entry.content, entry.metadata,
+                            message.role, message.content, message):
+            break
+        count += 1
+    return count
 
 
 def plan(messages: list[Message], pending: Sequence[ToolCall]) -> tuple[list[Message], TurnInput]:
