@@ -89,8 +89,8 @@ class Campaign:
         moment = self.rng.choice(("id", "events", "asked"))
         kill = threading.Event()
         if moment == "asked":
-            threading.Thread(target=lambda: self.model.question(trigger.said).wait(120)
-                             and kill.set(), daemon=True).start()
+            threading.Thread(target=self._when_asked, args=(trigger.said, kill),
+                             daemon=True).start()
         port = self.process.port
         threads = [threading.Thread(target=self._client, daemon=True, args=(
             port, one, kill if one is trigger else None,
@@ -108,6 +108,10 @@ class Campaign:
         for one in sent:
             if one.ident is not None:
                 self._check(one)
+
+    def _when_asked(self, said: str, kill: threading.Event) -> None:
+        if self.model.question(said).wait(120):
+            kill.set()
 
     def _new(self) -> Sent:
         self.count += 1
