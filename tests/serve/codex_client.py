@@ -4,10 +4,12 @@ an environment that can reach nothing but the local server."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 CODEX = CLIENTS / "node_modules" / ".bin" / "codex"
@@ -23,7 +25,7 @@ web_search = "disabled"
 check_for_update_on_startup = false
 
 [model_providers.nonoka]
-name = "nonoka serve"
+name = "azure"
 base_url = "{base_url}"
 env_key = "NONOKA_SERVE_KEY"
 wire_api = "responses"
@@ -49,9 +51,11 @@ enabled = false
 [otel]
 exporter = "none"
 """
-"""Codex's configuration (docs/serve.md, "Codex CLI"): the provider is nonoka serve;
-``web_search``, multi-agent and the other hosted tools are off, as nonoka serves
-function tools only; no update check, analytics or telemetry."""
+"""Codex's configuration (docs/serve.md, "Codex CLI"): the provider is nonoka serve,
+named ``azure`` because Codex asks the server to compact (remote compaction) only for
+a provider it takes for OpenAI's or Azure's; ``web_search``, subagents and the other
+hosted tools are off, as nonoka serves function tools only; no update check, analytics
+or telemetry."""
 
 UNREACHABLE = "http://127.0.0.1:9"
 """A proxy that refuses every connection: whatever Codex would send elsewhere than the
@@ -95,11 +99,19 @@ class Codex:
                 "HTTP_PROXY": UNREACHABLE, "ALL_PROXY": UNREACHABLE,
                 "NO_PROXY": "127.0.0.1,localhost", "RUST_LOG": "error"}
 
-    def exec(self, prompt: str, *args: str, timeout: float = 300) -> CodexRun:
-        """One ``codex exec`` (``args`` before the prompt: ``resume --last``...)."""
-        command = [str(self.binary), "exec", *args, "--skip-git-repo-check",
-                   "--sandbox", "danger-full-access", prompt]
+    def exec(self, prompt: str, *, resume: str | None = None,
+             timeout: float = 300) -> CodexRun:
+        """One ``codex exec`` of ``prompt``; ``resume``: the thread it goes on with."""
+        command = [str(self.binary), "exec", "--skip-git-repo-check",
+                   "--sandbox", "danger-full-access",
+                   *(("resume", resume) if resume is not None else ()), prompt]
         done = subprocess.run(command, cwd=self.workspace, env=self.env(),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout)
         return CodexRun(done.returncode, done.stdout, done.stderr)
+
+    def rollout(self) -> list[dict[str, Any]]:
+        """Codex's own record of its thread (``sessions/.../rollout-*.jsonl``): what it
+        kept of every answer, the compacted history included."""
+        [path] = sorted((self.home / "sessions").rglob("rollout-*.jsonl"))
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

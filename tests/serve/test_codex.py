@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
+from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
 from nonoka.state.messages import ToolCall
 from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer
 from tests.serve.codex_client import Codex, CodexRun
@@ -160,3 +162,62 @@ def test_a_codex_tool_loop_is_one_session_line(tmp_path: Path, project: Path,
     for response_id in made:
         status, _, _ = served.request("GET", f"/v1/responses/{response_id}")
         assert status == 404
+
+
+
+def texts(body: dict[str, Any]) -> list[str]:
+    """The user messages' texts of a request nonoka sent the model."""
+    return [part.get("text", "") for item in body["input"]
+            if item.get("type") == "message" and item.get("role") == "user"
+            for part in (item["content"] if isinstance(item["content"], list)
+                         else [{"text": item["content"]}])]
+
+
+def test_codex_compacts_through_nonoka_and_the_history_stays(
+        tmp_path: Path, project: Path, served: Served, script: Script,
+        upstream: ScriptedResponsesServer) -> None:
+    def summarise(body: dict[str, Any]) -> ResponsesReply:
+        assert texts(body)[-1] == COMPACT_PROMPT  # nonoka's compaction, the whole loop
+        assert "one" in outputs(body)["call_one"]
+        return ResponsesReply(output=["SUMMARY: echo one printed one."])
+
+    def after(body: dict[str, Any]) -> ResponsesReply:
+        assert SUMMARY_PREFIX + "SUMMARY: echo one printed one." in texts(body)
+        assert not outputs(body)  # the summary stands for the loop
+        return ResponsesReply(output=["Done after compaction."])
+
+    script.steps += [
+        # the usage Codex reads crosses model_auto_compact_token_limit: it compacts
+        ResponsesReply(output=[exec_call("call_one", "echo one")], input_tokens=5000),
+        summarise, after, ResponsesReply(output=["Still papaya-free."])]
+    codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
+                  compact_at=1000)
+    run = codex.exec("Run echo one.")
+    assert run.returncode == 0, run.stderr
+    assert "Done after compaction." in run.stdout
+    thread = thread_of(run)
+    again = codex.exec("Anything else?", resume=thread)
+    assert again.returncode == 0, again.stderr
+    assert "Still papaya-free." in again.stdout
+    assert upstream.rejections == [] and not script.steps
+    # exactly one compaction item came back, nonoka's, and Codex kept it
+    [compacted] = [r["payload"] for r in codex.rollout() if r["type"] == "compacted"]
+    [item] = [i for i in compacted["replacement_history"] if i.get("type") == "compaction"]
+    assert read_compaction(item) is not None
+    # nonoka keeps everything: the loop and its summary on the thread's line, and the
+    # line going on from the summary as a branch of it (where Codex's history parted)
+    lines = {line["id"]: line for line in exported(project)}
+    assert len(lines) == 2
+    [root] = [line for line in lines.values() if line["lineage"] is None]
+    [branch] = [line for line in lines.values() if line["lineage"] is not None]
+    for line in (root, branch):
+        assert line["index"]["metadata"]["host_session_id"] == f"codex:{thread}"
+    assert said(root["entries"])[1:] == [
+        ("user", "Run echo one."), ("calls", "call_one"), ("tool", "call_one"),
+        ("user", COMPACT_PROMPT), ("assistant", "SUMMARY: echo one printed one.")]
+    assert branch["lineage"]["forked_from"] == root["id"]
+    assert said(branch["entries"])[1:] == [
+        ("user", "Run echo one."),
+        ("user", SUMMARY_PREFIX + "SUMMARY: echo one printed one."),
+        ("assistant", "Done after compaction."),
+        ("user", "Anything else?"), ("assistant", "Still papaya-free.")]
