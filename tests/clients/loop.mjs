@@ -4,12 +4,14 @@
 //   node loop.mjs '{"baseURL": "http://127.0.0.1:8378/v1", "apiKey": "k",
 //                   "provider": "responses" | "chat" | "compatible",
 //                   "call": "generate" | "stream", "store": true | false | null,
-//                   "question": "...", "turns": 1}'
+//                   "question": "...", "turns": 1, "conversation": false}'
 //
 // With "turns" above 1 the question is asked again after each answer, continuing the
 // last answer's response by the provider's previousResponseId (the Responses API's
 // way to go on with a conversation). Prints one JSON line: each turn's answer, its
 // steps' tool calls, results, reasoning and finish reason, and their response ids.
+// With "conversation" a conversation is made first (POST /conversations) and every turn
+// runs in it (the provider's conversation option) instead.
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
@@ -36,10 +38,23 @@ const readNote = tool({
   execute: async ({ name }) => `note ${name}: ${name.toUpperCase()}-CONTENT`,
 });
 
+async function newConversation() {
+  const made = await fetch(`${options.baseURL}/conversations`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${options.apiKey}` },
+    body: "{}",
+  });
+  if (!made.ok) throw new Error(`POST /conversations: ${made.status} ${await made.text()}`);
+  return (await made.json()).id;
+}
+
+const conversation = options.conversation ? await newConversation() : null;
+
 function settings(previousResponseId) {
   const openai = {
     ...(options.store === null || options.store === undefined ? {} : { store: options.store }),
-    ...(previousResponseId ? { previousResponseId } : {}),
+    ...(previousResponseId && !conversation ? { previousResponseId } : {}),
+    ...(conversation ? { conversation } : {}),
   };
   return {
     model: model(),

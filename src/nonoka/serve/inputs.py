@@ -308,6 +308,20 @@ def repeats(history: Sequence[Message], stored: Sequence[MemoryEntry]) -> int:
     return count
 
 
+def resent(history: Sequence[Message], stored: Sequence[MemoryEntry]) -> int:
+    """How many of ``history``'s first messages a conversation's ``stored`` entries hold
+    since its last user message: that message, then its tool results in order (the
+    assistant entries between them are the conversation's items, which a client leaves
+    out). The AI SDK, given a ``conversation``, sends each step the turn's question and
+    its earlier results again before the new ones."""
+    asked = next((n for n in range(len(stored) - 1, -1, -1) if stored[n].role == "user"),
+                 None)
+    if asked is None:
+        return 0
+    held = [stored[asked], *(e for e in stored[asked + 1:] if e.role == "tool")]
+    return repeats(history, held)
+
+
 def plan(messages: list[Message], pending: Sequence[ToolCall]) -> tuple[list[Message], TurnInput]:
     """The history added before the turn, and the turn's input (see the module's
     docstring); ``pending``: the calls the previous response ended with."""

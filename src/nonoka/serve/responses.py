@@ -58,6 +58,7 @@ from nonoka.serve.inputs import (
     parse_create,
     plan,
     repeats,
+    resent,
     resolved,
 )
 from nonoka.serve.items import entry_items
@@ -258,6 +259,8 @@ class Responses:
             conversation = await self.conversations.find(given.conversation)
             held = await self.runner.load_session(conversation.session_id)
             pending = held.memory.dangling_tool_calls()[1] if held is not None else []
+            stored = held.memory.entries if held is not None and pending else ()
+            messages = messages[resent(messages, stored):]  # the turn's, sent again
         seed, turn_input = plan(messages, pending)
         passes = self.passes.take(previous.point.session_id if previous is not None
                                   and given.store else None)
