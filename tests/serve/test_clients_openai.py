@@ -97,6 +97,8 @@ def test_chat_completions_resending_the_history(client: OpenAI, project: Path,
         assert choice.finish_reason == "tool_calls"
         [called] = choice.message.tool_calls or []
         assert called.type == "function"
+        assert (choice.message.model_extra or {})["reasoning_content"] == \
+            f"thinking about note {len(history) // 2}"
         history += [choice.message.model_dump(exclude_none=True),
                     {"role": "tool", "tool_call_id": called.id,
                      "content": note(json.loads(called.function.arguments)["name"])}]

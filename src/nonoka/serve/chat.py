@@ -14,7 +14,9 @@ id never decides alone against a history that disagrees. Without one, the conver
 is found by its content (the key of its first user message).
 
 The client runs its own tools: they are the turn's host tools, and a turn that calls
-them ends with ``tool_calls``; the next request brings their results.
+them ends with ``tool_calls``; the next request brings their results. Reasoning the
+model streams reaches the client as ``reasoning_content`` (DeepSeek's field, which
+OpenAI-compatible clients read); what the provider needs back stays in the session.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from nonoka.protocol.models import (
     ErrorEvent,
     Finish,
     HostToolSpec,
+    ProtocolSpec,
+    ReasoningDeltaEvent,
     SessionInit,
     TextDelta,
     ToolCallEvent,
@@ -89,7 +93,8 @@ def parse_chat(body: Any, headers: Mapping[str, str], project: Path, spec: str
     stream = body.get("stream") is True
     options = body.get("stream_options")
     include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
-    request = ChatRequest(messages=messages, tools=_tools(body.get("tools")), cwd=str(project),
+    request = ChatRequest(protocol=ProtocolSpec(features=["reasoning"]), messages=messages,
+                          tools=_tools(body.get("tools")), cwd=str(project),
                           model=spec, host_session_id=session_signal(headers, body),
                           conversation_key=conversation_key(messages),
                           options=_options(body), request_id=secrets.token_hex(8))
@@ -232,6 +237,7 @@ class _Answer:
         self.created = int(time.time())
         self.session_id: str | None = None
         self.text: list[str] = []
+        self.reasoning: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.failure: Failure | None = None
         self.finish: Finish | None = None
@@ -245,6 +251,9 @@ class _Answer:
         elif isinstance(event, TextDelta):
             self.text.append(event.text)
             self._chunk({"content": event.text})
+        elif isinstance(event, ReasoningDeltaEvent):
+            self.reasoning.append(event.text)
+            self._chunk({"reasoning_content": event.text})
         elif isinstance(event, ToolCallEvent):
             call = {"id": event.tool_call_id, "type": "function",
                     "function": {"name": event.tool_name, "arguments": event.arguments}}
@@ -305,6 +314,8 @@ class _Answer:
             raise failure_error(self.failure)
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None,
                                    "refusal": None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
         if self.calls:
             message["tool_calls"] = self.calls
         elif message["content"] is None:
