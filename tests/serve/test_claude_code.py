@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nonoka.serve.claude_code import is_compaction
 from nonoka.state.messages import ToolCall
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import SessionRecord
@@ -91,7 +95,7 @@ def nonoka_project(tmp_path: Path) -> Path:
 def records(project: Path) -> list[SessionRecord]:
     async def read() -> list[SessionRecord]:
         async with open_project_stores(project) as stores:
-            return await stores.index.list_sessions(limit=100)
+            return await stores.index.list_sessions(limit=100, purpose=None)
     return asyncio.run(read())
 
 
@@ -188,3 +192,83 @@ def test_a_tool_loop_with_thinking_directly_and_through_nonoka(
     assert [(r.purpose, r.host_session_id) for r in rows] == [
         ("chat", f"claude-code:{session}")]
     assert rows[0].turn_count >= 1
+
+
+SUMMARY = "We talked about fruit: papaya, then kiwi."
+
+
+class FruitModel:
+    """Notes what it is told; answers a compaction with an analysis and a summary."""
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        said = texts(body["messages"][-1])
+        if is_compaction(body):
+            return AnthropicReply(text=f"<analysis>\nFruit.\n</analysis>\n\n<summary>\n"
+                                       f"{SUMMARY}\n</summary>")
+        return AnthropicReply(text=f"Noted: {said.splitlines()[-1]}")
+
+
+def nonoka_cli(project: Path, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "nonoka", *args, "--dir", str(project)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NONOKA_DATABASE_URL": ""})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_continue_resume_fork_and_compact_keep_one_line(
+        claude_code: ClaudeCode, nonoka_project: Path) -> None:
+    with strict_endpoint(FruitModel()) as upstream:
+        served = Nonoka(nonoka_project, upstream)
+        try:
+            def run(prompt: str, *args: str) -> str:
+                result = claude_code.run(served.base_url, prompt, *args, key=CLIENT_KEY)
+                assert result["subtype"] == "success", result
+                return str(result["session_id"])
+
+            line = run("Remember papaya.")
+            assert run("And kiwi.", "--continue") == line
+            fork = run("Branch: mango.", "--resume", line, "--fork-session")
+            assert fork != line
+            assert run("/compact", "--resume", line) == line
+            assert run("After the compaction.", "--resume", line) == line
+            assert run("Once more.", "--resume", line) == line
+        finally:
+            errors = served.stop()
+        assert "Traceback" not in errors, errors
+        assert not upstream.rejections and not upstream.failures, upstream.failures
+        sent = upstream.requests
+
+    rows = {r.session_id: r for r in records(nonoka_project)}
+    chats = [r for r in rows.values() if r.purpose == "chat"]
+    main = next(r for r in chats if r.host_session_id == f"claude-code:{line}")
+    branch = next(r for r in chats if r.host_session_id == f"claude-code:{fork}")
+    assert len(chats) == 2
+    assert branch.metadata["forked_from"] == main.session_id
+    assert branch.metadata["fork_reason"] == "host_fork"
+    # the compaction ran in a session of its own, naming the line's
+    compactions = [r for r in rows.values() if r.purpose == "compaction"]
+    assert [r.metadata.get("compaction_of") for r in compactions] == [main.session_id]
+    # the line: papaya, kiwi, then after the compaction two more turns, in place
+    assert main.turn_count == 4
+    shown = json.loads(nonoka_cli(nonoka_project, "sessions", "show", main.session_id,
+                                  "--json", "--entries"))
+    edits = [e["data"].get("reason") for e in shown["events"]
+             if e["kind"] == "history_edited"]
+    assert edits == ["history_compacted"]
+    said = [e["text"] for e in shown["entries"] if e["role"] == "user"]
+    assert any(t.startswith("Summary:\n" + SUMMARY) for t in said)
+    assert not any("Remember papaya." in t for t in said)  # replaced by the summary
+    tree = nonoka_cli(nonoka_project, "sessions", "list", "--tree")
+    lines = [t for t in tree.splitlines() if t.strip()]
+    assert len(lines) == 2 and lines[0].startswith(main.session_id[:8])
+    assert lines[1].lstrip("└─ ").startswith(branch.session_id[:8])
+
+    # what Anthropic was sent after the compaction: Claude Code's text, the summary
+    # a block of its own
+    after = next(b for b in sent if "After the compaction." in json.dumps(b["messages"]))
+    first = after["messages"][0]["content"]
+    joined = "".join(b["text"] for b in first)
+    assert "Summary:\n" + SUMMARY + "\n\nIf you need specific details" in joined
+    assert {"type": "text", "text": "Summary:\n" + SUMMARY} in without_marks(first)
+    assert all(m["role"] != "system" for m in after["messages"])

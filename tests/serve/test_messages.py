@@ -386,3 +386,109 @@ def test_another_serving_model_is_refused_for_now(project: Path,
     error = json.loads(raw)["error"]
     assert error["type"] == "invalid_request_error" and "anthropic:" in error["message"]
     assert records(project) == []
+
+
+def test_a_failed_tool_call_reaches_anthropic_as_is_error(
+        claude: Anthropic, anthropic_script: list[Any], upstream: ScriptedAnthropicServer,
+        project: Path) -> None:
+    from nonoka.testing import call
+
+    anthropic_script += [
+        AnthropicReply(tool_calls=call("get_weather", {"city": "Oslo"}).tool_calls),
+        AnthropicReply(text="The weather service failed."),
+        AnthropicReply(text="Still failed.")]
+    history: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}]
+    answer = claude.messages.create(model="claude-x", max_tokens=256, tools=[WEATHER],
+                                    messages=history)
+    use = next(b for b in answer.content if b.type == "tool_use")
+    history += [{"role": "assistant",
+                 "content": [b.model_dump(exclude_none=True) for b in answer.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                              "content": "timeout", "is_error": True}]}]
+    claude.messages.create(model="claude-x", max_tokens=256, tools=[WEATHER],
+                           messages=history)  # the result of the session's pending call
+    result = upstream.requests[1]["messages"][-1]["content"][0]
+    assert result["is_error"] is True and result["content"] == "timeout"
+    # the same history as a new conversation (another session id): seeded, not a result
+    claude.messages.create(model="claude-x", max_tokens=256, tools=[WEATHER],
+                           messages=[*history, {"role": "assistant", "content": "Failed."},
+                                     {"role": "user", "content": "Try again?"}],
+                           extra_headers={"x-claude-code-session-id": "other-session"})
+    seeded = [b for m in upstream.requests[2]["messages"] if isinstance(m["content"], list)
+              for b in m["content"] if b["type"] == "tool_result"]
+    assert [b.get("is_error") for b in seeded] == [True]
+    assert not upstream.rejections
+
+
+def test_stop_sequence_and_pause_turn_are_carried(
+        claude: Anthropic, anthropic_script: list[Any], served: Served) -> None:
+    anthropic_script += [
+        AnthropicReply(text="one, two", stop_reason="stop_sequence", stop_sequence="three"),
+        AnthropicReply(text="one, two", stop_reason="stop_sequence", stop_sequence="three"),
+        AnthropicReply(text="Searching...", stop_reason="pause_turn")]
+    ask: Any = {"model": "claude-x", "max_tokens": 64, "stop_sequences": ["three"],
+                "messages": [{"role": "user", "content": "Count."}]}
+    whole = claude.messages.create(**ask)
+    assert (whole.stop_reason, whole.stop_sequence) == ("stop_sequence", "three")
+    events = sse(served.port, "/v1/messages", {**ask, "stream": True},
+                 {"anthropic-version": "2023-06-01", "x-api-key": "client-key",
+                  "x-claude-code-session-id": "streamed"})
+    delta = next(e for e in events if e["type"] == "message_delta")["delta"]
+    assert delta == {"stop_reason": "stop_sequence", "stop_sequence": "three"}
+    paused = claude.messages.create(model="claude-x", max_tokens=64,
+                                    messages=[{"role": "user", "content": "Search."}])
+    assert (paused.stop_reason, paused.stop_sequence) == ("pause_turn", None)
+
+
+def test_claude_codes_side_requests_are_not_sessions_of_its_line(
+        served: Served, anthropic_script: list[Any], upstream: ScriptedAnthropicServer,
+        project: Path) -> None:
+    anthropic_script += [AnthropicReply(text="Noted."), AnthropicReply(text="Fruit talk"),
+                         AnthropicReply(text="Noted again.")]
+    session = "44444444-dddd-4ddd-8ddd-444444444444"
+    headers = {"anthropic-version": "2023-06-01", "x-api-key": "client-key",
+               "user-agent": "claude-cli/2.1.332 (external, sdk-cli)",
+               "x-claude-code-session-id": session}
+    history: list[Any] = [{"role": "user", "content": "Remember papaya."}]
+    main = {"model": "claude-x", "max_tokens": 64, "tools": [WEATHER]}
+    assert served.request("POST", "/v1/messages", {**main, "messages": history},
+                          headers)[0] == 200
+    status, _, raw = served.request("POST", "/v1/messages", {
+        "model": "claude-haiku-4-5", "max_tokens": 64,
+        "system": "Generate a title for this conversation.",
+        "messages": [{"role": "user", "content": "Remember papaya."}]}, headers)
+    assert status == 200 and json.loads(raw)["content"][0]["text"] == "Fruit talk"
+    history += [{"role": "assistant", "content": "Noted."},
+                {"role": "user", "content": "And kiwi."}]
+    assert served.request("POST", "/v1/messages", {**main, "messages": history},
+                          headers)[0] == 200
+    rows = records(project)
+    assert [(r.purpose, r.host_session_id, r.turn_count) for r in rows] == [
+        ("chat", f"claude-code:{session}", 2)]
+    every = asyncio.run(_every_record(project))
+    assert sorted(r.purpose for r in every) == ["chat", "title"]
+    assert not upstream.rejections
+
+
+async def _every_record(project: Path) -> list[SessionRecord]:
+    async with open_project_stores(project) as stores:
+        return await stores.index.list_sessions(limit=100, purpose=None)
+
+
+def test_claude_codes_compaction_texts() -> None:
+    from nonoka.serve.claude_code import continued_parts, shown_summary
+
+    answer = "<analysis>\nthinking\n</analysis>\n\n<summary>\n1. Asked: papaya.\n\n\n" \
+             "2. Left: none.\n</summary>"
+    assert shown_summary(answer) == "Summary:\n1. Asked: papaya.\n\n2. Left: none."
+    assert shown_summary("No tags, the whole answer. ") == "No tags, the whole answer."
+    opened = ("This session is being continued from a previous conversation that ran out "
+              "of context. The summary below covers the earlier portion of the "
+              "conversation.\n\n<system-reminder>\n<tools-used-before-summary>Bash"
+              "</tools-used-before-summary>\n</system-reminder>\n")
+    note = "\n\nIf you need specific details from before compaction, read ...\n"
+    text = opened + "Summary:\n1. Asked: papaya." + note
+    assert continued_parts(text) == [opened, "Summary:\n1. Asked: papaya.", note]
+    assert continued_parts("Remember papaya.") is None
+    plain = opened.split("<system-reminder>")[0] + "Summary:\nx"
+    assert continued_parts(plain) == [plain[:-len("Summary:\nx")], "Summary:\nx", ""]

@@ -107,8 +107,15 @@ def _results_for_pending(base: Sequence[MemoryEntry], seed: Sequence[Message],
         elif call_id in answered:
             continue
         results.append(ToolResult(tool_call_id=call_id, content=message.content,
-                                  parts=message.parts))
+                                  parts=message.parts, is_error=_failed(message)))
     return results
+
+
+def _failed(message: Message) -> bool:
+    """A tool message the host marked as a failed call (Anthropic's ``is_error``, which
+    its provider metadata carries)."""
+    sent = (message.provider_metadata or {}).get("anthropic") or {}
+    return sent.get("is_error") is True
 
 
 def _prompt(tail: Sequence[Message]) -> str | Message | None:

@@ -270,12 +270,15 @@ def _compacted_offset(stored: Sequence[MemoryEntry], positions: list[int], skeys
 
 
 def _host_compaction(hosted: list[Message], summaries: Collection[str]) -> int | None:
-    """The index after the last assistant message that carries a known summary."""
+    """The index after the last message that carries a known summary: an assistant
+    message (OpenCode's), or a user message (Claude Code opens the conversation after a
+    compaction with the summary in the user's words; ``nonoka.serve.claude_code``)."""
     if not summaries:
         return None
     for index in range(len(hosted) - 1, -1, -1):
         message = hosted[index]
-        if message.role == "assistant" and content_digest(message.content) in summaries:
+        if message.role in ("assistant", "user") and \
+                content_digest(message.content) in summaries:
             return index + 1
     return None
 

@@ -305,6 +305,7 @@ class _Stream:
     blocks: dict[int, _Block] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
     stop_reason: str | None = None
+    stop_sequence: str | None = None
     model: str = ""
     stopped: bool = False
     delivered: bool = False
@@ -328,6 +329,8 @@ class _Stream:
         elif kind == "message_delta":
             delta = event.get("delta") or {}
             self.stop_reason = delta.get("stop_reason") or self.stop_reason
+            if isinstance(delta.get("stop_sequence"), str):
+                self.stop_sequence = delta["stop_sequence"]
             self._usage(event.get("usage"))
         elif kind == "message_stop":
             self.stopped = True
@@ -405,7 +408,19 @@ class _Stream:
                              usage=_usage(self.usage, price, check),
                              finish_reason=STOP_REASONS.get(reason, reason),
                              model=self.model or model, reasoning=reasoning,
-                             warnings=check.warnings(endpoint))
+                             warnings=check.warnings(endpoint),
+                             provider_metadata=self._stopped_by(reason))
+
+    def _stopped_by(self, reason: str) -> dict[str, Any] | None:
+        """Anthropic's own stop reason, where the finish reason loses it (the stop
+        sequence matched, a paused turn): kept with the answer, and what ``nonoka serve``
+        tells a Messages API client."""
+        if reason in ("end_turn", "tool_use", "max_tokens"):
+            return None
+        stopped: dict[str, Any] = {"stop_reason": reason}
+        if self.stop_sequence is not None:
+            stopped["stop_sequence"] = self.stop_sequence
+        return {PROVIDER: stopped}
 
 
 def _index(event: dict[str, Any], blocks: dict[int, _Block], *, start: bool = True) -> int:

@@ -238,7 +238,8 @@ def _tool_result(call_id: str, content: str, meta: Mapping[str, Any]) -> Block:
                              if (b := _part_block(p)) is not None]
     elif content:
         result["content"] = content
-    if meta.get("is_error"):
+    sent = (meta.get("provider_metadata") or {}).get("anthropic") or {}
+    if meta.get("is_error") or sent.get("is_error") is True:  # a host's own, as it sent it
         result["is_error"] = True
     return _block(result)
 

@@ -40,10 +40,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from nonoka.bridge.choose import remember_summary
 from nonoka.bridge.handler import BridgeHandler
 from nonoka.bridge.reuse import BridgeReuse
 from nonoka.errors import Failure
-from nonoka.protocol.frames import conversation_key
+from nonoka.protocol.frames import Purpose, conversation_key
 from nonoka.protocol.models import (
     AssistantMetadata,
     BaseEvent,
@@ -60,11 +61,18 @@ from nonoka.protocol.models import (
 )
 from nonoka.redact import redact_text
 from nonoka.serve.chat import SIGNAL_LENGTH, owned, session_signal
+from nonoka.serve.claude_code import (
+    continued_parts,
+    is_compaction,
+    is_side_request,
+    shown_summary,
+)
 from nonoka.serve.errors import ApiError, failure_error
 from nonoka.serve.keys import current_owner
 from nonoka.serve.model import Models
 from nonoka.state.messages import FilePart, Message, ReasoningPart, TextPart, ToolCall
 from nonoka.store.reuse import StoreReuse
+from nonoka.turn.service import TurnService
 
 CLAUDE_SESSION_HEADER = "x-claude-code-session-id"
 """The header Claude Code names its session with."""
@@ -193,8 +201,14 @@ def parse_messages(body: Any, headers: Mapping[str, str], project: Path, spec: s
     messages = system_messages(body.get("system"))
     for n, raw in enumerate(given):
         messages.extend(_messages_of(raw, f"messages.{n}"))
-    named = claude_session(headers, body) or session_signal(headers, body)
+    claude = claude_session(headers, body)
+    named = claude or session_signal(headers, body)
+    purpose = Purpose.CHAT
+    if claude is not None:  # Claude Code's own requests (nonoka.serve.claude_code)
+        purpose = (Purpose.COMPACTION if is_compaction(body) else
+                   Purpose.TITLE if is_side_request(body, headers) else Purpose.CHAT)
     return ChatRequest(protocol=ProtocolSpec(features=["reasoning", "host_retries"]),
+                       purpose=purpose,
                        messages=messages, tools=_tools(body.get("tools")), cwd=str(project),
                        model=spec, host_session_id=named,
                        conversation_key=conversation_key(messages),
@@ -227,26 +241,32 @@ def _messages_of(raw: Any, param: str) -> list[Message]:
     if raw["role"] == "assistant":
         return [_assistant(blocks, param)]
     found: list[Message] = []
-    parts: list[TextPart | FilePart] = []
+    groups: list[list[TextPart | FilePart]] = [[]]
     for n, block in enumerate(blocks):
         at = f"{param}.content.{n}"
         if not isinstance(block, dict):
             raise invalid(f"{at}: a content block must be an object")
         if block.get("type") == "tool_result":
             found.append(_tool_result(block, at))
-        else:
-            part = _part(block, at)
-            if part is not None:
-                parts.append(part)
-    if parts:
-        texts = [p.text for p in parts if isinstance(p, TextPart)]
-        only_text = len(parts) == 1 and isinstance(parts[0], TextPart)
-        found.append(Message(role="user", content="\n".join(texts),
-                             parts=None if only_text else parts))
+            continue
+        part = _part(block, at)
+        pieces = continued_parts(part.text) if isinstance(part, TextPart) else None
+        if pieces is None:
+            groups[-1].append(part)
+        else:  # the summary a message of its own (nonoka.serve.claude_code)
+            head, summary, rest = pieces
+            groups[-1].append(TextPart(text=head))
+            groups += [[TextPart(text=summary)], [TextPart(text=rest)] if rest else []]
+    for parts in groups:
+        if parts:
+            texts = [p.text for p in parts if isinstance(p, TextPart)]
+            only_text = len(parts) == 1 and isinstance(parts[0], TextPart)
+            found.append(Message(role="user", content="\n".join(texts),
+                                 parts=None if only_text else parts))
     return found
 
 
-def _part(block: dict[str, Any], at: str) -> TextPart | FilePart | None:
+def _part(block: dict[str, Any], at: str) -> TextPart | FilePart:
     kind = block.get("type")
     if kind == "text":
         return TextPart(text=str(block.get("text", "")))
@@ -284,13 +304,13 @@ def _tool_result(block: dict[str, Any], at: str) -> Message:
         for n, inner in enumerate(content):
             if not isinstance(inner, dict):
                 raise invalid(f"{at}.content.{n}: a content block must be an object")
-            part = _part(inner, f"{at}.content.{n}")
-            if part is not None:
-                parts.append(part)
+            parts.append(_part(inner, f"{at}.content.{n}"))
     text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
     has_files = any(isinstance(p, FilePart) for p in parts)
+    failed = block.get("is_error") is True  # sent on as Anthropic's is_error
     return Message(role="tool", content=text, tool_call_id=call_id,
-                   parts=parts if has_files else None)
+                   parts=parts if has_files else None,
+                   provider_metadata={PROVIDER: {"is_error": True}} if failed else None)
 
 
 def _assistant(blocks: list[Any], param: str) -> Message:
@@ -385,12 +405,41 @@ class Messages:
         spec = self.models.pick(f"{PROVIDER}:{asked}" if isinstance(asked, str) and asked
                                 and ":" not in asked else None)
         request = owned(parse_messages(body, headers, self.project, spec), current_owner())
+        if request.purpose == Purpose.COMPACTION:
+            request = await self._compacting(request)
         answer = _Answer(str(body["model"]), emit, opened)
         reuse = BridgeReuse()
         reuse.store = self.reuse
         handler = BridgeHandler(request, answer.on_event, reuse=reuse)
         await handler.handle()
+        if request.purpose == Purpose.COMPACTION and request.session_id and \
+                answer.failure is None:
+            await self._remember(request.session_id, answer.text())
         return answer.result()
+
+    async def _compacting(self, request: ChatRequest) -> ChatRequest:
+        """A Claude Code compaction names the session its line holds now (the latest),
+        as OpenCode's does; a line nonoka has not stored yet has nothing to compact."""
+        service = TurnService.open(self.project, reuse=self.reuse)
+        try:
+            line = await service.host_sessions(request.host_session_id or "")
+        finally:
+            await service.close()
+        if not line:
+            return request.model_copy(update={"purpose": Purpose.CHAT})
+        return request.model_copy(update={"session_id": line[0]})
+
+    async def _remember(self, session_id: str, answer: str) -> None:
+        """The summary as Claude Code will show it, recorded with the line's session, so
+        the turn that opens with it edits that session in place."""
+        summary = shown_summary(answer)
+        if not summary:
+            return
+        service = TurnService.open(self.project, reuse=self.reuse)
+        try:
+            await remember_summary(service.index, session_id, summary)
+        finally:
+            await service.close()
 
 
 class _Answer:
@@ -411,6 +460,8 @@ class _Answer:
         self.finish: Finish | None = None
         self.started = False
         self.open_text: int | None = None
+        self.stopped: dict[str, Any] = {}
+        """Anthropic's stop reason as the adapter kept it, when the finish loses it."""
 
     def on_event(self, event: BaseEvent) -> None:
         if isinstance(event, SessionInit):
@@ -426,6 +477,9 @@ class _Answer:
         elif isinstance(event, ToolCallEvent):
             self._after_thinking(("tool", event))
         elif isinstance(event, AssistantMetadata):
+            stopped = (event.provider_metadata or {}).get(PROVIDER)
+            if isinstance(stopped, dict) and isinstance(stopped.get("stop_reason"), str):
+                self.stopped = stopped  # stop_sequence (and which), pause_turn, refusal
             self._thinking_done(event.reasoning)
         elif isinstance(event, ErrorEvent):
             provider = event.details.get("provider")
@@ -538,7 +592,8 @@ class _Answer:
         self._start()
         usage = self.usage()
         self.emit({"type": "message_delta",
-                   "delta": {"stop_reason": self.stop_reason(), "stop_sequence": None},
+                   "delta": {"stop_reason": self.stop_reason(),
+                             "stop_sequence": self.stop_sequence()},
                    "usage": usage})
         self.emit({"type": "message_stop"})
 
@@ -546,7 +601,14 @@ class _Answer:
         reason = self.finish.finish_reason if self.finish is not None else "stop"
         if any(b["type"] == "tool_use" for b in self.content):
             return "tool_use"
+        if self.stopped:
+            return str(self.stopped["stop_reason"])
         return {"limit": "max_tokens", "length": "max_tokens"}.get(str(reason), "end_turn")
+
+    def stop_sequence(self) -> str | None:
+        sequence = self.stopped.get("stop_sequence")
+        return sequence if isinstance(sequence, str) and \
+            self.stop_reason() == "stop_sequence" else None
 
     def usage(self) -> dict[str, Any]:
         totals = self.finish.usage if self.finish is not None else None
@@ -560,7 +622,12 @@ class _Answer:
 
     def _message(self, content: list[dict[str, Any]], stop: str | None) -> dict[str, Any]:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model,
-                "content": content, "stop_reason": stop, "stop_sequence": None}
+                "content": content, "stop_reason": stop,
+                "stop_sequence": self.stop_sequence() if stop else None}
+
+    def text(self) -> str:
+        """The answer's text blocks, joined."""
+        return "".join(b["text"] for b in self.content if b["type"] == "text")
 
     def result(self) -> dict[str, Any]:
         if self.failure is not None and not self.started:

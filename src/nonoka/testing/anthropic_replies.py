@@ -65,6 +65,8 @@ class AnthropicReply:
     thinking: Sequence[Thinking] = ()
     tool_calls: Sequence[ToolCall] = ()
     stop_reason: str | None = None
+    stop_sequence: str | None = None
+    """The stop sequence the answer ended at (with ``stop_reason="stop_sequence"``)."""
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
@@ -181,7 +183,8 @@ def message(reply: AnthropicReply, model: str, number: int,
             counted: CacheUsage) -> dict[str, Any]:
     """The ``message`` object the API returns when not streaming."""
     return {"id": message_id(number), "type": "message", "role": "assistant", "model": model,
-            "content": reply.content(), "stop_reason": reply.stop, "stop_sequence": None,
+            "content": reply.content(), "stop_reason": reply.stop,
+            "stop_sequence": reply.stop_sequence,
             "usage": usage(reply, counted)}
 
 
@@ -203,7 +206,8 @@ def events(reply: AnthropicReply, model: str, number: int, counted: CacheUsage,
     if "output_tokens_details" in full:
         delta_usage["output_tokens_details"] = full["output_tokens_details"]
     yield "message_delta", {"type": "message_delta",
-                            "delta": {"stop_reason": reply.stop, "stop_sequence": None},
+                            "delta": {"stop_reason": reply.stop,
+                                      "stop_sequence": reply.stop_sequence},
                             "usage": delta_usage}
     yield "message_stop", {"type": "message_stop"}
 
