@@ -1,10 +1,10 @@
 """The 3-step tool loop every real client runs against ``nonoka serve``: the upstream
 model asks for ``read_note`` three times (``alpha``, ``beta``, ``gamma``), thinking
-before each call, then answers with the three results it was sent. The upstream is the
-scripted Chat Completions endpoint in its ``reasoning_back`` strict mode, so a loop
-whose reasoning does not go back with its tool calls is refused as a thinking model's
-endpoint refuses it. What the client got, what nonoka stored and what the upstream
-received are each checked here."""
+before each call and saying what it does, then answers with the three results it was
+sent. The upstream is the scripted Chat Completions endpoint in its ``reasoning_back``
+strict mode, so a loop whose reasoning does not go back with its tool calls is refused
+as a thinking model's endpoint refuses it. What the client got, what nonoka stored and
+what the upstream received are each checked here."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ FINAL = "FINAL " + " | ".join(note(name) for name in NOTES)
 """The model's answer once the three results came back."""
 
 
+def saying(name: str) -> str:
+    """What the model says with its call to read note ``name``."""
+    return f"Reading {name}."
+
+
 def call_id(step: int) -> str:
     return f"call_loop_{step}"
 
@@ -55,7 +60,7 @@ def loop_step(body: dict[str, Any]) -> Step:
         return Reply(text="FINAL " + " | ".join(results))
     earlier = sum(1 for m in messages[:asked] if m.get("role") == "tool")
     arguments = json.dumps({"name": NOTES[done]})
-    return Reply(reasoning=f"thinking about note {earlier + done}",
+    return Reply(text=saying(NOTES[done]), reasoning=f"thinking about note {earlier + done}",
                  tool_calls=(ToolCall(id=call_id(earlier + done), name="read_note",
                                       arguments=arguments),))
 
@@ -79,7 +84,7 @@ def expected_messages(first: list[dict[str, Any]] | None = None, upto: int = len
         for step in range(upto if each == turn else len(NOTES)):
             n = each * len(NOTES) + step
             messages += [
-                {"role": "assistant", "content": None,
+                {"role": "assistant", "content": saying(NOTES[step]),
                  "reasoning_content": f"thinking about note {n}",
                  "tool_calls": [{"id": call_id(n), "type": "function", "function": {
                      "name": "read_note", "arguments": json.dumps({"name": NOTES[step]})}}]},
@@ -130,7 +135,8 @@ def stored_lines(project: Path) -> list[list[tuple[str, str]]]:
 def _entry(role: str, content: str, metadata: dict[str, Any]) -> tuple[str, str]:
     calls = metadata.get("tool_calls") or []
     if calls:
-        return role, ";".join(f"{c['id']} {c['name']} {c['arguments']}" for c in calls)
+        called = ";".join(f"{c['id']} {c['name']} {c['arguments']}" for c in calls)
+        return role, f"{content} {called}" if content else called
     if metadata.get("tool_call_id"):
         return role, f"{metadata['tool_call_id']} -> {content}"
     return role, content
@@ -145,7 +151,8 @@ def expected_line(first: list[tuple[str, str]] | None = None,
         line.append(("user", QUESTION))
         for step, name in enumerate(NOTES):
             n = turn * len(NOTES) + step
-            line += [("assistant", f"{call_id(n)} read_note {json.dumps({'name': name})}"),
+            line += [("assistant", f"{saying(name)} {call_id(n)} read_note "
+                                   f"{json.dumps({'name': name})}"),
                      ("tool", f"{call_id(n)} -> {note(name)}")]
         line.append(("assistant", FINAL))
     return line

@@ -81,7 +81,8 @@ def test_responses_inside_a_conversation(client: OpenAI, project: Path,
     assert_one_line(project)
     items = client.conversations.items.list(conversation.id, order="asc").data
     assert [item.type for item in items] == [
-        "message", *["reasoning", "function_call", "function_call_output"] * len(NOTES),
+        "message",
+        *["reasoning", "message", "function_call", "function_call_output"] * len(NOTES),
         "message"]
     assert items[-1].id == response.output[-1].id
 
@@ -128,8 +129,10 @@ def test_a_turn_resent_with_the_conversations_first_id(client: OpenAI, project: 
     asked = client.responses.create(model="m", input=QUESTION, tools=TOOLS,
                                     previous_response_id=answered.id)
     [called] = [item for item in asked.output if item.type == "function_call"]
+    [said] = [item for item in asked.output if item.type == "message"]
     resent: list[Any] = [
         {"type": "message", "role": "user", "content": QUESTION},
+        {"type": "item_reference", "id": said.id},
         {"type": "function_call", "call_id": called.call_id, "name": called.name,
          "arguments": json.dumps(json.loads(called.arguments), separators=(",", ":"))}]
     step = client.responses.create(model="m", tools=TOOLS, previous_response_id=answered.id,
