@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import pytest
 from openai import OpenAI
 from openai.types.responses import Response
 
@@ -45,16 +46,30 @@ def summaries(response: Response) -> list[str]:
             for part in item.summary]
 
 
+def respond(client: OpenAI, stream: bool, **asked: Any) -> Response:
+    """A response, whole or streamed (then the response its last event carries, checked
+    against the output items the stream announced)."""
+    if not stream:
+        return cast(Response, client.responses.create(model="m", tools=TOOLS, **asked))
+    with client.responses.stream(model="m", tools=TOOLS, **asked) as events:
+        done = [e.item.model_dump()["id"] for e in events
+                if e.type == "response.output_item.done"]
+        final = events.get_final_response()
+    assert done == [item.model_dump()["id"] for item in final.output]
+    return final
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_responses_chained_by_previous_response_id(client: OpenAI, project: Path,
-                                                   server: ScriptedOpenAIServer) -> None:
-    response = client.responses.create(model="m", input=QUESTION, tools=TOOLS)
+                                                   server: ScriptedOpenAIServer,
+                                                   stream: bool) -> None:
+    response = respond(client, stream, input=QUESTION)
     ids = [response.id]
     for step in range(len(NOTES)):
         assert summaries(response) == [f"thinking about note {step}"]
         outputs = outputs_for(response)
         assert len(outputs) == 1, response.output
-        response = client.responses.create(model="m", input=outputs, tools=TOOLS,
-                                           previous_response_id=response.id)
+        response = respond(client, stream, input=outputs, previous_response_id=response.id)
         assert response.previous_response_id == ids[-1]
         ids.append(response.id)
     assert response.status == "completed" and response.output_text == FINAL
