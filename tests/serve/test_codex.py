@@ -221,3 +221,113 @@ def test_codex_compacts_through_nonoka_and_the_history_stays(
         ("user", SUMMARY_PREFIX + "SUMMARY: echo one printed one."),
         ("assistant", "Done after compaction."),
         ("user", "Anything else?"), ("assistant", "Still papaya-free.")]
+
+
+# -- Codex's requests, sent as Codex sends them ----------------------------------------------
+
+
+def codex_body(history: list[dict[str, Any]], thread: str | None = None,
+               store: bool = False) -> dict[str, Any]:
+    """A request the way Codex makes one: the whole history, ``store: false``, the
+    reasoning's encrypted content asked for, its thread as the cache key and in
+    ``client_metadata``."""
+    body: dict[str, Any] = {"model": "nonoka", "input": history, "store": store,
+                            "stream": True, "include": ["reasoning.encrypted_content"],
+                            "tools": [EXEC_TOOL], "tool_choice": "auto",
+                            "parallel_tool_calls": True, "reasoning": {"summary": "auto"}}
+    if thread is not None:
+        body["prompt_cache_key"] = thread
+        body["client_metadata"] = {"session_id": thread, "thread_id": thread}
+    return body
+
+
+EXEC_TOOL = {"type": "function", "name": "exec_command", "description": "Runs a command.",
+             "strict": False, "parameters": {"type": "object", "properties": {
+                 "cmd": {"type": "string"}}, "required": ["cmd"]}}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]}
+
+
+def answered(served: Served, body: dict[str, Any],
+             headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """The response a streamed request ended with."""
+    events = served.events(body, headers)
+    assert events[-1]["type"] == "response.completed", events[-1]
+    response: dict[str, Any] = events[-1]["response"]
+    return response
+
+
+def test_one_thread_one_line_two_threads_two(project: Path, served: Served,
+                                             script: Script) -> None:
+    script.steps += ["Hello from one.", "Again, one.", "Hello from two."]
+    history = [{"type": "message", "role": "developer",
+                "content": [{"type": "input_text", "text": "Be brief."}]}, user("Hi.")]
+    first = answered(served, codex_body(history, "thread-one"), {"session-id": "thread-one"})
+    # the next turn names its thread in client_metadata only: the same line
+    following = [*history, *first["output"], user("Again?")]
+    answered(served, codex_body(following, "thread-one"))
+    # the same words under another thread are a conversation of their own
+    answered(served, codex_body(history, "thread-two"), {"session-id": "thread-two"})
+    lines = {line["index"]["metadata"]["host_session_id"]: said(line["entries"])
+             for line in exported(project)}
+    assert lines == {
+        "codex:thread-one": [("user", "Hi."), ("assistant", "Hello from one."),
+                             ("user", "Again?"), ("assistant", "Again, one.")],
+        "codex:thread-two": [("user", "Hi."), ("assistant", "Hello from two.")]}
+
+
+def test_a_rewound_history_branches_the_line(project: Path, served: Served,
+                                             script: Script) -> None:
+    script.steps += ["Papaya.", "Mango.", "Kiwi."]
+    history = [user("A fruit?")]
+    first = answered(served, codex_body(history, "t"))
+    second = answered(served, codex_body([*history, *first["output"], user("Another?")], "t"))
+    assert second["output"][-1]["content"][0]["text"] == "Mango."
+    # the user goes back before "Another?" and asks something else
+    answered(served, codex_body([*history, *first["output"], user("A green one?")], "t"))
+    by_parent = {line["lineage"]["forked_from"] if line["lineage"] else None: line
+                 for line in exported(project)}
+    root, branch = by_parent[None], by_parent[next(k for k in by_parent if k)]
+    assert branch["lineage"]["forked_from"] == root["id"]
+    assert said(root["entries"]) == [("user", "A fruit?"), ("assistant", "Papaya."),
+                                     ("user", "Another?"), ("assistant", "Mango.")]
+    assert said(branch["entries"]) == [("user", "A fruit?"), ("assistant", "Papaya."),
+                                       ("user", "A green one?"), ("assistant", "Kiwi.")]
+
+
+def test_a_stored_whole_history_is_found_by_id(served: Served, script: Script) -> None:
+    script.steps += ["Stored."]
+    made = answered(served, codex_body([user("Keep this.")], "kept", store=True))
+    status, _, raw = served.request("GET", f"/v1/responses/{made['id']}")
+    assert status == 200 and json.loads(raw)["output"] == made["output"]
+
+
+def test_encrypted_reasoning_comes_back_where_no_line_holds_it(
+        tmp_path: Path, served: Served, script: Script,
+        upstream: ScriptedResponsesServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    script.steps += [
+        ResponsesReply(output=[ReasoningItem(summary=("List it.",)),
+                               exec_call("call_ls", "ls")]),
+        ResponsesReply(output=[ReasoningItem(), "Nothing there."])]
+    history = [user("What is here?")]
+    first = answered(served, codex_body(history, "moved"))
+    reasoning = [i for i in first["output"] if i["type"] == "reasoning"]
+    assert [i["encrypted_content"][:20] for i in reasoning] == ["nonoka.reasoning.v1."]
+    # the client goes on against another server (its own database): no line holds
+    # the loop, yet the model gets its encrypted reasoning back, from the client
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = Served(elsewhere, MODEL)
+    try:
+        then = [*history, *first["output"],
+                {"type": "function_call_output", "call_id": "call_ls", "output": ""}]
+        events = other.events(codex_body(then, "moved"))
+    finally:
+        other.stop()
+    assert events[-1]["type"] == "response.completed", events[-1]
+    assert upstream.rejections == []
+    sent_back = [i for i in upstream.requests[-1]["input"] if i.get("type") == "reasoning"]
+    assert len(sent_back) == 1 and sent_back[0]["encrypted_content"]

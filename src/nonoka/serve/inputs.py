@@ -25,6 +25,7 @@ from nonoka.llm.base import CallOptions
 from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
 from nonoka.serve.errors import invalid, not_available
 from nonoka.serve.items import content_of
+from nonoka.serve.reasoning import unsealed
 from nonoka.serve.record import ECHOED
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import Message, ReasoningPart, ToolCall, ToolResult
@@ -192,7 +193,8 @@ async def resolved(items: Sequence[Any], resolve: Resolver) -> list[tuple[dict[s
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "item_reference" or (kind == "reasoning" and item.get("id")
                                         and not item.get("summary")
-                                        and not item.get("content")):
+                                        and not item.get("content")
+                                        and not item.get("encrypted_content")):
             ident = item.get("id")
             if not isinstance(ident, str):
                 raise invalid("an item reference needs the item's id", f"{param}.id")
@@ -276,6 +278,10 @@ class _Answer:
             self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments
                                        if isinstance(arguments, str) else "{}"))
         elif kind == "reasoning":
+            parts = unsealed(item.get("encrypted_content"))
+            if parts is not None:  # nonoka's own: the provider's reasoning comes back
+                self.reasoning.extend(parts)
+                return
             summary = item.get("summary") or item.get("content") or []
             text = "".join(p.get("text", "") for p in summary if isinstance(p, dict))
             if text:

@@ -27,15 +27,19 @@ from nonoka.serve.ids import (
     FIRST_CALL,
     ResponsePoint,
 )
+from nonoka.serve.reasoning import sealed
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import FilePart, Part, TextPart, ToolCall
 
 
-def entry_items(entry: MemoryEntry, point: ResponsePoint, offset: int) -> list[dict[str, Any]]:
-    """The items of ``entry``, stored ``offset`` entries after ``point``'s start."""
+def entry_items(entry: MemoryEntry, point: ResponsePoint, offset: int,
+                sealed_reasoning: bool = False) -> list[dict[str, Any]]:
+    """The items of ``entry``, stored ``offset`` entries after ``point``'s start;
+    ``sealed_reasoning``: with the reasoning's ``encrypted_content``."""
     if entry.role == "assistant":
         return assistant_items(entry.content, entry.tool_calls, reasoning_text(entry),
-                               point, offset)
+                               point, offset, sealed=sealed(entry.reasoning)
+                               if sealed_reasoning and entry.reasoning else None)
     if entry.role == "tool":
         return [call_output_item(point.item_id("fco_", offset, ENTRY_OUTPUT),
                                  entry.tool_call_id or "", entry.content, entry.parts)]
@@ -50,12 +54,15 @@ def reasoning_text(entry: MemoryEntry) -> str:
 
 
 def assistant_items(text: str, calls: list[ToolCall], reasoning: str, point: ResponsePoint,
-                    offset: int, status: str = "completed") -> list[dict[str, Any]]:
+                    offset: int, status: str = "completed", sealed: str | None = None
+                    ) -> list[dict[str, Any]]:
     """An answer's items: its reasoning, its message (always, unless it only calls
-    tools), its function calls, in that order."""
+    tools), its function calls, in that order. ``sealed``: the reasoning's
+    ``encrypted_content`` (``nonoka.serve.reasoning``), given even without text."""
     items: list[dict[str, Any]] = []
-    if reasoning:
-        items.append(reasoning_item(point.item_id("rs_", offset, ENTRY_REASONING), reasoning))
+    if reasoning or sealed is not None:
+        items.append(reasoning_item(point.item_id("rs_", offset, ENTRY_REASONING),
+                                    reasoning or None, sealed))
     if text or not calls:
         items.append(message_item(point.item_id("msg_", offset, ENTRY_MESSAGE), text, status))
     items.extend(call_item(point.item_id("fc_", offset, FIRST_CALL + n), call)
@@ -75,9 +82,13 @@ def output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def reasoning_item(item_id: str, text: str | None) -> dict[str, Any]:
+def reasoning_item(item_id: str, text: str | None, sealed: str | None = None
+                   ) -> dict[str, Any]:
     summary = [] if text is None else [summary_text(text)]
-    return {"type": "reasoning", "id": item_id, "summary": summary}
+    item: dict[str, Any] = {"type": "reasoning", "id": item_id, "summary": summary}
+    if sealed is not None:
+        item["encrypted_content"] = sealed
+    return item
 
 
 def summary_text(text: str) -> dict[str, Any]:

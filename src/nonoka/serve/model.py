@@ -106,6 +106,9 @@ class Answering:
     """The answers made so far, stamped."""
     hidden: frozenset[int] = frozenset()
     """Entries left out of what the model is sent (a conversation's deleted items)."""
+    sealed_reasoning: bool = False
+    """Whether the client asked for its reasoning's ``encrypted_content``
+    (``nonoka.serve.reasoning``)."""
 
     @property
     def offset(self) -> int:

@@ -174,14 +174,17 @@ class Located:
         return [item for at in range(self.point.start, self.first)
                 for item in entry_items(self.entries[at], self.point, at - self.point.start)]
 
-    def output(self) -> list[dict[str, Any]]:
+    def output(self, sealed_reasoning: bool = False) -> list[dict[str, Any]]:
+        """The response's output items (``sealed_reasoning``: with the reasoning's
+        ``encrypted_content``, as the request's ``include`` asked)."""
         if self.left is not None:
             if not self.left.text:
                 return []
             item_id = self.point.item_id("msg_", self.end - self.point.start, ENTRY_MESSAGE)
             return [message_item(item_id, self.left.text, "incomplete")]
         return [item for at in range(self.first, self.end)
-                for item in entry_items(self.entries[at], self.point, at - self.point.start)]
+                for item in entry_items(self.entries[at], self.point, at - self.point.start,
+                                        sealed_reasoning)]
 
     def usage(self) -> dict[str, Any] | None:
         return None if self.left is not None else usage_of(self.entries[self.first:self.end])

@@ -14,10 +14,12 @@ response as the entries of a session.
 ``store: false`` with ``previous_response_id`` runs the turn in a memory store, seeded
 with the path it continues: nothing is written. Without one, the exchange is kept on its
 line like any other (nonoka's record of what the client did), but its response is not
-found by its id (``GET`` 404, as OpenAI answers for an unstored response). ``DELETE`` takes a response out of
-the API (``GET``, ``input_items`` and ``previous_response_id`` no longer find it; the
-session index row lists it under ``serve_deleted``); its entries stay in the session,
-which other responses may continue, until the session itself is deleted.
+found by its id (``GET`` 404, as OpenAI answers for an unstored response).
+
+``DELETE`` takes a response out of the API (``GET``, ``input_items`` and
+``previous_response_id`` no longer find it; the session index row lists it under
+``serve_deleted``); its entries stay in the session, which other responses may
+continue, until the session itself is deleted.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from nonoka.serve.journal import FINAL, Live, final_event, stored_events
 from nonoka.serve.keys import LOCAL, OWNER_KEY, current_owner, owner_of_record
 from nonoka.serve.lines import LineDecision, line_signal
 from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
+from nonoka.serve.reasoning import wants_sealed
 from nonoka.serve.record import (
     INCOMPLETE,
     RESPONSE_EVENT,
@@ -268,7 +271,7 @@ class Responses:
             model = self.models.resolve(spec, passes)
         except ConfigurationError as exc:
             raise invalid(str(exc), "model", code="model_not_found") from None
-        run = Answering(asked)
+        run = Answering(asked, sealed_reasoning=wants_sealed(body))
         if previous is not None and given.store and given.tools and \
                 previous.tools() == list(given.tools):
             run.tools_at = previous.tools_at()
@@ -521,7 +524,8 @@ class Responses:
         if run.point is not None and session is not None:
             located = locate(session.memory.entries, run.point)
         if located is not None:
-            made = self._resource(located, store=request.given.store)
+            made = self._resource(located, store=request.given.store,
+                                  sealed_reasoning=run.sealed_reasoning)
             if events is not None:
                 events.finished(made)
             return made
@@ -537,7 +541,8 @@ class Responses:
         return made
 
     @staticmethod
-    def _resource(located: Located, *, store: bool = True) -> dict[str, Any]:
+    def _resource(located: Located, *, store: bool = True,
+                  sealed_reasoning: bool = False) -> dict[str, Any]:
         left = located.left
         if left is not None:  # no answer stored: it failed, or its process died
             return resource(located.point.id, located.asked(), status=left.status,
@@ -548,7 +553,7 @@ class Responses:
         incomplete = INCOMPLETE.get(str(last.get("finish")))
         return resource(located.point.id, located.asked(),
                         status="incomplete" if incomplete else "completed",
-                        output=located.output(), usage=located.usage(),
+                        output=located.output(sealed_reasoning), usage=located.usage(),
                         completed_at=last.get("completed_at"), incomplete=incomplete,
                         store=store)
 

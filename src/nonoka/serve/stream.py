@@ -25,6 +25,7 @@ from nonoka.serve.items import (
     summary_text,
 )
 from nonoka.serve.model import Answering
+from nonoka.serve.reasoning import sealed
 from nonoka.state.messages import ToolCall
 
 Emit = Callable[[dict[str, Any]], None]
@@ -98,8 +99,9 @@ class ResponseEvents:
         assert run.point is not None
         answer = run.answers[-1]
         reasoning = "".join(part.text for part in answer.reasoning)
+        seal = sealed(answer.reasoning) if run.sealed_reasoning and answer.reasoning else None
         for item in assistant_items(answer.text, answer.tool_calls, reasoning, run.point,
-                                    run.offset):
+                                    run.offset, sealed=seal):
             kind = item["type"]
             opened = self._open.pop(kind, None)
             if kind == "function_call":
