@@ -1,7 +1,8 @@
 """OpenCode (``opencode run``) with a plain OpenAI-compatible provider
 (``@ai-sdk/openai-compatible`` in the project's ``opencode.json``, its ``baseURL`` a
 real ``nonoka serve``) runs a 3-step loop with its own ``read`` tool: the strict
-upstream asks it to read three files one by one, then answers with what they hold.
+upstream asks it to read three files one by one, then answers with what they hold;
+``--continue`` runs it again on the same session line.
 OpenCode runs offline in a project of its own (HOME and the XDG directories in the
 test's directory, updates, model lists, sharing and LSP downloads off), as in
 ``tests/e2e/test_opencode.py``."""
@@ -49,14 +50,16 @@ def read_loop(project: Path) -> Any:
     def step(body: dict[str, Any]) -> Step:
         if not body.get("tools"):
             return Reply(text="Reading notes")
-        results = [str(m.get("content")) for m in body["messages"] if m.get("role") == "tool"]
+        messages = body["messages"]
+        asked = max(n for n, m in enumerate(messages) if m.get("role") == "user")
+        results = [str(m.get("content")) for m in messages[asked:] if m.get("role") == "tool"]
         if len(results) >= len(NOTES):
             found = [m.group(0) for r in results for m in CONTENT.finditer(r)]
             return Reply(text="LOOP-DONE " + " ".join(found))
+        n = sum(1 for m in messages if m.get("role") == "tool")
         arguments = json.dumps({"filePath": str(note_file(project, NOTES[len(results)]))})
-        return Reply(reasoning=f"thinking about note {len(results)}",
-                     tool_calls=(ToolCall(id=call_id(len(results)), name="read",
-                                          arguments=arguments),))
+        return Reply(reasoning=f"thinking about note {n}",
+                     tool_calls=(ToolCall(id=call_id(n), name="read", arguments=arguments),))
     return step
 
 
@@ -107,6 +110,7 @@ def explain(done: subprocess.CompletedProcess[str], home: Path) -> str:
 
 def test_opencode_reads_three_files_through_nonoka_serve(
         served: Served, server: ScriptedOpenAIServer, project: Path, tmp_path: Path) -> None:
+    """Then ``opencode run --continue`` reads them again: the same line goes on."""
     binary = opencode()
     home = tmp_path / "home"
     home.mkdir()
@@ -116,34 +120,52 @@ def test_opencode_reads_three_files_through_nonoka_serve(
     (project / "opencode.json").write_text(json.dumps(opencode_config(served.url), indent=2),
                                            encoding="utf-8")
     subprocess.run(["git", "init", "-q", "."], cwd=project, check=True)
-    done = subprocess.run([binary, "run", "Read the three notes one by one."], cwd=project,
-                          env=offline_env(project, home), capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert done.returncode == 0, explain(done, home)
-    assert FINAL in done.stdout, explain(done, home)
+    questions = ("Read the three notes one by one.", "Read them again.")
+    for turn, args in enumerate((questions[:1], ("--continue", questions[1]))):
+        done = subprocess.run([binary, "run", *args], cwd=project,
+                              env=offline_env(project, home), capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert done.returncode == 0, explain(done, home)
+        assert FINAL in done.stdout, explain(done, home)
+        assert_upstream(server, turn + 1)
+        assert_line(project, questions[:turn + 1])
 
+
+def assert_upstream(server: ScriptedOpenAIServer, turns: int) -> None:
+    """Four chat requests a turn, none refused, each with every call so far (its
+    reasoning with it) and every result."""
     chat = [r for r in server.requests if r.get("tools")]
     assert server.rejections == [], [server.requests[i] for i in server.rejections]
-    assert len(chat) == len(NOTES) + 1, [r["messages"][-1] for r in chat]
-    for step, request in enumerate(chat):
+    assert len(chat) == (len(NOTES) + 1) * turns, [r["messages"][-1] for r in chat]
+    for n, request in enumerate(chat):
+        turn, step = divmod(n, len(NOTES) + 1)
+        made = turn * len(NOTES) + step
         calls = [m for m in request["messages"] if m.get("tool_calls")]
         assert [(m["tool_calls"][0]["id"], m["reasoning_content"]) for m in calls] == [
-            (call_id(n), f"thinking about note {n}") for n in range(step)]
+            (call_id(k), f"thinking about note {k}") for k in range(made)]
         results = [m for m in request["messages"] if m.get("role") == "tool"]
         assert [CONTENT.findall(m["content"]) for m in results] == [
-            [f"{name.upper()}-CONTENT"] for name in NOTES[:step]]
+            [f"{NOTES[k % len(NOTES)].upper()}-CONTENT"] for k in range(made)]
         assert "read" in [t["function"]["name"] for t in request["tools"]]
 
+
+def assert_line(project: Path, questions: tuple[str, ...]) -> None:
+    """One session line holds every turn: the question, each call and its result, the
+    answer; OpenCode's title is a session of its own."""
     lines = stored_lines(project)
     loops = [line for line in lines if any(role == "tool" for role, _ in line)]
-    assert len(loops) == 1 and len(lines) <= 2, lines  # the loop, and OpenCode's title
+    assert len(loops) == 1 and len(lines) <= 2, lines
     [line] = loops
-    assert [role for role, _ in line] == ["system", "user", *["assistant", "tool"] * len(NOTES),
-                                          "assistant"]
-    assert "Read the three notes one by one." in line[1][1]
-    for n, name in enumerate(NOTES):
-        assert line[2 + 2 * n][1] == f"{call_id(n)} read " + json.dumps(
-            {"filePath": str(note_file(project, name))})
-        assert line[3 + 2 * n][1].startswith(f"{call_id(n)} -> ")
-        assert CONTENT.findall(line[3 + 2 * n][1]) == [f"{name.upper()}-CONTENT"]
-    assert line[-1] == ("assistant", FINAL)
+    turn_roles = ["user", *["assistant", "tool"] * len(NOTES), "assistant"]
+    assert [role for role, _ in line] == ["system", *turn_roles * len(questions)]
+    for turn, question in enumerate(questions):
+        at = 1 + turn * len(turn_roles)
+        assert question in line[at][1]
+        for step, name in enumerate(NOTES):
+            n = turn * len(NOTES) + step
+            assert line[at + 1 + 2 * step][1] == f"{call_id(n)} read " + json.dumps(
+                {"filePath": str(note_file(project, name))})
+            result = line[at + 2 + 2 * step][1]
+            assert result.startswith(f"{call_id(n)} -> ")
+            assert CONTENT.findall(result) == [f"{name.upper()}-CONTENT"]
+        assert line[at + len(turn_roles) - 1] == ("assistant", FINAL)
