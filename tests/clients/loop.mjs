@@ -4,7 +4,8 @@
 //   node loop.mjs '{"baseURL": "http://127.0.0.1:8378/v1", "apiKey": "k",
 //                   "provider": "responses" | "chat" | "compatible",
 //                   "call": "generate" | "stream", "store": true | false | null,
-//                   "question": "...", "turns": 1, "conversation": false}'
+//                   "question": "...", "turns": 1, "conversation": false,
+//                   "system": "..." (optional)}'
 //
 // With "turns" above 1 the question is asked again after each answer, continuing the
 // last answer's response by the provider's previousResponseId (the Responses API's
@@ -62,6 +63,7 @@ function settings(previousResponseId) {
     stopWhen: stepCountIs(4),
     maxRetries: 0,
     prompt: options.question,
+    ...(options.system ? { system: options.system } : {}),
     ...(Object.keys(openai).length ? { providerOptions: { openai } } : {}),
   };
 }

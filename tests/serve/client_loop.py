@@ -73,13 +73,15 @@ def server() -> Iterator[ScriptedOpenAIServer]:
     assert not running.failures, running.failures
 
 
-def expected_messages(first: list[dict[str, Any]] | None = None, upto: int = len(NOTES),
-                      turn: int = 0) -> list[dict[str, Any]]:
+def expected_messages(upto: int = len(NOTES), turn: int = 0,
+                      system: str | None = None) -> list[dict[str, Any]]:
     """What the upstream must be sent at step ``upto`` of the loop's ``turn`` (0, 1...):
     each earlier turn (its question, calls with their reasoning, results and answer),
-    then this turn's question and its steps so far (after ``first``)."""
-    messages: list[dict[str, Any]] = [*(first or [])]
+    then this turn's question and its steps so far; each question after ``system``."""
+    messages: list[dict[str, Any]] = []
     for each in range(turn + 1):
+        if system is not None:
+            messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": QUESTION})
         for step in range(upto if each == turn else len(NOTES)):
             n = each * len(NOTES) + step
@@ -94,8 +96,8 @@ def expected_messages(first: list[dict[str, Any]] | None = None, upto: int = len
     return messages
 
 
-def assert_upstream_loop(server: ScriptedOpenAIServer,
-                         first: list[dict[str, Any]] | None = None, turns: int = 1) -> None:
+def assert_upstream_loop(server: ScriptedOpenAIServer, turns: int = 1,
+                         system: str | None = None) -> None:
     """The upstream got exactly four chat requests a turn, each the conversation so far,
     none refused."""
     chat = [r for r in server.requests if r.get("tools")]
@@ -103,7 +105,7 @@ def assert_upstream_loop(server: ScriptedOpenAIServer,
     assert len(chat) == (len(NOTES) + 1) * turns, [r["messages"][-1] for r in chat]
     for n, request in enumerate(chat):
         turn, step = divmod(n, len(NOTES) + 1)
-        assert request["messages"] == expected_messages(first, step, turn), (turn, step)
+        assert request["messages"] == expected_messages(step, turn, system), (turn, step)
         assert [t["function"]["name"] for t in request["tools"]] == ["read_note"]
 
 
@@ -142,12 +144,13 @@ def _entry(role: str, content: str, metadata: dict[str, Any]) -> tuple[str, str]
     return role, content
 
 
-def expected_line(first: list[tuple[str, str]] | None = None,
-                  turns: int = 1) -> list[tuple[str, str]]:
-    """The one session line finished loops leave: each turn's question, each call and
-    its result, the answer."""
-    line = [*(first or [])]
+def expected_line(turns: int = 1, system: str | None = None) -> list[tuple[str, str]]:
+    """The one session line finished loops leave: each turn's question (after
+    ``system``), each call and its result, the answer."""
+    line: list[tuple[str, str]] = []
     for turn in range(turns):
+        if system is not None:
+            line.append(("system", system))
         line.append(("user", QUESTION))
         for step, name in enumerate(NOTES):
             n = turn * len(NOTES) + step
@@ -158,6 +161,5 @@ def expected_line(first: list[tuple[str, str]] | None = None,
     return line
 
 
-def assert_one_line(project: Path, first: list[tuple[str, str]] | None = None,
-                    turns: int = 1) -> None:
-    assert stored_lines(project) == [expected_line(first, turns)]
+def assert_one_line(project: Path, turns: int = 1, system: str | None = None) -> None:
+    assert stored_lines(project) == [expected_line(turns, system)]

@@ -44,12 +44,13 @@ def node() -> str:
 
 
 def run_loop(served: Served, provider: str, call: str, store: bool | None = None,
-             turns: int = 1, conversation: bool = False) -> list[dict[str, Any]]:
+             turns: int = 1, conversation: bool = False,
+             system: str | None = None) -> list[dict[str, Any]]:
     """``loop.mjs`` against ``served``; its report of each turn. No vendor key nor base
     URL in its environment: the SDK reaches nothing but the server it is given."""
     options = {"baseURL": served.url, "apiKey": "client-key", "provider": provider,
                "call": call, "store": store, "question": QUESTION, "turns": turns,
-               "conversation": conversation}
+               "conversation": conversation, "system": system}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AI_"))}
     done = subprocess.run([node(), "loop.mjs", json.dumps(options)], cwd=CLIENTS, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
@@ -115,26 +116,30 @@ def test_responses_loop_unstored(served: Served, server: ScriptedOpenAIServer,
     assert_one_line(project)
 
 
-@pytest.mark.parametrize("call", ["generate", "stream"])
+@pytest.mark.parametrize(("call", "system"), [("generate", None), ("stream", "Be brief.")])
 def test_responses_next_turn_by_previous_response_id(
-        served: Served, server: ScriptedOpenAIServer, project: Path, call: str) -> None:
+        served: Served, server: ScriptedOpenAIServer, project: Path, call: str,
+        system: str | None) -> None:
     """The SDK's way to go on with a conversation: the next ``generateText`` gives the
     last answer's ``responseId`` as ``previousResponseId``, and each of its steps sends
     that same id with the turn's steps so far (without their reasoning). The steps the
-    line already holds are its own: the line goes on, the model gets the reasoning."""
-    reports = run_loop(served, "responses", call, turns=2)
+    line already holds are its own: the line goes on, the model gets the reasoning. A
+    ``system`` prompt comes again with each turn, as the SDK sends it."""
+    reports = run_loop(served, "responses", call, turns=2, system=system)
     assert_the_sdk_looped(reports)
-    assert_upstream_loop(server, turns=2)
-    assert_one_line(project, turns=2)
+    assert_upstream_loop(server, turns=2, system=system)
+    assert_one_line(project, turns=2, system=system)
 
 
-@pytest.mark.parametrize("call", ["generate", "stream"])
+@pytest.mark.parametrize(("call", "system"), [("generate", None), ("stream", "Be brief.")])
 def test_responses_loop_in_a_conversation(served: Served, server: ScriptedOpenAIServer,
-                                          project: Path, call: str) -> None:
+                                          project: Path, call: str,
+                                          system: str | None) -> None:
     """Given a ``conversation``, the SDK sends each step the turn's question and its
     earlier tool results again before the new result (the items it has ids for it leaves
-    out): those are the conversation's already, and the loop goes on in it, two turns."""
-    reports = run_loop(served, "responses", call, turns=2, conversation=True)
+    out), its system prompt first: those are the conversation's already, and the loop
+    goes on in it, two turns."""
+    reports = run_loop(served, "responses", call, turns=2, conversation=True, system=system)
     assert_the_sdk_looped(reports)
-    assert_upstream_loop(server, turns=2)
-    assert_one_line(project, turns=2)
+    assert_upstream_loop(server, turns=2, system=system)
+    assert_one_line(project, turns=2, system=system)

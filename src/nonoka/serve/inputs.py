@@ -316,15 +316,19 @@ def repeats(history: Sequence[Message], stored: Sequence[MemoryEntry]) -> int:
 
 def resent(history: Sequence[Message], stored: Sequence[MemoryEntry]) -> int:
     """How many of ``history``'s first messages a conversation's ``stored`` entries hold
-    since its last user message: that message, then its tool results in order (the
-    assistant entries between them are the conversation's items, which a client leaves
-    out). The AI SDK, given a ``conversation``, sends each step the turn's question and
-    its earlier results again before the new ones."""
+    since its last user message: the system messages right before it, that message,
+    then its tool results in order (the assistant entries between them are the
+    conversation's items, which a client leaves out). The AI SDK, given a
+    ``conversation``, sends each step the turn's system prompt, question and earlier
+    results again before the new ones."""
     asked = next((n for n in range(len(stored) - 1, -1, -1) if stored[n].role == "user"),
                  None)
     if asked is None:
         return 0
-    held = [stored[asked], *(e for e in stored[asked + 1:] if e.role == "tool")]
+    first = asked
+    while first > 0 and stored[first - 1].role == "system":
+        first -= 1
+    held = [*stored[first:asked + 1], *(e for e in stored[asked + 1:] if e.role == "tool")]
     return repeats(history, held)
 
 
