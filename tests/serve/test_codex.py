@@ -331,3 +331,19 @@ def test_encrypted_reasoning_comes_back_where_no_line_holds_it(
     assert upstream.rejections == []
     sent_back = [i for i in upstream.requests[-1]["input"] if i.get("type") == "reasoning"]
     assert len(sent_back) == 1 and sent_back[0]["encrypted_content"]
+
+
+def test_a_history_sent_again_gets_its_stored_answer(project: Path, served: Served,
+                                                     script: Script) -> None:
+    script.steps += [ResponsesReply(output=["One.", exec_call("call_1", "true")])]
+    body = codex_body([user("Hi.")], "again")
+    first = answered(served, body)
+    # the client lost the stream and sends the same history: the model is not asked
+    # twice, the answer is the stored one, streamed whole
+    events = served.events(body)
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"] == first["output"]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done == first["output"]
+    [line] = exported(project)
+    assert said(line["entries"]) == [("user", "Hi."), ("calls", "call_1")]

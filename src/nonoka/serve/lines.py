@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,9 @@ from nonoka.protocol.frames import conversation_key
 from nonoka.protocol.models import BaseEvent, ChatRequest
 from nonoka.runtime.session import Session
 from nonoka.serve.chat import owned, session_signal
+from nonoka.serve.ids import parse_response_id
+from nonoka.serve.record import Located, locate, stamp_of
+from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import Message
 from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.store.project import ProjectStores
@@ -53,6 +56,18 @@ def line_signal(headers: Mapping[str, str], body: Any) -> str | None:
     if not isinstance(body, dict):
         return None
     return session_signal(headers, body, client=(("codex", client_session(headers, body)),))
+
+
+def answered_before(entries: Sequence[MemoryEntry]) -> Located | None:
+    """The stored response that answered the history a request sends again (a client
+    retrying after losing the stream): the answers after the conversation's last user
+    or tool entry, when a response stamped them. Its answer is given again rather than
+    asked for twice."""
+    asked = max((n for n, e in enumerate(entries) if e.role in ("user", "tool")), default=-1)
+    stamp = stamp_of(entries[asked + 1]) if asked + 1 < len(entries) else None
+    point = parse_response_id(stamp["id"]) if stamp is not None else None
+    found = locate(entries, point) if point is not None else None
+    return found if found is not None and found.first == asked + 1 else None
 
 
 def _ignore(event: BaseEvent) -> None:

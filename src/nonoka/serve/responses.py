@@ -66,7 +66,7 @@ from nonoka.serve.inputs import (
 from nonoka.serve.items import entry_items
 from nonoka.serve.journal import FINAL, Live, final_event, stored_events
 from nonoka.serve.keys import LOCAL, OWNER_KEY, current_owner, owner_of_record
-from nonoka.serve.lines import LineDecision, line_signal
+from nonoka.serve.lines import LineDecision, answered_before, line_signal
 from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
 from nonoka.serve.reasoning import wants_sealed
 from nonoka.serve.record import (
@@ -523,6 +523,16 @@ class Responses:
         located = None
         if run.point is not None and session is not None:
             located = locate(session.memory.entries, run.point)
+        if located is None and request.line is not None and session is not None and \
+                outcome.failure is None:
+            earlier = answered_before(session.memory.entries)  # a retry: answered already
+            if earlier is not None and run.point is not None:
+                made = {**self._resource(earlier, store=request.given.store,
+                                         sealed_reasoning=run.sealed_reasoning),
+                        "id": run.point.id}
+                if events is not None:
+                    events.given(made)
+                return made
         if located is not None:
             made = self._resource(located, store=request.given.store,
                                   sealed_reasoning=run.sealed_reasoning)

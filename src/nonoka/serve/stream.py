@@ -190,6 +190,10 @@ class ResponseEvents:
         """A stored response's events, as its stream gave them (a client's retry of a
         request whose response is stored): ``first`` is its ``in_progress`` form."""
         self.started(first)
+        self.given(response)
+
+    def given(self, response: dict[str, Any]) -> None:
+        """``response``'s output items, each streamed whole, then its final event."""
         for item in response["output"]:
             if item["type"] == "function_call":
                 self._call(item)
