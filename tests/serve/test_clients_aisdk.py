@@ -2,9 +2,10 @@
 pinned in ``tests/clients``) runs its own 3-step tool loop (``tests/clients/loop.mjs``,
 ``generateText`` or ``streamText`` with ``stopWhen: stepCountIs(4)``) through a real
 ``nonoka serve``: over Chat Completions (``openai.chat``, ``createOpenAICompatible``) and
-over the Responses API (``openai(...)``, with ``store`` true and false). Each ends with
-the SDK holding the answer built from its tool results, one session line holding every
-step, and the strict upstream having been sent each step's conversation exactly."""
+over the Responses API (``openai(...)``, with ``store`` true and false, a next turn by
+``previousResponseId``, turns in a conversation). Each ends with the SDK holding the
+answer built from its tool results, one session line holding every step, and the strict
+upstream having been sent each step's conversation exactly."""
 
 from __future__ import annotations
 
@@ -96,9 +97,9 @@ def test_responses_loop_stored(served: Served, server: ScriptedOpenAIServer, pro
     """With ``store`` the SDK sends each step its whole history without
     ``previous_response_id`` (its reasoning as ``item_reference``s, its calls as items):
     each lands on the line it continues, whose stored reasoning goes back to the model."""
-    report = run_loop(served, "responses", call)
-    assert_the_sdk_looped(report)
-    assert [s["reasoning"] for s in report[0]["steps"][:3]] == [
+    reports = run_loop(served, "responses", call)
+    assert_the_sdk_looped(reports)
+    assert [s["reasoning"] for s in reports[0]["steps"][:3]] == [
         f"thinking about note {n}" for n in range(3)]
     assert_upstream_loop(server)
     assert_one_line(project)
@@ -110,8 +111,8 @@ def test_responses_loop_unstored(served: Served, server: ScriptedOpenAIServer,
     """With ``store: false`` the SDK drops the reasoning it was given (it has no
     ``encrypted_content``) and sends the rest of the history: the line it lands on still
     sends the model its reasoning."""
-    report = run_loop(served, "responses", call, store=False)
-    assert_the_sdk_looped(report)
+    reports = run_loop(served, "responses", call, store=False)
+    assert_the_sdk_looped(reports)
     assert_upstream_loop(server)
     assert_one_line(project)
 
