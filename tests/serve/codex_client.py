@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,9 +59,38 @@ a provider it takes for OpenAI's or Azure's; ``web_search``, subagents and the o
 hosted tools are off, as nonoka serves function tools only; no update check, analytics
 or telemetry."""
 
-UNREACHABLE = "http://127.0.0.1:9"
-"""A proxy that refuses every connection: whatever Codex would send elsewhere than the
-local server fails at once instead of leaving the machine."""
+
+
+class Outside:
+    """The proxy Codex is given for everything but the local server: it records what
+    each connection asks for (``CONNECT host:443``...) and refuses it, so nothing leaves
+    the machine and a test can see that nothing tried to."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, name="codex-outside",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return  # closed
+            with connection:
+                connection.settimeout(10)
+                try:
+                    first = connection.recv(4096).split(b"\r\n", 1)[0]
+                except OSError:
+                    first = b""
+                self.asked.append(first.decode("latin-1"))
+
+    def close(self) -> None:
+        self._socket.close()
+        self._thread.join(10)
 
 
 def codex_binary() -> Path:
@@ -80,9 +111,10 @@ class CodexRun:
 class Codex:
     """``codex exec`` in ``workspace``, its home in ``home``, pointed at ``base_url``."""
 
-    def __init__(self, home: Path, workspace: Path, base_url: str, *,
+    def __init__(self, home: Path, workspace: Path, base_url: str, outside: Outside, *,
                  window: int = 200000, compact_at: int = 150000) -> None:
         self.binary = codex_binary()
+        self.outside = outside
         self.home = home
         self.workspace = workspace
         home.mkdir(parents=True, exist_ok=True)
@@ -95,8 +127,8 @@ class Codex:
                 if not k.startswith(("OPENAI_", "CODEX_", "NONOKA_", "ANTHROPIC_"))
                 and k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
         return {**kept, "CODEX_HOME": str(self.home), "HOME": str(self.home),
-                "NONOKA_SERVE_KEY": "unused", "HTTPS_PROXY": UNREACHABLE,
-                "HTTP_PROXY": UNREACHABLE, "ALL_PROXY": UNREACHABLE,
+                "NONOKA_SERVE_KEY": "unused", "HTTPS_PROXY": self.outside.url,
+                "HTTP_PROXY": self.outside.url, "ALL_PROXY": self.outside.url,
                 "NO_PROXY": "127.0.0.1,localhost", "RUST_LOG": "error"}
 
     def exec(self, prompt: str, *, resume: str | None = None,

@@ -23,7 +23,7 @@ from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
 from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
 from nonoka.state.messages import ToolCall
 from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer
-from tests.serve.codex_client import Codex, CodexRun
+from tests.serve.codex_client import Codex, CodexRun, Outside
 from tests.serve.harness import Served
 
 MODEL = "openai-responses:scripted-model"
@@ -55,6 +55,17 @@ def upstream(script: Script) -> Iterator[ScriptedResponsesServer]:
     with ScriptedResponsesServer(script, strict=["openai_reasoning"]) as running:
         yield running
     assert not running.failures, running.failures
+
+
+@pytest.fixture
+def outside() -> Iterator[Outside]:
+    """Where Codex's connections to anything but the local server end (refused)."""
+    gate = Outside()
+    try:
+        yield gate
+    finally:
+        gate.close()
+    assert gate.asked == [], f"Codex tried to reach beyond the local server: {gate.asked}"
 
 
 @pytest.fixture
@@ -127,14 +138,15 @@ def said(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 def test_a_codex_tool_loop_is_one_session_line(tmp_path: Path, project: Path,
                                                served: Served, script: Script,
-                                               upstream: ScriptedResponsesServer) -> None:
+                                               upstream: ScriptedResponsesServer,
+                                               outside: Outside) -> None:
     script.steps += [
         ResponsesReply(output=[ReasoningItem(summary=("Write the file first.",)),
                                exec_call("call_write", "printf 'papaya\\n' > fruit.txt")]),
         ResponsesReply(output=[ReasoningItem(), exec_call("call_read", "cat fruit.txt")]),
         ResponsesReply(output=["The file says papaya."]),
     ]
-    codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url)
+    codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url, outside)
     run = codex.exec("Write papaya into fruit.txt, then read it back.")
     assert run.returncode == 0, run.stderr
     assert (codex.workspace / "fruit.txt").read_text() == "papaya\n"
@@ -175,7 +187,7 @@ def texts(body: dict[str, Any]) -> list[str]:
 
 def test_codex_compacts_through_nonoka_and_the_history_stays(
         tmp_path: Path, project: Path, served: Served, script: Script,
-        upstream: ScriptedResponsesServer) -> None:
+        upstream: ScriptedResponsesServer, outside: Outside) -> None:
     def summarise(body: dict[str, Any]) -> ResponsesReply:
         assert texts(body)[-1] == COMPACT_PROMPT  # nonoka's compaction, the whole loop
         assert "one" in outputs(body)["call_one"]
@@ -190,7 +202,7 @@ def test_codex_compacts_through_nonoka_and_the_history_stays(
         # the usage Codex reads crosses model_auto_compact_token_limit: it compacts
         ResponsesReply(output=[exec_call("call_one", "echo one")], input_tokens=5000),
         summarise, after, ResponsesReply(output=["Still papaya-free."])]
-    codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
+    codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url, outside,
                   compact_at=1000)
     run = codex.exec("Run echo one.")
     assert run.returncode == 0, run.stderr
