@@ -20,6 +20,7 @@ import pytest
 
 from nonoka.testing import text
 from nonoka.testing.server import DropConnection, Linger, ScriptedOpenAIServer
+from tests.pg import schema_url, temp_schema
 from tests.serve.conftest import MODEL, UPSTREAM_KEY
 from tests.serve.harness import ServeProcess, request
 
@@ -72,11 +73,11 @@ class Campaign:
     continuing from each verified response must send the model."""
 
     def __init__(self, project: Path, upstream: tuple[Upstream, ScriptedOpenAIServer],
-                 seed: int) -> None:
+                 seed: int, database_url: str) -> None:
         self.project = project
         self.model, self.server = upstream
         self.env = {"OPENAI_BASE_URL": self.server.base_url, "OPENAI_API_KEY": UPSTREAM_KEY,
-                    "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""}
+                    "NONOKA_DATABASE_URL": database_url, "NONOKA_MODEL": ""}
         self.rng = random.Random(seed)
         self.paths: dict[str, list[str]] = {}
         self.count = 0
@@ -176,9 +177,19 @@ class Campaign:
         assert "Traceback" not in self.process.stop()
 
 
-def run(project: Path, upstream: tuple[Upstream, ScriptedOpenAIServer], kills: int,
-        seed: int) -> None:
-    campaign = Campaign(project, upstream, seed)
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The project's SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield ""
+        return
+    with temp_schema() as schema:
+        yield schema_url(schema)
+
+
+def run(project: Path, upstream: tuple[Upstream, ScriptedOpenAIServer], database_url: str,
+        kills: int, seed: int) -> None:
+    campaign = Campaign(project, upstream, seed, database_url)
     try:
         for _ in range(kills):
             campaign.round()
@@ -188,11 +199,12 @@ def run(project: Path, upstream: tuple[Upstream, ScriptedOpenAIServer], kills: i
 
 
 def test_ten_kills_leave_every_seen_response_found_finished_and_continuable(
-        project: Path, upstream: tuple[Upstream, ScriptedOpenAIServer]) -> None:
-    run(project, upstream, 10, seed=1206)
+        project: Path, upstream: tuple[Upstream, ScriptedOpenAIServer],
+        database_url: str) -> None:
+    run(project, upstream, database_url, 10, seed=3)
 
 
 @pytest.mark.slow
-def test_three_hundred_kills(project: Path,
-                             upstream: tuple[Upstream, ScriptedOpenAIServer]) -> None:
-    run(project, upstream, 300, seed=300)
+def test_three_hundred_kills(project: Path, upstream: tuple[Upstream, ScriptedOpenAIServer],
+                             database_url: str) -> None:
+    run(project, upstream, database_url, 300, seed=300)

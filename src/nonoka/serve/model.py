@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,9 @@ class Answering:
     """The answers made so far, stamped."""
     hidden: frozenset[int] = frozenset()
     """Entries left out of what the model is sent (a conversation's deleted items)."""
+    announce: Callable[[], None] = lambda: None
+    """Tells the client the response exists (``response.created``): called when the
+    model is first asked, which is after the turn's input is stored."""
     sealed_reasoning: bool = False
     """Whether the client asked for its reasoning's ``encrypted_content``
     (``nonoka.serve.reasoning``)."""
@@ -131,6 +134,7 @@ class StampedModel:
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *,
                        on_text: TextSink | None = None) -> ModelResponse:
         """A call that is not the response's answer (a compaction's summary)."""
+        self.run.announce()
         return await self.model.complete(messages, tools, on_text=on_text)
 
     async def complete_with(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
@@ -138,6 +142,7 @@ class StampedModel:
                             on_reasoning: ReasoningSink | None = None,
                             options: CallOptions | None = None) -> ModelResponse:
         run = self.run
+        run.announce()
         run.entry = len(messages)
         sent = _instructed(_without(messages, run.hidden), run.asked.instructions)
         model = self.model

@@ -456,6 +456,7 @@ class Responses:
                 answered = len(run.answers)
                 events.answered()
             elif isinstance(event, ToolCallFinished):
+                run.announce()  # a tool result, stored before the model is asked
                 events.tool_output(event.call, event.content)
 
         logged: dict[str, Any] = {"source": "serve /v1/responses",
@@ -470,7 +471,11 @@ class Responses:
             term = outcome.result.termination if outcome.result is not None else None
             await service.finish(outcome.finish_reason, *(
                 (term.limit, term.detail) if term is not None and term.limit else ()))
+            run.announce()
             return self._made(request, outcome)
+        except Exception:
+            run.announce()  # the stream, once begun, ends with the error
+            raise
         finally:
             making = self.running.pop(run.point.id, None) if run.point is not None else None
             if run.point is not None:
@@ -498,8 +503,14 @@ class Responses:
                 self.background[run.point.id] = task
             self._remember(request.retry, run.point.id, logged)
         await service.journal.log(RESPONSE_EVENT, logged)
-        if request.events is not None:
-            request.events.started(first)
+        events = request.events
+        if events is not None:
+            def announce() -> None:
+                """The client learns the id only once the turn's input is stored: a
+                server killed before then leaves nothing the client was told of."""
+                if not events.sequence:
+                    events.started(first)
+            run.announce = announce
 
     def _remember(self, retry: Retry | None, response_id: str,
                   logged: dict[str, Any]) -> None:
