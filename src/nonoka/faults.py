@@ -51,6 +51,7 @@ POINTS = (
     "event.append.before",     # an event-log entry is about to be appended
     "event.append.after",      # ... and was committed
     "bridge.send",             # the bridge wrote an event line to the provider
+    "bridge.idle",             # a request is answered and its stores given back or closed
 )
 """Every point the code reaches; ``tests/faults`` checks the list against a trace."""
 

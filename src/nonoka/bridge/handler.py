@@ -171,8 +171,8 @@ class BridgeHandler:
                                    self.request.protocol.features or ()))
             if self._early is not None:
                 self._early.offer(model)
-            turn = self._turn = TurnService.open(
-                cwd, title=_title(self.request), metadata=self._metadata(cwd),
+            turn = self._turn = await TurnService.open_kept(
+                cwd, reuse.kept, title=_title(self.request), metadata=self._metadata(cwd),
                 reuse=reuse.store, passes=reuse.passes)
         except Exception as exc:  # the process must answer, whatever went wrong
             await self._fail(failure_of(exc))

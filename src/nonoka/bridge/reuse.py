@@ -7,8 +7,9 @@ there: the request lines (``RequestLines``: the last line's decoded and validate
 messages), the comparison of the host's history with the stored one
 (``HostComparison``), the runtime's passes over the conversation
 (``ConversationPasses``: tool-call pairing, token count, the model request's wire
-text), what the store keeps (``StoreReuse``: decoded rows, snapshot texts) and the
-next-call template's digest state (``nonoka.bridge.next_call``).
+text), what the store keeps (``StoreReuse``: decoded rows, snapshot texts), the
+next-call template's digest state (``nonoka.bridge.next_call``) and the project's open
+database (``KeptStores``, while it is still the file on disk).
 
 ``nonoka.bridge.server.main`` creates one per process and hands it to every request;
 a request handled without one computes everything from scratch, with the same result.
@@ -23,13 +24,14 @@ from typing import Any
 from nonoka.bridge.reconcile import HostComparison
 from nonoka.protocol.frames import RequestLines
 from nonoka.state.prefix_memo import ConversationPasses, PrefixMemo
+from nonoka.store.kept import KeptStores
 from nonoka.store.reuse import StoreReuse
 
 
 class BridgeReuse:
     """Everything one bridge process keeps between the requests it serves."""
 
-    __slots__ = ("comparison", "lines", "passes", "store", "template")
+    __slots__ = ("comparison", "kept", "lines", "passes", "store", "template")
 
     def __init__(self, lines: RequestLines | None = None) -> None:
         self.lines = lines if lines is not None else RequestLines()
@@ -39,3 +41,5 @@ class BridgeReuse:
         self.store = StoreReuse()
         self.template: PrefixMemo[tuple[str, Any, bool, int]] = PrefixMemo()
         """The next-call template's conversation digest state."""
+        self.kept = KeptStores()
+        """The project's stores, open between requests (closed when the process leaves)."""

@@ -5,9 +5,10 @@ start-up time: the first line is read and checked, and ``protocol_ack`` is writt
 nothing but ``json`` imported; only then are pydantic, the runtime and the store loaded.
 The process then serves further requests one after another as they come: the OpenCode
 provider keeps it warm for the next step of the same host session
-(docs/architecture.md, "Warm bridges"). Every request opens the project's stores, loads
-its session under the lease and closes the stores when it is answered; nothing of a
-request is kept only here, so the process may be killed between two requests.
+(docs/architecture.md, "Warm bridges"): each request is dispatched early as the first
+one is, takes the project's stores kept open since the last one (``KeptStores``, checked
+against the file on disk) and loads its session under the lease; nothing of a request is
+kept only here, so the process may be killed between two requests.
 
 End of input after a request does not cancel it: the request finishes, then the process
 exits 0. ``cancel``, SIGTERM and SIGINT stop the running request; the runtime saves the
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 
-from nonoka import __version__
+from nonoka import __version__, faults
 from nonoka.protocol import frames
 from nonoka.protocol.frames import DEFAULT_MAX_FRAME_BYTES, RequestType
 from nonoka.signals import Interrupted, StopSignals
@@ -190,6 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _dispatch_early(request: dict[str, object]) -> Dispatched | None:
+    """A warm bridge's next request goes out as a fresh process's first one does
+    (``nonoka.bridge.early``): the model works while the runtime loads the session."""
+    from nonoka.bridge import early
+
+    return early.dispatch(request)
+
+
 def stopped_code(signals: StopSignals, stream: BinaryIO) -> int:
     """The exit code of a bridge that served no request: 0 at the end of its input, or
     stopped by a signal with nothing waiting to be read; ``128 + signal`` (130, 143), said
@@ -289,6 +298,7 @@ class _Server:
         request: Checked | None = first
         while request is not None:
             await self._handle(request)  # acknowledged: answered even when stopping
+            faults.point("bridge.idle")
             if self.stopping:
                 break
             # Serve on until the next request, end of input or a signal: a bad line in
@@ -299,6 +309,8 @@ class _Server:
             if self.queued and not self.stopping:
                 request = self.queued.pop(0)
                 _acknowledge(request[1], self.out)
+                self.early = _dispatch_early(request[1])
+        await self.reuse.kept.close()  # every request is answered: nobody waits for this
         return 0
 
     def _start_pump(self) -> None:

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nonoka.errors import ConfigurationError, ModelNotConfiguredError, WorkspaceError
-from nonoka.store.project import ProjectStores, database_url_from_env, open_project_stores
+from nonoka.store.project import (
+    ProjectStores,
+    database_target,
+    database_url_from_env,
+    open_project_stores,
+)
 
 if TYPE_CHECKING:
     from nonoka.llm.base import ChatModel
@@ -34,6 +39,12 @@ def open_stores(project: Path, reuse: StoreReuse | None = None) -> ProjectStores
             f"cannot create {project / '.nonoka'}: {exc.strerror or exc}; make the workspace "
             "writable for this user, or point NONOKA_DATABASE_URL at a writable place",
         ) from None
+
+
+def project_database(project: Path) -> str:
+    """Which database ``open_stores`` opens for ``project``: ``engine:target``."""
+    engine, target = database_target(project, database_url_from_env())
+    return f"{engine}:{target}"
 
 
 def described(project: Path, spec: str) -> KnownModel | None:

@@ -33,13 +33,14 @@ from nonoka.state.ledger import RuntimeLimits
 from nonoka.state.messages import Message, ToolResult
 from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.store.base import RevisionReader
+from nonoka.store.kept import KeptStores
 from nonoka.store.next_calls import NextCallStore
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import EventRecord, HostSessions, SessionIndex
 from nonoka.store.reuse import StoreReuse
 from nonoka.turn.journal import LOGGED_TEXT, Journal
 from nonoka.turn.outcome import FINISH_CANCELLED, FINISH_ERROR, TurnOutcome, finish_reason_of
-from nonoka.turn.project import open_stores
+from nonoka.turn.project import open_stores, project_database
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,8 @@ class TurnService:
         """``passes``: where the passes over a conversation stopped last, when the
         process keeps them between turns (``nonoka.state.prefix_memo``)."""
         self.stores = stores
+        self._kept: tuple[KeptStores, str] | None = None
+        """Where ``close`` gives the stores back, and under which key (``open_kept``)."""
         self.runner = Runner(stores.checkpoints, passes=passes)
         self.journal = Journal(stores, title=title, metadata=metadata)
         """The index row and the timeline; ``title`` and ``metadata`` go into a new row."""
@@ -132,6 +135,19 @@ class TurnService:
         ``reuse`` and ``passes``: what the process keeps between turns, if it does."""
         return cls(open_stores(project, reuse), title=title, metadata=metadata,
                    passes=passes)
+
+    @classmethod
+    async def open_kept(cls, project: Path, kept: KeptStores, *, title: str = "",
+                        metadata: Mapping[str, Any] | None = None,
+                        reuse: StoreReuse | None = None,
+                        passes: ConversationPasses | None = None) -> TurnService:
+        """``open``, taking the project's stores from ``kept`` while they are still
+        current (``nonoka.store.kept``); ``close`` gives them back instead of closing."""
+        key = project_database(project)
+        stores = await kept.take(key, lambda: open_stores(project, reuse))
+        service = cls(stores, title=title, metadata=metadata, passes=passes)
+        service._kept = (kept, key)
+        return service
 
     # -- the seam: what a front end reads of the project to choose a session -------------
 
@@ -264,7 +280,11 @@ class TurnService:
         recovers, so it must not turn into a second answer.
         """
         try:
-            await self.stores.close()
+            if self._kept is not None:
+                kept, key = self._kept
+                await kept.give_back(key, self.stores)
+            else:
+                await self.stores.close()
         except Exception as exc:
             print(f"nonoka: closing the project database failed: {exc}", file=sys.stderr)
 
