@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from nonoka.store.kept import KeptStores
@@ -12,7 +13,8 @@ from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 
 
-def _opener(project: Path, opened: list[ProjectStores], url: str | None = None):  # type: ignore[no-untyped-def]
+def _opener(project: Path, opened: list[ProjectStores],
+            url: str | None = None) -> Callable[[], ProjectStores]:
     def open_stores() -> ProjectStores:
         stores = open_project_stores(project, url)
         opened.append(stores)
@@ -27,7 +29,7 @@ def _closed(stores: ProjectStores) -> bool:
 
 
 async def test_the_same_file_is_not_opened_again(tmp_path: Path) -> None:
-    kept, opened = KeptStores(), []
+    kept, opened = KeptStores(), list[ProjectStores]()
     first = await kept.take("db", _opener(tmp_path, opened))
     await kept.give_back("db", first)
     second = await kept.take("db", _opener(tmp_path, opened))
@@ -39,7 +41,7 @@ async def test_the_same_file_is_not_opened_again(tmp_path: Path) -> None:
 
 
 async def test_a_database_removed_or_replaced_meanwhile_is_opened_anew(tmp_path: Path) -> None:
-    kept, opened = KeptStores(), []
+    kept, opened = KeptStores(), list[ProjectStores]()
     db = tmp_path / ".nonoka" / "sessions.db"
     first = await kept.take("db", _opener(tmp_path, opened))
     await kept.give_back("db", first)
@@ -59,7 +61,7 @@ async def test_a_database_removed_or_replaced_meanwhile_is_opened_anew(tmp_path:
 
 async def test_a_schema_changed_by_another_process_goes_through_the_opening_checks(
         tmp_path: Path) -> None:
-    kept, opened = KeptStores(), []
+    kept, opened = KeptStores(), list[ProjectStores]()
     first = await kept.take("db", _opener(tmp_path, opened))
     await kept.give_back("db", first)
     other = sqlite3.connect(tmp_path / ".nonoka" / "sessions.db")
@@ -73,7 +75,7 @@ async def test_a_schema_changed_by_another_process_goes_through_the_opening_chec
 
 
 async def test_another_key_closes_what_was_kept(tmp_path: Path) -> None:
-    kept, opened = KeptStores(), []
+    kept, opened = KeptStores(), list[ProjectStores]()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     first = await kept.take("a", _opener(tmp_path / "a", opened))
@@ -86,7 +88,7 @@ async def test_another_key_closes_what_was_kept(tmp_path: Path) -> None:
 
 
 async def test_stores_that_are_not_a_writable_file_are_closed_not_kept(tmp_path: Path) -> None:
-    kept, opened = KeptStores(), []
+    kept, opened = KeptStores(), list[ProjectStores]()
     memory = await kept.take("memory", _opener(tmp_path, opened, "memory:"))
     await kept.give_back("memory", memory)  # nothing kept: a new memory store each time
     again = await kept.take("memory", _opener(tmp_path, opened, "memory:"))
