@@ -21,8 +21,9 @@ from nonoka.serve.claude_code import is_compaction
 from nonoka.state.messages import ToolCall
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import SessionRecord
-from nonoka.testing.anthropic_replies import AnthropicReply, Thinking
+from nonoka.testing.anthropic_replies import AnthropicReply, Thinking, error_body
 from nonoka.testing.server import ScriptedAnthropicServer
+from nonoka.testing.steps import HttpError
 from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.serve.harness import ServeProcess
 
@@ -272,3 +273,98 @@ def test_continue_resume_fork_and_compact_keep_one_line(
     assert "Summary:\n" + SUMMARY + "\n\nIf you need specific details" in joined
     assert {"type": "text", "text": "Summary:\n" + SUMMARY} in without_marks(first)
     assert all(m["role"] != "system" for m in after["messages"])
+
+
+SUBTASK = "Count the fruit in notes.txt."
+
+
+class DelegatingModel:
+    """The main loop hands the work to a subagent (Agent); the subagent answers; the
+    main loop answers once the subagent's result is back."""
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        messages = body["messages"]
+        if texts(messages[0]).rstrip().endswith(SUBTASK):
+            return AnthropicReply(text="The subagent counted 2 fruit.")
+        if tool_results(messages[-1]) or "2 fruit" in json.dumps(messages[-1]):
+            return AnthropicReply(text="Done delegating.")
+        return AnthropicReply(tool_calls=(ToolCall(
+            id=f"toolu_agent_{len(messages)}", name="Agent", arguments=json.dumps({
+                "description": "Count fruit", "prompt": SUBTASK,
+                "subagent_type": "general-purpose"})),))
+
+
+def test_a_subagent_is_a_line_under_its_parents(claude_code: ClaudeCode,
+                                               nonoka_project: Path) -> None:
+    with strict_endpoint(DelegatingModel()) as upstream:
+        served = Nonoka(nonoka_project, upstream)
+        try:
+            result = claude_code.run(served.base_url, "Delegate the counting.",
+                                     "--allowedTools", "Agent", key=CLIENT_KEY)
+        finally:
+            errors = served.stop()
+        assert "Traceback" not in errors, errors
+        assert not upstream.rejections and not upstream.failures, upstream.failures
+        agents = {h.get("x-claude-code-agent-id") for h in upstream.headers} - {None}
+    assert result["subtype"] == "success", result
+    assert len(agents) == 1  # the subagent's requests name it, through nonoka too
+    session = result["session_id"]
+    rows = {r.host_session_id: r for r in records(nonoka_project)}
+    parent = rows[f"claude-code:{session}"]
+    child = rows[f"claude-code:{session}/agent:{agents.pop()}"]
+    assert set(rows) == {parent.host_session_id, child.host_session_id}
+    assert child.metadata["host_parent_session_id"] == f"claude-code:{session}"
+    assert "forked_from" not in child.metadata  # a link for reading: nothing is shared
+    shown = json.loads(nonoka_cli(nonoka_project, "sessions", "show", child.session_id,
+                                  "--json"))
+    assert shown["lineage"]["parent_line"] == parent.session_id
+    lines = nonoka_cli(nonoka_project, "sessions", "list", "--tree").splitlines()
+    at = next(i for i, t in enumerate(lines) if child.session_id[:8] in t)
+    assert lines[at].startswith("└─ ") and "subagent" in lines[at], lines
+    assert parent.session_id[:8] in lines[at - 1], lines
+
+
+class OverflowingModel(FruitModel):
+    """``FruitModel``, whose context overflows once, at ``Overflow now.``: Anthropic's
+    400 ``prompt is too long``, after which Claude Code compacts and asks again."""
+
+    def __init__(self) -> None:
+        self.overflowed = False
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        if "Overflow now." in texts(body["messages"][-1]) and not is_compaction(body) \
+                and not self.overflowed:
+            self.overflowed = True
+            return HttpError(400, error_body(
+                "invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum"))
+        return super().__call__(body)
+
+
+def test_a_context_overflow_compacts_the_line(claude_code: ClaudeCode,
+                                              nonoka_project: Path) -> None:
+    with strict_endpoint(OverflowingModel()) as upstream:
+        served = Nonoka(nonoka_project, upstream)
+        try:
+            first = claude_code.run(served.base_url, "Remember papaya.", key=CLIENT_KEY)
+            second = claude_code.run(served.base_url, "Overflow now.", "--continue",
+                                     key=CLIENT_KEY)
+            third = claude_code.run(served.base_url, "After.", "--continue", key=CLIENT_KEY)
+        finally:
+            errors = served.stop()
+        assert "Traceback" not in errors, errors
+        assert not upstream.rejections and not upstream.failures, upstream.failures
+        compactions = [b for b in upstream.requests if is_compaction(b)]
+    assert len(compactions) == 1  # Claude Code compacted on the overflow, automatically
+    assert first["session_id"] == second["session_id"] == third["session_id"]
+    assert second["result"] == "Noted: Overflow now."
+    rows = records(nonoka_project)
+    chats = [r for r in rows if r.purpose == "chat"]
+    assert len(chats) == 1
+    assert [r.metadata.get("compaction_of") for r in rows if r.purpose == "compaction"] == [
+        chats[0].session_id]
+    shown = json.loads(nonoka_cli(nonoka_project, "sessions", "show", chats[0].session_id,
+                                  "--json", "--entries"))
+    assert [e["data"].get("reason") for e in shown["events"]
+            if e["kind"] == "history_edited"] == ["history_compacted"]
+    said = [e["text"] for e in shown["entries"] if e["role"] == "assistant"]
+    assert said == ["Noted: Overflow now.", "Noted: After."]

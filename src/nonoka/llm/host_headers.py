@@ -3,7 +3,8 @@
 A host such as OpenCode gives its provider headers for each model call: its session and
 affinity ids (a provider routes and caches by them), the parent session of a subagent,
 its user agent, and provider features (``anthropic-beta``); Claude Code its session id
-(``x-claude-code-session-id``), which it sends Anthropic directly. Through nonoka the provider
+(``x-claude-code-session-id``) and a subagent's (``x-claude-code-agent-id``), which it
+sends Anthropic directly. Through nonoka the provider
 sends them in the chat request's ``headers``; each adapter adds the ones this module
 allows to its own request, so the endpoint sees what it would see directly.
 
@@ -22,7 +23,8 @@ EVERY_PROVIDER = frozenset({"x-session-id", "x-session-affinity", "x-parent-sess
 """Forwarded to every endpoint, as the host's own provider sends them."""
 
 BY_PROVIDER: dict[str, frozenset[str]] = {
-    "anthropic": frozenset({"anthropic-beta", "x-claude-code-session-id"}),
+    "anthropic": frozenset({"anthropic-beta", "x-claude-code-session-id",
+                            "x-claude-code-agent-id"}),
     "openai": frozenset({"openai-beta"}),
 }
 """Forwarded only to the provider whose feature header it is."""

@@ -76,6 +76,8 @@ from nonoka.turn.service import TurnService
 
 CLAUDE_SESSION_HEADER = "x-claude-code-session-id"
 """The header Claude Code names its session with."""
+CLAUDE_AGENT_HEADER = "x-claude-code-agent-id"
+"""The header a Claude Code subagent's requests add, naming the subagent."""
 PROVIDER = "anthropic"
 """The ``provider_metadata`` key of what Anthropic sent (``nonoka.llm.anthropic_wire``)."""
 _OPTION_FIELDS = ("metadata", "thinking", "top_k", "output_config", "service_tier",
@@ -169,6 +171,17 @@ def claude_session(headers: Mapping[str, str], body: Mapping[str, Any]) -> str |
             named = _session_in(user_id)
     if not named:
         return None
+    return _signal(named)
+
+
+def claude_agent(headers: Mapping[str, str], session: str) -> str | None:
+    """A Claude Code subagent's own line (``x-claude-code-agent-id``, sent with its
+    parent's session id), under its parent's ``session`` signal."""
+    agent = headers.get(CLAUDE_AGENT_HEADER, "").strip()
+    return _signal(f"{session.removeprefix('claude-code:')}/agent:{agent}") if agent else None
+
+
+def _signal(named: str) -> str:
     signal = f"claude-code:{named}"
     if len(signal) > SIGNAL_LENGTH:
         signal = f"claude-code:sha256:{hashlib.sha256(named.encode()).hexdigest()}"
@@ -202,7 +215,8 @@ def parse_messages(body: Any, headers: Mapping[str, str], project: Path, spec: s
     for n, raw in enumerate(given):
         messages.extend(_messages_of(raw, f"messages.{n}"))
     claude = claude_session(headers, body)
-    named = claude or session_signal(headers, body)
+    agent = claude_agent(headers, claude) if claude is not None else None
+    named = agent or claude or session_signal(headers, body)
     purpose = Purpose.CHAT
     if claude is not None:  # Claude Code's own requests (nonoka.serve.claude_code)
         purpose = (Purpose.COMPACTION if is_compaction(body) else
@@ -211,6 +225,7 @@ def parse_messages(body: Any, headers: Mapping[str, str], project: Path, spec: s
                        purpose=purpose,
                        messages=messages, tools=_tools(body.get("tools")), cwd=str(project),
                        model=spec, host_session_id=named,
+                       host_parent_session_id=claude if agent is not None else None,
                        conversation_key=conversation_key(messages),
                        headers={k: v for k, v in headers.items()
                                 if k.lower() not in _CREDENTIALS},
@@ -404,7 +419,13 @@ class Messages:
         asked = body.get("model") if isinstance(body, dict) else None
         spec = self.models.pick(f"{PROVIDER}:{asked}" if isinstance(asked, str) and asked
                                 and ":" not in asked else None)
-        request = owned(parse_messages(body, headers, self.project, spec), current_owner())
+        parsed = parse_messages(body, headers, self.project, spec)
+        request = owned(parsed, current_owner())
+        if parsed.host_parent_session_id:  # the parent's line is the owner's too
+            parent = owned(parsed.model_copy(update={
+                "host_session_id": parsed.host_parent_session_id}), current_owner())
+            request = request.model_copy(update={
+                "host_parent_session_id": parent.host_session_id})
         if request.purpose == Purpose.COMPACTION:
             request = await self._compacting(request)
         answer = _Answer(str(body["model"]), emit, opened)
