@@ -136,6 +136,17 @@ def said(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
+PATCH = """apply_patch <<'EOF'
+*** Begin Patch
+*** Update File: fruit.txt
+@@
+-papaya
++mango
+*** End Patch
+EOF"""
+"""A patch as Codex's model writes one: Codex applies it itself."""
+
+
 def test_a_codex_tool_loop_is_one_session_line(tmp_path: Path, project: Path,
                                                served: Served, script: Script,
                                                upstream: ScriptedResponsesServer,
@@ -143,38 +154,41 @@ def test_a_codex_tool_loop_is_one_session_line(tmp_path: Path, project: Path,
     script.steps += [
         ResponsesReply(output=[ReasoningItem(summary=("Write the file first.",)),
                                exec_call("call_write", "printf 'papaya\\n' > fruit.txt")]),
+        ResponsesReply(output=[ReasoningItem(), exec_call("call_patch", PATCH)]),
         ResponsesReply(output=[ReasoningItem(), exec_call("call_read", "cat fruit.txt")]),
-        ResponsesReply(output=["The file says papaya."]),
+        ResponsesReply(output=["The file says mango."]),
     ]
     codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url, outside)
-    run = codex.exec("Write papaya into fruit.txt, then read it back.")
+    run = codex.exec("Write papaya into fruit.txt, patch it to mango, read it back.")
     assert run.returncode == 0, run.stderr
-    assert (codex.workspace / "fruit.txt").read_text() == "papaya\n"
-    assert "The file says papaya." in run.stdout
+    assert (codex.workspace / "fruit.txt").read_text() == "mango\n"
+    assert "The file says mango." in run.stdout
     # what reached the model: each step's tool output, Codex's own, and the model's
     # encrypted reasoning sent back unaltered (the strict endpoint refuses anything else)
-    _, second, third = upstream.requests
+    _, second, third, fourth = upstream.requests
     assert upstream.rejections == []
-    assert "call_write" in outputs(second) and "papaya" in outputs(third)["call_read"]
-    assert [i["type"] for i in third["input"] if i.get("type") == "reasoning"] == \
-        ["reasoning", "reasoning"]
+    assert "call_write" in outputs(second)
+    assert "Updated the following files" in outputs(third)["call_patch"]
+    assert "mango" in outputs(fourth)["call_read"]
+    assert [i["type"] for i in fourth["input"] if i.get("type") == "reasoning"] == \
+        ["reasoning"] * 3
     # one session line holds the whole loop, named by Codex's thread
     [line] = exported(project)
     assert line["index"]["metadata"]["host_session_id"] == f"codex:{thread_of(run)}"
     assert line["lineage"] is None  # not a branch of anything
     assert said(line["entries"])[1:] == [
-        ("user", "Write papaya into fruit.txt, then read it back."),
+        ("user", "Write papaya into fruit.txt, patch it to mango, read it back."),
         ("calls", "call_write"), ("tool", "call_write"),
+        ("calls", "call_patch"), ("tool", "call_patch"),
         ("calls", "call_read"), ("tool", "call_read"),
-        ("assistant", "The file says papaya.")]
+        ("assistant", "The file says mango.")]
     # store: false: the exchange is kept, its responses are not found by id
     made = [data["id"] for kind, data in line["events"]
             if kind == "response" and "id" in data]
-    assert len(made) == 3
+    assert len(made) == 4
     for response_id in made:
         status, _, _ = served.request("GET", f"/v1/responses/{response_id}")
         assert status == 404
-
 
 
 def texts(body: dict[str, Any]) -> list[str]:
