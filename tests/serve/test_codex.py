@@ -25,6 +25,7 @@ from nonoka.state.messages import ToolCall
 from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer
 from tests.serve.codex_client import Codex, CodexRun, Outside
 from tests.serve.harness import Served
+from tests.serve.test_keys import make_key
 
 MODEL = "openai-responses:scripted-model"
 
@@ -373,3 +374,29 @@ def test_a_history_sent_again_gets_its_stored_answer(project: Path, served: Serv
     assert done == first["output"]
     [line] = exported(project)
     assert said(line["entries"]) == [("user", "Hi."), ("calls", "call_1")]
+
+
+def test_one_thread_id_under_two_owners_is_two_lines(project: Path, script: Script,
+                                                     upstream: ScriptedResponsesServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-up",
+                        "NONOKA_DATABASE_URL": ""}.items():
+        monkeypatch.setenv(name, value)
+    alice, bob = make_key(project, "alice"), make_key(project, "bob")
+    script.steps += ["For Alice.", "For Bob.", "Alice again."]
+    keyed = Served(project, MODEL, keys=True)
+    try:
+        history = [user("Hi.")]
+        mine = answered(keyed, codex_body(history, "shared"),
+                        {"Authorization": f"Bearer {alice}", "session-id": "shared"})
+        answered(keyed, codex_body(history, "shared"),
+                 {"Authorization": f"Bearer {bob}", "session-id": "shared"})
+        answered(keyed, codex_body([*history, *mine["output"], user("More?")], "shared"),
+                 {"Authorization": f"Bearer {alice}", "session-id": "shared"})
+    finally:
+        keyed.stop()
+    lines = sorted(said(line["entries"]) for line in exported(project))
+    assert lines == [
+        [("user", "Hi."), ("assistant", "For Alice."), ("user", "More?"),
+         ("assistant", "Alice again.")],
+        [("user", "Hi."), ("assistant", "For Bob.")]]
