@@ -400,3 +400,24 @@ def test_one_thread_id_under_two_owners_is_two_lines(project: Path, script: Scri
         [("user", "Hi."), ("assistant", "For Alice."), ("user", "More?"),
          ("assistant", "Alice again.")],
         [("user", "Hi."), ("assistant", "For Bob.")]]
+
+
+def test_new_instructions_keep_the_line(project: Path, served: Served,
+                                        script: Script) -> None:
+    def developer(text: str) -> dict[str, Any]:
+        return {"type": "message", "role": "developer",
+                "content": [{"type": "input_text", "text": text}]}
+
+    script.steps += ["First.", "Second."]
+    first = answered(served, codex_body([developer("Be brief."), user("One?")], "i",
+                                        store=True))
+    # the client's instructions changed (Codex's do as its settings change): the line
+    # goes on, the model is sent the new ones, and the answer is found where it is
+    second = answered(served, codex_body([developer("Be very brief."), developer("Today."),
+                                          user("One?"), *first["output"], user("Two?")],
+                                         "i", store=True))
+    status, _, raw = served.request("GET", f"/v1/responses/{second['id']}")
+    assert status == 200 and json.loads(raw)["output"] == second["output"]
+    [line] = exported(project)
+    assert [e["content"] for e in line["entries"]] == [
+        "Be very brief.", "Today.", "One?", "First.", "Two?", "Second."]
