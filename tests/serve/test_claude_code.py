@@ -368,3 +368,19 @@ def test_a_context_overflow_compacts_the_line(claude_code: ClaudeCode,
             if e["kind"] == "history_edited"] == ["history_compacted"]
     said = [e["text"] for e in shown["entries"] if e["role"] == "assistant"]
     assert said == ["Noted: Overflow now.", "Noted: After."]
+
+
+def test_a_failed_bash_command_is_an_error_result_both_ways(
+        claude_code: ClaudeCode, nonoka_project: Path) -> None:
+    def model() -> ReadingModel:
+        return ReadingModel("Bash", {"command": "cat no-such-file.txt",
+                                     "description": "Read a file that is not there"})
+
+    runs = {way: endpoint for way, _, endpoint in run_both(
+        claude_code, nonoka_project, model, "Show no-such-file.txt",
+        "--allowedTools", "Bash")}
+    results = {way: tool_results(endpoint.requests[1]["messages"][-1])
+               for way, endpoint in runs.items()}
+    assert [r.get("is_error") for r in results["direct"]] == [True]
+    assert without_marks(results["nonoka"]) == without_marks(results["direct"])
+    assert "No such file" in str(results["nonoka"][0]["content"])
