@@ -11,12 +11,18 @@ and a retryable failure comes straight back with its ``retry-after``.
 The client's own name for its conversation decides first: the
 ``x-claude-code-session-id`` header, then the ``session_id`` inside
 ``metadata.user_id`` (Claude Code's JSON, or its older ``..._session_<id>`` form), then
-the signals every serve client has (``nonoka.serve.chat.session_signal``).
+the signals every serve client has (``nonoka.serve.chat.session_signal``). A Claude
+Code subagent (``x-claude-code-agent-id``) is a line of its own under its parent's;
+Claude Code's side requests and compactions are told apart by
+``nonoka.serve.claude_code``.
 
 What the history carries reaches the ``anthropic:`` adapter whole: texts, images and
-PDFs (``document`` blocks), tool calls and results (with their images), thinking and
-redacted thinking with their signatures (sent back unchanged), ``thinking``,
-``metadata``, ``top_k`` and the other body fields, and the ``anthropic-beta`` header.
+PDFs (``document`` blocks), tool calls and results (with their images and
+``is_error``), thinking and redacted thinking with their signatures (sent back
+unchanged), ``thinking``, ``metadata``, ``top_k`` and the other body fields, and the
+``anthropic-beta`` header; a mid-conversation ``system`` message is refused (Claude
+Code then sends its text in the user message). The answer's ``stop_reason`` is
+Anthropic's, ``stop_sequence`` and ``pause_turn`` included.
 The adapter places the prompt cache's breakpoints itself (the last system block, the
 last tool, the last message: where Claude Code puts its own), and a top-level
 ``cache_control`` (automatic caching) is passed on; a client's marks on single blocks
