@@ -23,6 +23,7 @@ from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
 from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
 from nonoka.state.messages import ToolCall
 from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer
+from tests.pg import schema_url, temp_schema
 from tests.serve.codex_client import Codex, CodexRun, Outside
 from tests.serve.harness import Served
 from tests.serve.test_keys import make_key
@@ -421,3 +422,25 @@ def test_new_instructions_keep_the_line(project: Path, served: Served,
     [line] = exported(project)
     assert [e["content"] for e in line["entries"]] == [
         "Be very brief.", "Today.", "One?", "First.", "Two?", "Second."]
+
+
+def test_one_thread_one_line_on_postgres(project: Path, script: Script,
+                                         upstream: ScriptedResponsesServer,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    script.steps += ["One.", "Two."]
+    with temp_schema() as schema:
+        url = schema_url(schema)
+        for name, value in {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-up",
+                            "NONOKA_DATABASE_URL": url}.items():
+            monkeypatch.setenv(name, value)
+        pg = Served(project, MODEL, database_url=url)
+        try:
+            first = answered(pg, codex_body([user("Hi.")], "pg"), {"session-id": "pg"})
+            answered(pg, codex_body([user("Hi."), *first["output"], user("And?")], "pg"),
+                     {"session-id": "pg"})
+        finally:
+            pg.stop()
+        [line] = exported(project)
+    assert line["index"]["metadata"]["host_session_id"] == "codex:pg"
+    assert said(line["entries"]) == [("user", "Hi."), ("assistant", "One."),
+                                     ("user", "And?"), ("assistant", "Two.")]
