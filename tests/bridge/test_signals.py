@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from nonoka.bridge.server import LineReader, Output, _first_request, stopped_code
-from nonoka.protocol.frames import RequestLines
+from nonoka.protocol.frames import ProtocolError, RequestLines
 from nonoka.signals import StopSignals
 from nonoka.state.session_state import SessionStatus
 from nonoka.testing import text
@@ -290,14 +290,48 @@ def test_a_request_left_unread_by_a_signal_fails_with_a_code() -> None:
     read_end, write_end = os.pipe()
     with open(read_end, "rb") as stream, open(write_end, "wb") as writer:
         signals = _SignalBeforeTheRead()
-        assert stopped_code(signals, stream) == 0  # no signal: the input simply ended
+        reader = LineReader(stream, 1 << 20)
+        assert stopped_code(signals, reader) == 0  # no signal: nothing in the input
         signals._handle(signal.SIGTERM, None)
-        assert stopped_code(signals, stream) == 0  # nothing waiting
+        assert stopped_code(signals, reader) == 0  # nothing waiting
         writer.write(line)
         writer.flush()
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            assert stopped_code(signals, stream) == 128 + signal.SIGTERM
+            assert stopped_code(signals, reader) == 128 + signal.SIGTERM
+        assert "before it read the request" in err.getvalue()
+
+
+class _SignalAsTheLineIsRead(LineReader):
+    """A stop signal that lands as the read of the request returns: the moment a line
+    already taken from the input could be dropped and the bridge end with 0, unanswered."""
+
+    def __init__(self, stream: io.BufferedReader, signals: StopSignals) -> None:
+        super().__init__(stream, 1 << 20)
+        self.signals = signals
+
+    def read(self) -> bytes | ProtocolError | None:
+        line = super().read()
+        self.signals._handle(signal.SIGTERM, None)
+        return line
+
+
+def test_a_signal_as_the_request_is_read_fails_with_a_code() -> None:
+    """The request read as a stop signal came is not answered and not forgotten: it goes
+    back to the input, and the exit code is 128 + the signal with a line on stderr."""
+    line = json.dumps(chat([user("hi")], new_session=True)).encode() + b"\n"
+    read_end, write_end = os.pipe()
+    with open(read_end, "rb") as stream, open(write_end, "wb") as writer:
+        writer.write(line)
+        writer.flush()
+        signals = StopSignals()
+        reader = _SignalAsTheLineIsRead(stream, signals)
+        out = io.BytesIO()
+        assert _first_request(reader, Output(out), signals, RequestLines()) is None
+        assert out.getvalue() == b""  # not acknowledged
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert stopped_code(signals, reader) == 128 + signal.SIGTERM
         assert "before it read the request" in err.getvalue()
 
 

@@ -37,28 +37,102 @@ _CHUNK = 1 << 20
 
 
 class LineReader:
-    """Reads NDJSON lines with a size bound; an oversized line is drained, not buffered."""
+    """Reads NDJSON lines with a size bound; an oversized line is drained, not buffered.
+
+    It keeps its own buffer over the input's descriptor (not a ``BufferedReader``'s), so
+    it can tell whether a line is already here, wait for input without taking any (a
+    signal during the wait leaves the request in the input), and put back a line read as
+    a signal came, for the exit code to account for it (``_first_request``).
+    """
 
     def __init__(self, stream: BinaryIO, max_frame_bytes: int) -> None:
         self._stream = stream
         self._max = max_frame_bytes
+        self._fd = _descriptor(stream)
+        """The input's descriptor, read directly; ``None``: an in-memory stream."""
+        self._buffer = bytearray()
+        self._ended = False
 
     def read(self) -> bytes | frames.ProtocolError | None:
         """The next line, an error for an oversized one, or ``None`` at end of input."""
+        scanned = 0
         while True:
-            line = self._stream.readline(self._max + 2)
-            if not line:
-                return None
-            if line.strip():
-                break  # blank lines between frames are ignored
-        if len(line) <= self._max + 1 or line.endswith(b"\n"):
-            return line
-        size = len(line)
-        while not line.endswith(b"\n"):
-            line = self._stream.readline(_CHUNK)
-            if not line:
+            newline = self._buffer.find(b"\n", scanned)
+            if newline > self._max:
+                del self._buffer[:newline + 1]
+                return self._too_large(newline)
+            if newline >= 0:
+                line = bytes(self._buffer[:newline + 1])
+                del self._buffer[:newline + 1]
+                if line.strip():
+                    return line
+                scanned = 0  # blank lines between frames are ignored
+                continue
+            if len(self._buffer) > self._max:
+                return self._drain()
+            scanned = len(self._buffer)
+            if not self._fill():
+                line = bytes(self._buffer)
+                self._buffer.clear()
+                return line if line.strip() else None
+
+    def unread(self, line: bytes) -> None:
+        """Put ``line`` back in front of the input."""
+        self._buffer[:0] = line
+
+    def wait(self) -> None:
+        """Return once ``read`` has input to work on, taking none of it (a signal handler
+        that raises ends the wait with the input as it was)."""
+        if self._buffer or self._ended or self._fd is None:
+            return
+        import select
+
+        select.select([self._fd], [], [])
+
+    def waiting(self) -> bool:
+        """Whether input is here now (not only the end of it), without waiting for any."""
+        if self._buffer:
+            return True
+        if self._ended:
+            return False
+        if self._fd is not None:
+            import select
+
+            try:
+                if not select.select([self._fd], [], [], 0)[0]:
+                    return False
+            except (OSError, ValueError):
+                return False
+        return self._fill()
+
+    def _fill(self) -> bool:
+        """Read what the input has (waiting for some); ``False`` at its end."""
+        try:
+            chunk = (os.read(self._fd, _CHUNK) if self._fd is not None
+                     else self._stream.read(_CHUNK))
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._ended = True
+            return False
+        self._buffer += chunk
+        return True
+
+    def _drain(self) -> frames.ProtocolError:
+        """Skip the rest of an oversized line, keeping only what follows it."""
+        size = len(self._buffer)
+        self._buffer.clear()
+        while self._fill():
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                size += newline
+                del self._buffer[:newline + 1]
                 break
-            size += len(line.rstrip(b"\n"))
+            size += len(self._buffer)
+            self._buffer.clear()
+        return self._too_large(size)
+
+    def _too_large(self, size: int) -> frames.ProtocolError:
         from nonoka.protocol.values import ErrorCode  # only for a rejected line
 
         return frames.ProtocolError(
@@ -66,6 +140,14 @@ class LineReader:
             f"the line is {size} bytes, over the {self._max} byte frame limit; send a "
             "shorter history (compact it or start a new conversation)",
             {"size": size, "max_frame_bytes": self._max})
+
+
+def _descriptor(stream: BinaryIO) -> int | None:
+    """The descriptor under ``stream``, when it has one to wait on."""
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return None  # io.BytesIO: UnsupportedOperation is an OSError
 
 
 class Output:
@@ -136,20 +218,29 @@ def _acknowledge(obj: dict[str, object], out: Output) -> None:
 
 def _first_request(reader: LineReader, out: Output, signals: StopSignals,
                    lines: frames.RequestLines) -> Checked | None:
-    """Read until a usable chat request (acknowledged), end of input or a signal."""
+    """Read until a usable chat request (acknowledged), end of input or a signal.
+
+    Only the wait for input is interruptible, never the read: a signal while waiting
+    leaves the request in the input, and a line read as a signal came is put back, so
+    ``stopped_code`` finds it there and the exit code says it was not answered."""
     while True:
-        # Reads are made interruptible before ``received`` is looked at: a signal between
-        # the two would otherwise be counted and the read would then wait for ever.
+        # Waits are made interruptible before ``received`` is looked at: a signal between
+        # the two would otherwise be counted and the wait would then last for ever.
         signals.interrupt_reads = True
         try:
             if signals.received:
-                return None  # stopped before any request: nothing to answer
-            line = reader.read()
+                return None  # stopped before any request
+            reader.wait()
         except Interrupted:
             return None
         finally:
             signals.interrupt_reads = False
+        line = reader.read()  # a signal from here on is only counted
         if line is None:
+            return None
+        if signals.last:  # one came during the read
+            if isinstance(line, bytes):
+                reader.unread(line)
             return None
         checked = _check(line, out, lines)
         if checked is None or checked[1].get("type") == RequestType.CANCEL:
@@ -172,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted:  # a signal as the read ended, once the read was interruptible
         first = None
     if first is None:
-        return stopped_code(signals, sys.stdin.buffer)
+        return stopped_code(signals, reader)
     from nonoka.bridge import early
 
     dispatched = early.dispatch(first[1])  # before the runtime loads: see nonoka.bridge.early
@@ -199,28 +290,16 @@ def _dispatch_early(request: dict[str, object]) -> Dispatched | None:
     return early.dispatch(request)
 
 
-def stopped_code(signals: StopSignals, stream: BinaryIO) -> int:
+def stopped_code(signals: StopSignals, reader: LineReader) -> int:
     """The exit code of a bridge that served no request: 0 at the end of its input, or
     stopped by a signal with nothing waiting to be read; ``128 + signal`` (130, 143), said
     on stderr, when a signal stopped it before it read a request waiting in its input, so
     its host never takes the silence for an answer."""
-    if not signals.received or not _input_waiting(stream):
+    if not signals.received or not reader.waiting():
         return 0
     sys.stderr.write("nonoka bridge: stopped by a signal before it read the request waiting "
                      "in its input; nothing was done: send the request again\n")
     return 128 + signals.last
-
-
-def _input_waiting(stream: BinaryIO) -> bool:
-    """Whether ``stream`` (a pipe or file) has bytes ready to read, without waiting."""
-    import select
-
-    try:
-        ready, _, _ = select.select([stream.fileno()], [], [], 0)
-        peek = getattr(stream, "peek", None)
-        return bool(ready) and (peek is None or bool(peek(1)))
-    except (OSError, ValueError):
-        return False
 
 
 YOUNG_OBJECTS = 50_000
