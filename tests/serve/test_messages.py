@@ -492,3 +492,17 @@ def test_claude_codes_compaction_texts() -> None:
     assert continued_parts("Remember papaya.") is None
     plain = opened.split("<system-reminder>")[0] + "Summary:\nx"
     assert continued_parts(plain) == [plain[:-len("Summary:\nx")], "Summary:\nx", ""]
+
+
+def test_claude_codes_session_and_agent_ids_go_to_anthropic_only() -> None:
+    from nonoka.llm.host_headers import forwarded
+
+    sent = {"x-claude-code-session-id": "s-1", "x-claude-code-agent-id": "a-1",
+            "x-api-key": "client-key", "x-stainless-os": "Linux",
+            "user-agent": "claude-cli/2.1.332 (external, sdk-cli)"}
+    to_anthropic = forwarded(sent, "anthropic")
+    assert to_anthropic["x-claude-code-session-id"] == "s-1"
+    assert to_anthropic["x-claude-code-agent-id"] == "a-1"
+    assert "x-api-key" not in to_anthropic and "x-stainless-os" not in to_anthropic
+    assert not {"x-claude-code-session-id", "x-claude-code-agent-id"} & set(
+        forwarded(sent, "openai"))
