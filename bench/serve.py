@@ -355,6 +355,7 @@ def main() -> int:
     parser.add_argument("--only", choices=("overhead", "storage", "throughput"),
                         help="one of the three measurements")
     args = parser.parse_args()
+    print(f"load average at the start {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -364,7 +365,7 @@ def main() -> int:
             storage(args.turns, root, results)
         if args.only in (None, "throughput"):
             throughput(args.clients, args.rounds, root, results)
-    print(f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"load average at the end {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     for name, value in results.items():
         if name not in GOALS:
             print(f"      {name}: {value:.2f}")
