@@ -52,24 +52,30 @@ def claude_binary() -> Path:
 
 def typed_problem(body: dict[str, Any]) -> str | None:
     """What the ``anthropic`` package's (beta) request types refuse in ``body``, one
-    level at a time (pydantic checks an ``Iterable`` field only as it is read)."""
+    level at a time (pydantic checks an ``Iterable`` field only as it is read), strictly
+    (no ``"yes"`` for a boolean)."""
     try:
-        _BODY.validate_python(body)
+        _BODY.validate_python(body, strict=True)
         system = body.get("system")
         for block in system if isinstance(system, list) else []:
-            _SYSTEM.validate_python(block)
+            _SYSTEM.validate_python(block, strict=True)
         for tool in body.get("tools") or []:
-            _TOOL.validate_python(tool)
+            _TOOL.validate_python(tool, strict=True)
         for message in body.get("messages") or []:
-            _MESSAGE.validate_python(message)
+            _MESSAGE.validate_python(message, strict=True)
             content = message.get("content")
             for block in content if isinstance(content, list) else []:
-                _BLOCK.validate_python(block)
+                _BLOCK.validate_python(block, strict=True)
                 inner = block.get("content") if block.get("type") == "tool_result" else None
                 for part in inner if isinstance(inner, list) else []:
-                    _RESULT_PART.validate_python(part)
+                    _RESULT_PART.validate_python(part, strict=True)
     except ValidationError as exc:
-        return str(exc).splitlines()[0] + ": " + str(exc.errors()[0]["loc"])
+        errors = exc.errors()
+        # of a union's members, the ones of the block's own type or role say what is wrong
+        other = {e["loc"][0] for e in errors if e["loc"][1:2] in (("type",), ("role",))}
+        first = next((e for e in errors if e["loc"][:1] and e["loc"][0] not in other),
+                     errors[0])
+        return f"{'.'.join(str(n) for n in first['loc'])}: {first['msg']}"
     return None
 
 

@@ -24,8 +24,8 @@ from nonoka.store.records import SessionRecord
 from nonoka.testing.anthropic_replies import AnthropicReply, Thinking, error_body
 from nonoka.testing.server import ScriptedAnthropicServer
 from nonoka.testing.steps import HttpError
-from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
-from tests.serve.harness import ServeProcess
+from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint, typed_problem
+from tests.serve.harness import ServeProcess, request
 
 UPSTREAM_KEY = "sk-ant-upstream-key-that-never-leaves-0123"
 CLIENT_KEY = "client-key-for-nonoka"
@@ -384,3 +384,21 @@ def test_a_failed_bash_command_is_an_error_result_both_ways(
     assert [r.get("is_error") for r in results["direct"]] == [True]
     assert without_marks(results["nonoka"]) == without_marks(results["direct"])
     assert "No such file" in str(results["nonoka"][0]["content"])
+
+
+@pytest.mark.parametrize(("change", "refused"), [
+    ({"messages": [{"role": "tool", "content": "x"}]}, "role"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                                 "is_error": "yes"}]}]}, "is_error"),
+    ({"tools": [{"name": "Read"}]}, "input_schema"),
+    ({"thinking": {"type": "enabled"}}, "budget_tokens"),
+])
+def test_the_endpoint_refuses_what_the_api_types_refuse(change: dict[str, Any],
+                                                        refused: str) -> None:
+    body: dict[str, Any] = {"model": MAIN_MODEL, "max_tokens": 64, "stream": True,
+                            "messages": [{"role": "user", "content": "hi"}], **change}
+    assert refused in str(typed_problem(body))
+    with strict_endpoint(lambda _: AnthropicReply(text="never")) as endpoint:
+        status, _, raw = request(endpoint.port, "POST", "/v1/messages", body,
+                                 {"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    assert status == 400 and json.loads(raw)["error"]["type"] == "invalid_request_error"
