@@ -1,6 +1,7 @@
 """Claude Code (``claude -p``, the pinned client in tests/clients) run for real, offline:
 a home of its own, its updates, telemetry and error reports off, its API key and
-``ANTHROPIC_BASE_URL`` pointing at a local endpoint, nothing else of the machine's; and
+``ANTHROPIC_BASE_URL`` pointing at a local endpoint, nothing else of the machine's, and a
+proxy that fails a run which tried to reach any other host; and
 a strict scripted Anthropic endpoint that refuses what the real API refuses (its checks,
 the ``anthropic_thinking`` strict mode, and the ``anthropic`` package's request types)."""
 
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,8 +91,38 @@ def strict_endpoint(script: Script) -> ScriptedAnthropicServer:
     return ScriptedAnthropicServer(checked, strict=("anthropic_thinking",))
 
 
+class Trap:
+    """A local proxy that only records who tried to use it: Claude Code's proxy, so any
+    request to a host other than the local endpoint (``NO_PROXY``) shows up here."""
+
+    def __init__(self) -> None:
+        self.tried: list[bytes] = []
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, name="claude-trap", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return  # closed
+            with connection:
+                connection.settimeout(5)
+                try:
+                    self.tried.append(connection.recv(256))
+                except OSError:
+                    self.tried.append(b"")
+
+    def close(self) -> None:
+        self._socket.close()
+        self._thread.join(10)
+
+
 class ClaudeCode:
-    """``claude -p`` with a home and a working directory of its own."""
+    """``claude -p`` with a home and a working directory of its own, whose proxy is a
+    ``Trap``: every run checks it reached no other host."""
 
     def __init__(self, root: Path) -> None:
         self.home = root / "home"
@@ -97,11 +130,17 @@ class ClaudeCode:
         self.home.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(parents=True, exist_ok=True)
         self.binary = claude_binary()
+        self.trap = Trap()
+
+    def close(self) -> None:
+        self.trap.close()
 
     def environment(self, base_url: str, key: str) -> dict[str, str]:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
                 "CLAUDE_CONFIG_DIR": str(self.home / ".claude"), "LANG": "C.UTF-8",
-                "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": key, **OFFLINE}
+                "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": key, **OFFLINE,
+                "HTTPS_PROXY": self.trap.url, "HTTP_PROXY": self.trap.url,
+                "NO_PROXY": "127.0.0.1,localhost"}
 
     def run(self, base_url: str, prompt: str, *args: str, key: str = "client-key",
             ) -> dict[str, Any]:
@@ -113,5 +152,6 @@ class ClaudeCode:
                               timeout=300)
         assert done.returncode == 0, (done.returncode, done.stdout[-2000:],
                                       done.stderr[-2000:])
+        assert not self.trap.tried, f"Claude Code tried another host: {self.trap.tried}"
         result: dict[str, Any] = json.loads(done.stdout)
         return result

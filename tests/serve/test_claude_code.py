@@ -80,10 +80,13 @@ class Nonoka:
 
 
 @pytest.fixture
-def claude_code(tmp_path: Path) -> ClaudeCode:
+def claude_code(tmp_path: Path) -> Iterator[ClaudeCode]:
     code = ClaudeCode(tmp_path / "claude")
     (code.work / "notes.txt").write_text(NOTE + "\n")
-    return code
+    try:
+        yield code
+    finally:
+        code.close()
 
 
 @pytest.fixture
