@@ -135,6 +135,12 @@ class ClaudeCode:
     def close(self) -> None:
         self.trap.close()
 
+    def transcript(self, session: str) -> list[dict[str, Any]]:
+        """The records of a session's transcript, as Claude Code keeps it."""
+        found = list((self.home / ".claude" / "projects").glob(f"*/{session}.jsonl"))
+        assert len(found) == 1, f"no transcript of {session}: {found}"
+        return [json.loads(line) for line in found[0].read_text().splitlines() if line]
+
     def environment(self, base_url: str, key: str) -> dict[str, str]:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
                 "CLAUDE_CONFIG_DIR": str(self.home / ".claude"), "LANG": "C.UTF-8",

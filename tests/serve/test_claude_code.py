@@ -405,3 +405,41 @@ def test_the_endpoint_refuses_what_the_api_types_refuse(change: dict[str, Any],
         status, _, raw = request(endpoint.port, "POST", "/v1/messages", body,
                                  {"x-api-key": "k", "anthropic-version": "2023-06-01"})
     assert status == 400 and json.loads(raw)["error"]["type"] == "invalid_request_error"
+
+
+def test_a_rewind_is_a_branch_of_the_line(claude_code: ClaudeCode,
+                                          nonoka_project: Path) -> None:
+    with strict_endpoint(FruitModel()) as upstream:
+        served = Nonoka(nonoka_project, upstream)
+        try:
+            def run(prompt: str, *args: str) -> dict[str, Any]:
+                result = claude_code.run(served.base_url, prompt, *args, key=CLIENT_KEY)
+                assert result["subtype"] == "success", result
+                return result
+
+            line = run("Remember papaya.")["session_id"]
+            run("And kiwi.", "--continue")
+            transcript = claude_code.transcript(line)
+            answers = [r for r in transcript if r.get("type") == "assistant"]
+            # back to the first answer: "And kiwi." is undone, a new prompt follows it
+            assert run("Instead: mango.", "--resume", line, "--resume-session-at",
+                       answers[0]["uuid"])["result"] == "Noted: Instead: mango."
+            assert run("Then lime.", "--resume", line)["result"] == "Noted: Then lime."
+        finally:
+            errors = served.stop()
+        assert "Traceback" not in errors, errors
+        assert not upstream.rejections and not upstream.failures, upstream.failures
+        last = [texts(m).splitlines()[-1] for m in upstream.requests[-1]["messages"]]
+    assert last == ["Remember papaya.", "Noted: Remember papaya.", "Instead: mango.",
+                    "Noted: Instead: mango.", "Then lime."]
+    rows = records(nonoka_project)
+    assert {r.host_session_id for r in rows} == {f"claude-code:{line}"}
+    root = next(r for r in rows if "forked_from" not in r.metadata)
+    branch = next(r for r in rows if "forked_from" in r.metadata)
+    assert len(rows) == 2 and branch.metadata["forked_from"] == root.session_id
+    assert branch.metadata["fork_reason"] == "history_diverged"
+    assert (root.turn_count, branch.turn_count) == (2, 3)  # the branch shares the first
+    tree = [t for t in nonoka_cli(nonoka_project, "sessions", "list", "--tree").splitlines()
+            if t.strip()]
+    assert tree[0].startswith(root.session_id[:8])
+    assert tree[1].startswith("└─ " + branch.session_id[:8])
