@@ -234,6 +234,41 @@ def test_call_options_in_the_apis_fields() -> None:
     assert named["tool_choice"] == {"type": "tool", "name": "lookup"}
 
 
+def test_top_k_and_the_tools_eager_input_streaming_as_the_ai_sdk_sends_them() -> None:
+    """The call's ``top_k`` and the tools it names in ``eager_input_streaming`` arrive as
+    the AI SDK's Anthropic provider writes them (OpenCode directly): ``top_k`` beside the
+    other sampling fields, ``eager_input_streaming: true`` on each named tool only."""
+    hi = [Message(role="user", content="hi")]
+    sent = body(hi, TOOLS, CallOptions(top_k=40, eager_input_streaming=["read"]))
+    assert sent["top_k"] == 40
+    assert sent["tools"][0] == {"name": "lookup", "description": "Look up the weather.",
+                                "input_schema": TOOLS[0].parameters}
+    assert sent["tools"][1]["eager_input_streaming"] is True
+    assert list(sent["tools"][1]) == ["name", "description", "input_schema",
+                                      "eager_input_streaming", "cache_control"]
+    # the thinking rules hold for it as for extra's top_k: none beside thinking
+    thinking = body(hi, options=CallOptions(top_k=40, reasoning_effort="low"))
+    assert "top_k" not in thinking and thinking["thinking"]["type"] == "enabled"
+    # extra's top_k (a model's options) wins over the call's
+    assert body(hi, options=CallOptions(top_k=40, extra={"top_k": 5}))["top_k"] == 5
+    # a name that is no tool of the call changes nothing
+    assert "eager_input_streaming" not in json.dumps(
+        body(hi, TOOLS, CallOptions(eager_input_streaming=["write"])))
+
+
+def test_the_other_adapters_leave_anthropic_s_top_k_and_eager_streaming_out() -> None:
+    from nonoka.llm.openai import OpenAIChatModel
+    from nonoka.llm.responses import OpenAIResponsesModel
+
+    options = CallOptions(top_k=40, eager_input_streaming=["read"])
+    hi = [Message(role="user", content="hi")]
+    chat = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    responses = OpenAIResponsesModel("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    for sent in (chat.request_body(hi, TOOLS, options).decode(),
+                 responses.body(hi, TOOLS, options).decode()):
+        assert "top_k" not in sent and "eager_input_streaming" not in sent, sent
+
+
 @pytest.mark.parametrize(("effort", "budget"), sorted(THINKING_BUDGETS.items()))
 def test_reasoning_effort_is_a_thinking_budget(effort: str, budget: int) -> None:
     known = known_model("anthropic:claude-sonnet-4-5")

@@ -175,13 +175,13 @@ export class NonokaLanguageModel implements LanguageModelV3 {
   }
 
   async doStream(options: LanguageModelV3CallOptions): Promise<LanguageModelV3StreamResult> {
-    const call = this.prepare(options);
+    const call = this.prepare(options, true);
     return { stream: call.stream, request: { body: { request_id: call.request.request_id, purpose: call.request.purpose } } };
   }
 
   /** The same call, gathered: hosts that do not stream get the whole result at once. */
   async doGenerate(options: LanguageModelV3CallOptions): Promise<LanguageModelV3GenerateResult> {
-    const call = this.prepare(options);
+    const call = this.prepare(options, false);
     const content: LanguageModelV3Content[] = [];
     const texts = new Map<string, { type: "text"; text: string }>();
     const thoughts = new Map<string, { type: "reasoning"; text: string; providerMetadata?: SharedV3ProviderMetadata }>();
@@ -245,7 +245,7 @@ export class NonokaLanguageModel implements LanguageModelV3 {
     return result;
   }
 
-  private prepare(options: LanguageModelV3CallOptions): BridgeCall {
+  private prepare(options: LanguageModelV3CallOptions, streamed: boolean): BridgeCall {
     const config = this.config;
     options.abortSignal?.throwIfAborted();
     const purpose = detectPurpose(options, config.providerName);
@@ -254,7 +254,7 @@ export class NonokaLanguageModel implements LanguageModelV3 {
       throw new Error("nonoka needs at least one message in the prompt");
     }
     const { tools, warnings: toolWarnings } = toHostTools(options.tools);
-    const { options: callOptions, warnings: optionWarnings } = toCallOptions(options, config.providerName);
+    const { options: callOptions, warnings: optionWarnings } = toCallOptions(options, config.providerName, { model: config.model, streamed });
     const warnings = [...toolWarnings, ...optionWarnings];
     const cwd = config.cwd();
     const tracker = config.tracker(cwd);

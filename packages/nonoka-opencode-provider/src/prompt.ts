@@ -255,7 +255,45 @@ export function toHostTools(tools: LanguageModelV3CallOptions["tools"]): { tools
 }
 
 /** Keys of `providerOptions.nonoka` with a meaning of their own (not body fields). */
-const PROVIDER_ONLY_OPTIONS = new Set(["purpose", "promptCacheKey"]);
+const PROVIDER_ONLY_OPTIONS = new Set(["purpose", "promptCacheKey", "toolStreaming"]);
+
+/** What `toCallOptions` needs to know of the call besides its options. */
+export interface CallContext {
+  /** The nonoka model spec (`anthropic:claude-sonnet-4-5`); `undefined`: the bridge's configuration decides. */
+  model?: string | undefined;
+  /** Whether the host streams the answer (`doStream`). */
+  streamed?: boolean;
+}
+
+/**
+ * Whether the model may be Anthropic's Messages API: its spec says `anthropic:`, or no spec
+ * is given (the bridge's configuration decides, and an adapter without the setting leaves
+ * it out).
+ */
+function mayBeAnthropic(model: string | undefined): boolean {
+  return model === undefined || model.startsWith("anthropic:");
+}
+
+/**
+ * The tools whose arguments Anthropic streams unbuffered (`eager_input_streaming`), as the
+ * AI SDK's Anthropic provider decides it: a tool's own
+ * `providerOptions.anthropic.eagerInputStreaming`, else, in a streamed call, every tool
+ * unless the model's options say `toolStreaming: false`. OpenCode says so itself for a model
+ * over that provider whose id does not name Claude (MiniMax, Kimi): a spec without
+ * "claude" gets the same.
+ */
+function eagerTools(options: LanguageModelV3CallOptions, mine: Record<string, unknown>, context: CallContext): string[] {
+  if (!mayBeAnthropic(context.model)) return [];
+  const claude = context.model === undefined || context.model.toLowerCase().includes("claude");
+  const byDefault = context.streamed === true && claude && mine["toolStreaming"] !== false;
+  const out: string[] = [];
+  for (const tool of options.tools ?? []) {
+    if (tool.type !== "function") continue;
+    const own = tool.providerOptions?.["anthropic"]?.["eagerInputStreaming"];
+    if (typeof own === "boolean" ? own : byDefault) out.push(tool.name);
+  }
+  return out;
+}
 
 /**
  * The host's own id of the conversation: OpenCode puts its session id in the provider's
@@ -311,11 +349,16 @@ export function hostParentSessionId(options: LanguageModelV3CallOptions): string
  * under this provider's name (`providerOptions.nonoka`, where OpenCode puts a model's
  * `options`): `reasoningEffort` → `reasoning_effort`, `textVerbosity` → `verbosity`, and
  * every other field into `extra` by its own name, as that provider adds them to the body.
- * `topK` has no Chat Completions field: it is dropped with a warning, as there.
+ * What only Anthropic's Messages API takes goes in fields of its own, which the bridge's
+ * other adapters leave out: `topK` → `top_k` (for an `anthropic:` model, or when the bridge's
+ * configuration decides; for any other model it has no Chat Completions field and is dropped
+ * with a warning, as there), and the tools whose input streams unbuffered
+ * (`eager_input_streaming`, `eagerTools`).
  */
 export function toCallOptions(
   options: LanguageModelV3CallOptions,
   providerName = NONOKA_METADATA,
+  context: CallContext = {},
 ): { options: CallOptionsSpec | undefined; warnings: SharedV3Warning[] } {
   const out: CallOptionsSpec = {};
   const extra: Record<string, unknown> = {};
@@ -323,7 +366,10 @@ export function toCallOptions(
   if (options.maxOutputTokens !== undefined) out.max_tokens = options.maxOutputTokens;
   if (options.temperature !== undefined) out.temperature = options.temperature;
   if (options.topP !== undefined) out.top_p = options.topP;
-  if (options.topK !== undefined) warnings.push({ type: "unsupported", feature: "topK" });
+  if (options.topK !== undefined) {
+    if (mayBeAnthropic(context.model) && Number.isInteger(options.topK) && options.topK >= 0) out.top_k = options.topK;
+    else warnings.push({ type: "unsupported", feature: "topK" });
+  }
   if (options.frequencyPenalty !== undefined) extra["frequency_penalty"] = options.frequencyPenalty;
   if (options.presencePenalty !== undefined) extra["presence_penalty"] = options.presencePenalty;
   if (options.stopSequences !== undefined) out.stop = [...options.stopSequences];
@@ -356,6 +402,8 @@ export function toCallOptions(
     else if (key === "strictJsonSchema") continue; // shapes response_format above
     else extra[key] = value;
   }
+  const eager = eagerTools(options, mine, context);
+  if (eager.length > 0) out.eager_input_streaming = eager;
   if (Object.keys(extra).length > 0) out.extra = extra;
   return { options: Object.keys(out).length > 0 ? out : undefined, warnings };
 }

@@ -30,6 +30,10 @@ export interface CallOptionsSpec {
   response_format?: Record<string, unknown> | null;
   tool_choice?: string | Record<string, unknown> | null;
   reasoning_effort?: string | null;
+  /** Sample from the top K tokens only: sent where the API takes it (Anthropic's Messages API, `top_k`); an adapter whose API has no such field leaves it out. */
+  top_k?: number | null;
+  /** Names of the request's tools whose arguments the model streams without buffering them for validation (Anthropic's per-tool `eager_input_streaming: true`); an adapter whose API has no such setting leaves it out. */
+  eager_input_streaming?: string[] | null;
   extra?: Record<string, unknown>;
 }
 

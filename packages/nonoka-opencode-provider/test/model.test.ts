@@ -34,7 +34,8 @@ describe("a chat step", () => {
     assert.equal(request?.["type"], "chat");
     // The call's options (max_tokens, tool_choice) need a bridge with capability parts.
     assert.deepEqual(request?.["protocol"], { version: "1", required_capabilities: ["parts"], features: ["reasoning", "host_retries"] });
-    assert.deepEqual(request?.["options"], { max_tokens: 32000, tool_choice: "auto" });
+    // Streamed, and no spec says the model is not Anthropic's: its tools stream unbuffered.
+    assert.deepEqual(request?.["options"], { max_tokens: 32000, tool_choice: "auto", eager_input_streaming: ["write"] });
     assert.equal(request?.["purpose"], "chat");
     assert.equal(request?.["new_session"], true);
     assert.equal(request?.["session_id"], undefined);
@@ -108,6 +109,20 @@ describe("a chat step", () => {
     assert.deepEqual(result.content.map((c) => c.type), ["text", "tool-call"]);
     assert.deepEqual(result.content[0], { type: "text", text: "Writing it." });
     assert.equal(result.finishReason.unified, "tool-calls");
+  });
+
+  test("the model's spec decides what only Anthropic takes: topK and the tools' eager streaming", async () => {
+    const provider = fakeProvider("text", tmp.dir);
+    await collect((await provider.languageModel("anthropic:claude-sonnet-4-5").doStream(chatCall([user("a")], { topK: 5 }))).stream);
+    const openai = await provider.languageModel("openai:gpt-4o").doStream(chatCall([user("b")], { topK: 5 }));
+    const parts = await collect(openai.stream);
+    await provider.languageModel("anthropic:claude-sonnet-4-5").doGenerate(chatCall([user("c")], { topK: 5 }));
+    const [claude, other, generated] = sentFrames(tmp.dir);
+    assert.deepEqual(claude?.["options"], { max_tokens: 32000, tool_choice: "auto", top_k: 5, eager_input_streaming: ["write"] });
+    assert.deepEqual(other?.["options"], { max_tokens: 32000, tool_choice: "auto" });
+    assert.deepEqual(ofType(parts, "stream-start")[0]?.warnings, [{ type: "unsupported", feature: "topK" }]);
+    // Not streamed: as the AI SDK's Anthropic provider, no tool streams unless it says so.
+    assert.deepEqual(generated?.["options"], { max_tokens: 32000, tool_choice: "auto", top_k: 5 });
   });
 });
 

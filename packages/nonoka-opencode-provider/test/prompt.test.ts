@@ -184,7 +184,7 @@ describe("toCallOptions", () => {
       responseFormat: { type: "json", schema: { type: "object" }, name: "answer" },
       toolChoice: { type: "tool", toolName: "write" },
       providerOptions: { nonoka: { reasoningEffort: "high", textVerbosity: "low", purpose: "chat", custom_flag: "on" } },
-    });
+    }, "nonoka", { model: "openai:my-model", streamed: true });
     assert.deepEqual(options, {
       max_tokens: 32000,
       temperature: 0.25,
@@ -197,6 +197,46 @@ describe("toCallOptions", () => {
       extra: { frequency_penalty: 0.1, presence_penalty: 0.2, verbosity: "low", custom_flag: "on" },
     });
     assert.deepEqual(warnings, [{ type: "unsupported", feature: "topK" }]);
+  });
+
+  test("an anthropic: model gets top_k and, streamed, every tool's eager_input_streaming, as @ai-sdk/anthropic sends them", () => {
+    const call = chatCall([user("x")], { topK: 40 });
+    const claude = { model: "anthropic:claude-sonnet-4-5", streamed: true };
+    assert.deepEqual(toCallOptions(call, "nonoka", claude), {
+      options: { max_tokens: 32000, tool_choice: "auto", top_k: 40, eager_input_streaming: ["write"] },
+      warnings: [],
+    });
+    // No spec: the bridge's configuration decides, and an adapter without them leaves them out.
+    assert.deepEqual(toCallOptions(call, "nonoka", { streamed: true }).options?.eager_input_streaming, ["write"]);
+    assert.equal(toCallOptions(call, "nonoka", { streamed: true }).options?.top_k, 40);
+    // Not streamed (doGenerate): no tool streams unless it says so itself, as there.
+    assert.equal(toCallOptions(call, "nonoka", { ...claude, streamed: false }).options?.eager_input_streaming, undefined);
+  });
+
+  test("eager_input_streaming: a model's toolStreaming: false, a tool's own option, a model that is not Claude", () => {
+    const read = { type: "function" as const, name: "read", inputSchema: { type: "object" } };
+    const own = { ...read, name: "edit", providerOptions: { anthropic: { eagerInputStreaming: true } } };
+    const off = { ...read, name: "grep", providerOptions: { anthropic: { eagerInputStreaming: false } } };
+    const tools = [read, own, off];
+    const claude = { model: "anthropic:claude-sonnet-4-5", streamed: true };
+    assert.deepEqual(toCallOptions(chatCall([user("x")], { tools }), "nonoka", claude).options?.eager_input_streaming, ["read", "edit"]);
+    // toolStreaming is the provider's own setting: it never reaches the body.
+    const quiet = toCallOptions(chatCall([user("x")], { tools, providerOptions: { nonoka: { toolStreaming: false } } }), "nonoka", claude).options;
+    assert.deepEqual(quiet?.eager_input_streaming, ["edit"]);
+    assert.equal(quiet?.extra, undefined);
+    // OpenCode turns tool streaming off for a model over Anthropic's API whose id names no Claude.
+    const minimax = { model: "anthropic:MiniMax-M2.5", streamed: true };
+    assert.deepEqual(toCallOptions(chatCall([user("x")], { tools }), "nonoka", minimax).options?.eager_input_streaming, ["edit"]);
+  });
+
+  test("any other model: topK is dropped with a warning and no tool setting is sent, as the openai-compatible provider does", () => {
+    const { options, warnings } = toCallOptions(chatCall([user("x")], { topK: 40 }), "nonoka", { model: "openai:gpt-4o", streamed: true });
+    assert.deepEqual(options, { max_tokens: 32000, tool_choice: "auto" });
+    assert.deepEqual(warnings, [{ type: "unsupported", feature: "topK" }]);
+    // Not an integer: Anthropic takes none, so it is dropped with the same warning.
+    const half = toCallOptions(chatCall([user("x")], { topK: 2.5 }), "nonoka", { model: "anthropic:claude-sonnet-4-5" });
+    assert.equal(half.options?.top_k, undefined);
+    assert.deepEqual(half.warnings, [{ type: "unsupported", feature: "topK" }]);
   });
 
   test("no tools, no tool_choice; a JSON answer without a schema; nothing set, no options", () => {

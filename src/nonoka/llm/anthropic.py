@@ -147,7 +147,8 @@ class AnthropicChatModel(HTTPModel):
         ``options``."""
         return request_body(self.model, conversation(messages), tools,
                             self._call_fields(options)[0],
-                            cache_control(self._cache_setting(options))).encode()
+                            cache_control(self._cache_setting(options)),
+                            eager=(options and options.eager_input_streaming) or ()).encode()
 
     def _call_fields(self, options: CallOptions | None) -> tuple[dict[str, Any], dict[str, str]]:
         return call_fields(options, self._max_tokens, model=self.model,

@@ -406,11 +406,16 @@ def cache_control(setting: str) -> dict[str, str] | None:
 # -- the request body ---------------------------------------------------------------------
 
 
-def tool_json(spec: ToolSpec) -> dict[str, Any]:
+def tool_json(spec: ToolSpec, *, eager: bool = False) -> dict[str, Any]:
+    """A tool definition; ``eager``: its arguments stream unbuffered
+    (``eager_input_streaming``, what the AI SDK's Anthropic provider sets on every tool of
+    a streamed call unless told otherwise)."""
     tool: dict[str, Any] = {"name": spec.name}
     if spec.description:
         tool["description"] = spec.description
     tool["input_schema"] = spec.parameters
+    if eager:
+        tool["eager_input_streaming"] = True
     return tool
 
 
@@ -426,17 +431,18 @@ def call_fields(options: CallOptions | None, max_tokens: int, *, model: str = ""
     AI SDK provider (what OpenCode uses directly) sends them; and the options not sent
     as given, each with why (``""``: the API has no such field).
 
-    ``max_tokens`` (required; the call's, else ``max_tokens``); ``temperature`` (kept
-    within 0 to 1), ``top_p``, ``extra["top_k"]``: none of them while thinking is on, nor
-    to a model that refuses sampling (``REJECTS_SAMPLING``), and ``top_p`` not beside
-    ``temperature`` for a Claude model; ``stop`` as ``stop_sequences``; ``tool_choice``
-    and ``response_format`` from their Chat Completions forms; ``reasoning_effort`` as
-    extended thinking (``THINKING_BUDGETS``, within ``max_tokens``). ``extra``'s fields
-    the API has (``ANTHROPIC_FIELDS``, camelCase names as their snake_case form, and
-    ``nonoka.llm.options.PASSTHROUGH``) follow; its ``thinking`` (OpenCode's ``{type:
-    "enabled", budgetTokens}`` as ``budget_tokens``) wins over ``reasoning_effort`` and,
-    enabled, adds its budget to ``max_tokens`` (up to the model's ``most``); ``seed`` and
-    unknown fields are not sent; ``prompt_cache`` is the adapter's."""
+    ``max_tokens`` (required; the call's, else ``max_tokens``); ``temperature`` (kept within
+    0 to 1), ``top_p``, ``top_k`` (``extra``'s, else the call's): none of them while
+    thinking is on, nor to a model that refuses sampling (``REJECTS_SAMPLING``), and
+    ``top_p`` not beside ``temperature`` for a Claude model; ``stop`` as ``stop_sequences``;
+    ``tool_choice`` and ``response_format`` from their Chat Completions forms;
+    ``reasoning_effort`` as extended thinking (``THINKING_BUDGETS``, within ``max_tokens``).
+    ``extra``'s fields the API has (``ANTHROPIC_FIELDS``, camelCase names as their
+    snake_case form, and ``nonoka.llm.options.PASSTHROUGH``) follow; its ``thinking``
+    (OpenCode's ``{type: "enabled", budgetTokens}`` as ``budget_tokens``) wins over
+    ``reasoning_effort`` and, enabled, adds its budget to ``max_tokens`` (up to the model's
+    ``most``); ``seed`` and unknown fields are not sent; ``prompt_cache`` is the
+    adapter's."""
     if options is None:
         return {"max_tokens": max_tokens}, {}
     extra, unknown = sorted_extra(options.extra, ANTHROPIC_FIELDS, own=NONOKA_OPTIONS,
@@ -446,7 +452,9 @@ def call_fields(options: CallOptions | None, max_tokens: int, *, model: str = ""
                                        options.max_tokens or max_tokens, most)
     fields: dict[str, Any] = {"max_tokens": limit}
     thinks = isinstance(thinking, Mapping) and thinking.get("type") in ("enabled", "adaptive")
-    fields.update(_sampling(options, extra.pop("top_k", None), model, thinks, notes))
+    top_k = extra.pop("top_k", None)
+    fields.update(_sampling(options, options.top_k if top_k is None else top_k, model,
+                            thinks, notes))
     if options.seed is not None:
         notes["seed"] = "the Messages API has no seed"
     if options.stop:
@@ -548,17 +556,20 @@ def _thinking_config(effort: str, max_tokens: int) -> dict[str, Any] | None:
 
 
 def request_body(model: str, conversation: Conversation, tools: Sequence[ToolSpec],
-                 fields: Mapping[str, Any], cache: Mapping[str, str] | None) -> str:
+                 fields: Mapping[str, Any], cache: Mapping[str, str] | None, *,
+                 eager: Iterable[str] = ()) -> str:
     """The streaming request: ``model``, the option fields, ``stream``, ``tools``,
     ``system`` and ``messages``, always in this order, the conversation last.
     ``cache``: the breakpoints' ``cache_control`` (``None``: none). A top-level
-    ``cache_control`` among the fields (the API's automatic caching) replaces them."""
+    ``cache_control`` among the fields (the API's automatic caching) replaces them.
+    ``eager``: the tools (by name) whose arguments stream unbuffered."""
     if "cache_control" in fields:
         cache = None
     marker = "\x00messages\x00"
     payload: dict[str, Any] = {"model": model, **fields, "stream": True}
     if tools:
-        payload["tools"] = [tool_json(t) for t in tools]
+        unbuffered = frozenset(eager)
+        payload["tools"] = [tool_json(t, eager=t.name in unbuffered) for t in tools]
         if cache is not None:
             payload["tools"][-1]["cache_control"] = dict(cache)
     if conversation.system:

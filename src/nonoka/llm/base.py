@@ -112,6 +112,10 @@ class CallOptions:
     response_format: dict[str, Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     reasoning_effort: str | None = None
+    top_k: int | None = None
+    """Anthropic's ``top_k``: the other APIs have none, and their adapters leave it out."""
+    eager_input_streaming: list[str] | None = None
+    """Tools (by name) Anthropic streams the arguments of unbuffered; others ignore it."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def wire_fields(self, *, with_extra: bool = True) -> dict[str, Any]:

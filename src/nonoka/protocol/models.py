@@ -182,6 +182,13 @@ class CallOptionsSpec(_Frame):
     response_format: dict[str, Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     reasoning_effort: str | None = None
+    top_k: int | None = Field(default=None, ge=0)
+    """Sample from the top K tokens only: sent where the API takes it (Anthropic's
+    Messages API, ``top_k``); an adapter whose API has no such field leaves it out."""
+    eager_input_streaming: list[str] | None = None
+    """Names of the request's tools whose arguments the model streams without buffering
+    them for validation (Anthropic's per-tool ``eager_input_streaming: true``); an
+    adapter whose API has no such setting leaves it out."""
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -99,12 +99,12 @@ export class NonokaLanguageModel {
         this.config = config;
     }
     async doStream(options) {
-        const call = this.prepare(options);
+        const call = this.prepare(options, true);
         return { stream: call.stream, request: { body: { request_id: call.request.request_id, purpose: call.request.purpose } } };
     }
     /** The same call, gathered: hosts that do not stream get the whole result at once. */
     async doGenerate(options) {
-        const call = this.prepare(options);
+        const call = this.prepare(options, false);
         const content = [];
         const texts = new Map();
         const thoughts = new Map();
@@ -173,7 +173,7 @@ export class NonokaLanguageModel {
             result.providerMetadata = finish.providerMetadata;
         return result;
     }
-    prepare(options) {
+    prepare(options, streamed) {
         const config = this.config;
         options.abortSignal?.throwIfAborted();
         const purpose = detectPurpose(options, config.providerName);
@@ -182,7 +182,7 @@ export class NonokaLanguageModel {
             throw new Error("nonoka needs at least one message in the prompt");
         }
         const { tools, warnings: toolWarnings } = toHostTools(options.tools);
-        const { options: callOptions, warnings: optionWarnings } = toCallOptions(options, config.providerName);
+        const { options: callOptions, warnings: optionWarnings } = toCallOptions(options, config.providerName, { model: config.model, streamed });
         const warnings = [...toolWarnings, ...optionWarnings];
         const cwd = config.cwd();
         const tracker = config.tracker(cwd);

@@ -217,7 +217,38 @@ export function toHostTools(tools) {
     return { tools: out, warnings };
 }
 /** Keys of `providerOptions.nonoka` with a meaning of their own (not body fields). */
-const PROVIDER_ONLY_OPTIONS = new Set(["purpose", "promptCacheKey"]);
+const PROVIDER_ONLY_OPTIONS = new Set(["purpose", "promptCacheKey", "toolStreaming"]);
+/**
+ * Whether the model may be Anthropic's Messages API: its spec says `anthropic:`, or no spec
+ * is given (the bridge's configuration decides, and an adapter without the setting leaves
+ * it out).
+ */
+function mayBeAnthropic(model) {
+    return model === undefined || model.startsWith("anthropic:");
+}
+/**
+ * The tools whose arguments Anthropic streams unbuffered (`eager_input_streaming`), as the
+ * AI SDK's Anthropic provider decides it: a tool's own
+ * `providerOptions.anthropic.eagerInputStreaming`, else, in a streamed call, every tool
+ * unless the model's options say `toolStreaming: false`. OpenCode says so itself for a model
+ * over that provider whose id does not name Claude (MiniMax, Kimi): a spec without
+ * "claude" gets the same.
+ */
+function eagerTools(options, mine, context) {
+    if (!mayBeAnthropic(context.model))
+        return [];
+    const claude = context.model === undefined || context.model.toLowerCase().includes("claude");
+    const byDefault = context.streamed === true && claude && mine["toolStreaming"] !== false;
+    const out = [];
+    for (const tool of options.tools ?? []) {
+        if (tool.type !== "function")
+            continue;
+        const own = tool.providerOptions?.["anthropic"]?.["eagerInputStreaming"];
+        if (typeof own === "boolean" ? own : byDefault)
+            out.push(tool.name);
+    }
+    return out;
+}
 /**
  * The host's own id of the conversation: OpenCode puts its session id in the provider's
  * options as `promptCacheKey` when the provider is configured with `setCacheKey: true`
@@ -270,9 +301,13 @@ export function hostParentSessionId(options) {
  * under this provider's name (`providerOptions.nonoka`, where OpenCode puts a model's
  * `options`): `reasoningEffort` → `reasoning_effort`, `textVerbosity` → `verbosity`, and
  * every other field into `extra` by its own name, as that provider adds them to the body.
- * `topK` has no Chat Completions field: it is dropped with a warning, as there.
+ * What only Anthropic's Messages API takes goes in fields of its own, which the bridge's
+ * other adapters leave out: `topK` → `top_k` (for an `anthropic:` model, or when the bridge's
+ * configuration decides; for any other model it has no Chat Completions field and is dropped
+ * with a warning, as there), and the tools whose input streams unbuffered
+ * (`eager_input_streaming`, `eagerTools`).
  */
-export function toCallOptions(options, providerName = NONOKA_METADATA) {
+export function toCallOptions(options, providerName = NONOKA_METADATA, context = {}) {
     const out = {};
     const extra = {};
     const warnings = [];
@@ -282,8 +317,12 @@ export function toCallOptions(options, providerName = NONOKA_METADATA) {
         out.temperature = options.temperature;
     if (options.topP !== undefined)
         out.top_p = options.topP;
-    if (options.topK !== undefined)
-        warnings.push({ type: "unsupported", feature: "topK" });
+    if (options.topK !== undefined) {
+        if (mayBeAnthropic(context.model) && Number.isInteger(options.topK) && options.topK >= 0)
+            out.top_k = options.topK;
+        else
+            warnings.push({ type: "unsupported", feature: "topK" });
+    }
     if (options.frequencyPenalty !== undefined)
         extra["frequency_penalty"] = options.frequencyPenalty;
     if (options.presencePenalty !== undefined)
@@ -326,6 +365,9 @@ export function toCallOptions(options, providerName = NONOKA_METADATA) {
         else
             extra[key] = value;
     }
+    const eager = eagerTools(options, mine, context);
+    if (eager.length > 0)
+        out.eager_input_streaming = eager;
     if (Object.keys(extra).length > 0)
         out.extra = extra;
     return { options: Object.keys(out).length > 0 ? out : undefined, warnings };
