@@ -3,7 +3,9 @@ moments while streamed and background responses run — once a response's id rea
 client, after a number of its streamed events, once the model was asked — and started
 again on the same database. Every response a client saw the id of is then found (never
 ``previous_response_not_found``), none is left ``in_progress``, and each one is
-continued, the model sent exactly its path."""
+continued, the model sent exactly its path. Half of the cut ones that continue another
+are first retried as openai-python retries a lost connection: the same response is made
+again in its place (same id), once."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from nonoka.serve.ids import parse_response_id
 from nonoka.testing import text
 from nonoka.testing.server import DropConnection, Linger, ScriptedOpenAIServer
 from tests.pg import schema_url, temp_schema
@@ -26,6 +29,13 @@ from tests.serve.harness import ServeProcess, request
 
 KINDS = ("stream", "background", "background_stream")
 PARTIAL = "half of an answer that never ends"
+
+
+def session_of(response_id: str) -> str:
+    """The session a response id names."""
+    point = parse_response_id(response_id)
+    assert point is not None, response_id
+    return point.session_id
 
 
 @dataclass
@@ -43,8 +53,8 @@ class Sent:
 @dataclass
 class Upstream:
     """The model: a request whose last message starts with ``hang`` streams part of an
-    answer and never ends; any other is answered ``answer to …``. ``asked`` is set as each
-    question arrives."""
+    answer and never ends, the first time; any other (and a retry) is answered
+    ``answer to …``. ``asked`` is set as each question arrives."""
 
     asked: dict[str, threading.Event] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -55,8 +65,9 @@ class Upstream:
 
     def __call__(self, body: dict[str, Any]) -> Any:
         said = str(body["messages"][-1]["content"])
+        first = not self.question(said).is_set()
         self.question(said).set()
-        if said.startswith("hang"):
+        if said.startswith("hang") and first:
             return Linger(DropConnection(PARTIAL))
         return text(f"answer to {said}")
 
@@ -81,11 +92,13 @@ class Campaign:
         self.rng = random.Random(seed)
         self.paths: dict[str, list[str]] = {}
         self.count = 0
+        self.retries = 0
         self.process = ServeProcess(project, MODEL, self.env)
 
     def round(self) -> None:
         """A few requests at once; one of them decides the moment of the kill."""
-        sent = [self._new() for _ in range(self.rng.randint(1, 4))]
+        taken: set[str] = set()
+        sent = [self._new(taken) for _ in range(self.rng.randint(1, 4))]
         trigger, after = self.rng.choice(sent), self.rng.randint(1, 8)
         moment = self.rng.choice(("id", "events", "asked"))
         kill = threading.Event()
@@ -114,19 +127,28 @@ class Campaign:
         if self.model.question(said).wait(120):
             kill.set()
 
-    def _new(self) -> Sent:
+    def _new(self, taken: set[str]) -> Sent:
+        """A request from a random response, of a session no other request of the round
+        continues: one whose model hangs would hold the others back until the kill."""
         self.count += 1
-        parent = self.rng.choice(sorted(self.paths)) if self.paths and \
-            self.rng.random() > 0.1 else None
+        free = sorted(p for p in self.paths if session_of(p) not in taken)
+        parent = self.rng.choice(free) if free and self.rng.random() > 0.1 else None
+        if parent is not None:
+            taken.add(session_of(parent))
         words = "hang" if self.rng.random() < 0.6 else "ask"
         return Sent(f"{words} {self.count}", parent, self.rng.choice(KINDS))
 
-    def _client(self, port: int, one: Sent, kill: threading.Event | None, after: int) -> None:
+    @staticmethod
+    def _body(one: Sent) -> dict[str, Any]:
         body: dict[str, Any] = {"model": "m", "input": one.said,
                                 "stream": one.kind != "background",
                                 "background": one.kind != "stream"}
         if one.parent is not None:
             body["previous_response_id"] = one.parent
+        return body
+
+    def _client(self, port: int, one: Sent, kill: threading.Event | None, after: int) -> None:
+        body = self._body(one)
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         try:
             connection.request("POST", "/v1/responses", json.dumps(body),
@@ -159,8 +181,11 @@ class Campaign:
         got = json.loads(raw)
         assert got["status"] in ("completed", "incomplete", "failed", "cancelled"), got
         path = [*(self.paths[one.parent] if one.parent else []), one.said]
+        if got["status"] != "completed" and one.parent is not None and \
+                self.rng.random() < 0.5:
+            got = self._retried(one)
+            assert [m["content"] for m in self.server.requests[-1]["messages"]] == path
         if got["status"] == "completed":
-            assert not one.said.startswith("hang"), got
             path.append(f"answer to {one.said}")
         self.count += 1
         then = f"after {self.count}"
@@ -172,6 +197,21 @@ class Campaign:
         assert sent == [*path, then], f"{one} ({got['status']})"
         self.paths[one.ident] = path
         self.paths[json.loads(raw)["id"]] = [*path, then, f"answer to {then}"]
+
+    def _retried(self, one: Sent) -> dict[str, Any]:
+        """openai-python's retry of a request whose connection the kill cut (the same
+        body, ``x-stainless-retry-count: 1``): the response made again in its place."""
+        port = self.process.port
+        status, _, raw = request(port, "POST", "/v1/responses", self._body(one),
+                                 {"x-stainless-retry-count": "1"})
+        assert status == 200, f"retry of {one}: {raw!r}"
+        if one.kind != "stream":  # attached to until it ends
+            request(port, "GET", f"/v1/responses/{one.ident}?stream=true")
+        status, _, raw = request(port, "GET", f"/v1/responses/{one.ident}")
+        got = dict(json.loads(raw))
+        assert got["status"] == "completed", f"retry of {one}: {got}"
+        self.retries += 1
+        return got
 
     def close(self) -> None:
         assert "Traceback" not in self.process.stop()
@@ -195,7 +235,7 @@ def run(project: Path, upstream: tuple[Upstream, ScriptedOpenAIServer], database
             campaign.round()
     finally:
         campaign.close()
-    assert len(campaign.paths) >= kills
+    assert len(campaign.paths) >= kills and campaign.retries > 0
 
 
 def test_ten_kills_leave_every_seen_response_found_finished_and_continuable(

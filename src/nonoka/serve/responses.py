@@ -106,6 +106,9 @@ FORK_REASON = "previous_response_id"
 RECENT_EVENTS = 500
 """Timeline entries read first to find a response without an answer (its turn is usually
 the session's last); the whole timeline when they do not name it."""
+BRANCHED = "serve_branched"
+"""A timeline entry naming a response made in a branch of this session, with its
+request's digests: a retry finds it from the response it continues, after a restart."""
 RETRIES_KEPT = 4096
 """Recent requests whose retry digests this process keeps in memory."""
 ALL_EVENTS = 1 << 62
@@ -354,7 +357,8 @@ class Responses:
             sid = request.previous.point.session_id
             recent = await self.stores.events.list_events(sid, limit=RECENT_EVENTS)
             known = next((e.data.get("id") for e in reversed(recent)
-                          if e.kind == RESPONSE_EVENT and isinstance(e.data, dict)
+                          if e.kind in (RESPONSE_EVENT, BRANCHED)
+                          and isinstance(e.data, dict)
                           and wanted in (e.data.get("request"), e.data.get("idempotency"))),
                          None)
         if not isinstance(known, str):
@@ -503,6 +507,11 @@ class Responses:
                 self.background[run.point.id] = task
             self._remember(request.retry, run.point.id, logged)
         await service.journal.log(RESPONSE_EVENT, logged)
+        continued = request.previous.point.session_id if request.previous else None
+        if "request" in logged and continued not in (None, session_id):
+            await self.stores.events.append_event(continued, BRANCHED, {
+                key: logged[key] for key in ("id", "request", "idempotency")
+                if key in logged})
         events = request.events
         if events is not None:
             def announce() -> None:
