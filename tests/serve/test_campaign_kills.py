@@ -4,7 +4,7 @@ client, after a number of its streamed events, once the model was asked — and 
 again on the same database. Every response a client saw the id of is then found (never
 ``previous_response_not_found``), none is left ``in_progress``, and each one is
 continued, the model sent exactly its path. Every other cut one that continues another
-are first retried as openai-python retries a lost connection: the same response is made
+is first retried as openai-python retries a lost connection: the same response is made
 again in its place (same id), once."""
 
 from __future__ import annotations
