@@ -45,6 +45,9 @@ RUN_TIMEOUT = 180
 TEMPERATURE = 0.3
 ANTHROPIC = ("anthropic/claude-sonnet-4-5", "nonoka/anthropic:claude-sonnet-4-5")
 OPENAI = ("openai/gpt-5", "nonoka/openai-responses:gpt-5")
+MINIMAX = ("anthropic/MiniMax-M2.5", "nonoka/anthropic:MiniMax-M2.5")
+"""A model over Anthropic's API whose id names no Claude: OpenCode gives it a ``topK`` of
+its own (ProviderTransform.topK) and turns tool streaming off (ProviderTransform.options)."""
 MODEL_LINE = re.compile(r"You are powered by the model named [^\n]*\. The exact model ID is \S+")
 """The one line of OpenCode's system prompt that names the model it runs (docs/opencode.md,
 ``model-identity-line``)."""
@@ -166,9 +169,12 @@ class Host:
         # Anthropic's budgets); reasoning: they all think.
         config.write_text("".join(
             f'[models."{spec}"]\ncontext_tokens = 200000\nmax_output_tokens = 64000\n'
-            "reasoning = true\ninput = 1.0\noutput = 2.0\n\n" for spec in FAMILY_MODELS),
+            "reasoning = true\ninput = 1.0\noutput = 2.0\n\n" for spec in FAMILY_MODELS)
+            + f'[models."{MINIMAX[1].removeprefix("nonoka/")}"]\ncontext_tokens = 200000\n'
+            "max_output_tokens = 64000\nreasoning = false\ninput = 0.3\noutput = 1.2\n",
             encoding="utf-8")
-        for spec in FAMILY_MODELS:  # (in this process: the command itself runs below)
+        for spec in [*FAMILY_MODELS, MINIMAX[1].removeprefix("nonoka/")]:
+            # (in this process: the command itself runs below)
             init_project(self.path, python=sys.executable, model=spec)
         for spec in (OPENAI[1], ANTHROPIC[1]):
             said = self.init(spec.removeprefix("nonoka/"))
@@ -177,7 +183,9 @@ class Host:
         settings = json.loads(path.read_text(encoding="utf-8"))
         settings["provider"]["anthropic"] = {"options": {
             "baseURL": self.servers["anthropic-direct"].base_url + "/v1",
-            "apiKey": "sk-ant-settings"}}
+            "apiKey": "sk-ant-settings"}, "models": {MINIMAX[0].removeprefix("anthropic/"): {
+                "name": "MiniMax M2.5", "tool_call": True, "reasoning": False,
+                "temperature": True, "limit": {"context": 200000, "output": 64000}}}}
         settings["provider"]["openai"] = {"options": {
             "baseURL": self.servers["openai-direct"].base_url, "apiKey": "sk-settings"}}
         settings["agent"] = {"build": {"temperature": TEMPERATURE}}
@@ -397,6 +405,28 @@ def test_anthropic_gets_the_same_beta_features_and_session_headers(host: Host) -
     assert got["user-agent"].startswith("opencode/1.18.33 ")
     assert got["user-agent"].endswith(" nonoka/0.1.0")
     assert got["x-api-key"] == want["x-api-key"]  # each side's own key (the same here)
+
+
+def _tool_streaming(run: Run) -> dict[str, Any]:
+    """Each tool of the run's request by name, with its ``eager_input_streaming``."""
+    return {t["name"]: t.get("eager_input_streaming") for t in run.body["tools"]}
+
+
+def test_anthropic_gets_the_same_tool_streaming_and_top_k(host: Host) -> None:
+    """OpenCode's own Anthropic provider streams every tool's input unbuffered
+    (``eager_input_streaming: true``) in its streamed calls, unless the model's id names no
+    Claude; a model OpenCode gives a ``topK`` (MiniMax M2.5: 40) gets it as ``top_k``.
+    Through nonoka the same reach Anthropic."""
+    direct, nonoka = host.both(ANTHROPIC, "SETTINGS-5: hello")
+    assert _tool_streaming(direct) == _tool_streaming(nonoka)
+    assert set(_tool_streaming(nonoka).values()) == {True}, _tool_streaming(nonoka)
+    assert "top_k" not in direct.body and "top_k" not in nonoka.body
+
+    direct, nonoka = host.both(MINIMAX, "SETTINGS-6: hello")
+    assert direct.body["model"] == "MiniMax-M2.5" == nonoka.body["model"]
+    assert direct.body["top_k"] == nonoka.body["top_k"] == 40
+    assert _tool_streaming(direct) == _tool_streaming(nonoka)
+    assert set(_tool_streaming(nonoka).values()) == {None}, _tool_streaming(nonoka)
 
 
 def test_a_variant_asks_for_the_same_thinking(host: Host) -> None:
