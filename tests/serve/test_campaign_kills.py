@@ -53,10 +53,11 @@ class Sent:
 @dataclass
 class Upstream:
     """The model: a request whose last message starts with ``hang`` streams part of an
-    answer and never ends, the first time; any other (and a retry) is answered
-    ``answer to …``. ``asked`` is set as each question arrives."""
+    answer and never ends, unless it is ``retried``; any other is answered ``answer to
+    …``. ``asked`` is set as each question arrives."""
 
     asked: dict[str, threading.Event] = field(default_factory=dict)
+    retried: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def question(self, said: str) -> threading.Event:
@@ -65,9 +66,8 @@ class Upstream:
 
     def __call__(self, body: dict[str, Any]) -> Any:
         said = str(body["messages"][-1]["content"])
-        first = not self.question(said).is_set()
         self.question(said).set()
-        if said.startswith("hang") and first:
+        if said.startswith("hang") and said not in self.retried:
             return Linger(DropConnection(PARTIAL))
         return text(f"answer to {said}")
 
@@ -203,6 +203,7 @@ class Campaign:
         """openai-python's retry of a request whose connection the kill cut (the same
         body, ``x-stainless-retry-count: 1``): the response made again in its place."""
         port = self.process.port
+        self.model.retried.add(one.said)
         status, _, raw = request(port, "POST", "/v1/responses", self._body(one),
                                  {"x-stainless-retry-count": "1"})
         assert status == 200, f"retry of {one}: {raw!r}"

@@ -508,7 +508,8 @@ class Responses:
             self._remember(request.retry, run.point.id, logged)
         await service.journal.log(RESPONSE_EVENT, logged)
         continued = request.previous.point.session_id if request.previous else None
-        if "request" in logged and continued not in (None, session_id):
+        if "request" in logged and request.again is None and \
+                continued not in (None, session_id):
             await self.stores.events.append_event(continued, BRANCHED, {
                 key: logged[key] for key in ("id", "request", "idempotency")
                 if key in logged})
