@@ -210,3 +210,42 @@ def test_binding_beyond_loopback_takes_a_stored_key(project: Path,
     env = {**upstream_env, "NONOKA_SERVE_KEY": ""}
     done = run_nonoka(project, "serve", "--host", "0.0.0.0", "--model", MODEL, env=env)
     assert done.returncode == 2 and "nonoka serve keys add" in done.stderr
+
+
+def test_a_summary_sent_word_for_word_finds_only_its_owners_session(
+        keyed: tuple[Served, dict[str, str]], scripted: list[Any],
+        server: ScriptedOpenAIServer, project: Path) -> None:
+    """A history that opens with a compaction summary finds the session the summary was
+    recorded for (the summary rule), but only among its owner's sessions: another
+    owner's client sending the same words gets a session of its own, and the model never
+    sees the first owner's conversation."""
+    from nonoka.bridge.choose import remember_summary
+    from nonoka.store.project import open_project_stores
+
+    served, keys = keyed
+    summary = "SUMMARY: alice asked about her private project plans."
+    scripted += [text("Noted, secret plan."), text("Bob's own."), text("Alice's again.")]
+
+    def chat(key: str, messages: list[Any]) -> str:
+        status, headers, raw = served.request(
+            "POST", "/v1/chat/completions", {"model": "m", "messages": messages},
+            {"Authorization": f"Bearer {key}"})
+        assert status == 200, raw
+        return headers["x-nonoka-session-id"]
+
+    alices = chat(keys["alice"], [{"role": "user", "content": "ALICE-PRIVATE plan"}])
+
+    async def record() -> None:  # as her client's compaction would have recorded it
+        stores = open_project_stores(project, None)
+        try:
+            assert await remember_summary(stores.index, alices, summary)
+        finally:
+            await stores.close()
+    asyncio.run(record())
+
+    after = [{"role": "assistant", "content": summary}, {"role": "user", "content": "go on"}]
+    bobs = chat(keys["bob"], after)
+    assert bobs != alices
+    sent = json.dumps(server.requests[-1]["messages"])
+    assert "ALICE-PRIVATE" not in sent and "secret plan" not in sent
+    assert chat(keys["alice-laptop"], after) == alices  # her own client finds her line

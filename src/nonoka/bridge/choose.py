@@ -113,17 +113,26 @@ def summary_digests(messages: Sequence[Message]) -> set[str]:
     return {content_digest(m.content) for m in messages if m.role == "assistant"}
 
 
+OWNER_SCOPE_KEY = "owner_scope"
+"""Index-row metadata: the owner (a salted digest of an API key's owner, as ``nonoka
+serve`` gives it) whose requests made the session; absent for the local owner's."""
+
+
 async def compacted_sessions(index: SessionIndex, messages: Sequence[Message],
-                             project: str, recent: int = 20) -> list[str]:
-    """Recently active chat sessions of ``project`` one of whose recorded summaries the
-    history carries.
+                             project: str, recent: int = 20,
+                             owner_scope: str | None = None) -> list[str]:
+    """Recently active chat sessions of ``project`` and of ``owner_scope`` one of whose
+    recorded summaries the history carries.
 
     For a request after a compaction that lost its session id: the summary opens a
-    history whose conversation key is no longer the session's."""
+    history whose conversation key is no longer the session's. The rule reads what a
+    history says, so it looks only at the sessions of the same project and owner: a
+    summary another owner's client sends word for word never reaches that owner's line."""
     digests = summary_digests(messages)
     if not digests:
         return []
-    rows = [r for r in await index.list_sessions(limit=recent * 5) if in_project(r, project)]
+    rows = [r for r in await index.list_sessions(limit=recent * 5)
+            if in_project(r, project) and r.metadata.get(OWNER_SCOPE_KEY) == owner_scope]
     return [r.session_id for r in rows[:recent] if digests.intersection(summaries_of(r))]
 
 

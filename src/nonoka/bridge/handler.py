@@ -41,6 +41,7 @@ from pathlib import Path
 
 from nonoka import faults
 from nonoka.bridge.choose import (
+    OWNER_SCOPE_KEY,
     Match,
     Verdict,
     compacted_sessions,
@@ -117,8 +118,13 @@ class BridgeHandler:
 
     def __init__(self, request: ChatRequest, send: Send,
                  raw: dict[str, object] | None = None,
-                 early: Dispatched | None = None, reuse: BridgeReuse | None = None) -> None:
+                 early: Dispatched | None = None, reuse: BridgeReuse | None = None,
+                 owner_scope: str | None = None) -> None:
         self.request = request
+        self._owner_scope = owner_scope
+        """Whose requests these are, when a server serves several owners (``nonoka
+        serve``'s keys): recorded with a new session, and the only owner whose sessions
+        a rule on the history's content may find (``None``: the local owner)."""
         self._reuse = reuse if reuse is not None else BridgeReuse()
         """What the process keeps between requests (a new one: nothing kept)."""
         self._send = send
@@ -207,6 +213,8 @@ class BridgeHandler:
             metadata["host_parent_session_id"] = request.host_parent_session_id
         if request.purpose == Purpose.COMPACTION and request.session_id:
             metadata["compaction_of"] = request.session_id  # never the chat's own session
+        if self._owner_scope is not None:
+            metadata[OWNER_SCOPE_KEY] = self._owner_scope
         return metadata
 
     def _cwd(self) -> Path:
@@ -364,7 +372,8 @@ class BridgeHandler:
         verdict = judge(await self._candidates(named, keyed), messages, memo)
         if verdict.found is not None:
             return verdict
-        compacted = await compacted_sessions(index, messages, self._project)
+        compacted = await compacted_sessions(index, messages, self._project,
+                                             owner_scope=self._owner_scope)
         later = judge(await self._candidates(None, compacted), messages, memo)
         return later if later.found is not None or verdict.branch is None else verdict
 

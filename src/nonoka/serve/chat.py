@@ -101,13 +101,19 @@ def parse_chat(body: Any, headers: Mapping[str, str], project: Path, spec: str
     return request, stream, include_usage
 
 
+def owner_scope(owner: str) -> str | None:
+    """The owner as the sessions its requests make record it (a salted digest, never the
+    key); ``None`` for the local owner, whose sessions record none."""
+    return None if owner == LOCAL else hashlib.sha256(owner.encode()).hexdigest()[:16]
+
+
 def owned(request: ChatRequest, owner: str) -> ChatRequest:
     """``request`` as ``owner``'s: its conversation key and name made the owner's own, so
     the lineage rules find only sessions that owner's requests made (the local owner's
     are as they always were)."""
-    if owner == LOCAL:
+    salt = owner_scope(owner)
+    if salt is None:
         return request
-    salt = hashlib.sha256(owner.encode()).hexdigest()[:16]
     key = request.conversation_key
     named = request.host_session_id
     return request.model_copy(update={
@@ -215,11 +221,13 @@ class ChatCompletions:
         """
         spec = self.models.pick(body.get("model") if isinstance(body, dict) else None)
         request, _, include_usage = parse_chat(body, headers, self.project, spec)
-        request = owned(request, current_owner())
+        owner = current_owner()
+        request = owned(request, owner)
         answer = _Answer(spec, emit, include_usage, opened)
         reuse = BridgeReuse()
         reuse.store = self.reuse
-        handler = BridgeHandler(request, answer.on_event, reuse=reuse)
+        handler = BridgeHandler(request, answer.on_event, reuse=reuse,
+                                owner_scope=owner_scope(owner))
         await handler.handle()
         return answer.result()
 

@@ -26,7 +26,7 @@ from nonoka.bridge.handler import BridgeHandler
 from nonoka.protocol.frames import conversation_key
 from nonoka.protocol.models import BaseEvent, ChatRequest
 from nonoka.runtime.session import Session
-from nonoka.serve.chat import owned, session_signal
+from nonoka.serve.chat import owned, owner_scope, session_signal
 from nonoka.serve.ids import parse_response_id
 from nonoka.serve.record import Located, locate, stamp_of
 from nonoka.state.entries import MemoryEntry
@@ -85,7 +85,7 @@ class LineDecision(BridgeHandler):
                               host_session_id=signal,
                               conversation_key=conversation_key(messages),
                               request_id=secrets.token_hex(8))
-        super().__init__(owned(request, owner), _ignore)
+        super().__init__(owned(request, owner), _ignore, owner_scope=owner_scope(owner))
         self._project = str(project)
         self.start = 0
 

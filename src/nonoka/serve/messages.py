@@ -66,7 +66,7 @@ from nonoka.protocol.models import (
     ToolCallEvent,
 )
 from nonoka.redact import redact_text
-from nonoka.serve.chat import SIGNAL_LENGTH, owned, session_signal
+from nonoka.serve.chat import SIGNAL_LENGTH, owned, owner_scope, session_signal
 from nonoka.serve.claude_code import (
     continued_parts,
     is_compaction,
@@ -437,7 +437,8 @@ class Messages:
         answer = _Answer(str(body["model"]), emit, opened)
         reuse = BridgeReuse()
         reuse.store = self.reuse
-        handler = BridgeHandler(request, answer.on_event, reuse=reuse)
+        handler = BridgeHandler(request, answer.on_event, reuse=reuse,
+                                owner_scope=owner_scope(current_owner()))
         await handler.handle()
         if request.purpose == Purpose.COMPACTION and request.session_id and \
                 answer.failure is None:
