@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from nonoka.testing.anthropic_replies import invalid_request
 from nonoka.testing.server import ScriptedAnthropicServer
+from tests.support.trap_proxy import TrapProxy
 
 CLAUDE = Path(__file__).resolve().parents[1] / "clients" / "node_modules" / ".bin" / "claude"
 MAIN_MODEL = "claude-opus-5-5"
@@ -91,33 +90,12 @@ def strict_endpoint(script: Script) -> ScriptedAnthropicServer:
     return ScriptedAnthropicServer(checked, strict=("anthropic_thinking",))
 
 
-class Trap:
+class Trap(TrapProxy):
     """A local proxy that only records who tried to use it: Claude Code's proxy, so any
     request to a host other than the local endpoint (``NO_PROXY``) shows up here."""
 
     def __init__(self) -> None:
-        self.tried: list[bytes] = []
-        self._socket = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, name="claude-trap", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self._socket.accept()
-            except OSError:
-                return  # closed
-            with connection:
-                connection.settimeout(5)
-                try:
-                    self.tried.append(connection.recv(256))
-                except OSError:
-                    self.tried.append(b"")
-
-    def close(self) -> None:
-        self._socket.close()
-        self._thread.join(10)
+        super().__init__("claude-trap")
 
 
 class ClaudeCode:
@@ -158,6 +136,6 @@ class ClaudeCode:
                               timeout=300)
         assert done.returncode == 0, (done.returncode, done.stdout[-2000:],
                                       done.stderr[-2000:])
-        assert not self.trap.tried, f"Claude Code tried another host: {self.trap.tried}"
+        assert not self.trap.asked, f"Claude Code tried another host: {self.trap.asked}"
         result: dict[str, Any] = json.loads(done.stdout)
         return result

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.support.trap_proxy import TrapProxy
 
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 CODEX = CLIENTS / "node_modules" / ".bin" / "codex"
@@ -61,36 +61,13 @@ or telemetry."""
 
 
 
-class Outside:
+class Outside(TrapProxy):
     """The proxy Codex is given for everything but the local server: it records what
     each connection asks for (``CONNECT host:443``...) and refuses it, so nothing leaves
     the machine and a test can see that nothing tried to."""
 
     def __init__(self) -> None:
-        self.asked: list[str] = []
-        self._socket = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, name="codex-outside",
-                                        daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self._socket.accept()
-            except OSError:
-                return  # closed
-            with connection:
-                connection.settimeout(10)
-                try:
-                    first = connection.recv(4096).split(b"\r\n", 1)[0]
-                except OSError:
-                    first = b""
-                self.asked.append(first.decode("latin-1"))
-
-    def close(self) -> None:
-        self._socket.close()
-        self._thread.join(10)
+        super().__init__("codex-outside")
 
 
 def codex_binary() -> Path:
