@@ -13,12 +13,10 @@ Standard library only.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from typing import Any
 
 from nonoka.serve.ids import RESPONSE_PREFIX
+from nonoka.serve.sealed import seal, unseal
 
 PREFIX = "nonoka.v1."
 """What every ``encrypted_content`` nonoka makes starts with."""
@@ -35,22 +33,13 @@ PROMPT = (
 
 def compaction_item(response_id: str, summary: str) -> dict[str, Any]:
     """The item a compaction gives its client."""
-    payload = json.dumps({"response": response_id, "summary": summary},
-                         ensure_ascii=False, separators=(",", ":"))
-    encoded = base64.urlsafe_b64encode(payload.encode()).decode()
     return {"type": "compaction", "id": ITEM_PREFIX + response_id[len(RESPONSE_PREFIX):],
-            "encrypted_content": PREFIX + encoded}
+            "encrypted_content": seal(PREFIX, {"response": response_id, "summary": summary})}
 
 
 def read_compaction(item: dict[str, Any]) -> tuple[str, str] | None:
     """``(response id, summary)`` of a compaction item nonoka made, else ``None``."""
-    content = item.get("encrypted_content")
-    if not isinstance(content, str) or not content.startswith(PREFIX):
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(content[len(PREFIX):].encode()))
-    except (ValueError, binascii.Error):
-        return None
+    payload = unseal(PREFIX, item.get("encrypted_content"))
     if not isinstance(payload, dict) or not isinstance(payload.get("summary"), str):
         return None
     return str(payload.get("response") or ""), payload["summary"]

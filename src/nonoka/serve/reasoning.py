@@ -14,12 +14,10 @@ which the provider checks itself when it comes back. Standard library only.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from nonoka.serve.sealed import seal, unseal
 from nonoka.state.messages import ReasoningPart
 
 PREFIX = "nonoka.reasoning.v1."
@@ -30,23 +28,15 @@ INCLUDE = "reasoning.encrypted_content"
 
 def sealed(parts: Sequence[ReasoningPart]) -> str:
     """The ``encrypted_content`` of an answer's reasoning ``parts``."""
-    payload = [{"text": part.text, **({"provider_metadata": part.provider_metadata}
-                                      if part.provider_metadata else {})}
-               for part in parts]
-    encoded = base64.urlsafe_b64encode(json.dumps(
-        payload, ensure_ascii=False, separators=(",", ":")).encode()).decode()
-    return PREFIX + encoded
+    return seal(PREFIX, [{"text": part.text, **({"provider_metadata": part.provider_metadata}
+                                                  if part.provider_metadata else {})}
+                         for part in parts])
 
 
 def unsealed(content: Any) -> list[ReasoningPart] | None:
     """The reasoning parts ``content`` carries, or ``None`` when nonoka did not make it
     (another server's encrypted reasoning, which no provider of nonoka's can read)."""
-    if not isinstance(content, str) or not content.startswith(PREFIX):
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(content[len(PREFIX):].encode()))
-    except (ValueError, binascii.Error):
-        return None
+    payload = unseal(PREFIX, content)
     if not isinstance(payload, list):
         return None
     parts = []
