@@ -209,6 +209,7 @@ class Served:
                 await asyncio.gather(*served.tasks, return_exceptions=True)
                 if keys is not None:
                     await keys.close()
+                await served.chat.kept.close()
                 await stores.close()
 
         try:

@@ -50,6 +50,7 @@ from nonoka.serve.items import content_of
 from nonoka.serve.keys import LOCAL, current_owner
 from nonoka.serve.model import Models
 from nonoka.state.messages import Message, ToolCall
+from nonoka.store.kept import KeptStores
 from nonoka.store.reuse import StoreReuse
 
 SESSION_HEADER = "x-nonoka-session"
@@ -205,10 +206,14 @@ def _options(body: Mapping[str, Any]) -> CallOptionsSpec | None:
 class ChatCompletions:
     """``POST /v1/chat/completions`` through the bridge's decision chain."""
 
-    def __init__(self, project: Path, models: Models, reuse: StoreReuse | None = None) -> None:
+    def __init__(self, project: Path, models: Models, reuse: StoreReuse | None = None,
+                 kept: KeptStores | None = None) -> None:
         self.project = project
         self.models = models
         self.reuse = reuse if reuse is not None else StoreReuse()
+        self.kept = kept if kept is not None else KeptStores()
+        """The project's stores between requests (``nonoka.store.kept``): one set kept
+        open, the others of requests running at once closed as they end."""
 
     async def complete(self, body: Any, headers: Mapping[str, str],
                        emit: Emit | None = None,
@@ -225,7 +230,7 @@ class ChatCompletions:
         request = owned(request, owner)
         answer = _Answer(spec, emit, include_usage, opened)
         reuse = BridgeReuse()
-        reuse.store = self.reuse
+        reuse.store, reuse.kept = self.reuse, self.kept
         handler = BridgeHandler(request, answer.on_event, reuse=reuse,
                                 owner_scope=owner_scope(owner))
         await handler.handle()

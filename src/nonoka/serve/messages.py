@@ -77,6 +77,7 @@ from nonoka.serve.errors import ApiError, failure_error
 from nonoka.serve.keys import current_owner
 from nonoka.serve.model import Models
 from nonoka.state.messages import FilePart, Message, ReasoningPart, TextPart, ToolCall
+from nonoka.store.kept import KeptStores
 from nonoka.store.reuse import StoreReuse
 from nonoka.turn.service import TurnService
 
@@ -410,10 +411,13 @@ def count_tokens(body: Any) -> dict[str, Any]:
 class Messages:
     """``POST /v1/messages`` through the bridge's decision chain."""
 
-    def __init__(self, project: Path, models: Models, reuse: StoreReuse | None = None) -> None:
+    def __init__(self, project: Path, models: Models, reuse: StoreReuse | None = None,
+                 kept: KeptStores | None = None) -> None:
         self.project = project
         self.models = models
         self.reuse = reuse if reuse is not None else StoreReuse()
+        self.kept = kept if kept is not None else KeptStores()
+        """The project's stores between requests (shared with Chat Completions)."""
 
     async def create(self, body: Any, headers: Mapping[str, str], emit: Emit | None = None,
                      opened: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -436,7 +440,7 @@ class Messages:
             request = await self._compacting(request)
         answer = _Answer(str(body["model"]), emit, opened)
         reuse = BridgeReuse()
-        reuse.store = self.reuse
+        reuse.store, reuse.kept = self.reuse, self.kept
         handler = BridgeHandler(request, answer.on_event, reuse=reuse,
                                 owner_scope=owner_scope(current_owner()))
         await handler.handle()

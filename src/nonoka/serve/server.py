@@ -120,6 +120,7 @@ async def serve(project: Path, database_url: str | None, *, model: str, host: st
     finally:
         if keys is not None:
             await keys.close()
+        await served.chat.kept.close()
         await stores.close()
 
 
