@@ -13,9 +13,12 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import uvicorn
 from openresponses_types import types as spec
 from pydantic import BaseModel, ValidationError
@@ -305,3 +308,18 @@ class ServeProcess:
             self.process.send_signal(signal.SIGINT)
         _, errors = self.process.communicate(timeout=30)
         return errors
+
+
+@contextmanager
+def served_with(project: Path, model: str, env: Mapping[str, str],
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    """A ``Served`` in this process whose upstream is named by ``env`` (set for the
+    test, with ``NONOKA_MODEL`` unset so ``model`` is the server's)."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("NONOKA_MODEL", raising=False)
+    running = Served(project, model)
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -25,7 +25,7 @@ from nonoka.state.messages import ToolCall
 from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer
 from tests.pg import schema_url, temp_schema
 from tests.serve.codex_client import Codex, CodexRun, Outside
-from tests.serve.harness import Served
+from tests.serve.harness import Served, served_with
 from tests.serve.test_keys import make_key
 
 MODEL = "openai-responses:scripted-model"
@@ -73,15 +73,10 @@ def outside() -> Iterator[Outside]:
 @pytest.fixture
 def served(project: Path, upstream: ScriptedResponsesServer,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
-    for name, value in {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-up",
-                        "NONOKA_DATABASE_URL": ""}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("NONOKA_MODEL", raising=False)
-    running = Served(project, MODEL)
-    try:
+    env = {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-up",
+           "NONOKA_DATABASE_URL": ""}
+    with served_with(project, MODEL, env, monkeypatch) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def exported(project: Path) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from nonoka.store.records import SessionRecord
 from nonoka.testing.anthropic_replies import AnthropicReply, Thinking, error_body
 from nonoka.testing.server import ScriptedAnthropicServer
 from nonoka.testing.steps import HttpError
-from tests.serve.harness import Served, sse
+from tests.serve.harness import Served, served_with, sse
 
 MODEL = "anthropic:claude-scripted"
 UPSTREAM_KEY = "sk-ant-upstream-key-that-never-leaves-0123"
@@ -52,15 +52,10 @@ def upstream(anthropic_script: list[Any]) -> Iterator[ScriptedAnthropicServer]:
 @pytest.fixture
 def served(project: Path, upstream: ScriptedAnthropicServer,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.base_url)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", UPSTREAM_KEY)
-    monkeypatch.setenv("NONOKA_DATABASE_URL", "")
-    monkeypatch.delenv("NONOKA_MODEL", raising=False)
-    running = Served(project, MODEL)
-    try:
+    env = {"ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": UPSTREAM_KEY,
+           "NONOKA_DATABASE_URL": ""}
+    with served_with(project, MODEL, env, monkeypatch) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

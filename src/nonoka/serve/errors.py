@@ -103,8 +103,9 @@ def _upstream(failure: Failure) -> ApiError:
     return ApiError(502, failure.message, type=SERVER, code="upstream_error")
 
 
-def _provider_code(body: Any) -> str | None:
-    """The ``error.code`` (or ``error.type``) of a provider's JSON error body."""
+def provider_error(body: Any) -> dict[str, Any] | None:
+    """The ``error`` object of a provider's JSON error body (OpenAI's and Anthropic's
+    alike), or ``None``."""
     if not isinstance(body, str):
         return None
     try:
@@ -112,7 +113,13 @@ def _provider_code(body: Any) -> str | None:
     except ValueError:
         return None
     error = data.get("error") if isinstance(data, dict) else None
-    if not isinstance(error, dict):
+    return error if isinstance(error, dict) else None
+
+
+def _provider_code(body: Any) -> str | None:
+    """The ``error.code`` (or ``error.type``) of a provider's JSON error body."""
+    error = provider_error(body)
+    if error is None:
         return None
     code = error.get("code") or error.get("type")
     return code if isinstance(code, str) and code else None

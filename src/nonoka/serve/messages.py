@@ -73,7 +73,7 @@ from nonoka.serve.claude_code import (
     is_side_request,
     shown_summary,
 )
-from nonoka.serve.errors import ApiError, failure_error
+from nonoka.serve.errors import ApiError, failure_error, provider_error
 from nonoka.serve.keys import current_owner
 from nonoka.serve.model import Models
 from nonoka.state.messages import FilePart, Message, ReasoningPart, TextPart, ToolCall
@@ -148,14 +148,9 @@ def _as_messages_error(error: ApiError) -> MessagesError:
 
 
 def _anthropic_body(body: Any) -> tuple[str, str] | None:
-    if not isinstance(body, str):
-        return None
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    error = data.get("error") if isinstance(data, dict) else None
-    if not isinstance(error, dict) or not isinstance(error.get("type"), str):
+    """``(type, message)`` of Anthropic's error body, or ``None``."""
+    error = provider_error(body)
+    if error is None or not isinstance(error.get("type"), str):
         return None
     return error["type"], str(error.get("message", ""))
 
