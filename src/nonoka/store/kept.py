@@ -78,7 +78,7 @@ def _fingerprint(stores: ProjectStores) -> tuple[tuple[int, int], int] | None:
         return None
     try:
         info = os.stat(store.path)
-        version = _schema_version(store)
+        version = int(store.connection.execute("PRAGMA schema_version").fetchone()[0])
     except Exception:  # closed, removed, unreadable: not worth keeping
         return None
     return (info.st_dev, info.st_ino), version
@@ -87,14 +87,6 @@ def _fingerprint(stores: ProjectStores) -> tuple[tuple[int, int], int] | None:
 def _still(stores: ProjectStores, identity: tuple[int, int], version: int) -> bool:
     found = _fingerprint(stores)
     return found is not None and found == (identity, version)
-
-
-def _schema_version(store: object) -> int:
-    from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
-
-    assert isinstance(store, SQLiteCheckpointStore)
-    row = store.connection.execute("PRAGMA schema_version").fetchone()
-    return int(row[0])
 
 
 async def _close_quietly(stores: ProjectStores) -> None:
