@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from nonoka.runtime.session import Session
     from nonoka.state.prefix_memo import PrefixMemo
     from nonoka.store.next_call_row import StoredNextCall
-    from nonoka.store.next_calls import ClosableNextCallStore
+    from nonoka.store.next_calls import ClosableNextCallStore, NextCallStore
     from nonoka.turn.service import TurnService
 
 ENV_VAR = "NONOKA_EARLY_DISPATCH"
@@ -324,16 +324,19 @@ class Dispatched:
         return outcome
 
 
-def dispatch(request: Mapping[str, Any]) -> Dispatched | None:
+def dispatch(request: Mapping[str, Any],
+             store: NextCallStore | None = None) -> Dispatched | None:
     """Send the model request ``request`` will make, if its session's template says
-    which; the handle of what was sent, or ``None``."""
+    which; the handle of what was sent, or ``None``. ``store``: the project's next-call
+    store a warm bridge keeps open (left open here); without one the project's is opened
+    for this call alone."""
     if not enabled(os.environ):
         return None
     turn = NextTurn.of(request)
     if turn is None or _several_prompts(request):
         return None
     try:
-        return _dispatch(request, turn)
+        return _dispatch(request, turn, store)
     except Exception:  # the runtime's own path reports every real problem
         return None
 
@@ -345,7 +348,8 @@ def _several_prompts(request: Mapping[str, Any]) -> bool:
     return sum(1 for m in tail if m["role"] == "user") > 1
 
 
-def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
+def _dispatch(request: Mapping[str, Any], turn: NextTurn,
+              kept: NextCallStore | None) -> Dispatched | None:
     from nonoka.llm.host_headers import forwarded
     from nonoka.llm.inflight import Inflight
     from nonoka.llm.wire import (
@@ -363,7 +367,8 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
     target = resolve_target(spec, os.environ)
     endpoint = Endpoint.parse(target.base_url or DEFAULT_BASE_URL)
     check_key(endpoint, target.api_key)
-    store = _open_store(cwd)
+    opened = _open_store(cwd) if kept is None else None
+    store = kept or opened
     if store is None:
         return None
     try:
@@ -408,7 +413,8 @@ def _dispatch(request: Mapping[str, Any], turn: NextTurn) -> Dispatched | None:
     finally:
         # Closing the last connection checkpoints SQLite's log (with an fsync): on a
         # worker thread, while the runtime loads, not before.
-        _thread.start_new_thread(store.close, ())
+        if opened is not None:
+            _thread.start_new_thread(opened.close, ())
 
 
 def _model_spec(cwd: str, explicit: str | None) -> str:
@@ -443,7 +449,7 @@ def _open_store(cwd: str) -> ClosableNextCallStore | None:
     return SQLiteNextCalls.open_existing(os.path.join(os.path.abspath(cwd), DEFAULT_FILE))
 
 
-def _from_rows(store: ClosableNextCallStore, found: StoredNextCall, turn: NextTurn,
+def _from_rows(store: NextCallStore, found: StoredNextCall, turn: NextTurn,
                request: Mapping[str, Any], template: dict[str, Any]
                ) -> tuple[str, int] | None:
     """The stored conversation's wire messages, ``", "``-joined, and their count, from

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from nonoka.bridge.early import Dispatched
     from nonoka.bridge.reuse import BridgeReuse
+    from nonoka.store.kept import KeptStores
 
 _CHUNK = 1 << 20
 
@@ -282,12 +283,22 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _dispatch_early(request: dict[str, object]) -> Dispatched | None:
+def _dispatch_early(request: dict[str, object], kept: KeptStores) -> Dispatched | None:
     """A warm bridge's next request goes out as a fresh process's first one does
-    (``nonoka.bridge.early``): the model works while the runtime loads the session."""
-    from nonoka.bridge import early
+    (``nonoka.bridge.early``): the model works while the runtime loads the session. It
+    reads the template through the project's stores the process keeps open."""
+    from pathlib import Path
 
-    return early.dispatch(request)
+    from nonoka.bridge import early
+    from nonoka.turn.project import project_database
+
+    cwd = request.get("cwd")
+    try:
+        key = project_database(Path(cwd if isinstance(cwd, str) and cwd else os.getcwd())
+                               .resolve())
+    except Exception:  # a bad URL or directory: the handler says what is wrong
+        return None
+    return early.dispatch(request, kept.next_calls(key))
 
 
 def stopped_code(signals: StopSignals, reader: LineReader) -> int:
@@ -388,7 +399,7 @@ class _Server:
             if self.queued and not self.stopping:
                 request = self.queued.pop(0)
                 _acknowledge(request[1], self.out)
-                self.early = _dispatch_early(request[1])
+                self.early = _dispatch_early(request[1], self.reuse.kept)
         await self.reuse.kept.close()  # every request is answered: nobody waits for this
         return 0
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from nonoka.store.next_calls import NextCallStore
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -50,6 +52,16 @@ class KeptStores:
                 return kept[1]
             await _close_quietly(kept[1])
         return open_stores()
+
+    def next_calls(self, key: str) -> NextCallStore | None:
+        """The kept checkpoint store as the early path's ``NextCallStore`` (synchronous,
+        left open), while it is ``key``'s and still current; ``None`` otherwise (the
+        early path then opens a connection of its own)."""
+        kept = self._kept
+        if kept is None or kept[0] != key or not _still(kept[1], kept[2], kept[3]):
+            return None
+        store = kept[1].checkpoints
+        return store if isinstance(store, NextCallStore) else None
 
     async def give_back(self, key: str, stores: ProjectStores) -> None:
         """Keep ``stores`` under ``key`` for the next request; stores that cannot be kept
