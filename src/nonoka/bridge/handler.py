@@ -172,7 +172,7 @@ class BridgeHandler:
             self.history, self.step = host_step(self.request.messages)
             reuse = self._reuse
             model = configured(cwd, self.request.model, passes=reuse.passes,
-                               headers=self.request.headers,
+                               headers=self.request.headers, workers=reuse.workers,
                                host_retries="host_retries" in (
                                    self.request.protocol.features or ()))
             if self._early is not None:

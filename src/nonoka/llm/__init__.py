@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from nonoka.llm.base import AdoptsInflight, ChatModel, ModelResponse, TextSink, ToolSpec, Usage
     from nonoka.llm.catalog import KnownModel
+    from nonoka.llm.workers import Workers
     from nonoka.state.prefix_memo import ConversationPasses
 
 __all__ = ("AdoptsInflight", "ChatModel", "ModelResponse", "TextSink", "ToolSpec", "Usage",
@@ -39,7 +40,7 @@ def __dir__() -> list[str]:
 def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = None,
                   known: KnownModel | None = None, project: Path | None = None,
                   headers: dict[str, str] | None = None,
-                  host_retries: bool = False) -> ChatModel:
+                  host_retries: bool = False, workers: Workers | None = None) -> ChatModel:
     """Turn ``"openai:gpt-4o-mini"`` (or any ``provider:model``) into a model instance.
 
     ``passes``: where the process's passes over a growing conversation stopped last
@@ -59,6 +60,8 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
     ``headers``: the host's request headers; the ones ``nonoka.llm.host_headers`` allows
     for the provider go with every request. ``host_retries``: the host retries a failed
     call itself, so the model makes each call once (``docs/protocol.md``, "Retries").
+    ``workers``: the process's threads for the model's HTTP exchanges
+    (``nonoka.llm.workers``), for a process that makes call after call.
     """
     if not isinstance(spec, str):
         return spec
@@ -67,6 +70,7 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
     from nonoka.llm.host_headers import forwarded
 
     retries: dict[str, Any] = {"max_retries": 0} if host_retries else {}
+    retries["workers"] = workers
     if spec.partition(":")[0] == "anthropic":
         from nonoka.llm.anthropic import anthropic_model
 

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     import http.client
 
     from nonoka.llm.catalog import KnownModel
+    from nonoka.llm.workers import Workers
 
 __all__ = ("AnthropicChatModel", "anthropic_model", "conversation", "prompt_cache_setting")
 
@@ -120,6 +121,7 @@ class AnthropicChatModel(HTTPModel):
         known: KnownModel | None = None,
         extra_headers: Mapping[str, str] | None = None,
         limits: StreamLimits | None = None,
+        workers: Workers | None = None,
     ) -> None:
         if not model:
             raise ConfigurationError("an Anthropic model needs a name, e.g. "
@@ -139,7 +141,7 @@ class AnthropicChatModel(HTTPModel):
                                     self._api_key, timeout=timeout, max_retries=max_retries,
                                     backoff_base=backoff_base,
                                     thread_name="nonoka-anthropic-http", dialect=DIALECT,
-                                    limits=limits)
+                                    limits=limits, workers=workers)
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
                      options: CallOptions | None = None) -> bytes:
@@ -265,7 +267,8 @@ def prompt_cache_setting(project: Path) -> str | None:
 def anthropic_model(spec: str, environ: Mapping[str, str], *, known: KnownModel | None,
                     project: Path | None = None,
                     extra_headers: Mapping[str, str] | None = None,
-                    max_retries: int = 3) -> AnthropicChatModel:
+                    max_retries: int = 3, workers: Workers | None = None
+                    ) -> AnthropicChatModel:
     """The model an ``anthropic:<model>`` spec names: ``ANTHROPIC_BASE_URL`` (default
     ``https://api.anthropic.com``) and ``ANTHROPIC_API_KEY``, never another provider's;
     the prompt cache as ``project``'s ``.nonoka/config.toml`` sets it; ``extra_headers``
@@ -279,7 +282,8 @@ def anthropic_model(spec: str, environ: Mapping[str, str], *, known: KnownModel 
                               base_url=environ.get(BASE_URL_VARIABLE) or DEFAULT_BASE_URL,
                               api_key=environ.get(KEY_VARIABLE) or "",
                               prompt_cache=setting or DEFAULT_CACHE, known=known,
-                              extra_headers=extra_headers, max_retries=max_retries)
+                              extra_headers=extra_headers, max_retries=max_retries,
+                              workers=workers)
 
 
 # -- the stream ---------------------------------------------------------------------------

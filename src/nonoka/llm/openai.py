@@ -52,6 +52,7 @@ from nonoka.state.prefix_memo import ConversationPasses, PrefixMemo
 if TYPE_CHECKING:
     from nonoka.llm.catalog import KnownModel
     from nonoka.llm.inflight import Inflight
+    from nonoka.llm.workers import Workers
 
 __all__ = ("DEFAULT_BASE_URL", "OpenAIChatModel")
 
@@ -116,6 +117,7 @@ class OpenAIChatModel(HTTPModel):
         send_reasoning: bool | None = None,
         known: KnownModel | None = None,
         limits: StreamLimits | None = None,
+        workers: Workers | None = None,
     ) -> None:
         """``passes``: where the encoding of a growing conversation stopped last, when
         the process keeps it between turns (``ConversationPasses.wire``).
@@ -141,7 +143,7 @@ class OpenAIChatModel(HTTPModel):
         self._transport = Transport(self._endpoint, self._headers, self._api_key,
                                     timeout=timeout, max_retries=max_retries,
                                     backoff_base=backoff_base, thread_name="nonoka-openai-http",
-                                    limits=limits)
+                                    limits=limits, workers=workers)
         self._inflight: Inflight | None = None
 
     def adopt(self, inflight: Inflight) -> None:

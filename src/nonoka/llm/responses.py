@@ -72,6 +72,7 @@ from nonoka.state.messages import Message, ReasoningPart, ToolCall
 
 if TYPE_CHECKING:
     from nonoka.llm.catalog import KnownModel
+    from nonoka.llm.workers import Workers
 
 __all__ = ("OPENAI_RESPONSES", "OpenAIResponsesModel", "input_items")
 
@@ -129,6 +130,7 @@ class OpenAIResponsesModel(HTTPModel):
         extra_headers: Mapping[str, str] | None = None,
         known: KnownModel | None = None,
         limits: StreamLimits | None = None,
+        workers: Workers | None = None,
     ) -> None:
         self.model = model
         self._endpoint = Endpoint.parse(
@@ -141,7 +143,7 @@ class OpenAIResponsesModel(HTTPModel):
         self._transport = Transport(
             self._endpoint, request_headers(api_key, extra_headers), api_key,
             timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
-            thread_name="nonoka-responses-http", dialect=DIALECT, limits=limits)
+            thread_name="nonoka-responses-http", dialect=DIALECT, limits=limits, workers=workers)
 
     def body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
              options: CallOptions | None = None) -> bytes:

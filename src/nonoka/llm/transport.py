@@ -4,7 +4,8 @@ The Chat Completions adapter (``nonoka.llm.openai``), the Responses API adapter
 (``nonoka.llm.responses``) and the Messages API adapter (``nonoka.llm.anthropic``) post
 one JSON body and read a stream of ``data:`` events; a ``Dialect`` says how a vendor's
 error answers, last event and variables differ. What they share lives here: the
-blocking exchange on a daemon worker thread, whose parsed events cross to the event loop
+blocking exchange on a daemon worker thread (one the process keeps, when it passes its
+``nonoka.llm.workers.Workers``), whose parsed events cross to the event loop
 through an ``asyncio.Queue`` (so sinks run on the loop thread, and cancelling the
 awaiting task shuts the socket down, which ends the worker at once); the retry loop
 (rate limits, 5xx, timeouts and dropped connections, only while nothing has been
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from nonoka.llm.base import TextSink
     from nonoka.llm.catalog import KnownModel
     from nonoka.llm.inflight import EarlyRequest
+    from nonoka.llm.workers import Workers
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every 5xx; the same set as the SDK
 UNREACHABLE_RETRIES = 1
@@ -197,8 +199,11 @@ class Transport:
     def __init__(self, endpoint: Endpoint, headers: dict[str, str], api_key: str | None, *,
                  timeout: float, max_retries: int, backoff_base: float,
                  thread_name: str, dialect: Dialect = OPENAI,
-                 limits: StreamLimits | None = None) -> None:
+                 limits: StreamLimits | None = None, workers: Workers | None = None) -> None:
+        """``workers``: the process's threads for exchanges (``nonoka.llm.workers``);
+        without them each exchange starts a thread of its own."""
         self.endpoint = endpoint
+        self._workers = workers
         self.dialect = dialect
         if limits is None:
             import os
@@ -243,8 +248,10 @@ class Transport:
 
         exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early,
                             self.dialect, self.limits)
-        worker = threading.Thread(target=exchange.run, name=self._thread_name, daemon=True)
-        worker.start()
+        if self._workers is not None:
+            self._workers.run(exchange.run, self._thread_name)
+        else:
+            threading.Thread(target=exchange.run, name=self._thread_name, daemon=True).start()
         try:
             while (item := await queue.get()) is not END:
                 if isinstance(item, Failure):

@@ -230,7 +230,7 @@ class ChatCompletions:
         request = owned(request, owner)
         answer = _Answer(spec, emit, include_usage, opened)
         reuse = BridgeReuse()
-        reuse.store, reuse.kept = self.reuse, self.kept
+        reuse.store, reuse.kept, reuse.workers = self.reuse, self.kept, self.models.workers
         handler = BridgeHandler(request, answer.on_event, reuse=reuse,
                                 owner_scope=owner_scope(owner))
         await handler.handle()

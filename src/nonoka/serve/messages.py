@@ -435,7 +435,7 @@ class Messages:
             request = await self._compacting(request)
         answer = _Answer(str(body["model"]), emit, opened)
         reuse = BridgeReuse()
-        reuse.store, reuse.kept = self.reuse, self.kept
+        reuse.store, reuse.kept, reuse.workers = self.reuse, self.kept, self.models.workers
         handler = BridgeHandler(request, answer.on_event, reuse=reuse,
                                 owner_scope=owner_scope(current_owner()))
         await handler.handle()

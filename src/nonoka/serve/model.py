@@ -31,6 +31,7 @@ from nonoka.llm.base import (
     TextSink,
     ToolSpec,
 )
+from nonoka.llm.workers import Workers
 from nonoka.serve.ids import ResponsePoint
 from nonoka.serve.record import STAMP, Asked
 from nonoka.state.entries import EntryMessages, MemoryEntry
@@ -44,6 +45,8 @@ class Models:
     def __init__(self, project: Path, default: str) -> None:
         self.project = project
         self.default = default
+        self.workers = Workers()
+        """The threads of the model calls' HTTP exchanges, idle between requests."""
 
     def pick(self, asked: str | None) -> str:
         """The spec a request runs with (see the module's docstring)."""
@@ -62,7 +65,7 @@ class Models:
         ``passes``: where its passes over the session's conversation stopped last."""
         from nonoka.turn.project import configured
 
-        return configured(self.project, spec, passes=passes)
+        return configured(self.project, spec, passes=passes, workers=self.workers)
 
     def listing(self) -> dict[str, Any]:
         """``GET /v1/models``."""

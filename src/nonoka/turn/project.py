@@ -20,6 +20,7 @@ from nonoka.store.project import (
 if TYPE_CHECKING:
     from nonoka.llm.base import ChatModel
     from nonoka.llm.catalog import KnownModel
+    from nonoka.llm.workers import Workers
     from nonoka.state.prefix_memo import ConversationPasses
     from nonoka.store.reuse import StoreReuse
 
@@ -69,10 +70,11 @@ def _text(path: Path) -> str:
 
 def configured(project: Path, explicit: str | None = None, *,
                passes: ConversationPasses | None = None,
-               headers: dict[str, str] | None = None, host_retries: bool = False
-               ) -> ChatModel:
+               headers: dict[str, str] | None = None, host_retries: bool = False,
+               workers: Workers | None = None) -> ChatModel:
     """The model to run: ``explicit``, else ``NONOKA_MODEL``, else ``.nonoka/config.toml``;
-    ``headers`` and ``host_retries`` as ``nonoka.llm.resolve_model`` takes them.
+    ``headers``, ``host_retries`` and ``workers`` as ``nonoka.llm.resolve_model`` takes
+    them.
 
     Raises ``ModelNotConfiguredError`` when there is none or it cannot be used.
     """
@@ -82,7 +84,8 @@ def configured(project: Path, explicit: str | None = None, *,
     try:
         spec = configured_model(project, explicit)
         return resolve_model(spec, passes=passes, known=described(project, spec),
-                             project=project, headers=headers, host_retries=host_retries)
+                             project=project, headers=headers, host_retries=host_retries,
+                             workers=workers)
     except ModelNotConfiguredError:
         raise
     except ConfigurationError as exc:
