@@ -25,6 +25,7 @@ others: a circle of imports (counted the same way) fails too. From the bottom up
     bridge        ``nonoka bridge``
     ui            ``nonoka ui``
     serve         ``nonoka serve`` (over the bridge's decision chain for Chat Completions)
+    handoff       a session handed to another coding agent (its transcript, its branch)
     cli           the ``nonoka`` command
     main          ``python -m nonoka``
 """
@@ -69,9 +70,12 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "serve": (("nonoka.serve",),
               ("errors", "support", "state", "store", "llm", "protocol", "events", "runtime",
                "turn", "api", "bridge")),
+    "handoff": (("nonoka.handoff",),
+                ("errors", "support", "state", "store", "llm", "turn", "serve")),
     "cli": (("nonoka.cli",),
             ("errors", "support", "state", "store", "llm", "protocol", "events", "runtime",
-             "turn", "api", "ops", "provider", "testing", "bridge", "ui", "serve")),
+             "turn", "api", "ops", "provider", "testing", "bridge", "ui", "serve",
+             "handoff")),
     "main": (("nonoka.__main__",), ("cli", "bridge", "api")),
 }
 

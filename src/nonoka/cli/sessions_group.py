@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from nonoka.cli.common import Place
+from nonoka.cli.handoff_cmd import handoff_command
 from nonoka.cli.ops_cmd import (
     SESSION_COMMANDS,
     apply_retention,
@@ -173,3 +174,4 @@ def search_command(text: str, status: tuple[str, ...], since_text: str | None,
 
 for _command in SESSION_COMMANDS:
     sessions.add_command(_command)
+sessions.add_command(handoff_command)

@@ -1,0 +1,82 @@
+"""``nonoka sessions handoff``: a session moves to another coding agent, whole."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+import click
+
+from nonoka.cli.common import Place, find_session, has_database, no_database, open_stores
+from nonoka.cli.damage import refuse_if_damaged
+from nonoka.cli.options import call, place_options
+from nonoka.cli.voice import CliError
+from nonoka.errors import ConfigurationError
+
+
+@click.command("handoff", short_help="Move a session to Claude Code or Codex, whole.")
+@click.argument("session_id", metavar="ID")
+@click.option("--to", "target", required=True, type=click.Choice(["claude", "codex"]),
+              help="The agent that goes on with the session.")
+@click.option("--at", "at", type=click.IntRange(min=0), metavar="N",
+              help="Hand off the first N entries (default: all of them).")
+@click.option("--home", "home", metavar="DIR", type=click.Path(file_okay=False,
+                                                               path_type=Path),
+              help="The agent's own directory (default: CLAUDE_CONFIG_DIR or ~/.claude; "
+                   "CODEX_HOME or ~/.codex).")
+@click.option("--cwd", "cwd", metavar="DIR", type=click.Path(file_okay=False, exists=True,
+                                                             path_type=Path),
+              help="Where the agent will run (default: the current directory).")
+@click.option("--exec", "run", is_flag=True,
+              help="Start the agent on the session instead of printing its command.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was made as JSON.")
+@place_options
+def handoff_command(session_id: str, target: str, at: int | None, home: Path | None,
+                    cwd: Path | None, run: bool, as_json: bool, place: Place) -> None:
+    """Hand session ID to another agent: a new branch of it, and the agent's own
+    transcript of the whole conversation (texts, images, tool calls and results),
+    never a summary.
+
+    Point the agent at `nonoka serve` (ANTHROPIC_BASE_URL for Claude Code, the Codex
+    provider's base_url) and resume the printed session: its first request lands on
+    the branch, which `nonoka sessions list --tree` shows under ID.
+    """
+    from nonoka.cli.render import print_json, short_id
+    from nonoka.handoff.move import TARGETS, hand_off, home_of
+
+    spec = TARGETS[target]
+    binary = shutil.which(spec.binary) if run else None
+    if run and binary is None:
+        raise CliError(f"`{spec.binary}` is not on PATH; install it, or leave out --exec "
+                       "and run the printed command where it is", code="usage_error")
+    where = (cwd or Path.cwd()).resolve()
+    agent_home = home or home_of(spec, dict(os.environ), Path.home())
+    if not has_database(place):
+        raise no_database(place)
+    refuse_if_damaged(place)
+
+    async def go() -> object:
+        async with open_stores(place) as stores:
+            record = await find_session(stores.index, session_id)
+            try:
+                return await hand_off(stores, record.session_id, target, home=agent_home,
+                                      cwd=where, at=at)
+            except ConfigurationError as exc:
+                raise CliError(str(exc), exit_code=2, code="usage_error") from None
+
+    from nonoka.handoff.move import HandOff
+
+    done = call(go)
+    assert isinstance(done, HandOff)
+    if as_json:
+        print_json(done.as_json())
+    else:
+        click.echo(f"branch {short_id(done.branch)} of {short_id(done.source)} at entry "
+                   f"{done.at}, for {target} session {done.agent_session}")
+        click.echo(f"transcript: {done.transcript} ({done.carried} entries)")
+        click.echo(f"run in {where}: {shlex.join(done.command)}")
+    if run and binary is not None:
+        os.chdir(where)
+        os.execv(binary, [binary, *done.command[1:]])
