@@ -78,7 +78,7 @@ def resolve_model(spec: str | ChatModel, *, passes: ConversationPasses | None = 
             from nonoka.llm.catalog import known_model
 
             known = known_model(spec)
-        return anthropic_model(spec, os.environ, known=known, project=project,
+        return anthropic_model(spec, os.environ, known=known, project=project, passes=passes,
                                extra_headers=forwarded(headers, "anthropic"), **retries)
     from nonoka.llm.openai import OpenAIChatModel
     from nonoka.llm.wire import resolve_target

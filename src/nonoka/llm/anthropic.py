@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
     from nonoka.llm.catalog import KnownModel
     from nonoka.llm.workers import Workers
+    from nonoka.state.prefix_memo import ConversationPasses, PrefixMemo
 
 __all__ = ("AnthropicChatModel", "anthropic_model", "conversation", "prompt_cache_setting")
 
@@ -122,11 +123,14 @@ class AnthropicChatModel(HTTPModel):
         extra_headers: Mapping[str, str] | None = None,
         limits: StreamLimits | None = None,
         workers: Workers | None = None,
+        passes: ConversationPasses | None = None,
     ) -> None:
         if not model:
             raise ConfigurationError("an Anthropic model needs a name, e.g. "
                                      "'anthropic:claude-sonnet-4-5'")
         self.model = model
+        self._memo = None if passes is None else passes.blocks
+        """Where the last call's conversation ended, when the process keeps it."""
         self._endpoint = Endpoint(base_url or os.environ.get(BASE_URL_VARIABLE)
                                   or DEFAULT_BASE_URL)
         self._api_key = api_key if api_key is not None else os.environ.get(KEY_VARIABLE)
@@ -147,7 +151,7 @@ class AnthropicChatModel(HTTPModel):
                      options: CallOptions | None = None) -> bytes:
         """The exact bytes :meth:`complete_with` posts for ``messages``, ``tools`` and
         ``options``."""
-        return request_body(self.model, conversation(messages), tools,
+        return request_body(self.model, conversation(messages, self._memo), tools,
                             self._call_fields(options)[0],
                             cache_control(self._cache_setting(options)),
                             eager=(options and options.eager_input_streaming) or ()).encode()
@@ -211,18 +215,26 @@ class AnthropicChatModel(HTTPModel):
 
 
 
-def conversation(messages: Sequence[Message]) -> Conversation:
+def conversation(messages: Sequence[Message],
+                 memo: PrefixMemo[Conversation] | None = None) -> Conversation:
     """``messages`` in the API's shape. A session's conversation (``EntryMessages``) is
     read from its entries without building ``Message`` models; both give the same
-    blocks."""
-    conv = Conversation()
+    blocks. ``memo``: for a session's conversation, the one the last call built, which
+    a conversation that extends it goes on from (``nonoka.state.prefix_memo``)."""
     if isinstance(messages, EntryMessages):
-        for entry in messages.entries:
+        entries = messages.entries
+        resumed = memo.resume(entries) if memo is not None else None
+        conv, start = (Conversation(), 0) if resumed is None else (resumed[1].copy(),
+                                                                   resumed[0][0])
+        for entry in entries[start:]:
             meta = entry.metadata
             call_id = meta.get("tool_call_id")
             conv.add(entry.role, entry.content, meta, meta.get("tool_calls") or None,
                      None if call_id is None else str(call_id))
+        if memo is not None:
+            memo.keep(conv.copy(), entries)
         return conv
+    conv = Conversation()
     for message in messages:
         meta = message.model_dump(include={"parts", "reasoning", "provider_metadata"},
                                   exclude_none=True)
@@ -267,8 +279,8 @@ def prompt_cache_setting(project: Path) -> str | None:
 def anthropic_model(spec: str, environ: Mapping[str, str], *, known: KnownModel | None,
                     project: Path | None = None,
                     extra_headers: Mapping[str, str] | None = None,
-                    max_retries: int = 3, workers: Workers | None = None
-                    ) -> AnthropicChatModel:
+                    max_retries: int = 3, workers: Workers | None = None,
+                    passes: ConversationPasses | None = None) -> AnthropicChatModel:
     """The model an ``anthropic:<model>`` spec names: ``ANTHROPIC_BASE_URL`` (default
     ``https://api.anthropic.com``) and ``ANTHROPIC_API_KEY``, never another provider's;
     the prompt cache as ``project``'s ``.nonoka/config.toml`` sets it; ``extra_headers``
@@ -283,7 +295,7 @@ def anthropic_model(spec: str, environ: Mapping[str, str], *, known: KnownModel 
                               api_key=environ.get(KEY_VARIABLE) or "",
                               prompt_cache=setting or DEFAULT_CACHE, known=known,
                               extra_headers=extra_headers, max_retries=max_retries,
-                              workers=workers)
+                              workers=workers, passes=passes)
 
 
 # -- the stream ---------------------------------------------------------------------------

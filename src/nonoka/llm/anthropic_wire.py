@@ -298,6 +298,17 @@ class Conversation:
         self.system: list[str] = []
         self.messages: list[tuple[str, list[Block]]] = []
 
+    def copy(self) -> Conversation:
+        """A copy that ``add`` can go on with while this one stays as it is (``add``
+        changes only the last message's blocks)."""
+        other = Conversation()
+        other.system = list(self.system)
+        other.messages = list(self.messages)
+        if other.messages:
+            role, blocks = other.messages[-1]
+            other.messages[-1] = (role, list(blocks))
+        return other
+
     def add(self, role: str, content: str, meta: Mapping[str, Any],
             tool_calls: Sequence[Mapping[str, Any]] | None = None,
             tool_call_id: str | None = None) -> None:

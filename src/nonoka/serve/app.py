@@ -201,7 +201,8 @@ class _Routes:
             headers = {k.lower(): v for k, v in request.headers.items()}
             opened: dict[str, str] = {}
             chat = self.served.chat
-            messages = Messages(chat.project, chat.models, chat.reuse, chat.kept)
+            messages = Messages(chat.project, chat.models, chat.reuse, chat.kept,
+                                chat.passes, chat.anthropic_parsed)
 
             def seen(session_id: str) -> None:
                 opened[SESSION_ID_HEADER] = session_id

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from nonoka.bridge.handler import BridgeHandler
-from nonoka.bridge.reuse import BridgeReuse
 from nonoka.errors import Failure
 from nonoka.protocol.frames import conversation_key
 from nonoka.protocol.models import (
@@ -46,6 +45,7 @@ from nonoka.protocol.models import (
     ToolCallEvent,
 )
 from nonoka.serve.errors import failure_error, invalid
+from nonoka.serve.histories import KeptPasses, ParsedBodies
 from nonoka.serve.items import content_of
 from nonoka.serve.keys import LOCAL, current_owner
 from nonoka.serve.model import Models
@@ -79,10 +79,12 @@ def session_signal(headers: Mapping[str, str], body: Mapping[str, Any],
     return None
 
 
-def parse_chat(body: Any, headers: Mapping[str, str], project: Path, spec: str
+def parse_chat(body: Any, headers: Mapping[str, str], project: Path, spec: str,
+               parsed: ParsedBodies[Message] | None = None
                ) -> tuple[ChatRequest, bool, bool]:
     """The bridge request for a chat completion body; whether it streams, and whether a
-    stream ends with the usage (``stream_options.include_usage``)."""
+    stream ends with the usage (``stream_options.include_usage``). ``parsed``: the
+    messages of the bodies parsed lately (``nonoka.serve.histories``)."""
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     given = body.get("messages")
@@ -90,7 +92,8 @@ def parse_chat(body: Any, headers: Mapping[str, str], project: Path, spec: str
         raise invalid("messages must be a non-empty list", "messages")
     if body.get("n") not in (None, 1):
         raise invalid("n must be 1: nonoka keeps one answer per turn", "n")
-    messages = [_message(m, f"messages[{n}]") for n, m in enumerate(given)]
+    messages = (parsed or ParsedBodies[Message](0)).parsed(
+        given, lambda m, n: _message(m, f"messages[{n}]"))
     stream = body.get("stream") is True
     options = body.get("stream_options")
     include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
@@ -214,6 +217,12 @@ class ChatCompletions:
         self.kept = kept if kept is not None else KeptStores()
         """The project's stores between requests (``nonoka.store.kept``): one set kept
         open, the others of requests running at once closed as they end."""
+        self.parsed = ParsedBodies[Message]()
+        """The messages of the bodies parsed lately."""
+        self.anthropic_parsed = ParsedBodies[list[Message]]()
+        """The same for the Messages API's bodies (``nonoka.serve.messages``)."""
+        self.passes = KeptPasses(self.reuse, self.kept, models.workers)
+        """The bridge's passes over the conversations answered lately (both APIs')."""
 
     async def complete(self, body: Any, headers: Mapping[str, str],
                        emit: Emit | None = None,
@@ -225,15 +234,17 @@ class ChatCompletions:
         chunk is emitted as an ``error`` chunk.
         """
         spec = self.models.pick(body.get("model") if isinstance(body, dict) else None)
-        request, _, include_usage = parse_chat(body, headers, self.project, spec)
+        request, _, include_usage = parse_chat(body, headers, self.project, spec,
+                                               self.parsed)
         owner = current_owner()
         request = owned(request, owner)
         answer = _Answer(spec, emit, include_usage, opened)
-        reuse = BridgeReuse()
-        reuse.store, reuse.kept, reuse.workers = self.reuse, self.kept, self.models.workers
+        key = request.conversation_key
+        reuse = self.passes.take(key)
         handler = BridgeHandler(request, answer.on_event, reuse=reuse,
                                 owner_scope=owner_scope(owner))
         await handler.handle()
+        self.passes.give(key, reuse)
         return answer.result()
 
 

@@ -48,7 +48,6 @@ from typing import Any
 
 from nonoka.bridge.choose import remember_summary
 from nonoka.bridge.handler import BridgeHandler
-from nonoka.bridge.reuse import BridgeReuse
 from nonoka.errors import Failure
 from nonoka.protocol.frames import Purpose, conversation_key
 from nonoka.protocol.models import (
@@ -74,6 +73,7 @@ from nonoka.serve.claude_code import (
     shown_summary,
 )
 from nonoka.serve.errors import ApiError, failure_error, provider_error
+from nonoka.serve.histories import KeptPasses, ParsedBodies
 from nonoka.serve.keys import current_owner
 from nonoka.serve.model import Models
 from nonoka.state.messages import FilePart, Message, ReasoningPart, TextPart, ToolCall
@@ -201,9 +201,10 @@ def _session_in(user_id: str) -> str:
     return found.group(1) if found else ""
 
 
-def parse_messages(body: Any, headers: Mapping[str, str], project: Path, spec: str
-                   ) -> ChatRequest:
-    """The bridge request for a Messages API body."""
+def parse_messages(body: Any, headers: Mapping[str, str], project: Path, spec: str,
+                   parsed: ParsedBodies[list[Message]] | None = None) -> ChatRequest:
+    """The bridge request for a Messages API body; ``parsed``: the messages of the
+    bodies parsed lately (``nonoka.serve.histories``)."""
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     if not isinstance(body.get("model"), str):
@@ -214,8 +215,9 @@ def parse_messages(body: Any, headers: Mapping[str, str], project: Path, spec: s
     if not isinstance(given, list) or not given:
         raise invalid("messages: at least one message is required")
     messages = system_messages(body.get("system"))
-    for n, raw in enumerate(given):
-        messages.extend(_messages_of(raw, f"messages.{n}"))
+    for found in (parsed or ParsedBodies[list[Message]](0)).parsed(
+            given, lambda raw, n: _messages_of(raw, f"messages.{n}")):
+        messages.extend(found)
     claude = claude_session(headers, body)
     agent = claude_agent(headers, claude) if claude is not None else None
     named = agent or claude or session_signal(headers, body)
@@ -407,12 +409,18 @@ class Messages:
     """``POST /v1/messages`` through the bridge's decision chain."""
 
     def __init__(self, project: Path, models: Models, reuse: StoreReuse | None = None,
-                 kept: KeptStores | None = None) -> None:
+                 kept: KeptStores | None = None, passes: KeptPasses | None = None,
+                 parsed: ParsedBodies[list[Message]] | None = None) -> None:
         self.project = project
         self.models = models
         self.reuse = reuse if reuse is not None else StoreReuse()
         self.kept = kept if kept is not None else KeptStores()
         """The project's stores between requests (shared with Chat Completions)."""
+        self.passes = passes if passes is not None else KeptPasses(
+            self.reuse, self.kept, models.workers)
+        """The bridge's passes over the conversations answered lately (the server's)."""
+        self.parsed = parsed if parsed is not None else ParsedBodies[list[Message]]()
+        """The messages of the bodies parsed lately (the server's)."""
 
     async def create(self, body: Any, headers: Mapping[str, str], emit: Emit | None = None,
                      opened: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -424,7 +432,7 @@ class Messages:
         asked = body.get("model") if isinstance(body, dict) else None
         spec = self.models.pick(f"{PROVIDER}:{asked}" if isinstance(asked, str) and asked
                                 and ":" not in asked else None)
-        parsed = parse_messages(body, headers, self.project, spec)
+        parsed = parse_messages(body, headers, self.project, spec, self.parsed)
         request = owned(parsed, current_owner())
         if parsed.host_parent_session_id:  # the parent's line is the owner's too
             parent = owned(parsed.model_copy(update={
@@ -434,11 +442,12 @@ class Messages:
         if request.purpose == Purpose.COMPACTION:
             request = await self._compacting(request)
         answer = _Answer(str(body["model"]), emit, opened)
-        reuse = BridgeReuse()
-        reuse.store, reuse.kept, reuse.workers = self.reuse, self.kept, self.models.workers
+        key = request.conversation_key
+        reuse = self.passes.take(key)
         handler = BridgeHandler(request, answer.on_event, reuse=reuse,
                                 owner_scope=owner_scope(current_owner()))
         await handler.handle()
+        self.passes.give(key, reuse)
         if request.purpose == Purpose.COMPACTION and request.session_id and \
                 answer.failure is None:
             await self._remember(request.session_id, answer.text())

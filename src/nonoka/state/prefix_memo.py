@@ -68,7 +68,8 @@ class PrefixMemo(Generic[State]):
 class ConversationPasses:
     """Where the passes a turn makes over its conversation stopped last: the tool-call
     pairing (``entries.dangling_tool_calls``), the token count (the window's), and the
-    wire text of the model request (the OpenAI-compatible adapter's).
+    wire text of the model request (the OpenAI-compatible adapter's; the Messages API
+    adapter's conversation).
 
     A process that serves one growing conversation turn after turn (a long-lived
     bridge) creates one at its entry point and hands it to the runner and the model it
@@ -76,9 +77,11 @@ class ConversationPasses:
     every pass reads the whole conversation, with the same result.
     """
 
-    __slots__ = ("pairing", "tokens", "wire")
+    __slots__ = ("blocks", "pairing", "tokens", "wire")
 
     def __init__(self) -> None:
         self.pairing: PrefixMemo[tuple[int | None, set[Any]]] = PrefixMemo()
         self.tokens: PrefixMemo[int] = PrefixMemo()
         self.wire: PrefixMemo[str] = PrefixMemo()
+        self.blocks: PrefixMemo[Any] = PrefixMemo()
+        """The Messages API adapter's conversation (``nonoka.llm.anthropic``)."""
