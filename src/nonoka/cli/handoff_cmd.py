@@ -50,7 +50,7 @@ def handoff_command(session_id: str, target: str, at: int | None, home: Path | N
     binary = shutil.which(spec.binary) if run else None
     if run and binary is None:
         raise CliError(f"`{spec.binary}` is not on PATH; install it, or leave out --exec "
-                       "and run the printed command where it is", code="usage_error")
+                       "and run the printed command where it is", exit_code=2, code="usage_error")
     where = (cwd or Path.cwd()).resolve()
     agent_home = home or home_of(spec, dict(os.environ), Path.home())
     if not has_database(place):
