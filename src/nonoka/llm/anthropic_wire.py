@@ -292,11 +292,14 @@ class Conversation:
     consecutive same-role messages merged (tool results are the user's) and the
     ``tool_result`` blocks of a user message first, as the API requires."""
 
-    __slots__ = ("messages", "system")
+    __slots__ = ("_texts", "messages", "system")
 
     def __init__(self) -> None:
         self.system: list[str] = []
         self.messages: list[tuple[str, list[Block]]] = []
+        self._texts: list[str] = []
+        """The JSON of the first messages without a breakpoint, as ``encoded`` made it:
+        only messages before the last, which ``add`` never changes again."""
 
     def copy(self) -> Conversation:
         """A copy that ``add`` can go on with while this one stays as it is (``add``
@@ -304,6 +307,7 @@ class Conversation:
         other = Conversation()
         other.system = list(self.system)
         other.messages = list(self.messages)
+        other._texts = list(self._texts)
         if other.messages:
             role, blocks = other.messages[-1]
             other.messages[-1] = (role, list(blocks))
@@ -366,8 +370,20 @@ class Conversation:
             assistants = [i for i, (role, _) in enumerate(messages) if role == "assistant"]
             if assistants and assistants[-1] > 0:
                 marked.add(assistants[-1] - 1)
-        return [_message_json(role, blocks, mark if i in marked else None)
-                for i, (role, blocks) in enumerate(messages)]
+        texts = self._texts
+        final = len(messages) - 1
+        out: list[str] = []
+        for i, (role, blocks) in enumerate(messages):
+            if i in marked or i == final:
+                out.append(_message_json(role, blocks, mark if i in marked else None))
+            elif i < len(texts):
+                out.append(texts[i])
+            else:
+                text = _message_json(role, blocks, None)
+                if i == len(texts):
+                    texts.append(text)
+                out.append(text)
+        return out
 
 
 def _prefilled(messages: list[tuple[str, list[Block]]]) -> list[tuple[str, list[Block]]]:
