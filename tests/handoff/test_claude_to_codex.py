@@ -15,7 +15,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 import tests.serve.harness as harness
 from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
-from tests.handoff.test_opencode_to_claude import handoff, sessions, stored
+from tests.handoff.support import handoff, sessions, stored
 from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.serve.codex_client import Codex, Outside
 from tests.serve.harness import ServeProcess, served_with

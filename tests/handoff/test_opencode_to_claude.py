@@ -5,58 +5,20 @@ message, and lands, through ``nonoka serve``, on a new branch of the OpenCode se
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from nonoka.testing.anthropic_replies import AnthropicReply
 from tests.e2e.test_opencode import OpenCodeProject, opencode_bin, server
+from tests.handoff.support import handoff, said, sessions, stored
 from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.serve.harness import ServeProcess
-from tests.support.stores import load_stored
 
 __all__ = ["opencode_bin", "server"]  # the fixtures the tests below use
 
 UPSTREAM_KEY = "sk-ant-upstream-key-for-the-handoff"
 GO_ON = "HANDED-OVER: go on with notes.txt"
-
-
-def said(message: dict[str, Any]) -> str:
-    content = message["content"]
-    if isinstance(content, str):
-        return content
-    return "\n".join(str(b.get("text") or b.get("content") or "") for b in content)
-
-
-def stored(project: Path, session_id: str) -> list[dict[str, Any]]:
-    """A session's entries (a branch's shared ones included), as a fresh process reads
-    them."""
-    state = load_stored(project / ".nonoka" / "sessions.db", session_id)
-    assert state is not None, session_id
-    return [e.model_dump(mode="json") for e in state.memory_entries]
-
-
-def handoff(project: Path, session_id: str, target: str, home: Path, cwd: Path
-            ) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "nonoka", "sessions", "handoff", session_id,
-                           "--to", target, "--home", str(home), "--cwd", str(cwd), "--json"],
-                          cwd=project, capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    made: dict[str, Any] = json.loads(done.stdout)
-    return made
-
-
-def sessions(project: Path) -> list[dict[str, Any]]:
-    done = subprocess.run([sys.executable, "-m", "nonoka", "sessions", "list", "--all",
-                           "--json"], cwd=project, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    rows: list[dict[str, Any]] = json.loads(done.stdout)
-    return rows
 
 
 def test_an_opencode_session_goes_on_in_claude_code(tmp_path: Path, opencode_bin: Path,

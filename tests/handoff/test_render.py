@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from nonoka.errors import ConfigurationError
-from nonoka.handoff import claude, codex
+from nonoka.handoff import claude, codex, opencode
 from nonoka.handoff.conversation import check_answered
 from nonoka.handoff.move import hand_off
 from nonoka.runtime.runner import Runner
@@ -189,3 +189,40 @@ def test_the_command_says_what_went_wrong_in_one_line(tmp_path: Path) -> None:
     done = nonoka(tmp_path, sid[:8], "--to", "claude", "--home", str(tmp_path / "h"))
     assert done.returncode == 0, done.stderr
     assert "run in" in done.stdout and "claude --resume" in done.stdout
+
+
+def test_opencode_gets_its_export() -> None:
+    data = opencode.export(conversation(), "ses_handed", Path("/work/app"), NOW, "a title")
+    assert data["info"]["id"] == "ses_handed" and data["info"]["directory"] == "/work/app"
+    messages = data["messages"]
+    assert [m["info"]["role"] for m in messages] == ["user", "assistant", "assistant"]
+    ids = [m["info"]["id"] for m in messages]
+    assert ids == sorted(ids)  # OpenCode orders a session's messages by id
+    assert all(m["info"]["parentID"] == ids[0] for m in messages[1:])
+    user = [{k: v for k, v in p.items() if k not in ("id", "sessionID", "messageID")}
+            for p in messages[0]["parts"]]
+    assert user == [{"type": "text", "text": "Look at this and the page."},
+                    {"type": "file", "mime": "image/png",
+                     "url": f"data:image/png;base64,{PNG}"}]
+    step = messages[1]["parts"]
+    assert [p["type"] for p in step] == ["reasoning", "reasoning", "text", "tool"]
+    tool = step[3]
+    assert (tool["tool"], tool["callID"]) == ("screenshot", "call_shot_1")
+    # the call's result rides on its tool part; an error stays an error
+    assert tool["state"]["input"] == {"region": "top"}
+    assert (tool["state"]["status"], tool["state"]["error"]) == ("error", "the top of the page")
+    assert messages[1]["info"]["finish"] == "tool-calls"
+    assert messages[2]["parts"][-1]["text"] == "The page shows a header."
+
+
+def test_opencode_tool_images_are_attachments() -> None:
+    entries = conversation()
+    entries[3] = MemoryEntry.tool_result(CALL, "the top of the page", parts=[
+        TextPart(text="the top of the page"), FilePart(media_type="image/png", data=PNG)])
+    state = opencode.export(entries, "ses_x", Path("/w"), NOW)["messages"][1]["parts"][3][
+        "state"]
+    assert state["status"] == "completed" and state["output"] == "the top of the page"
+    [attached] = state["attachments"]
+    assert attached["id"].startswith("prt_") and attached["sessionID"] == "ses_x"
+    assert {k: attached[k] for k in ("type", "mime", "url")} == {
+        "type": "file", "mime": "image/png", "url": f"data:image/png;base64,{PNG}"}

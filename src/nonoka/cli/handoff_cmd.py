@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import click
@@ -16,16 +17,17 @@ from nonoka.cli.voice import CliError
 from nonoka.errors import ConfigurationError
 
 
-@click.command("handoff", short_help="Move a session to Claude Code or Codex, whole.")
+@click.command("handoff", short_help="Move a session to Claude Code, Codex or OpenCode, whole.")
 @click.argument("session_id", metavar="ID")
-@click.option("--to", "target", required=True, type=click.Choice(["claude", "codex"]),
+@click.option("--to", "target", required=True, type=click.Choice(["claude", "codex", "opencode"]),
               help="The agent that goes on with the session.")
 @click.option("--at", "at", type=click.IntRange(min=0), metavar="N",
               help="Hand off the first N entries (default: all of them).")
 @click.option("--home", "home", metavar="DIR", type=click.Path(file_okay=False,
                                                                path_type=Path),
               help="The agent's own directory (default: CLAUDE_CONFIG_DIR or ~/.claude; "
-                   "CODEX_HOME or ~/.codex).")
+                   "CODEX_HOME or ~/.codex); for OpenCode, where the export to import is "
+                   "written (default: .nonoka/handoff in --cwd).")
 @click.option("--cwd", "cwd", metavar="DIR", type=click.Path(file_okay=False, exists=True,
                                                              path_type=Path),
               help="Where the agent will run (default: the current directory).")
@@ -40,8 +42,9 @@ def handoff_command(session_id: str, target: str, at: int | None, home: Path | N
     never a summary.
 
     Point the agent at `nonoka serve` (ANTHROPIC_BASE_URL for Claude Code, the Codex
-    provider's base_url) and resume the printed session: its first request lands on
-    the branch, which `nonoka sessions list --tree` shows under ID.
+    provider's base_url; OpenCode at nonoka's provider, `nonoka opencode init`) and
+    resume the printed session: its first request lands on the branch, which `nonoka
+    sessions list --tree` shows under ID. docs/handoff.md says what changes on the way.
     """
     from nonoka.cli.render import print_json, short_id
     from nonoka.handoff.move import TARGETS, hand_off, home_of
@@ -52,7 +55,7 @@ def handoff_command(session_id: str, target: str, at: int | None, home: Path | N
         raise CliError(f"`{spec.binary}` is not on PATH; install it, or leave out --exec "
                        "and run the printed command where it is", exit_code=2, code="usage_error")
     where = (cwd or Path.cwd()).resolve()
-    agent_home = home or home_of(spec, dict(os.environ), Path.home())
+    agent_home = home or home_of(spec, dict(os.environ), Path.home(), where)
     if not has_database(place):
         raise no_database(place)
     refuse_if_damaged(place)
@@ -76,7 +79,14 @@ def handoff_command(session_id: str, target: str, at: int | None, home: Path | N
         click.echo(f"branch {short_id(done.branch)} of {short_id(done.source)} at entry "
                    f"{done.at}, for {target} session {done.agent_session}")
         click.echo(f"transcript: {done.transcript} ({done.carried} entries)")
-        click.echo(f"run in {where}: {shlex.join(done.command)}")
+        steps = [done.before, done.command] if done.before else [done.command]
+        click.echo(f"run in {where}: {' && '.join(shlex.join(s) for s in steps)}")
     if run and binary is not None:
         os.chdir(where)
+        if done.before:
+            first = subprocess.run([binary, *done.before[1:]], check=False)
+            if first.returncode != 0:
+                raise CliError(f"`{shlex.join(done.before)}` failed (exit "
+                               f"{first.returncode}); the branch and the export are made, "
+                               "run it again")
         os.execv(binary, [binary, *done.command[1:]])

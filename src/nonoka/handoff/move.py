@@ -3,7 +3,8 @@ transcript of the whole conversation.
 
 The branch shares the session's first ``at`` entries (no copy) and names, as its host
 conversation, the session id the next agent will send (``claude-code:<id>`` or
-``codex:<id>``, as ``nonoka serve`` reads them). The agent's first request therefore
+``codex:<id>``, as ``nonoka serve`` reads them; OpenCode's own ``ses_…`` id, as its
+nonoka provider sends it to the bridge). The agent's first request therefore
 lands on the branch by its identity, before anything is judged by content, and since
 it resends the transcript it was given, the branch's conversation goes on from there.
 """
@@ -18,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from nonoka.errors import ConfigurationError
-from nonoka.handoff import claude, codex
+from nonoka.handoff import claude, codex, opencode
 from nonoka.handoff.conversation import carried, check_answered
 from nonoka.serve.lines import line_signal
 from nonoka.serve.messages import claude_session
 from nonoka.state.entries import MemoryEntry
 from nonoka.store.project import ProjectStores
+from nonoka.store.records import SessionRecord
 from nonoka.turn.lineage import fork_session
 
 HANDOFF_KEY = "handoff"
@@ -40,11 +42,14 @@ class Target:
     home_variable: str
     """The environment variable naming the directory it keeps its sessions in."""
     default_home: str
-    """That directory when the variable is unset (under the user's home)."""
+    """That directory when the variable is unset (under the user's home; for OpenCode,
+    where the export to import is written, under the directory it runs in)."""
     signal: Callable[[str], str | None]
     """The host conversation name ``nonoka serve`` gives the agent's session id."""
     resume: Callable[[str], list[str]]
     """The command that opens the agent on its session id."""
+    new_id: Callable[[datetime], str] = lambda now: str(uuid.uuid4())
+    """A new session id of the agent's kind."""
 
 
 TARGETS: dict[str, Target] = {
@@ -54,6 +59,8 @@ TARGETS: dict[str, Target] = {
     "codex": Target("codex", "codex", "CODEX_HOME", ".codex",
                     lambda sid: line_signal({"session_id": sid}, {}),
                     lambda sid: ["codex", "resume", sid]),
+    "opencode": Target("opencode", "opencode", "", ".nonoka/handoff", lambda sid: sid,
+                       lambda sid: ["opencode", "--session", sid], opencode.session_id),
 }
 
 
@@ -75,24 +82,37 @@ class HandOff:
     def command(self) -> list[str]:
         return TARGETS[self.target].resume(self.agent_session)
 
+    @property
+    def before(self) -> list[str] | None:
+        """What to run first: OpenCode imports the export into its own database."""
+        return ["opencode", "import", str(self.transcript)] if self.target == "opencode" \
+            else None
+
     def as_json(self) -> dict[str, Any]:
         return {"source": self.source, "branch": self.branch, "at": self.at,
                 "to": self.target, "agent_session": self.agent_session,
                 "transcript": str(self.transcript), "carried": self.carried,
-                "command": self.command}
+                "before": self.before, "command": self.command}
 
 
-def home_of(target: Target, environ: dict[str, str], user_home: Path) -> Path:
-    """Where ``target`` keeps its sessions in this environment."""
-    named = environ.get(target.home_variable, "").strip()
-    return Path(named) if named else user_home / target.default_home
+def home_of(target: Target, environ: dict[str, str], user_home: Path, cwd: Path) -> Path:
+    """Where ``target`` keeps its sessions in this environment (for OpenCode: where its
+    export is written, in the directory it will run in)."""
+    named = environ.get(target.home_variable, "").strip() if target.home_variable else ""
+    if named:
+        return Path(named)
+    return (cwd if target.name == "opencode" else user_home) / target.default_home
 
 
 def _written(target: str, kept: list[MemoryEntry], agent_id: str, home: Path, cwd: Path,
-             now: datetime, model: str) -> Path:
+             now: datetime, record: SessionRecord | None) -> Path:
     if target == "claude":
+        model = record.model if record is not None else ""
         return claude.write(claude.transcript(kept, agent_id, cwd, now, model), home, cwd,
                             agent_id)
+    if target == "opencode":
+        title = record.title if record is not None else ""
+        return opencode.write(opencode.export(kept, agent_id, cwd, now, title), home)
     return codex.write(codex.rollout(kept, agent_id, cwd, now), home, agent_id, now)
 
 
@@ -117,13 +137,12 @@ async def hand_off(stores: ProjectStores, source: str, target: str, *, home: Pat
                                  "off")
     check_answered(kept, point)
     record = await stores.index.get_session(source)
-    agent_id = str(uuid.uuid4())
     spec = TARGETS[target]
+    moment = now or datetime.now(UTC)
+    agent_id = spec.new_id(moment)
     signal = spec.signal(agent_id)
     assert signal is not None
-    moment = now or datetime.now(UTC)
-    path = _written(target, kept, agent_id, home, cwd,
-                    moment, record.model if record is not None else "")
+    path = _written(target, kept, agent_id, home, cwd, moment, record)
     try:
         branch = await fork_session(stores, source, point, reason=f"handoff to {target}",
                                     metadata={"host_session_id": signal, HANDOFF_KEY: {

@@ -1,0 +1,47 @@
+"""What the hand-off tests share: the command run as a person runs it, and what the
+project's database holds after."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.stores import load_stored
+
+
+def said(message: dict[str, Any]) -> str:
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(b.get("text") or b.get("content") or "") for b in content)
+
+
+def stored(project: Path, session_id: str) -> list[dict[str, Any]]:
+    """A session's entries (a branch's shared ones included), as a fresh process reads
+    them."""
+    state = load_stored(project / ".nonoka" / "sessions.db", session_id)
+    assert state is not None, session_id
+    return [e.model_dump(mode="json") for e in state.memory_entries]
+
+
+def handoff(project: Path, session_id: str, target: str, home: Path, cwd: Path
+            ) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "nonoka", "sessions", "handoff", session_id,
+                           "--to", target, "--home", str(home), "--cwd", str(cwd), "--json"],
+                          cwd=project, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    made: dict[str, Any] = json.loads(done.stdout)
+    return made
+
+
+def sessions(project: Path) -> list[dict[str, Any]]:
+    done = subprocess.run([sys.executable, "-m", "nonoka", "sessions", "list", "--all",
+                           "--json"], cwd=project, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return rows
