@@ -4,6 +4,7 @@ process keeps its passes (``ConversationPasses.blocks``), with the same bytes.""
 from __future__ import annotations
 
 from nonoka.llm.anthropic import AnthropicChatModel
+from nonoka.llm.anthropic_wire import Conversation
 from nonoka.state.entries import EntryMessages, MemoryEntry
 from nonoka.state.messages import FilePart, Message, TextPart, ToolCall
 from nonoka.state.prefix_memo import ConversationPasses
@@ -55,3 +56,14 @@ def test_a_conversation_that_does_not_extend_the_kept_one_is_built_whole() -> No
     assert passes.blocks.resume(edited) is None
     assert model(passes).request_body(EntryMessages(edited)) \
         == model().request_body(EntryMessages(edited))
+
+
+def test_a_resumed_conversation_encodes_only_the_messages_it_added() -> None:
+    passes = ConversationPasses()
+    stored = [MemoryEntry.from_message(m) for n in range(20) for m in exchange(n)]
+    model(passes).request_body(EntryMessages(stored))
+    resumed = passes.blocks.resume(stored)
+    assert resumed is not None
+    kept = resumed[1]
+    assert len(kept._texts) == len(kept.messages) - 1  # all but the last, made once
+    assert kept.encoded(None) == Conversation.copy(kept).encoded(None)

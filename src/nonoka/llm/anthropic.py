@@ -232,6 +232,7 @@ def conversation(messages: Sequence[Message],
             conv.add(entry.role, entry.content, meta, meta.get("tool_calls") or None,
                      None if call_id is None else str(call_id))
         if memo is not None:
+            conv.settle()
             memo.keep(conv.copy(), entries)
         return conv
     conv = Conversation()

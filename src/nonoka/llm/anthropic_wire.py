@@ -359,6 +359,13 @@ class Conversation:
         blocks[0] = _block(merged)
         return True
 
+    def settle(self) -> None:
+        """Make the JSON of the messages before the last now, so that a copy kept for
+        the next call has it (``encoded`` takes it from there)."""
+        texts = self._texts
+        for role, blocks in self.messages[len(texts):len(self.messages) - 1]:
+            texts.append(_message_json(role, blocks, None))
+
     def encoded(self, mark: str | None) -> list[str]:
         """Each message's JSON text, with the two conversation breakpoints when
         ``mark`` (the ``cache_control`` text to add) is given."""
