@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+from starlette.types import Message, Receive, Scope, Send
+
+import tests.serve.harness as harness
 from tests.support.stores import load_stored
 
 
@@ -45,3 +49,32 @@ def sessions(project: Path) -> list[dict[str, Any]]:
     assert done.returncode == 0, done.stderr
     rows: list[dict[str, Any]] = json.loads(done.stdout)
     return rows
+
+
+class Recording(harness.Checked):
+    """``Checked``, and every Responses request body as the client sent it."""
+
+    bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") != "/v1/responses":
+            await super().__call__(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+
+        async def kept() -> Message:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                Recording.bodies.append(json.loads(b"".join(chunks)))
+            return message
+
+        await super().__call__(scope, kept, send)
+
+
+@pytest.fixture
+def recording(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    bodies: list[dict[str, Any]] = []
+    monkeypatch.setattr(Recording, "bodies", bodies)
+    monkeypatch.setattr(harness, "Checked", Recording)
+    return bodies

@@ -11,47 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.types import Message, Receive, Scope, Send
 
-import tests.serve.harness as harness
 from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
-from tests.handoff.support import handoff, sessions, stored
+from tests.handoff.support import handoff, recording, sessions, stored
 from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.serve.codex_client import Codex, Outside
 from tests.serve.harness import ServeProcess, served_with
 from tests.serve.test_claude_code import ReadingModel
 
+__all__ = ["recording"]  # the fixture the test below uses
+
 NOTE = "papaya and kiwi"
 GO_ON = "HANDED-OVER: now count the fruit in notes.txt"
-
-
-class Recording(harness.Checked):
-    """``Checked``, and every Responses request body as the client sent it."""
-
-    bodies: list[dict[str, Any]] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") != "/v1/responses":
-            await super().__call__(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-
-        async def kept() -> Message:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                Recording.bodies.append(json.loads(b"".join(chunks)))
-            return message
-
-        await super().__call__(scope, kept, send)
-
-
-@pytest.fixture
-def recording(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    bodies: list[dict[str, Any]] = []
-    monkeypatch.setattr(Recording, "bodies", bodies)
-    monkeypatch.setattr(harness, "Checked", Recording)
-    return bodies
 
 
 def test_a_claude_code_session_goes_on_in_codex(tmp_path: Path,

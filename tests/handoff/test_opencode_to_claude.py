@@ -1,28 +1,37 @@
 """A session OpenCode made (the real ``opencode run`` through nonoka's provider and
 bridge) handed to Claude Code (the real ``claude -p --resume``) with ``nonoka sessions
-handoff``: Claude Code's first request carries every earlier user and assistant
-message, and lands, through ``nonoka serve``, on a new branch of the OpenCode session."""
+handoff``, and Claude Code's branch handed on to Codex (the real ``codex exec resume``):
+each agent's first request carries every earlier user and assistant message (OpenCode's,
+then Claude Code's too), and lands, through ``nonoka serve``, on a new branch of the
+session it left."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from nonoka.testing.anthropic_replies import AnthropicReply
-from tests.e2e.test_opencode import OpenCodeProject, opencode_bin, server
-from tests.handoff.support import handoff, said, sessions, stored
-from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
-from tests.serve.harness import ServeProcess
+import pytest
 
-__all__ = ["opencode_bin", "server"]  # the fixtures the tests below use
+from nonoka.testing.anthropic_replies import AnthropicReply
+from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
+from tests.e2e.test_opencode import OpenCodeProject, opencode_bin, server
+from tests.handoff.support import handoff, recording, said, sessions, stored
+from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
+from tests.serve.codex_client import Codex, Outside
+from tests.serve.harness import ServeProcess, served_with
+
+__all__ = ["opencode_bin", "recording", "server"]  # the fixtures the test below uses
 
 UPSTREAM_KEY = "sk-ant-upstream-key-for-the-handoff"
 GO_ON = "HANDED-OVER: go on with notes.txt"
 
 
-def test_an_opencode_session_goes_on_in_claude_code(tmp_path: Path, opencode_bin: Path,
-                                                   server: Any) -> None:
+def test_an_opencode_session_goes_on_in_claude_code_then_codex(
+        tmp_path: Path, opencode_bin: Path, server: Any, recording: list[dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     opencode = OpenCodeProject(tmp_path, opencode_bin, server)
     assert opencode.run("git", "init", "-q", ".").returncode == 0
     assert opencode.init().returncode == 0
@@ -86,6 +95,59 @@ def test_an_opencode_session_goes_on_in_claude_code(tmp_path: Path, opencode_bin
     assert any(GO_ON in str(e["metadata"].get("parts") or e["content"])
                for e in kept[len(said_before):] if e["role"] == "user")
     assert (kept[-1]["role"], kept[-1]["content"]) == ("assistant", "GOING-ON")
+    tree = subprocess.run([sys.executable, "-m", "nonoka", "sessions", "list", "--tree"],
+                          cwd=opencode.path, capture_output=True, text=True, timeout=120,
+                          check=False).stdout.splitlines()
+    [at_source] = [n for n, line in enumerate(tree) if source[:8] in line]
+    [at_branch] = [n for n, line in enumerate(tree) if made["branch"][:8] in line]
+    assert at_branch > at_source  # drawn beneath it, at the point it left
+    assert tree[at_branch].lstrip().startswith(("└─", "├─"))
+    assert f"@{len(before)} " in tree[at_branch]
+
+    # And on: Claude Code's branch handed to Codex, the work so far in its first request.
+    home, workspace = tmp_path / "codex-home", tmp_path / "codex-work"
+    workspace.mkdir()
+    onward = handoff(opencode.path, made["branch"], "codex", home, workspace)
+    so_far = stored(opencode.path, made["branch"])
+    outside = Outside()
+    try:
+        with ScriptedResponsesServer(lambda body: ResponsesReply.of("CODEX-GOES-ON")
+                                     ) as responses, served_with(
+                opencode.path, "openai-responses:scripted-model",
+                {"OPENAI_BASE_URL": responses.base_url, "OPENAI_API_KEY": "sk-up",
+                 "NONOKA_DATABASE_URL": ""}, monkeypatch) as running:
+            codex = Codex(home, workspace, running.url, outside)
+            run = codex.exec("HANDED-OVER AGAIN: finish it", resume=onward["agent_session"])
+            assert run.returncode == 0, run.stderr[-3000:]
+    finally:
+        outside.close()
+    assert outside.asked == [] and "CODEX-GOES-ON" in run.stdout
+    items = recording[0]["input"]
+    texts = ["\n".join(str(p.get("text", "")) for p in i.get("content") or ()
+                       if isinstance(p, dict)) for i in items if i.get("type") == "message"]
+    at = 0
+    for entry in so_far:  # OpenCode's messages and Claude Code's, in order
+        for piece in spoken(entry):
+            found = next((n for n in range(at, len(texts)) if piece in texts[n]), None)
+            assert found is not None, (piece, texts)
+            at = found
+    calls = [i for i in items if i.get("type") == "function_call"]
+    assert [(c["call_id"], c["name"]) for c in calls] == [("call_write_1", "write")]
+    rows = {r["session_id"]: r for r in sessions(opencode.path)}
+    assert rows[onward["branch"]]["forked_from"] == made["branch"]
+    assert [r["session_id"] for r in rows.values() if r["metadata"].get(
+        "host_session_id", "").startswith("codex:")] == [onward["branch"]]
+    last = stored(opencode.path, onward["branch"])[-1]
+    assert (last["role"], last["content"]) == ("assistant", "CODEX-GOES-ON")
+
+
+def spoken(entry: dict[str, Any]) -> list[str]:
+    """What a user or assistant entry said: its text parts, else its text."""
+    if entry["role"] not in ("user", "assistant"):
+        return []
+    parts = entry["metadata"].get("parts")
+    found = [str(p["text"]) for p in parts or () if p.get("type") == "text" and p.get("text")]
+    return found or ([entry["content"]] if entry["content"] else [])
 
 
 def check_carried(sent: list[dict[str, Any]], before: list[dict[str, Any]]) -> None:
