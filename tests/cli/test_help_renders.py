@@ -18,7 +18,7 @@ from nonoka.cli.commands import cli
 from nonoka.cli.topics import TOPICS
 from nonoka.llm.wire import PROVIDERS
 
-OPENS_A_DATABASE = {"run", "sessions list", "sessions show", "sessions fork",
+OPENS_A_DATABASE = {"run", "sessions list", "sessions show", "sessions fork", "sessions handoff",
                     "sessions search", "sessions export", "sessions import", "sessions delete",
                     "sessions prune", "db copy", "db check", "db vacuum", "db stats", "ui",
                     "serve", "serve keys add", "serve keys list", "serve keys revoke"}

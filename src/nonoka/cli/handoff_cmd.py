@@ -44,7 +44,9 @@ def handoff_command(session_id: str, target: str, at: int | None, home: Path | N
     Point the agent at `nonoka serve` (ANTHROPIC_BASE_URL for Claude Code, the Codex
     provider's base_url; OpenCode at nonoka's provider, `nonoka opencode init`) and
     resume the printed session: its first request lands on the branch, which `nonoka
-    sessions list --tree` shows under ID. docs/handoff.md says what changes on the way.
+    sessions list --tree` shows under ID. System prompts are not carried (each agent
+    sends its own); tool calls keep their names and arguments; reasoning goes only to
+    the vendor that signed it.
     """
     from nonoka.cli.render import print_json, short_id
     from nonoka.handoff.move import TARGETS, hand_off, home_of
