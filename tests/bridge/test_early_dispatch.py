@@ -27,6 +27,7 @@ from nonoka.llm.wire import entry_wire_message
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import ToolCall
 from nonoka.store.base import entry_json
+from nonoka.store.sqlite.packing import register
 from nonoka.testing import call, calls, text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer
 from tests.conftest import ScriptItem
@@ -38,6 +39,7 @@ SEARCH = {"name": "search", "description": "Search the web",
 
 def query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     with sqlite3.connect(db) as conn:
+        register(conn)  # ``entry_text``: an entry row's JSON, deflated or not
         rows = conn.execute(sql, args).fetchall()
     conn.close()
     return rows
@@ -231,7 +233,8 @@ def test_a_wrong_early_request_is_dropped_and_the_runtime_sends_its_own(
     template = json.loads(raw)
     template["tail"] = template["tail"][:-1] + ', "temperature": 1.5}'
     entries = [json.dumps(entry_wire_message(json.loads(r[0]))) for r in query(
-        bridge.db, "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
+        bridge.db, "SELECT entry_text(entry_json) FROM session_entries WHERE session_id = ? "
+        "ORDER BY seq",
         sid)]
     body = template["head"] + ", ".join(entries) + template["tail"]
     template["digest"] = body_digest(body)
@@ -387,7 +390,8 @@ def stored_template(bridge: Bridge, sid: str) -> dict[str, Any]:
 
 def digest_of_rows(bridge: Bridge, sid: str, template: dict[str, Any]) -> str:
     entries = [json.dumps(entry_wire_message(json.loads(r[0]))) for r in query(
-        bridge.db, "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq",
+        bridge.db, "SELECT entry_text(entry_json) FROM session_entries WHERE session_id = ? "
+        "ORDER BY seq",
         sid)]
     body = template["head"] + ", ".join(entries) + template["tail"]
     return hashlib.blake2b(body.encode(), digest_size=32).hexdigest()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nonoka.store.media import digest_of
+from nonoka.store.sqlite.packing import register
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer
 from tests.conftest import ScriptItem
@@ -29,6 +30,7 @@ def with_image(prompt: str, name: str) -> dict[str, Any]:
 
 def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
     with sqlite3.connect(db) as conn:
+        register(conn)  # ``entry_text``: an entry row's JSON, deflated or not
         rows = conn.execute(sql).fetchall()
     conn.close()
     return rows
@@ -64,7 +66,7 @@ def test_an_image_is_stored_once_and_every_request_sends_it_as_sent(
     assert outcomes == ["used"]
     assert query(bridge.db, "SELECT digest, size FROM media") == [
         (digest_of(IMAGE), len(IMAGE))]
-    rows = query(bridge.db, "SELECT seq, entry_json FROM session_entries "
+    rows = query(bridge.db, "SELECT seq, entry_text(entry_json) FROM session_entries "
                  "WHERE media IS NOT NULL ORDER BY seq")
     assert [seq for seq, _ in rows] == [2, 6]
     assert all(DATA[:100] not in row for _, row in rows)

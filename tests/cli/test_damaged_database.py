@@ -106,9 +106,15 @@ def test_a_damaged_search_index_is_found_and_rebuilt(project: Project,
     assert checked.returncode == 1, checked.stdout
     said = [line for line in checked.stdout.splitlines() if "search_index" in line]
     assert len(said) == 1 and "db check --repair" in said[0], checked.stdout
-    voiced(project.nonoka("sessions", "delete", sid[:8]), FAILED, "failed",
-           "full-text search index is damaged", "nothing was written",
-           "`nonoka db check --repair` rebuilds")
+    # A delete leaves what the index holds of its rows to the next catch-up
+    # (``search_stale``): it works with the index damaged; the search that takes them
+    # out of the index is what fails, and says so.
+    assert project.nonoka("sessions", "delete", sid[:8]).returncode == 0
+    with sqlite3.connect(path) as db:
+        entries = db.execute("SELECT doc, entry_json FROM session_entries").fetchall()
+    db.close()
+    voiced(project.nonoka("sessions", "search", "okapis"), FAILED, "failed",
+           "full-text search index is damaged", "`nonoka db check --repair` rebuilds")
     repaired = project.nonoka("db", "check", "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "repaired: search_index" in repaired.stdout
@@ -116,5 +122,5 @@ def test_a_damaged_search_index_is_found_and_rebuilt(project: Project,
         assert db.execute("SELECT doc, entry_json FROM session_entries").fetchall() == entries
     db.close()
     assert project.nonoka("db", "check").stdout.strip() == "ok: no problems found"
-    assert "okapis" in project.nonoka("sessions", "search", "okapis").stdout
-    assert project.nonoka("sessions", "delete", sid[:8]).returncode == 0
+    searched = project.nonoka("sessions", "search", "okapis")  # the deleted rows are out
+    assert searched.returncode == 0 and sid[:8] not in searched.stdout

@@ -33,6 +33,7 @@ from nonoka.store.postgres import PostgresCheckpointStore
 from nonoka.store.postgres.records import PostgresRecordStore
 from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite.packing import unpack
 from nonoka.store.sqlite.records import SQLiteRecordStore
 from nonoka.testing.conformance import MediaHarness, RecordsHarness, RecordStore, StoredRows
 from tests import pg
@@ -164,7 +165,7 @@ class SQLiteHarness:
             steps = db.execute("SELECT step_id, update_type, payload_json, updated_at "
                                "FROM step_updates WHERE session_id = ? ORDER BY step_id, "
                                "update_type", (session_id,)).fetchall()
-        return StoredRows(row[0], row[1], tuple(e[0] for e in entries),
+        return StoredRows(row[0], row[1], tuple(unpack(e[0]) for e in entries),
                           tuple(tuple(s) for s in steps))
 
     async def aclose(self) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from nonoka.store.sqlite.packing import unpack
 from nonoka.turn.journal import PARTIAL_BYTES
 from tests.support.bridge import Bridge, chat, user
 from tests.support.processes import model_env
@@ -131,7 +132,8 @@ def _stored(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, dict[str, 
         else:
             rows = conn.execute("SELECT entry_json FROM session_entries "
                                 "ORDER BY session_id, seq")
-            entries = [(e["role"], e["content"]) for e in (json.loads(r[0]) for r in rows)]
+            entries = [(e["role"], e["content"])
+                       for e in (json.loads(unpack(r[0])) for r in rows)]
             events = [(kind, json.loads(data)) for kind, data in conn.execute(
                 "SELECT kind, data_json FROM events ORDER BY session_id, seq")]
     conn.close()

@@ -15,6 +15,7 @@ from nonoka.errors import StoreError
 from nonoka.ops.copy import copy_database
 from nonoka.ops.maintenance import check, repair
 from nonoka.store.project import ProjectStores, open_project_stores
+from nonoka.store.sqlite import packing
 from tests import pg
 from tests.conformance.ops_suite import add_session, branch, continue_session, export_text
 
@@ -204,6 +205,7 @@ def test_check_and_repair_entry_rows_moved_out_of_their_place(tmp_path: Path) ->
             after = {h.session_id for h in await search(stores, SearchQuery(text="okapi"))}
             assert after == before  # (the search indexed the new turns first)
             with sqlite3.connect(path) as db:
+                packing.register(db)  # the index reads entry rows through ``entry_text``
                 db.execute("INSERT INTO session_search (session_search, rank) "
                            "VALUES ('integrity-check', 1)")
 

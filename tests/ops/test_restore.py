@@ -9,6 +9,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+from nonoka.store.sqlite.packing import register, unpack
 from nonoka.testing import text
 from tests.cli.conftest import Project
 from tests.conftest import ScriptItem
@@ -24,7 +25,7 @@ def run(project: Project, *args: str) -> str:
 
 def entries(database: Path, sid: str) -> list[str]:
     with sqlite3.connect(database) as db:
-        return [json.loads(t)["content"] for (t,) in db.execute(
+        return [json.loads(unpack(t))["content"] for (t,) in db.execute(
             "SELECT entry_json FROM session_entries WHERE session_id = ? ORDER BY seq", (sid,))]
 
 
@@ -105,9 +106,11 @@ def test_check_and_repair_name_an_entry_changed_after_it_was_stored(
     run(project, "--session", damaged, "fourth question")
     database = project.path / ".nonoka/sessions.db"
     with sqlite3.connect(database) as db:
+        register(db)  # an edit by hand reads a deflated row through ``entry_text``
         (seq,) = db.execute("SELECT seq FROM session_entries WHERE session_id = ? AND "
-                            "entry_json LIKE '%first answer%'", (edited,)).fetchone()
-        db.execute("UPDATE session_entries SET entry_json = replace(entry_json, "
+                            "entry_text(entry_json) LIKE '%first answer%'", (edited,)
+                            ).fetchone()
+        db.execute("UPDATE session_entries SET entry_json = replace(entry_text(entry_json), "
                    "'first answer', 'a kinder answer') WHERE session_id = ? AND seq = ?",
                    (edited, seq))
         db.execute("UPDATE session_entries SET key_chain = ? WHERE session_id = ? AND "

@@ -34,6 +34,7 @@ PINNED = {
         "m014_entries_by_session": "b0d32a15dce4aaa9",
         "m015_entry_rules_in_one_place": "c19edd4fbff38d57",
         "m016_serve_keys": "202c414ace0ea908",
+        "m017_entries_deflated": "4adfa712889664ea",
     },
     "postgres": {
         "m001_checkpoint_tables": "82f9c99aced467e5",

@@ -204,8 +204,8 @@ async def test_rows_that_refer_to_stored_files_come_back_with_their_bytes(
     state = _state().model_copy(update={"memory_entries": [*_state().memory_entries, look]})
     revision = await runtime.save_session(state)
     with runtime.transaction(write=False) as db:
-        (stored,) = db.execute("SELECT entry_json FROM session_entries WHERE seq = 2"
-                               ).fetchone()
+        (stored,) = db.execute("SELECT entry_text(entry_json) FROM session_entries "
+                               "WHERE seq = 2").fetchone()
     assert data not in stored and '"media":"sha256:' in stored
     assert calls.save_next_call("s1", revision, "t")
     found = calls.load_next_call("s1")

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from nonoka.store.postgres.schema import ENTRY_VECTOR, MEDIA_REFS
-from nonoka.store.sqlite import entries
+from nonoka.store.sqlite import entries, packing
 from nonoka.store.sqlite.database import open_database
 from tests.store import schema_doc
 
@@ -32,7 +32,8 @@ def test_a_new_file_runs_the_entry_rules_as_entries_writes_them(tmp_path: Path) 
     try:
         stored = {name: sql for name, sql in db.execute(
             "SELECT name, sql FROM sqlite_master WHERE tbl_name IN ('session_entries', "
-            "'search_text', 'session_search') AND type IN ('view', 'trigger', 'table')")}
+            "'search_text', 'session_search', 'search_stale') "
+            "AND type IN ('view', 'trigger', 'table')")}
     finally:
         db.close()
     assert {s for n, s in stored.items() if n != "session_entries"} == {
@@ -48,13 +49,17 @@ def test_the_live_postgresql_expressions_are_the_indexes_expressions() -> None:
 
 
 def test_the_view_gives_each_entry_its_search_text() -> None:
-    """The view's text, as the index sees it: content and tool calls; a row that is not
-    JSON as it is."""
+    """The view's text, as the index sees it: content and tool calls, whether the row
+    holds its JSON as text or deflated; a row that is not JSON as it is."""
     db = sqlite3.connect(":memory:")
+    packing.register(db)
     db.execute("CREATE TABLE session_entries (doc INTEGER PRIMARY KEY, entry_json TEXT)")
-    db.execute(entries.SCHEMA[0])
+    db.execute(entries.SCHEMA[1])
+    long = '{"content": "okapi ' + "zebra " * 40 + '", "metadata": {}}'
+    deflated = packing.pack(long)
+    assert isinstance(deflated, bytes)
     db.executemany("INSERT INTO session_entries VALUES (?, ?)", [
         (1, '{"content": "okapi", "metadata": {"tool_calls": [{"name": "grep"}]}}'),
-        (2, "not json {")])
+        (2, "not json {"), (3, deflated)])
     assert db.execute("SELECT body FROM search_text ORDER BY doc").fetchall() == [
-        ('okapi [{"name":"grep"}]',), ("not json {",)]
+        ('okapi [{"name":"grep"}]',), ("not json {",), ("okapi " + "zebra " * 40 + " ",)]

@@ -255,13 +255,14 @@ async def test_snapshot_rows_are_padded_to_a_size_step_and_load_back(tmp_path: P
 def _stored_chain(path: Path, session_id: str) -> tuple[str, str]:
     """The stored digest chain of the session's last entry, and the one its rows give."""
     from nonoka.store.sqlite.digests import Chain
+    from nonoka.store.sqlite.packing import unpack
 
     with raw_sqlite(path) as db:
         rows = db.execute("SELECT entry_json, key_chain FROM session_entries "
                           "WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
     chain = Chain()
     for text, _ in rows:
-        chain = chain.add(text)
+        chain = chain.add(unpack(text))
     return rows[-1][1], chain.encode()
 
 

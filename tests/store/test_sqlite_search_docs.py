@@ -28,6 +28,7 @@ from nonoka.store.sqlite.entries import (
     pending,
     put_in_place,
 )
+from nonoka.store.sqlite.packing import pack, unpack
 
 
 def _entry(text: str) -> str:
@@ -95,7 +96,7 @@ def _index_matches_content(db: sqlite3.Connection) -> None:
     holders: dict[str, set[tuple[str, int]]] = {}
     for sid, seq, text in db.execute("SELECT session_id, seq, entry_json FROM "
                                      "session_entries"):
-        for word in json.loads(text)["content"].split():
+        for word in json.loads(unpack(text))["content"].split():
             holders.setdefault(word, set()).add((sid, seq))
     for word, rows in holders.items():
         found = _found(db, word)
@@ -114,7 +115,7 @@ def _checkpoint(db: sqlite3.Connection, sid: str) -> int:
 
 def _write_something(db: sqlite3.Connection, rng: random.Random, step: int,
                      blocks: dict[str, int], counts: dict[str, int],
-                     text: Callable[[], str]) -> None:
+                     text: Callable[[], str | bytes]) -> None:
     """One write of a random kind, by nonoka's store or by another program."""
     far = 1 << 20  # a block no checkpoint holds: other programs' rows there collide with none
     sid = rng.choice(list(blocks))
@@ -157,8 +158,9 @@ def _write_something(db: sqlite3.Connection, rng: random.Random, step: int,
 @pytest.mark.parametrize("seed", [20261204, 7, 99])
 def test_rows_written_anywhere_by_anyone_are_indexed_exactly_once(tmp_path: Path,
                                                                   seed: int) -> None:
-    """Seeded runs of 600 writes of every kind, with catch-ups between them (and partial
-    ones: batches of 3), checked after each full catch-up; then the repair moves the
+    """Seeded runs of 600 writes of every kind, of rows kept as text or deflated, with
+    catch-ups between them (and partial ones: batches of 3), checked after each full
+    catch-up; then the repair moves the
     rows another program misplaced into their blocks, and the index still holds each
     row once."""
     rng = random.Random(seed)
@@ -167,8 +169,14 @@ def test_rows_written_anywhere_by_anyone_are_indexed_exactly_once(tmp_path: Path
     blocks = {sid: _checkpoint(db, sid) for sid in ("s1", "s2", "s3")}
     counts = dict.fromkeys(blocks, 0)
 
-    def text() -> str:
-        return _entry(" ".join(rng.sample(vocabulary, 3)))
+    def text() -> str | bytes:
+        """An entry's JSON; every other one long enough to be stored deflated."""
+        words = rng.sample(vocabulary, 3)
+        if rng.random() < 0.5:
+            return _entry(" ".join(words))
+        packed = pack(_entry(" ".join(words * 20)))
+        assert isinstance(packed, bytes)
+        return packed
 
     try:
         for step in range(600):

@@ -38,6 +38,7 @@ from nonoka.store.media import IMAGE_TYPES, Media, describe, file_parts, is_dige
 from nonoka.store.project import ProjectStores
 from nonoka.store.records import EventRecord, SessionRecord, UsageSummary
 from nonoka.store.sqlite.entries import LAST_SEQ, rows_of
+from nonoka.store.sqlite.packing import unpack
 from nonoka.turn.partial import CLOSING, PARTIAL, STORED
 
 __all__ = (
@@ -201,7 +202,7 @@ class _Dialect:
         return f"json_extract(metadata, '$.{name}')"
 
     def entry_content(self) -> str:
-        return "json_extract(e.entry_json, '$.content')"
+        return "json_extract(entry_text(e.entry_json), '$.content')"
 
     entry_order = "doc"
     """What orders a session's entry rows (here their rowids, ``nonoka.store.sqlite.entries``)."""
@@ -431,7 +432,7 @@ class UiData:
         rows, count = await self._query(
             select, ("SELECT entry_count FROM checkpoints WHERE session_id = ?", [session_id]))
         rows = sorted(rows)
-        decoded = decode_entries(session_id, [r[1] for r in rows])
+        decoded = decode_entries(session_id, [unpack(r[1]) for r in rows])
         return EntryPage([EntryRow(int(r[0]), _shown_entry(e))
                           for r, e in zip(rows, decoded, strict=True)],
                          int(count[0][0]) if count else 0)

@@ -51,6 +51,7 @@ from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.database import connect_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.entries import LAST_SEQ, doc, rows_of
+from nonoka.store.sqlite.packing import pack, register, unpack
 from nonoka.store.sqlite.records import write_index_row
 
 BATCH = 1000
@@ -73,7 +74,9 @@ class SQLiteOps:
     def _connect(self) -> closing[sqlite3.Connection]:
         if self.store.read_only:
             return closing(connect_read_only(self.path))
-        return closing(sqlite3.connect(self.path, isolation_level=None, timeout=5.0))
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+        register(db)  # ``entry_text``: the search index's view reads entry rows with it
+        return closing(db)
 
     # -- export -----------------------------------------------------------------------
 
@@ -118,7 +121,7 @@ class SQLiteOps:
                 rows = []
                 for n, text in batch:
                     chain = chain.add(text)
-                    rows.append((doc(block, n), sid, n, text, chain.encode(),
+                    rows.append((doc(block, n), sid, n, pack(text), chain.encode(),
                                  references(text)))
                 db.executemany(entry_rows.INSERT, rows)
             stored_media.collect(db, dropped)
@@ -165,6 +168,7 @@ class SQLiteOps:
                 wanted = set(words)
                 for *_, sid, seq, text, title, status, last in db.execute(
                         f"{_PENDING} AND {owners} ORDER BY d.doc DESC", params):
+                    text = unpack(text)
                     if len(rows) < query.limit and wanted <= document_words(
                             entry_text(text)[1]):
                         self._add(rows, RawHit(sid, int(seq), text, title, status, last),
@@ -184,7 +188,7 @@ class SQLiteOps:
                 page = db.execute(entries, params).fetchall()
                 for doc, sid, seq, text, title, status, last in page:
                     params["below"] = doc
-                    self._add(rows, RawHit(sid, int(seq), text, title, status, last),
+                    self._add(rows, RawHit(sid, int(seq), unpack(text), title, status, last),
                               lineage, facts, query)
                 if len(page) < query.limit:
                     break
@@ -202,8 +206,11 @@ class SQLiteOps:
         a read-only database is left as it is (its search reads those entries instead)."""
         if self.store.read_only:
             return 0
-        with self._connect() as db:
-            return entry_rows.catch_up(db)
+        try:
+            with self._connect() as db:
+                return entry_rows.catch_up(db)
+        except sqlite3.Error as exc:  # a damaged index: the message says how to rebuild it
+            raise sqlite_error(self.path, exc) from None
 
     # -- prune ------------------------------------------------------------------------
 
@@ -435,7 +442,7 @@ class _Reader:
                     "ORDER BY doc LIMIT ?4",
                     (sid, last + 1, LAST_SEQ if stop is None else stop - 1, BATCH)).fetchall()
                 if rows:
-                    yield rows
+                    yield [(seq, unpack(text)) for seq, text in rows]
                 if len(rows) < BATCH:
                     break
                 last = rows[-1][0]

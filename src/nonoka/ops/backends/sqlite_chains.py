@@ -20,6 +20,7 @@ from nonoka.ops.model import Finding, entries_named
 from nonoka.store.sqlite import lineage
 from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.entries import rows_of
+from nonoka.store.sqlite.packing import unpack
 
 _MAX_DEPTH = 10_000
 Links = dict[str, tuple[str | None, int]]
@@ -155,8 +156,11 @@ def _problem(missing: int, wrong: int, edited: tuple[int, ...]) -> str:
 
 
 def _rows(db: sqlite3.Connection, sid: str, start: int) -> Iterable[tuple[object, ...]]:
-    return db.execute("SELECT seq, entry_json, key_chain FROM session_entries "
-                      f"WHERE {rows_of('?1', first='?2')} ORDER BY doc", (sid, start))
+    """The session's own rows from ``start``: seq, JSON text (a deflated row's text:
+    the chain is over the text) and stored chain."""
+    return ((seq, unpack(text), stored) for seq, text, stored in db.execute(
+        "SELECT seq, entry_json, key_chain FROM session_entries "
+        f"WHERE {rows_of('?1', first='?2')} ORDER BY doc", (sid, start)))
 
 
 def rebuild(db: sqlite3.Connection, sid: str, bases: bool) -> int:
@@ -171,9 +175,7 @@ def rebuild(db: sqlite3.Connection, sid: str, bases: bool) -> int:
             start = int(row[1])
     chain = Chain()
     for text in lineage.resolved_entries(db, sid, 0, start) if start else []:
-        if not isinstance(text, str):
-            return 0
-        chain = chain.add(text)
+        chain = chain.add(unpack(text))
     updates = []
     for seq, (row_seq, text, stored) in enumerate(list(_rows(db, sid, start)), start):
         if row_seq != seq or not isinstance(text, str):

@@ -58,6 +58,7 @@ from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_e
 from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.entries import INSERT as INSERT_ENTRY
 from nonoka.store.sqlite.entries import LAST_SEQ, delete_rows, doc, entry_block, new_block
+from nonoka.store.sqlite.packing import pack, unpack
 
 _UPSERT_CHECKPOINT = """
 INSERT INTO checkpoints (session_id, state_json, revision, entry_count, memory_generation,
@@ -308,7 +309,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         the session holds once this transaction commits (``transaction`` forgets it
         if it does not). One loop, one statement for the usual one entry: this runs
         twice a turn."""
-        rows: list[tuple[int, str, int, str, str, str | None]] = []
+        rows: list[tuple[int, str, int, str | bytes, str, str | None]] = []
         seq = start
         files: list[Media] = []
         if start + len(entries) > LAST_SEQ + 1:
@@ -318,9 +319,9 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             text, moved = encode_entry(entry)
             chain = chain.add(text)
             if moved is None:
-                rows.append((doc(block, seq), sid, seq, text, chain.encode(), None))
+                rows.append((doc(block, seq), sid, seq, pack(text), chain.encode(), None))
             else:
-                rows.append((doc(block, seq), sid, seq, text, chain.encode(),
+                rows.append((doc(block, seq), sid, seq, pack(text), chain.encode(),
                              files_column(moved)))
                 files += moved
             seq += 1
@@ -386,7 +387,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                                             "entry_json, media")
             marks = media_marks([r[1] for r in rows])
             found = stored_media.fetch(db, needed(marks.values())) if marks else {}
-        entries = decode_entries(session_id, [r[0] for r in rows], max(0, start))
+        entries = decode_entries(session_id, [unpack(r[0]) for r in rows], max(0, start))
         return with_media(session_id, entries, marks, found, max(0, start)) if marks \
             else entries
 
@@ -422,7 +423,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
                 f"session {session_id}: {start + len(rows)} entry rows stored but the "
                 f"snapshot expects {count}; the rows were left as they are"
             )
-        texts = [r[0] for r in rows]
+        texts = [unpack(r[0]) for r in rows]
         if marks:
             new = with_media(session_id, decode_entries(session_id, texts, start), marks,
                              found, start)

@@ -39,6 +39,7 @@ from pathlib import Path
 from nonoka.errors import StoreError
 from nonoka.store.sqlite.entries import INDEX_DAMAGE_CODES
 from nonoka.store.sqlite.ledger import apply_migrations, check_known, missing
+from nonoka.store.sqlite.packing import register
 
 BUSY_TIMEOUT_SECONDS = 5.0
 """How long a statement waits for another process's write lock, unless
@@ -159,6 +160,7 @@ def connect_read_only(file: Path, where: str | None = None) -> sqlite3.Connectio
             raise StoreError(f"cannot open {where} for reading: {exc}") from exc
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            register(db)
             return db
         except sqlite3.OperationalError as exc:
             db.close()
@@ -176,6 +178,7 @@ def connect_read_only(file: Path, where: str | None = None) -> sqlite3.Connectio
 
 
 def _configure(db: sqlite3.Connection, where: str, ours_only: bool) -> None:
+    register(db)  # ``entry_text``: the search index reads entry rows through it
     try:
         # Read-only checks first: a foreign or newer file must not be touched.
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()

@@ -13,15 +13,20 @@ for other writers.
 
 **Search.** The rowid is also the row's document id in the FTS5 index
 ``session_search``, whose content is the view ``search_text`` (the text lives once, in
-the entry row). A save does not index its rows: ``catch_up``, which every search runs
-first, indexes them in batches of ``BATCH``. ``search_pending`` keeps, for each block
-with rows not indexed yet, the first of them (its watermark): every row of the block
-below it is indexed, no row from it on is. The triggers in ``SCHEMA`` keep that true
-for any write, nonoka's or another program's: a row added at the end of its block waits
-for the catch-up (the usual append runs none of their statements), one added or
-changed below the watermark is indexed at once, and a deleted or changed row leaves
-the index if it was in it. The index is derived data: ``index_findings`` checks it and
-``rebuild_index`` makes it again from the rows.
+the entry row, deflated or not: ``nonoka.store.sqlite.packing``). A save does not index
+its rows: ``catch_up``, which every search runs first, indexes them in batches of
+``BATCH``. ``search_pending`` keeps, for each block with rows not indexed yet, the first
+of them (its watermark): every row of the block below it is indexed, no row from it on
+is. ``search_stale`` keeps the rows below a watermark that changed since the index last
+took them: each one's document id and the stored value the index holds for it (``NULL``
+when it holds none). The triggers in ``SCHEMA`` keep that true for any write, nonoka's or
+another program's, without reading any row's text (so a program without nonoka's
+``entry_text`` function can still write): a row added at the end of its block waits for
+the catch-up (the usual append runs none of their statements), one added, changed or
+deleted below the watermark is noted in ``search_stale``, and ``catch_up`` takes what the
+index holds for it out of the index and the row as it is now in, before anything else.
+The index is derived data: ``index_findings`` checks it and ``rebuild_index`` makes it
+again from the rows.
 
 ``SCHEMA`` is the live text of the view and triggers, as a fresh database holds it; the
 migration that installed it keeps a frozen copy (``tests/store/test_schema_doc.py``
@@ -32,6 +37,8 @@ before pydantic loads.
 from __future__ import annotations
 
 import sqlite3
+
+from nonoka.store.sqlite.packing import register
 
 SEQ_BITS = 32
 LAST_SEQ = (1 << SEQ_BITS) - 1
@@ -45,21 +52,25 @@ INSERT = ("INSERT INTO session_entries (doc, session_id, seq, entry_json, key_ch
 """An entry row at its place (``doc``), with its digest chain and the digests of the
 files it refers to (``NULL`` for most rows)."""
 
+_BODY = ("CASE WHEN json_valid(entry_text({e}))\n"
+         "    THEN coalesce(json_extract(entry_text({e}), '$.content'), '') || ' ' ||\n"
+         "         coalesce(json_extract(entry_text({e}), '$.metadata.tool_calls'), '')\n"
+         "    ELSE entry_text({e}) END")
+"""The text the full-text index holds for a stored ``entry_json`` (``{e}``)."""
+
 SCHEMA = (
+    """CREATE TABLE search_stale (doc INTEGER PRIMARY KEY, was)""",
     """CREATE VIEW search_text (doc, body) AS
-SELECT doc, CASE WHEN json_valid(entry_json)
-    THEN coalesce(json_extract(entry_json, '$.content'), '') || ' ' ||
-         coalesce(json_extract(entry_json, '$.metadata.tool_calls'), '')
-    ELSE entry_json END
+SELECT doc, CASE WHEN json_valid(entry_text(entry_json))
+    THEN coalesce(json_extract(entry_text(entry_json), '$.content'), '') || ' ' ||
+         coalesce(json_extract(entry_text(entry_json), '$.metadata.tool_calls'), '')
+    ELSE entry_text(entry_json) END
 FROM session_entries""",
     """CREATE TRIGGER search_insert AFTER INSERT ON session_entries
 WHEN coalesce((SELECT from_doc FROM search_pending WHERE block = new.doc >> 32) > new.doc, 1)
 BEGIN
-    INSERT INTO session_search (rowid, body)
-    SELECT new.doc, CASE WHEN json_valid(new.entry_json)
-        THEN coalesce(json_extract(new.entry_json, '$.content'), '') || ' ' ||
-             coalesce(json_extract(new.entry_json, '$.metadata.tool_calls'), '')
-        ELSE new.entry_json END
+    INSERT OR IGNORE INTO search_stale (doc, was)
+    SELECT new.doc, NULL
     WHERE new.doc < coalesce(
         (SELECT from_doc FROM search_pending WHERE block = new.doc >> 32),
         CASE WHEN EXISTS (SELECT 1 FROM session_entries
@@ -72,11 +83,8 @@ BEGIN
 END""",
     """CREATE TRIGGER search_delete AFTER DELETE ON session_entries
 BEGIN
-    INSERT INTO session_search (session_search, rowid, body)
-    SELECT 'delete', old.doc, CASE WHEN json_valid(old.entry_json)
-        THEN coalesce(json_extract(old.entry_json, '$.content'), '') || ' ' ||
-             coalesce(json_extract(old.entry_json, '$.metadata.tool_calls'), '')
-        ELSE old.entry_json END
+    INSERT OR IGNORE INTO search_stale (doc, was)
+    SELECT old.doc, old.entry_json
     WHERE old.doc < coalesce(
         (SELECT from_doc FROM search_pending WHERE block = old.doc >> 32), old.doc + 1);
     DELETE FROM search_pending
@@ -86,22 +94,16 @@ BEGIN
 END""",
     """CREATE TRIGGER search_update AFTER UPDATE OF entry_json ON session_entries
 BEGIN
-    INSERT INTO session_search (session_search, rowid, body)
-    SELECT 'delete', old.doc, CASE WHEN json_valid(old.entry_json)
-        THEN coalesce(json_extract(old.entry_json, '$.content'), '') || ' ' ||
-             coalesce(json_extract(old.entry_json, '$.metadata.tool_calls'), '')
-        ELSE old.entry_json END
+    INSERT OR IGNORE INTO search_stale (doc, was)
+    SELECT old.doc, old.entry_json
     WHERE old.doc < coalesce(
         (SELECT from_doc FROM search_pending WHERE block = old.doc >> 32), old.doc + 1);
     DELETE FROM search_pending
     WHERE block = old.doc >> 32 AND NOT EXISTS (
         SELECT 1 FROM session_entries
         WHERE doc >= from_doc AND doc < ((old.doc >> 32) + 1) << 32);
-    INSERT INTO session_search (rowid, body)
-    SELECT new.doc, CASE WHEN json_valid(new.entry_json)
-        THEN coalesce(json_extract(new.entry_json, '$.content'), '') || ' ' ||
-             coalesce(json_extract(new.entry_json, '$.metadata.tool_calls'), '')
-        ELSE new.entry_json END
+    INSERT OR IGNORE INTO search_stale (doc, was)
+    SELECT new.doc, NULL
     WHERE new.doc < coalesce(
         (SELECT from_doc FROM search_pending WHERE block = new.doc >> 32),
         CASE WHEN EXISTS (SELECT 1 FROM session_entries
@@ -113,9 +115,9 @@ BEGIN
                       WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32);
 END""",
 )
-"""The view the full-text index reads (an entry's text: its content and its tool calls,
-names and arguments as JSON text; a row that is not JSON as it is, so a damaged row
-never makes a write fail) and the triggers that keep the index's watermarks true."""
+"""The table of changed rows, the view the full-text index reads (an entry's text: its
+content and its tool calls, names and arguments as JSON text; a row that is not JSON as
+it is) and the triggers that keep the index's watermarks and changed rows true."""
 
 SEARCH_TABLE = ("CREATE VIRTUAL TABLE session_search USING fts5(body,content=search_text,"
                 "content_rowid=doc,columnsize=0,detail=column,"
@@ -231,16 +233,29 @@ INSERT INTO session_search (rowid, body)
 SELECT doc, body FROM search_text WHERE doc >= ?1 AND doc <= ?2 ORDER BY doc
 """
 
+_FORGET = ("INSERT INTO session_search (session_search, rowid, body) SELECT 'delete', ?1, "
+           + _BODY.format(e="?2"))
+"""Take document ``?1`` out of the index, ``?2`` being the stored value it was indexed
+from."""
+
+_RETAKE = ("INSERT INTO session_search (rowid, body) SELECT doc, body FROM search_text "
+           "WHERE doc = ?1 AND doc < coalesce((SELECT from_doc FROM search_pending "
+           "WHERE block = ?1 >> 32), ?1 + 1)")
+"""Index row ``?1`` as it is now, when it exists and lies below its block's watermark
+(a row at or above it is the watermark's catch-up's)."""
+
 
 def pending(db: sqlite3.Connection) -> int:
-    """How many entries wait to be indexed."""
-    return int(db.execute(f"SELECT count(*) FROM {WAITING.format(e='e')}").fetchone()[0])
+    """How many entries wait to be indexed (a changed row counts once)."""
+    return int(db.execute(f"SELECT (SELECT count(*) FROM {WAITING.format(e='e')}) + "
+                          "(SELECT count(*) FROM search_stale)").fetchone()[0])
 
 
 def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
     """Index every entry not indexed yet, one write transaction a batch, so a writer
     working meanwhile waits at most one batch; the number indexed. ``db`` is in
-    autocommit mode and not in a transaction."""
+    autocommit mode and not in a transaction; it is given ``entry_text``."""
+    register(db)
     done = 0
     while True:
         db.execute("BEGIN IMMEDIATE")
@@ -256,10 +271,27 @@ def catch_up(db: sqlite3.Connection, batch: int = BATCH) -> int:
             return done
 
 
-def _some(db: sqlite3.Connection, batch: int) -> tuple[int, bool]:
-    """Index up to ``batch`` rows, block after block, moving each block's watermark;
-    how many, and whether none is left."""
+def _retake(db: sqlite3.Connection, batch: int | None) -> int:
+    """Bring up to ``batch`` (``None``: every) changed rows up to date in the index:
+    what it holds for each out, the row as it is now in; how many."""
     done = 0
+    for stale, was in db.execute("SELECT doc, was FROM search_stale ORDER BY doc LIMIT ?",
+                                 (-1 if batch is None else batch,)).fetchall():
+        if was is not None:
+            db.execute(_FORGET, (stale, was))
+        db.execute(_RETAKE, (stale,))
+        db.execute("DELETE FROM search_stale WHERE doc = ?", (stale,))
+        done += 1
+    return done
+
+
+def _some(db: sqlite3.Connection, batch: int) -> tuple[int, bool]:
+    """Bring up to ``batch`` changed rows up to date, then index up to ``batch`` rows,
+    block after block, moving each block's watermark; how many, and whether none is
+    left."""
+    done = _retake(db, batch)
+    if done >= batch:
+        return done, False
     while done < batch:
         row = db.execute("SELECT block, from_doc FROM search_pending ORDER BY block "
                          "LIMIT 1").fetchone()
@@ -287,16 +319,39 @@ def index_findings(db: sqlite3.Connection) -> list[str]:
 
     FTS5's own ``integrity-check``: of the index's structure always, and against the
     entry rows when no row waits for the catch-up (a waiting row is missing from the
-    index by design). Changes nothing, but SQLite runs it as a write: a file opened
-    read-only is not checked."""
-    checks = [0] if pending(db) else [0, 1]
+    index by design). Changed rows (``search_stale``) are brought up to date first, as
+    the catch-up would, and that is undone after the check (a savepoint): a damaged
+    index may show only there. Changes nothing, but SQLite runs it as a write: a file
+    opened read-only is not checked."""
+    register(db)
+    outer = db.in_transaction
+    db.execute("SAVEPOINT index_findings")
+    try:
+        return _findings(db)
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK TO index_findings")
+            db.execute("RELEASE index_findings")
+        elif outer:  # a damaged index's error rolled the caller's transaction back
+            db.execute("BEGIN")
+
+
+def _findings(db: sqlite3.Connection) -> list[str]:
+    checks: list[int | None] = [None, 0]
+    if not int(db.execute(f"SELECT count(*) FROM {WAITING.format(e='e')}").fetchone()[0]):
+        checks.append(1)
     for rank in checks:
         try:
-            db.execute("INSERT INTO session_search (session_search, rank) "
-                       "VALUES ('integrity-check', ?)", (rank,))
+            if rank is None:
+                _retake(db, None)
+            else:
+                db.execute("INSERT INTO session_search (session_search, rank) "
+                           "VALUES ('integrity-check', ?)", (rank,))
         except sqlite3.DatabaseError as exc:
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_READONLY:
                 return []  # the check is a write to SQLite: a read-only file cannot run it
+            if rank is None:
+                return [f"the full-text search index cannot take its changed rows ({exc})"]
             against = "its entries" if rank else "itself"
             return [f"the full-text search index does not match {against} ({exc})"]
     return []
@@ -306,6 +361,7 @@ def rebuild_index(db: sqlite3.Connection) -> None:
     """Make the full-text index again from the entry rows, every row indexed; inside
     the caller's write transaction. The rows are not touched. An index too damaged to
     be rebuilt in place is dropped and created again."""
+    register(db)
     try:
         db.execute("INSERT INTO session_search (session_search) VALUES ('rebuild')")
     except sqlite3.DatabaseError:
@@ -313,6 +369,7 @@ def rebuild_index(db: sqlite3.Connection) -> None:
         db.execute(SEARCH_TABLE)
         db.execute("INSERT INTO session_search (session_search) VALUES ('rebuild')")
     db.execute("DELETE FROM search_pending")
+    db.execute("DELETE FROM search_stale")
 
 
 INDEX_DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT_VTAB, sqlite3.SQLITE_CONSTRAINT)

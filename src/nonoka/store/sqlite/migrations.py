@@ -740,3 +740,82 @@ def m016_serve_keys(db: sqlite3.Connection) -> None:
         created_at REAL NOT NULL,
         revoked_at REAL
     )""")
+
+
+_M017_SCHEMA = (
+    """CREATE TABLE search_stale (doc INTEGER PRIMARY KEY, was)""",
+    """CREATE VIEW search_text (doc, body) AS
+SELECT doc, CASE WHEN json_valid(entry_text(entry_json))
+    THEN coalesce(json_extract(entry_text(entry_json), '$.content'), '') || ' ' ||
+         coalesce(json_extract(entry_text(entry_json), '$.metadata.tool_calls'), '')
+    ELSE entry_text(entry_json) END
+FROM session_entries""",
+    """CREATE TRIGGER search_insert AFTER INSERT ON session_entries
+WHEN coalesce((SELECT from_doc FROM search_pending WHERE block = new.doc >> 32) > new.doc, 1)
+BEGIN
+    INSERT OR IGNORE INTO search_stale (doc, was)
+    SELECT new.doc, NULL
+    WHERE new.doc < coalesce(
+        (SELECT from_doc FROM search_pending WHERE block = new.doc >> 32),
+        CASE WHEN EXISTS (SELECT 1 FROM session_entries
+                          WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32)
+        THEN new.doc + 1 ELSE new.doc END);
+    INSERT OR IGNORE INTO search_pending (block, from_doc)
+    SELECT new.doc >> 32, new.doc
+    WHERE NOT EXISTS (SELECT 1 FROM session_entries
+                      WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32);
+END""",
+    """CREATE TRIGGER search_delete AFTER DELETE ON session_entries
+BEGIN
+    INSERT OR IGNORE INTO search_stale (doc, was)
+    SELECT old.doc, old.entry_json
+    WHERE old.doc < coalesce(
+        (SELECT from_doc FROM search_pending WHERE block = old.doc >> 32), old.doc + 1);
+    DELETE FROM search_pending
+    WHERE block = old.doc >> 32 AND NOT EXISTS (
+        SELECT 1 FROM session_entries
+        WHERE doc >= from_doc AND doc < ((old.doc >> 32) + 1) << 32);
+END""",
+    """CREATE TRIGGER search_update AFTER UPDATE OF entry_json ON session_entries
+BEGIN
+    INSERT OR IGNORE INTO search_stale (doc, was)
+    SELECT old.doc, old.entry_json
+    WHERE old.doc < coalesce(
+        (SELECT from_doc FROM search_pending WHERE block = old.doc >> 32), old.doc + 1);
+    DELETE FROM search_pending
+    WHERE block = old.doc >> 32 AND NOT EXISTS (
+        SELECT 1 FROM session_entries
+        WHERE doc >= from_doc AND doc < ((old.doc >> 32) + 1) << 32);
+    INSERT OR IGNORE INTO search_stale (doc, was)
+    SELECT new.doc, NULL
+    WHERE new.doc < coalesce(
+        (SELECT from_doc FROM search_pending WHERE block = new.doc >> 32),
+        CASE WHEN EXISTS (SELECT 1 FROM session_entries
+                          WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32)
+        THEN new.doc + 1 ELSE new.doc END);
+    INSERT OR IGNORE INTO search_pending (block, from_doc)
+    SELECT new.doc >> 32, new.doc
+    WHERE NOT EXISTS (SELECT 1 FROM session_entries
+                      WHERE doc > new.doc AND doc < ((new.doc >> 32) + 1) << 32);
+END""",
+)
+"""The table, view and triggers of ``m017_entries_deflated``, as it installs them."""
+
+
+@migration
+def m017_entries_deflated(db: sqlite3.Connection) -> None:
+    """Entry rows may hold their JSON deflated (``nonoka.store.sqlite.packing``: a blob
+    where the JSON was text; 1,480 → 590 bytes a turn of a ``nonoka serve`` chain,
+    bench/README.md), so what the full-text index reads goes through the SQL function
+    ``entry_text``, which nonoka's connections have and other programs' do not. The
+    triggers therefore no longer read a row's text: a row added, changed or deleted
+    below its block's watermark is noted in ``search_stale`` (its document id, and the
+    stored value the index holds for it), and the next catch-up takes the old text out
+    of the index and the new row in (``nonoka.store.sqlite.entries``). Existing rows
+    are kept as they are (text), and so is the index: every row it holds is one the
+    new view reads the same. Nothing is rewritten."""
+    for trigger in ("search_insert", "search_delete", "search_update"):
+        db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    db.execute("DROP VIEW IF EXISTS search_text")
+    for statement in _M017_SCHEMA:
+        db.execute(statement)

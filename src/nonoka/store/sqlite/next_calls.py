@@ -21,6 +21,7 @@ from nonoka.store.next_call_row import StoredNextCall
 from nonoka.store.sqlite import leases, lineage
 from nonoka.store.sqlite import media as stored_media
 from nonoka.store.sqlite.ledger import missing
+from nonoka.store.sqlite.packing import register, unpack
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the early path's import budget
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def load(db: sqlite3.Connection, session_id: str, with_entries: bool = True
     rows = lineage.resolved_entries(db, session_id, columns="entry_json, media")
     if len(rows) != count:
         return None  # not what the checkpoint says: the runtime will report it
-    entries = [r[0] for r in rows]
+    entries = [unpack(r[0]) for r in rows]
     wanted = needed(r[1] for r in rows if r[1] is not None)
     if wanted:  # rows that refer to stored files get their bytes back, as a load does
         found = stored_media.fetch(db, wanted)
@@ -109,6 +110,7 @@ class SQLiteNextCalls:
         db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2,
                              check_same_thread=False)
         try:
+            register(db)
             if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                 db.close()
                 return None
