@@ -71,7 +71,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
               ("errors", "support", "state", "store", "llm", "protocol", "events", "runtime",
                "turn", "api", "bridge")),
     "handoff": (("nonoka.handoff",),
-                ("errors", "support", "state", "store", "llm", "turn", "serve")),
+                ("errors", "support", "state", "store", "llm", "turn", "bridge", "serve")),
     "cli": (("nonoka.cli",),
             ("errors", "support", "state", "store", "llm", "protocol", "events", "runtime",
              "turn", "api", "ops", "provider", "testing", "bridge", "ui", "serve",

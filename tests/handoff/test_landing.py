@@ -21,6 +21,7 @@ from nonoka.store.project import open_project_stores
 from nonoka.testing.anthropic_replies import AnthropicReply, Thinking
 from nonoka.testing.server import ScriptedAnthropicServer
 from tests.serve.harness import Served, served_with
+from tests.serve.test_keys import make_key
 from tests.support.stores import load_stored
 
 MODEL = "claude-opus-5-5"
@@ -53,10 +54,11 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
         yield running
 
 
-def post(served: Served, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+def post(served: Served, session: str, messages: list[dict[str, Any]],
+         key: str = "client-key") -> dict[str, Any]:
     status, _, body = served.request("POST", "/v1/messages", {
         "model": MODEL, "max_tokens": 1024, "messages": messages, "tools": TOOLS},
-        {"x-claude-code-session-id": session, "x-api-key": "client-key",
+        {"x-claude-code-session-id": session, "x-api-key": key,
          "anthropic-version": "2023-06-01"})
     assert status == 200, body
     answered: dict[str, Any] = json.loads(body)
@@ -118,3 +120,35 @@ def test_each_agent_lands_on_its_own_branch(served: Served, tmp_path: Path) -> N
     lines = [r for r in rows(project).values() if r.host_session_id and
              r.host_session_id.startswith("claude-code:")]
     assert len(lines) == 3  # the source's and the two hand-offs': no other branch
+
+
+def test_a_key_owners_session_is_handed_to_that_owner(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    keys = {"alice": make_key(project, "alice"), "bob": make_key(project, "bob")}
+    monkeypatch.delenv("NONOKA_MODEL", raising=False)
+    with ScriptedAnthropicServer(answer) as upstream:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-up")
+        monkeypatch.setenv("NONOKA_DATABASE_URL", "")
+        served = Served(project, f"anthropic:{MODEL}", keys=True)
+        try:
+            post(served, "alice-agent", [{"role": "user", "content": "Hello there."}],
+                 keys["alice"])
+            [source] = [r.session_id for r in rows(project).values()
+                        if r.host_session_id and r.host_session_id.endswith(
+                            "claude-code:alice-agent")]
+            [made] = handed(project, source, "claude", tmp_path / "claude-home", 1)
+            resent = [*claude.messages(entries_of(project, source)),
+                      {"role": "user", "content": "Go on, alice."}]
+            # another owner sending the same id never reaches alice's branch
+            post(served, made.agent_session, resent, keys["bob"])
+            post(served, made.agent_session, resent, keys["alice"])
+        finally:
+            served.stop()
+    now = [(e.role, e.content) for e in entries_of(project, made.branch)]
+    assert now[-2:] == [("user", "Go on, alice."), ("assistant", "ANSWER to Go on, alice.")]
+    assert now.count(("user", "Go on, alice.")) == 1
+    bobs = [r for r in rows(project).values() if r.session_id not in (source, made.branch)]
+    assert len(bobs) == 1 and bobs[0].metadata.get("forked_from") is None

@@ -4,9 +4,11 @@ transcript of the whole conversation.
 The branch shares the session's first ``at`` entries (no copy) and names, as its host
 conversation, the session id the next agent will send (``claude-code:<id>`` or
 ``codex:<id>``, as ``nonoka serve`` reads them; OpenCode's own ``ses_…`` id, as its
-nonoka provider sends it to the bridge). The agent's first request therefore
-lands on the branch by its identity, before anything is judged by content, and since
-it resends the transcript it was given, the branch's conversation goes on from there.
+nonoka provider sends it to the bridge) — made the owner's own when the session is a
+``nonoka serve`` key owner's, as the server names that owner's requests. The agent's
+first request therefore lands on the branch by its identity, before anything is judged
+by content, and since it resends the transcript it was given, the branch's
+conversation goes on from there.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nonoka.bridge.choose import OWNER_SCOPE_KEY
 from nonoka.errors import ConfigurationError
 from nonoka.handoff import claude, codex, opencode
 from nonoka.handoff.conversation import carried, check_answered
+from nonoka.serve.chat import _owned_name  # the one rule for an owner's names
 from nonoka.serve.lines import line_signal
 from nonoka.serve.messages import claude_session
 from nonoka.state.entries import MemoryEntry
@@ -142,6 +146,9 @@ async def hand_off(stores: ProjectStores, source: str, target: str, *, home: Pat
     agent_id = spec.new_id(moment)
     signal = spec.signal(agent_id)
     assert signal is not None
+    salt = record.metadata.get(OWNER_SCOPE_KEY) if record is not None else None
+    if isinstance(salt, str) and salt:  # a key owner's session: that owner's name for it
+        signal = _owned_name(salt, signal)
     path = _written(target, kept, agent_id, home, cwd, moment, record)
     try:
         branch = await fork_session(stores, source, point, reason=f"handoff to {target}",
