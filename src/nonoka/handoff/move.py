@@ -147,8 +147,9 @@ async def hand_off(stores: ProjectStores, source: str, target: str, *, home: Pat
     signal = spec.signal(agent_id)
     assert signal is not None
     salt = record.metadata.get(OWNER_SCOPE_KEY) if record is not None else None
-    if isinstance(salt, str) and salt:  # a key owner's session: that owner's name for it
-        signal = _owned_name(salt, signal)
+    if isinstance(salt, str) and salt and target != "opencode":
+        signal = _owned_name(salt, signal)  # a key owner's session: that owner's name
+        # (OpenCode's requests come through the bridge, which serves the local owner)
     path = _written(target, kept, agent_id, home, cwd, moment, record)
     try:
         branch = await fork_session(stores, source, point, reason=f"handoff to {target}",
