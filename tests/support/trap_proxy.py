@@ -6,6 +6,7 @@ assert that it tried nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -36,5 +37,10 @@ class TrapProxy:
                 self.asked.append(first.decode("latin-1"))
 
     def close(self) -> None:
+        # Closing a listening socket does not wake a thread blocked in accept() on
+        # Linux; shutting it down does.
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
         self._socket.close()
         self._thread.join(10)
+        assert not self._thread.is_alive(), "the trap proxy did not stop"
