@@ -97,8 +97,10 @@ class Journal:
     def __init__(self, stores: ProjectStores, *, title: str = "",
                  metadata: Mapping[str, Any] | None = None) -> None:
         self.stores = stores
-        self.title = redact_text(title)
-        self.metadata: dict[str, Any] = redact(dict(metadata or {}))
+        self._given = (title, dict(metadata or {}))
+        """The new session's title and metadata, masked when a row first needs them
+        (``title``, ``metadata``): a turn that continues a session never does."""
+        self._masked: tuple[str, dict[str, Any]] | None = None
         self.session_id: str | None = None
         self.usage = TurnUsage()
         self.entries: int | None = None
@@ -128,6 +130,22 @@ class Journal:
         """The session as the turn's run last saved it, if the run returned one: the
         index row is brought up to date from it without reading the session again."""
         self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._appends: tuple[object, AppendsTogether | None] | None = None
+        """The event log ``_together`` judged, and its verdict."""
+
+    @property
+    def title(self) -> str:
+        return self._masked_given()[0]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._masked_given()[1]
+
+    def _masked_given(self) -> tuple[str, dict[str, Any]]:
+        if self._masked is None:
+            title, metadata = self._given
+            self._masked = (redact_text(title), redact(metadata))
+        return self._masked
 
     def start(self, session_id: str) -> None:
         """The turn runs in ``session_id``; what was held back is written with the next entry."""
@@ -165,11 +183,15 @@ class Journal:
                 faults.point("event.append.after")
 
     def _together(self) -> AppendsTogether | None:
-        """The log, when it is also the index and writes several entries at once."""
+        """The log, when it is also the index and writes several entries at once (found
+        once: checking a protocol costs more than the write it picks)."""
         events: object = self.stores.events
-        if events is not self.stores.index or not isinstance(events, AppendsTogether):
-            return None
-        return events
+        known = self._appends
+        if known is None or known[0] is not events:
+            together = (events if events is self.stores.index
+                        and isinstance(events, AppendsTogether) else None)
+            known = self._appends = (events, together)
+        return known[1]
 
     async def _write_together(self, pending: list[tuple[str, dict[str, Any]]],
                               record: SessionRecord | None) -> None:
