@@ -366,23 +366,6 @@ def test_the_sdks_retry_after_a_529_stores_one_turn(
     assert [e.role for e in kept] == ["user", "assistant"]
 
 
-def test_another_serving_model_is_refused_for_now(project: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
-    monkeypatch.setenv("NONOKA_DATABASE_URL", "")
-    running = Served(project, "openai:scripted-model")
-    try:
-        status, _, raw = running.request("POST", "/v1/messages", {
-            "model": "claude-x", "max_tokens": 64,
-            "messages": [{"role": "user", "content": "Hi"}]}, {"x-api-key": "k"})
-    finally:
-        running.stop()
-    assert status == 400
-    error = json.loads(raw)["error"]
-    assert error["type"] == "invalid_request_error" and "anthropic:" in error["message"]
-    assert records(project) == []
-
-
 def test_a_failed_tool_call_reaches_anthropic_as_is_error(
         claude: Anthropic, anthropic_script: list[Any], upstream: ScriptedAnthropicServer,
         project: Path) -> None:

@@ -28,7 +28,14 @@ last tool, the last message: where Claude Code puts its own), and a top-level
 ``cache_control`` (automatic caching) is passed on; a client's marks on single blocks
 are not copied one by one. A request's ``model`` is used when nonoka knows it as an
 ``anthropic:`` model (Claude Code's small model for its side requests), else the
-server's model answers. A serving model that is not ``anthropic:`` is refused with a 400 for now.
+server's model answers.
+
+A server whose model is not ``anthropic:`` runs the same history on that model: the
+neutral messages go to its adapter, which leaves out what its API cannot take (signed
+thinking), the body's options are rewritten for it (``nonoka.serve.messages_translate``),
+and the answer comes back in Anthropic's shape — its reasoning as thinking blocks with
+an empty signature, ``max_tokens`` told by the usage, errors typed by their status.
+A request's ``model`` naming a model nonoka knows (``openai:gpt-5``) picks it.
 
 Errors have Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``): an
 upstream answer's own status and type (529 ``overloaded_error``, 429
@@ -75,6 +82,7 @@ from nonoka.serve.claude_code import (
 from nonoka.serve.errors import ApiError, failure_error, provider_error
 from nonoka.serve.histories import KeptPasses, ParsedBodies
 from nonoka.serve.keys import current_owner
+from nonoka.serve.messages_translate import translated
 from nonoka.serve.model import Models
 from nonoka.state.messages import FilePart, Message, ReasoningPart, TextPart, ToolCall
 from nonoka.store.kept import KeptStores
@@ -426,13 +434,19 @@ class Messages:
                      opened: Callable[[str], None] | None = None) -> dict[str, Any]:
         """One answer: the whole message, or (``emit``) its events as they come."""
         default = self.models.pick(None)
-        if not default.startswith(f"{PROVIDER}:"):
-            raise invalid(f"the Messages API is served for anthropic: models only; this "
-                          f"server's model is {default}")
         asked = body.get("model") if isinstance(body, dict) else None
-        spec = self.models.pick(f"{PROVIDER}:{asked}" if isinstance(asked, str) and asked
-                                and ":" not in asked else None)
+        if default.startswith(f"{PROVIDER}:"):
+            spec = self.models.pick(f"{PROVIDER}:{asked}" if isinstance(asked, str) and asked
+                                    and ":" not in asked else None)
+        else:  # another vendor's model answers (Claude Code's model names are not its)
+            spec = self.models.pick(asked if isinstance(asked, str) else None)
+        translate = not spec.startswith(f"{PROVIDER}:")
         parsed = parse_messages(body, headers, self.project, spec, self.parsed)
+        if translate:  # nonoka.serve.messages_translate
+            try:
+                parsed = translated(parsed, body)
+            except ValueError as exc:
+                raise invalid(f"call options: {exc}") from None
         request = owned(parsed, current_owner())
         if parsed.host_parent_session_id:  # the parent's line is the owner's too
             parent = owned(parsed.model_copy(update={
@@ -441,7 +455,8 @@ class Messages:
                 "host_parent_session_id": parent.host_session_id})
         if request.purpose == Purpose.COMPACTION:
             request = await self._compacting(request)
-        answer = _Answer(str(body["model"]), emit, opened)
+        answer = _Answer(str(body["model"]), emit, opened,
+                         int(body["max_tokens"]) if translate else None)
         key = request.conversation_key
         reuse = self.passes.take(key)
         handler = BridgeHandler(request, answer.on_event, reuse=reuse,
@@ -481,11 +496,18 @@ class Messages:
 class _Answer:
     """The bridge's events for one request, as a ``message`` or its stream. Thinking
     is held until its signature arrives (after the model call), then sent with what
-    followed it, so the blocks keep the API's order: thinking, text, tool calls."""
+    followed it, so the blocks keep the API's order: thinking, text, tool calls.
+    ``limit``: set when another vendor's model answered
+    (``nonoka.serve.messages_translate``), the request's ``max_tokens``: its reasoning
+    becomes thinking blocks without a signature, its errors take their Anthropic type
+    from their status, and an answer whose output reached ``limit`` stopped at
+    ``max_tokens`` (the turn does not carry another API's finish reason through)."""
 
     def __init__(self, model: str, emit: Emit | None,
-                 opened: Callable[[str], None] | None) -> None:
+                 opened: Callable[[str], None] | None, limit: int | None = None) -> None:
         self.model = model
+        self.limit = limit
+        self.translated = limit is not None
         self.emit = emit
         self.opened = opened
         self.id = "msg_" + secrets.token_hex(12)
@@ -535,6 +557,8 @@ class _Answer:
     def _thinking_done(self, reasoning: list[ReasoningPart]) -> None:
         held, self.held = self.held, []
         for part in reasoning:
+            if self.translated and not part.text:
+                continue  # encrypted reasoning only: kept in the store, nothing to show
             sent = (part.provider_metadata or {}).get(PROVIDER) or {}
             data = sent.get("data", sent.get("redactedData"))
             if isinstance(data, str):
@@ -622,7 +646,7 @@ class _Answer:
         if self.failure is not None:
             if self.started:  # the stream says so; before it, the request fails
                 self._close_text()
-                self.emit(failure_message_error(self.failure).body())
+                self.emit(self._error(self.failure).body())
             return
         self._close_text()
         self._start()
@@ -639,7 +663,11 @@ class _Answer:
             return "tool_use"
         if self.stopped:
             return str(self.stopped["stop_reason"])
-        return {"limit": "max_tokens", "length": "max_tokens"}.get(str(reason), "end_turn")
+        if self.limit is not None and self.finish is not None and \
+                self.finish.usage.output_tokens >= self.limit:
+            return "max_tokens"
+        return {"limit": "max_tokens", "length": "max_tokens",
+                "content_filter": "refusal"}.get(str(reason), "end_turn")
 
     def stop_sequence(self) -> str | None:
         sequence = self.stopped.get("stop_sequence")
@@ -665,7 +693,14 @@ class _Answer:
         """The answer's text blocks, joined."""
         return "".join(b["text"] for b in self.content if b["type"] == "text")
 
+    def _error(self, failure: Failure) -> MessagesError:
+        """Anthropic's error for ``failure``: another vendor's error body is not
+        Anthropic's, so its type comes from its status."""
+        if self.translated:
+            return _as_messages_error(failure_error(failure))
+        return failure_message_error(failure)
+
     def result(self) -> dict[str, Any]:
         if self.failure is not None and not self.started:
-            raise failure_message_error(self.failure)
+            raise self._error(self.failure)
         return {**self._message(self.content, self.stop_reason()), "usage": self.usage()}

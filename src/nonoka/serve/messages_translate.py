@@ -1,0 +1,82 @@
+"""A Messages API request for a model that is not ``anthropic:``: its call options in
+the neutral form every adapter takes.
+
+The history needs no translation: ``nonoka.serve.messages`` parses it into nonoka's
+neutral messages (texts, images, PDFs, tool calls and results, thinking), which each
+adapter encodes for its own API, leaving out what it cannot send (Anthropic's signed
+thinking, a tool result's ``is_error``). The body's own fields are another matter: the
+``anthropic:`` adapter takes Anthropic's forms as they are, another adapter takes Chat
+Completions' forms, so this module rewrites them — ``tool_choice`` and
+``disable_parallel_tool_use``, ``top_k``, structured output (``output_config``) — and
+leaves out the fields only Anthropic's API has (``metadata``, ``thinking``,
+``cache_control``...). docs/serve.md lists every mapping and every loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nonoka.protocol.models import CallOptionsSpec, ChatRequest
+
+ANTHROPIC_ONLY = ("metadata", "thinking", "service_tier", "context_management", "container",
+                  "mcp_servers", "cache_control", "inference_geo", "speed")
+"""Body fields only Anthropic's API has: not sent to another model (the server's model
+reasons, or not, as its own spec says; ``metadata.user_id`` still names Claude Code's
+session, which ``nonoka.serve.messages`` reads before this)."""
+
+_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+"""Anthropic's ``tool_choice`` types as Chat Completions names them."""
+
+
+def translated(request: ChatRequest, body: Mapping[str, Any]) -> ChatRequest:
+    """``request`` (parsed from ``body`` for the ``anthropic:`` adapter) with its call
+    options in the neutral form; a ``ValueError`` names what the body got wrong."""
+    return request.model_copy(update={"options": options(body, bool(request.tools))})
+
+
+def options(body: Mapping[str, Any], has_tools: bool) -> CallOptionsSpec:
+    """The call options of a Messages API ``body`` for any adapter: ``max_tokens``,
+    ``temperature``, ``top_p``, ``top_k``, ``stop_sequences`` as ``stop``, ``tool_choice``
+    (only beside tools: Chat Completions refuses it alone) and structured output."""
+    fields: dict[str, Any] = {"max_tokens": body["max_tokens"]}
+    for name in ("temperature", "top_p", "top_k"):
+        if body.get(name) is not None:
+            fields[name] = body[name]
+    if isinstance(body.get("stop_sequences"), list) and body["stop_sequences"]:
+        fields["stop"] = body["stop_sequences"]
+    extra: dict[str, Any] = {}
+    choice = body.get("tool_choice")
+    if has_tools and isinstance(choice, Mapping):
+        fields["tool_choice"] = tool_choice(choice)
+        if choice.get("disable_parallel_tool_use") is True and choice.get("type") != "none":
+            extra["parallel_tool_calls"] = False
+    response_format = _response_format(body.get("output_config"))
+    if response_format is not None:
+        fields["response_format"] = response_format
+    if extra:
+        fields["extra"] = extra
+    return CallOptionsSpec.model_validate(fields)
+
+
+def tool_choice(choice: Mapping[str, Any]) -> str | dict[str, Any]:
+    """``{"type": "auto"|"any"|"none"|"tool"}`` as Chat Completions' ``auto``,
+    ``required``, ``none`` or ``{"type": "function", "function": {"name": ...}}``."""
+    kind = choice.get("type")
+    if kind == "tool" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if isinstance(kind, str) and kind in _CHOICES:
+        return _CHOICES[kind]
+    raise ValueError(f"tool_choice.type: {kind!r} is not one of 'auto', 'any', 'tool', "
+                     "'none'")
+
+
+def _response_format(config: Any) -> dict[str, Any] | None:
+    """``output_config.format`` (a JSON schema) as Chat Completions' ``response_format``;
+    ``output_config``'s other settings (``effort``) are Anthropic's own."""
+    found = config.get("format") if isinstance(config, Mapping) else None
+    if not isinstance(found, Mapping) or found.get("type") != "json_schema" or \
+            not isinstance(found.get("schema"), Mapping):
+        return None
+    return {"type": "json_schema",
+            "json_schema": {"name": "output", "schema": dict(found["schema"]), "strict": True}}
