@@ -264,7 +264,8 @@ def test_errors_in_anthropic_shape(claude: Anthropic, script: list[Any]) -> None
         claude.messages.create(**ask)
     body: Any = bad.value.body
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
-    assert "context length" in body["error"]["message"]
+    # in Anthropic's words, which Claude Code compacts on
+    assert body["error"]["message"] == "prompt is too long: 130000 tokens > 128000 maximum"
     with pytest.raises(anthropic.RateLimitError) as limited:
         claude.messages.create(**ask)
     assert limited.value.response.headers["retry-after"] == "7"

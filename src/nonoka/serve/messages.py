@@ -82,7 +82,7 @@ from nonoka.serve.claude_code import (
 from nonoka.serve.errors import ApiError, failure_error, provider_error
 from nonoka.serve.histories import KeptPasses, ParsedBodies
 from nonoka.serve.keys import current_owner
-from nonoka.serve.messages_translate import translated
+from nonoka.serve.messages_translate import overflow_message, translated
 from nonoka.serve.model import Models
 from nonoka.state.messages import FilePart, Message, ReasoningPart, TextPart, ToolCall
 from nonoka.store.kept import KeptStores
@@ -666,8 +666,7 @@ class _Answer:
         if self.limit is not None and self.finish is not None and \
                 self.finish.usage.output_tokens >= self.limit:
             return "max_tokens"
-        return {"limit": "max_tokens", "length": "max_tokens",
-                "content_filter": "refusal"}.get(str(reason), "end_turn")
+        return {"limit": "max_tokens", "length": "max_tokens"}.get(str(reason), "end_turn")
 
     def stop_sequence(self) -> str | None:
         sequence = self.stopped.get("stop_sequence")
@@ -697,7 +696,10 @@ class _Answer:
         """Anthropic's error for ``failure``: another vendor's error body is not
         Anthropic's, so its type comes from its status."""
         if self.translated:
-            return _as_messages_error(failure_error(failure))
+            error = _as_messages_error(failure_error(failure))
+            overflow = overflow_message(failure)
+            return error if overflow is None else MessagesError(
+                error.status, overflow, type=error.type, retry_after=error.retry_after)
         return failure_message_error(failure)
 
     def result(self) -> dict[str, Any]:

@@ -14,16 +14,21 @@ leaves out the fields only Anthropic's API has (``metadata``, ``thinking``,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from nonoka.errors import Failure
 from nonoka.protocol.models import CallOptionsSpec, ChatRequest
+from nonoka.serve.errors import provider_error
 
 ANTHROPIC_ONLY = ("metadata", "thinking", "service_tier", "context_management", "container",
                   "mcp_servers", "cache_control", "inference_geo", "speed")
 """Body fields only Anthropic's API has: not sent to another model (the server's model
 reasons, or not, as its own spec says; ``metadata.user_id`` still names Claude Code's
 session, which ``nonoka.serve.messages`` reads before this)."""
+
+_NUMBER = re.compile(r"\d[\d,]*")
 
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 """Anthropic's ``tool_choice`` types as Chat Completions names them."""
@@ -80,3 +85,18 @@ def _response_format(config: Any) -> dict[str, Any] | None:
         return None
     return {"type": "json_schema",
             "json_schema": {"name": "output", "schema": dict(found["schema"]), "strict": True}}
+
+
+def overflow_message(failure: Failure) -> str | None:
+    """A context overflow another API reported (``context_length_exceeded``) in the
+    words Claude Code compacts on, Anthropic's ``prompt is too long: N tokens > M
+    maximum``; ``None`` for any other failure. OpenAI's message names the limit first,
+    then the tokens asked for."""
+    error = provider_error((failure.provider or {}).get("body"))
+    if error is None or error.get("code") != "context_length_exceeded":
+        return None
+    said = str(error.get("message") or failure.message)
+    numbers = [n.replace(",", "") for n in _NUMBER.findall(said)]
+    if len(numbers) >= 2:
+        return f"prompt is too long: {numbers[1]} tokens > {numbers[0]} maximum"
+    return f"prompt is too long: {said}"
