@@ -279,3 +279,68 @@ def test_errors_in_anthropic_shape(claude: Anthropic, script: list[Any]) -> None
         claude.messages.create(**ask, tools=[WEATHER],
                                extra_body={"tool_choice": {"type": "sometimes"}})
     assert "tool_choice.type" in refused.value.body["error"]["message"]  # type: ignore[index]
+
+
+class ReadingOpenAIModel:
+    """The scripted OpenAI model Claude Code talks to through nonoka: it reasons and
+    calls Read on a prompt's first request, and answers with what the tool returned once
+    its result comes back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return text(f"The tool said: {last['content'].strip()}")
+        return Reply.of(call("Read", {"file_path": str(self.path)}, id="call_read_1"),
+                        reasoning="I should read the file.")
+
+
+def test_claude_code_through_an_openai_model(tmp_path: Path) -> None:
+    from tests.serve.claude_code import ClaudeCode
+    from tests.serve.harness import ServeProcess
+
+    note = "papaya and kiwi"
+    code = ClaudeCode(tmp_path / "claude")
+    project = tmp_path / "project"
+    project.mkdir()
+    (code.work / "notes.txt").write_text(note + "\n")
+    model = ReadingOpenAIModel(code.work / "notes.txt")
+    try:
+        with ScriptedOpenAIServer(model, strict=("reasoning_back",)) as upstream:
+            served = ServeProcess(project, MODEL, {
+                "OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": UPSTREAM_KEY,
+                "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+            try:
+                result = code.run(served.url.removesuffix("/v1"), "What does notes.txt say?",
+                                  "--allowedTools", "Read")
+            finally:
+                errors = served.stop()
+    finally:
+        code.close()
+    assert "Traceback" not in errors, errors
+    assert result["subtype"] == "success" and not result["is_error"], result
+    assert note in result["result"] and result["num_turns"] == 2
+    assert not upstream.failures and not upstream.rejections, upstream.failures
+    assert len(upstream.requests) == 2  # the call, then the answer
+    for body in upstream.requests:
+        valid_request(body)
+    said = upstream.requests[1]["messages"]
+    assert said[-2]["tool_calls"][0]["function"]["name"] == "Read"
+    assert said[-2]["reasoning_content"] == "I should read the file."
+    assert said[-1]["role"] == "tool" and note in said[-1]["content"]
+    # Claude Code kept the reasoning as a thinking block and sent it back
+    transcript = code.transcript(result["session_id"])
+    thought = [b for r in transcript if r.get("type") == "assistant"
+               for b in r["message"]["content"] if b.get("type") == "thinking"]
+    assert [b["thinking"] for b in thought] == ["I should read the file."]
+    env = {**os.environ, "NONOKA_DATABASE_URL": ""}
+    listed = run_nonoka(project, "sessions", "list", "--json", env=env)
+    chats = json.loads(listed.stdout)
+    assert len(chats) == 1, chats  # one line, named by Claude Code's session id
+    shown = run_nonoka(project, "sessions", "show", chats[0]["session_id"], "--json",
+                       "--entries", env=env)
+    entries = json.loads(shown.stdout)["entries"]
+    assert [e["role"] for e in entries][-3:] == ["assistant", "tool", "assistant"]
+    assert note in entries[-1]["text"]
