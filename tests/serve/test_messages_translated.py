@@ -344,3 +344,51 @@ def test_claude_code_through_an_openai_model(tmp_path: Path) -> None:
     entries = json.loads(shown.stdout)["entries"]
     assert [e["role"] for e in entries][-3:] == ["assistant", "tool", "assistant"]
     assert note in entries[-1]["text"]
+
+
+def test_an_openai_responses_model(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from openai.types.responses import response_create_params
+
+    from nonoka.state.messages import ToolCall
+    from nonoka.testing.server import ReasoningItem, ResponsesReply, ScriptedResponsesServer
+
+    fields = set(response_create_params.ResponseCreateParamsStreaming.__annotations__)
+    weather = ToolCall(id="call_w", name="get_weather", arguments='{"city": "Lima"}')
+    steps = [ResponsesReply(output=[ReasoningItem(summary=("Check the weather.",)), weather]),
+             ResponsesReply(output=[ReasoningItem(), "Lima is foggy."])]
+    # openai_reasoning: the encrypted reasoning must come back unaltered
+    with ScriptedResponsesServer(steps, strict=["openai_reasoning"]) as upstream:
+        env = {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": UPSTREAM_KEY,
+               "NONOKA_DATABASE_URL": ""}
+        with served_with(project, "openai-responses:scripted-model", env,
+                         monkeypatch) as running, \
+                Anthropic(base_url=running.url.removesuffix("/v1"), api_key="k",
+                          max_retries=0) as client:
+            ask: dict[str, Any] = {"model": "claude-x", "max_tokens": 300, "tools": [WEATHER],
+                                   "stop_sequences": ["END"]}
+            history: list[Any] = [{"role": "user", "content": "Weather in Lima?"}]
+            first = client.messages.create(messages=history, **ask)
+            assert [b.type for b in first.content] == ["thinking", "tool_use"]
+            assert first.content[0].type == "thinking"
+            assert first.content[0].thinking == "Check the weather."
+            assert first.content[0].signature == ""
+            history += [{"role": "assistant", "content": blocks(first)},
+                        {"role": "user", "content": [{
+                            "type": "tool_result", "tool_use_id": "call_w", "content": [
+                                {"type": "text", "text": "Fog"},
+                                {"type": "image", "source": {
+                                    "type": "base64", "media_type": "image/png",
+                                    "data": PNG}}]}]}]
+            with client.messages.stream(messages=history, **ask) as stream:
+                second = stream.get_final_message()
+    # a reasoning item without a summary gives no thinking block
+    assert [b.type for b in second.content] == ["text"] and second.stop_reason == "end_turn"
+    assert not upstream.rejections and len(upstream.requests) == 2
+    for body in upstream.requests:
+        assert set(body) <= fields, set(body) - fields
+        assert "stop" not in body and body["max_output_tokens"] == 300
+    items = upstream.requests[1]["input"]
+    assert [i["type"] for i in items] == ["message", "reasoning", "function_call",
+                                          "function_call_output"]
+    output = items[-1]["output"]
+    assert [p["type"] for p in output] == ["input_text", "input_image"]
