@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from nonoka.llm.openai import OpenAIChatModel
-from nonoka.llm.workers import Workers
+from nonoka.llm.workers import IDLE, Workers
 from nonoka.state.messages import Message
 from nonoka.testing.server import ScriptedOpenAIServer
 
@@ -22,18 +22,25 @@ async def test_calls_one_after_another_share_one_thread() -> None:
             assert workers.wait_idle(1, 5)
     assert answers == ["one", "two", "three"]
     assert workers.started == 1
-    kept = [t for t in threading.enumerate() if t.name == "nonoka-openai-http"]
-    assert len(kept) == 1 and kept[0].daemon
+    idle = [t for t in threading.enumerate() if t.name == IDLE]
+    assert idle and all(t.daemon for t in idle)
+    # No thread is left under the adapter's name: an idle one is no exchange.
+    assert not [t for t in threading.enumerate() if t.name == "nonoka-openai-http"]
 
 
 def test_a_thread_beyond_the_idle_limit_ends() -> None:
     workers = Workers(idle=0)
-    ran = threading.Event()
-    workers.run(ran.set, "nonoka-test-worker")
-    assert ran.wait(5)
-    for thread in [t for t in threading.enumerate() if t.name == "nonoka-test-worker"]:
-        thread.join(5)
-        assert not thread.is_alive()
+    ran: list[threading.Thread] = []
+    done = threading.Event()
+
+    def job() -> None:
+        ran.append(threading.current_thread())
+        done.set()
+
+    workers.run(job, "nonoka-test-worker")
+    assert done.wait(5)
+    ran[0].join(5)
+    assert not ran[0].is_alive()
     workers.run(lambda: None, "nonoka-test-worker")
     assert workers.started == 2
 

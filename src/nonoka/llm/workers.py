@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable
 
 Job = Callable[[], None]
+IDLE = "nonoka-idle-worker"
+"""The name of a thread waiting for its next job (a job runs under the name it is given)."""
 
 
 class Workers:
@@ -51,6 +53,7 @@ class Workers:
     def _serve(self, inbox: queue.SimpleQueue[Job]) -> None:
         while True:
             inbox.get()()  # a job that raises ends its thread, as a thread of its own would
+            threading.current_thread().name = IDLE
             with self._lock:
                 if len(self._waiting) >= self.idle:
                     return
