@@ -7,6 +7,7 @@ thinking both ways, errors, and the session the exchange leaves."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -22,6 +23,8 @@ from anthropic.types import RawMessageStreamEvent
 from openai.types.chat import completion_create_params
 from pydantic import TypeAdapter
 
+from nonoka.store.project import open_project_stores
+from nonoka.store.records import SessionRecord
 from nonoka.testing import call, text
 from nonoka.testing.replies import Reply
 from nonoka.testing.server import ScriptedOpenAIServer
@@ -81,6 +84,13 @@ def claude(served: Served) -> Iterator[Anthropic]:
     with Anthropic(base_url=served.url.removesuffix("/v1"), api_key="client-key",
                    max_retries=0) as opened:
         yield opened
+
+
+def records(project: Path) -> list[SessionRecord]:
+    async def read() -> list[SessionRecord]:
+        async with open_project_stores(project) as stores:
+            return await stores.index.list_sessions(limit=100)
+    return asyncio.run(read())
 
 
 def blocks(message: AnthropicMessage) -> list[dict[str, Any]]:
@@ -355,7 +365,9 @@ def test_an_openai_responses_model(project: Path, monkeypatch: pytest.MonkeyPatc
     fields = set(response_create_params.ResponseCreateParamsStreaming.__annotations__)
     weather = ToolCall(id="call_w", name="get_weather", arguments='{"city": "Lima"}')
     steps = [ResponsesReply(output=[ReasoningItem(summary=("Check the weather.",)), weather]),
-             ResponsesReply(output=[ReasoningItem(), "Lima is foggy."])]
+             ResponsesReply(output=[ReasoningItem(), "Lima is foggy."]),
+             ResponsesReply(output=[ReasoningItem(summary=("One.",)),
+                                    ReasoningItem(summary=("Two.",)), "Bring a coat."])]
     # openai_reasoning: the encrypted reasoning must come back unaltered
     with ScriptedResponsesServer(steps, strict=["openai_reasoning"]) as upstream:
         env = {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": UPSTREAM_KEY,
@@ -381,9 +393,13 @@ def test_an_openai_responses_model(project: Path, monkeypatch: pytest.MonkeyPatc
                                     "data": PNG}}]}]}]
             with client.messages.stream(messages=history, **ask) as stream:
                 second = stream.get_final_message()
+            history += [{"role": "assistant", "content": blocks(second)},
+                        {"role": "user", "content": "A coat?"}]
+            third = client.messages.create(messages=history, **ask)
     # a reasoning item without a summary gives no thinking block
     assert [b.type for b in second.content] == ["text"] and second.stop_reason == "end_turn"
-    assert not upstream.rejections and len(upstream.requests) == 2
+    assert [b.type for b in third.content] == ["thinking", "thinking", "text"]
+    assert not upstream.rejections and len(upstream.requests) == 3
     for body in upstream.requests:
         assert set(body) <= fields, set(body) - fields
         assert "stop" not in body and body["max_output_tokens"] == 300
@@ -392,3 +408,9 @@ def test_an_openai_responses_model(project: Path, monkeypatch: pytest.MonkeyPatc
                                           "function_call_output"]
     output = items[-1]["output"]
     assert [p["type"] for p in output] == ["input_text", "input_image"]
+    # the history Claude Code resends (without the summary-less reasoning) continues the
+    # line: no branch, and both reasoning items go back to OpenAI
+    last = [i["type"] for i in upstream.requests[2]["input"]]
+    assert last.count("reasoning") == 2 and last[-1] == "message"
+    chats = records(project)
+    assert len(chats) == 1 and not chats[0].metadata.get("forked_from"), chats
