@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests import pg
 
+from nonoka.store.sqlite.packing import register
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedAnthropicServer, ScriptedOpenAIServer
 
@@ -245,11 +246,18 @@ def breakdown(path: Path, turns: int) -> dict[str, float]:
                 "LEFT JOIN sqlite_schema m ON m.name = s.name GROUP BY 1 "
                 "ORDER BY 2 DESC LIMIT 4"):
             out[f"chain: pages of {name} per turn (bytes)"] = size / turns
-        for kind, size in db.execute("SELECT kind, sum(length(data_json)) FROM events "
+        for kind, size in db.execute("SELECT kind, sum(length(CAST(data_json AS BLOB))) "
+                                     "FROM events "
                                      "GROUP BY kind ORDER BY 2 DESC"):
-            out[f"chain: timeline JSON, {kind} per turn (bytes)"] = size / turns
-        [(entries,)] = db.execute("SELECT sum(length(entry_json)) FROM session_entries")
+            out[f"chain: timeline JSON as stored, {kind} per turn (bytes)"] = size / turns
+        register(db)  # ``entry_text``: a deflated row's JSON
+        [(stored, entries, deflated)] = db.execute(
+            "SELECT sum(length(CAST(entry_json AS BLOB))), "
+            "sum(length(CAST(entry_text(entry_json) AS BLOB))), "
+            "sum(typeof(entry_json) = 'blob') FROM session_entries")
         out["chain: entry JSON per turn (bytes)"] = (entries or 0) / turns
+        out["chain: entry rows' stored JSON per turn (bytes)"] = (stored or 0) / turns
+        out["chain: entry rows stored deflated (%)"] = 100 * (deflated or 0) / (2 * turns)
     return out
 
 

@@ -46,7 +46,7 @@ def query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
 
 def outcomes(bridge: Bridge, session_id: str) -> list[str]:
-    rows = query(bridge.db, "SELECT data_json FROM events WHERE session_id = ? "
+    rows = query(bridge.db, "SELECT entry_text(data_json) FROM events WHERE session_id = ? "
                  "AND kind = 'early_request' ORDER BY seq", session_id)
     return [json.loads(r[0])["outcome"] for r in rows]
 

@@ -59,7 +59,8 @@ def test_an_image_is_stored_once_and_every_request_sends_it_as_sent(
     url = f"data:image/png;base64,{DATA}"
     assert [image_urls(r) for r in server.requests] == [[], [url], [url], [url, url]]
     outcomes = [json.loads(r[0])["outcome"] for r in query(
-        bridge.db, "SELECT data_json FROM events WHERE kind = 'early_request' ORDER BY seq")]
+        bridge.db, "SELECT entry_text(data_json) FROM events WHERE kind = 'early_request' "
+        "ORDER BY seq")]
     # The text prompt after the image went early (a prompt holding a file does not): its
     # body came from the stored rows, the image put back byte for byte, and the
     # runtime's own body was the same.

@@ -134,7 +134,7 @@ def _stored(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, dict[str, 
                                 "ORDER BY session_id, seq")
             entries = [(e["role"], e["content"])
                        for e in (json.loads(unpack(r[0])) for r in rows)]
-            events = [(kind, json.loads(data)) for kind, data in conn.execute(
+            events = [(kind, json.loads(unpack(data))) for kind, data in conn.execute(
                 "SELECT kind, data_json FROM events ORDER BY session_id, seq")]
     conn.close()
     return entries, events

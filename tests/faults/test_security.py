@@ -19,6 +19,7 @@ from nonoka.protocol.frames import conversation_key
 from nonoka.provider import NonokaProvider
 from nonoka.state.messages import ToolResult
 from nonoka.store.sqlite import SQLiteCheckpointStore
+from nonoka.store.sqlite.packing import register, unpack
 from nonoka.testing import ScriptedModel, call, text
 from nonoka.testing.server import Delay, HttpError, ScriptedOpenAIServer
 from tests.support.bridge import Bridge, assistant, chat, of_type, one, user
@@ -35,6 +36,7 @@ HOSTILE_IDS = [
 def table_dump(db: Path) -> list[Any]:
     """Every row of every table except the event log, to prove a request changed nothing."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    register(con)  # the search index's content is read through ``entry_text``
     try:
         tables = [r[0] for r in con.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
@@ -201,7 +203,7 @@ async def test_the_event_log_never_holds_a_key_or_token(project: Path,
 
     con = sqlite3.connect(project / ".nonoka" / "sessions.db")
     try:
-        logged = "\n".join(r[0] for r in con.execute("SELECT data_json FROM events"))
+        logged = "\n".join(unpack(r[0]) for r in con.execute("SELECT data_json FROM events"))
         kinds = {r[0] for r in con.execute("SELECT kind FROM events")}
     finally:
         con.close()

@@ -9,6 +9,9 @@ import json
 import sqlite3
 import zlib
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.session_state import SessionState
@@ -136,3 +139,34 @@ def test_another_program_writes_rows_without_entry_text(tmp_path: Path) -> None:
         assert _body_rows(db, "yak") == {doc(block, 3)}
     finally:
         db.close()
+
+
+async def test_timeline_rows_are_stored_deflated_and_read_back(tmp_path: Path) -> None:
+    """A turn's events: long ones deflated with the timeline's dictionary, short ones
+    text; listed, summed (the usage summary reads them in SQL) and checked as before."""
+    from nonoka.store.sqlite.records import SQLiteRecordStore
+
+    path = tmp_path / "events.db"
+    records = SQLiteRecordStore(path)
+    try:
+        request = {"source": "serve /v1/responses", "messages": 1, "model": "openai:m",
+                   "stream": False, "store": True, "previous_response_id": None,
+                   "tools": []}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("request", request), ("session", {"new": True}),
+            ("model_call", {"model": "openai:m", "input_tokens": 10, "output_tokens": 133,
+                            "cost_usd": 0.25})]
+        await records.append_events("s", events)
+        listed = await records.list_events("s")
+        assert [(e.kind, e.data) for e in listed] == events
+        summary = await records.usage_summary("s")
+        assert (summary.model_calls, summary.input_tokens, summary.output_tokens,
+                summary.cost_usd) == (1, 10, 133, 0.25)
+    finally:
+        await records.close()
+    with sqlite3.connect(path) as db:
+        kinds = db.execute("SELECT kind, typeof(data_json) FROM events ORDER BY seq").fetchall()
+        assert kinds == [("request", "blob"), ("session", "text"), ("model_call", "blob")]
+        with pytest.raises(sqlite3.IntegrityError):  # text must still be JSON
+            db.execute("INSERT INTO events VALUES ('s', 9, 1, 'x', 'not json')")
+    db.close()

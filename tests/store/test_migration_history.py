@@ -35,6 +35,7 @@ PINNED = {
         "m015_entry_rules_in_one_place": "c19edd4fbff38d57",
         "m016_serve_keys": "202c414ace0ea908",
         "m017_entries_deflated": "4adfa712889664ea",
+        "m018_events_deflated": "a5b3682d8d953ae9",
     },
     "postgres": {
         "m001_checkpoint_tables": "82f9c99aced467e5",

@@ -20,6 +20,7 @@ import pytest
 from nonoka.events import TextDelta
 from nonoka.redact import redact_text
 from nonoka.store.project import open_project_stores
+from nonoka.store.sqlite.packing import unpack
 from nonoka.turn.journal import PARTIAL_BYTES, Journal
 from nonoka.turn.partial import unfinished_answers
 
@@ -75,7 +76,7 @@ async def test_a_split_credential_is_stored_masked(tmp_path: Path, name: str,
     finally:
         await stores.close()
     with sqlite3.connect(tmp_path / ".nonoka" / "sessions.db") as db:
-        stored = [row[0] for row in db.execute("SELECT data_json FROM events")]
+        stored = [unpack(row[0]) for row in db.execute("SELECT data_json FROM events")]
     assert any(e.kind == "partial_answer" for e in events), "nothing was journaled"
     for secret in secrets:
         leaked = [text for text in stored if secret in text]

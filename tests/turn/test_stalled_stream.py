@@ -27,6 +27,7 @@ from nonoka.events import TextDelta
 from nonoka.redact import redact_text
 from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.store.records import EventRecord
+from nonoka.store.sqlite.packing import unpack
 from nonoka.turn.journal import Journal
 from nonoka.turn.partial import unfinished_answers
 from tests.pg import schema_url, temp_schema
@@ -147,7 +148,7 @@ def _streamed_so_far(db: Path) -> tuple[str, str] | None:
                                 "ORDER BY seq").fetchall()
     except sqlite3.OperationalError:  # not created yet
         return None
-    events = [EventRecord(session_id=sid, seq=seq, at=at, kind=kind, data=json.loads(data))
+    events = [EventRecord(session_id=sid, seq=seq, at=at, kind=kind, data=json.loads(unpack(data)))
               for sid, seq, at, kind, data in rows]
     found = unfinished_answers(events)
     return (events[0].session_id, found[-1][1].text) if found else None

@@ -441,7 +441,7 @@ class UiData:
                      limit: int = 500) -> list[EventRecord]:
         """Events after ``seq`` ``after``, oldest first; with ``after=0`` the latest
         ``limit`` (the head of a very long log is left out)."""
-        data = "data_json" if self.engine == "sqlite" else "data_json::text"
+        data = "entry_text(data_json)" if self.engine == "sqlite" else "data_json::text"
         if after:
             statement: Statement = (f"SELECT seq, at, kind, {data} FROM events WHERE "
                                     "session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
@@ -459,7 +459,7 @@ class UiData:
         that closed each (``nonoka.turn.partial``), from the whole log however long: an
         answer cut short stays on the page after ``events``' window has moved on. The
         pieces a stored answer followed (most of them) are not read."""
-        data = "data_json" if self.engine == "sqlite" else "data_json::text"
+        data = "entry_text(data_json)" if self.engine == "sqlite" else "data_json::text"
         closing = ", ".join(f"'{kind}'" for kind in CLOSING)
         next_closing = (f"(SELECT e.seq FROM events e WHERE e.session_id = p.session_id "
                         f"AND e.seq > p.seq AND e.kind IN ({closing}) ORDER BY e.seq LIMIT 1)")

@@ -51,7 +51,13 @@ from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.database import connect_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
 from nonoka.store.sqlite.entries import LAST_SEQ, doc, rows_of
-from nonoka.store.sqlite.packing import pack, register, unpack
+from nonoka.store.sqlite.packing import (
+    EVENT_DICTIONARY,
+    EVENT_MIN_SIZE,
+    pack,
+    register,
+    unpack,
+)
 from nonoka.store.sqlite.records import write_index_row
 
 BATCH = 1000
@@ -133,7 +139,8 @@ class SQLiteOps:
                 db.executemany(
                     "INSERT INTO events (session_id, seq, at, kind, data_json) "
                     "VALUES (?, ?, ?, ?, ?)",
-                    [(sid, e.seq, e.at, e.kind, e.data) for e in chunk])
+                    [(sid, e.seq, e.at, e.kind, pack(e.data, EVENT_DICTIONARY, EVENT_MIN_SIZE))
+                     for e in chunk])
             if index is not None:
                 row = dict(index)
                 row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False,
@@ -462,7 +469,8 @@ class _Reader:
         last = 0
         while True:
             rows = self._db.execute(
-                "SELECT seq, at, kind, data_json FROM events WHERE session_id = ? AND seq > ? "
+                "SELECT seq, at, kind, entry_text(data_json) FROM events WHERE session_id = ? "
+                "AND seq > ? "
                 "ORDER BY seq LIMIT ?", (session_id, last, BATCH)).fetchall()
             for row in rows:
                 yield EventRow(*row)

@@ -819,3 +819,30 @@ def m017_entries_deflated(db: sqlite3.Connection) -> None:
     db.execute("DROP VIEW IF EXISTS search_text")
     for statement in _M017_SCHEMA:
         db.execute(statement)
+
+
+@migration
+def m018_events_deflated(db: sqlite3.Connection) -> None:
+    """Timeline rows may hold their JSON deflated too (``nonoka.store.sqlite.packing``,
+    with a dictionary of their own: a ``nonoka serve`` turn's five rows 737 → 331 bytes
+    of JSON), so the check on ``data_json`` takes a blob as well as valid JSON text, and
+    readers go through ``entry_text``. SQLite cannot change a check in place: the log is
+    rewritten once, as ``m011_events_clustered`` did (a damaged row copied as it is)."""
+    db.execute("ALTER TABLE events RENAME TO events_m017")
+    db.execute(
+        """CREATE TABLE events (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            data_json TEXT NOT NULL CHECK (typeof(data_json) = 'blob' OR json_valid(data_json)),
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID"""
+    )
+    db.execute("PRAGMA ignore_check_constraints = ON")
+    try:
+        db.execute("INSERT INTO events (session_id, seq, at, kind, data_json) "
+                   "SELECT session_id, seq, at, kind, data_json FROM events_m017")
+    finally:
+        db.execute("PRAGMA ignore_check_constraints = OFF")
+    db.execute("DROP TABLE events_m017")

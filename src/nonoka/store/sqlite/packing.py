@@ -1,4 +1,5 @@
-"""Entry rows' JSON as SQLite keeps it: deflated when that pays, read back either way.
+"""Entry rows' and timeline rows' JSON as SQLite keeps it: deflated when that pays, read
+back either way.
 
 A ``session_entries`` row's ``entry_json`` is the entry's JSON text, as it always was,
 or (``pack``: a row of at least ``MIN_SIZE`` bytes that deflate makes smaller by
@@ -10,11 +11,12 @@ dictionary (the JSON most entries repeat), and the header names the dictionary b
 checksum (``DICTIONARIES``): a later one can be added beside it.
 
 An entry of a turn is about 700 bytes; a full-size deflate state costs more to set up
-than to compress it (~150 µs against ~30 µs with the small window, bench/README.md), and
-so does a full-size inflate state. Everything computed over an entry (its digest chain,
-the search index's text, exports and copies) is over the JSON text, never the stored
-bytes. SQL reads a row's text with the function ``entry_text`` (``register``), which
-each connection nonoka opens has.
+than to compress it (~150 µs against ~25 µs with the small window, bench/README.md), and
+so does a full-size inflate state (unpacking takes ~6 µs). Everything computed over a
+row (its digest chain, the search index's text, exports and copies) is over the JSON
+text, never the stored bytes. SQL reads a row's text with the function ``entry_text``
+(``register``), which each connection nonoka opens has. Timeline rows
+(``events.data_json``) are kept the same way, with ``EVENT_DICTIONARY``.
 
 Standard library only: the bridge's early dispatch reads entries before pydantic loads.
 """
@@ -30,8 +32,10 @@ MIN_SIZE = 128
 MIN_GAIN = 16
 """Bytes a deflated row must save to be kept deflated."""
 
-LEVEL = 1
-"""zlib's fastest level: on entry text it keeps within 2% of level 6's size."""
+LEVEL = 6
+"""zlib's default level: with the small window it costs no more than level 1 (about
+25 µs a 700-byte entry, 4 ms for 100 KB, on a loaded machine) and makes entries 4%
+smaller."""
 
 WINDOW_BITS = 12
 """A 4 KiB window: an entry's repeats are near each other, and a small window is what
@@ -53,19 +57,39 @@ DICTIONARY = (
 matches in it first, which saves about a sixth of a turn's two entries). Never changed
 once rows use it: a new dictionary is added to ``DICTIONARIES`` instead."""
 
-DICTIONARIES = {zlib.adler32(DICTIONARY): DICTIONARY}
+EVENT_DICTIONARY = (
+    b'{"tool":"","call_id":"call_","arguments":{},"is_error":false,"output":"'
+    b'{"code":"","message":"{"new":false,"recovery_reason":null}'
+    b'{"source":"serve /v1/chat/completions","serve /v1/messages","serve /v1/responses",'
+    b'"messages":1,"model":"anthropic:openai:","stream":false,"store":true,'
+    b'"previous_response_id":null,"tools":[],"process":"'
+    b'{"id":"resp_","record":{"model":"openai:","created_at":17,"previous_response_id":'
+    b'"resp_"},"request":"{"model":"openai:","input_tokens":,"output_tokens":,'
+    b'"cost_usd":0.0}{"finish_reason":"stop","input_tokens":,"output_tokens":,'
+    b'"cost_usd":null,"cache_read_tokens":0,"cache_write_tokens":0,"reasoning_tokens":0}'
+)
+"""The preset dictionary of timeline rows (``events.data_json``): the keys and values a
+turn's events repeat. Never changed once rows use it, as ``DICTIONARY``."""
+
+EVENT_MIN_SIZE = 64
+"""Timeline rows are short, and their dictionary makes even short ones shorter."""
+
+DICTIONARIES = {zlib.adler32(DICTIONARY): DICTIONARY,
+                zlib.adler32(EVENT_DICTIONARY): EVENT_DICTIONARY}
 """Every dictionary a stored row may name, by the checksum its header carries."""
 
 
-def pack(text: str) -> str | bytes:
-    """What ``entry_json`` stores for an entry whose JSON is ``text``."""
-    if len(text) < MIN_SIZE // 4:
+def pack(text: str, dictionary: bytes = DICTIONARY, min_size: int = MIN_SIZE
+         ) -> str | bytes:
+    """What ``entry_json`` stores for an entry whose JSON is ``text`` (with
+    ``EVENT_DICTIONARY`` and ``EVENT_MIN_SIZE``: what ``events.data_json`` stores)."""
+    if len(text) < min_size // 4:
         return text
     raw = text.encode()
-    if len(raw) < MIN_SIZE:
+    if len(raw) < min_size:
         return text
     deflate = zlib.compressobj(LEVEL, zlib.DEFLATED, WINDOW_BITS, MEMORY_LEVEL,
-                               zdict=DICTIONARY)
+                               zdict=dictionary)
     packed = deflate.compress(raw) + deflate.flush()
     return packed if len(packed) <= len(raw) - MIN_GAIN else text
 
@@ -114,6 +138,7 @@ class _LastText:
 
 
 def register(db: sqlite3.Connection) -> None:
-    """Give a ``sqlite3`` connection the SQL function ``entry_text(entry_json)``: the
-    row's JSON text, whichever way it is stored."""
+    """Give a ``sqlite3`` connection the SQL function ``entry_text(value)``: the JSON
+    text of an entry row's ``entry_json`` or a timeline row's ``data_json``, whichever
+    way it is stored."""
     db.create_function("entry_text", 1, _LastText(), deterministic=True)

@@ -27,6 +27,7 @@ from nonoka.store.records import (
     record_of,
 )
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
+from nonoka.store.sqlite.packing import EVENT_DICTIONARY, EVENT_MIN_SIZE, pack
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,11 +69,11 @@ def _number(field: str, *, integer: bool = False) -> str:
     ``json_type`` tells ``true`` from ``1`` (``json_extract`` does not); integers are
     truncated per value, as ``int()`` does in the memory engine.
     """
-    value = f"json_extract(data_json, '$.{field}')"
+    value = f"json_extract(entry_text(data_json), '$.{field}')"
     if integer:
         value = f"CAST({value} AS INTEGER)"
-    picked = (f"CASE WHEN kind = 'model_call' AND json_type(data_json, '$.{field}') "
-              f"IN ('integer', 'real') THEN {value} END")
+    picked = (f"CASE WHEN kind = 'model_call' AND json_type(entry_text(data_json), "
+              f"'$.{field}') IN ('integer', 'real') THEN {value} END")
     return f"coalesce(sum({picked}), 0)" if integer else f"total({picked})"
 
 
@@ -189,7 +190,9 @@ class SQLiteRecordStore:
         """``AppendsTogether``: the events and the row in one transaction. Each event gets
         the next ``seq``; computing it inside the write makes it unique."""
         now = time.time()
-        rows = [(session_id, now, kind, event_json(data)) for kind, data in events]
+        rows = [(session_id, now, kind,
+                 pack(event_json(data), EVENT_DICTIONARY, EVENT_MIN_SIZE))
+                for kind, data in events]
         with self._store.transaction() as db:
             for row in rows:
                 db.execute(_APPEND, row)
@@ -199,7 +202,7 @@ class SQLiteRecordStore:
     async def list_events(self, session_id: str, limit: int = 50) -> list[EventRecord]:
         with self._store.transaction(write=False) as db:
             rows = db.execute(
-                "SELECT seq, at, kind, data_json FROM events WHERE session_id = ? "
+                "SELECT seq, at, kind, entry_text(data_json) FROM events WHERE session_id = ? "
                 "ORDER BY seq DESC LIMIT ?",
                 (session_id, max(limit, 0)),
             ).fetchall()
