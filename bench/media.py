@@ -45,6 +45,7 @@ from nonoka.store.media import Media
 from nonoka.store.reuse import StoreReuse
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite import checkpoints as sqlite_checkpoints
+from nonoka.store.sqlite.packing import unpack
 
 IMAGE_BYTES = 2 * 1024 * 1024
 TURNS = 200
@@ -132,7 +133,8 @@ async def grow(label: str, again: tuple[int, ...], rng: random.Random) -> Growth
                 assert loaded is not None and loaded.memory_entries == state.memory_entries
         finally:
             await store.close()
-        text = sum(len(r[0].encode()) for r in rows) + len(base.snapshot_json(state).encode())
+        text = sum(len(unpack(r[0]).encode()) for r in rows) + len(
+            base.snapshot_json(state).encode())
         if files == 0:  # inline rows: their base64 is the image, not text
             text -= len(data) * (1 + len(again))
         return Growth(label, path.stat().st_size - empty, IMAGE_BYTES, text, files,

@@ -46,6 +46,7 @@ from nonoka.ops.search import search
 from nonoka.store.project import open_project_stores
 from nonoka.store.sqlite import SQLiteCheckpointStore
 from nonoka.store.sqlite.entries import doc, new_block, rows_of
+from nonoka.store.sqlite.packing import pack, unpack
 
 VOCABULARY = 20_000
 _CHECKPOINT = ("INSERT INTO checkpoints (session_id, state_json, revision, entry_count, "
@@ -59,7 +60,7 @@ def _store(db: sqlite3.Connection, sid: str, texts: list[str], at: float) -> Non
     chosen, each row at its place)."""
     block = new_block(db)
     db.execute(_CHECKPOINT, (sid, len(texts), at, at, block))
-    db.executemany(_ENTRY, [(doc(block, i), sid, i, t) for i, t in enumerate(texts)])
+    db.executemany(_ENTRY, [(doc(block, i), sid, i, pack(t)) for i, t in enumerate(texts)])
 results: list[tuple[str, bool, str]] = []
 
 
@@ -159,7 +160,7 @@ def _raw_dump(path: Path, sid: str, out: Path) -> float:
     with out.open("w", encoding="utf-8") as handle:
         for seq, text in db.execute("SELECT seq, entry_json FROM session_entries WHERE "
                                     f"{rows_of('?1')} ORDER BY doc", (sid,)):
-            handle.write(json.dumps([sid, seq, text], ensure_ascii=False) + "\n")
+            handle.write(json.dumps([sid, seq, unpack(text)], ensure_ascii=False) + "\n")
     db.close()
     return time.perf_counter() - started
 
