@@ -414,3 +414,24 @@ def test_an_openai_responses_model(project: Path, monkeypatch: pytest.MonkeyPatc
     assert last.count("reasoning") == 2 and last[-1] == "message"
     chats = records(project)
     assert len(chats) == 1 and not chats[0].metadata.get("forked_from"), chats
+
+
+def test_max_tokens_held_to_the_models_limit(project: Path, script: list[Any],
+                                             upstream: ScriptedOpenAIServer,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (project / ".nonoka").mkdir()
+    (project / ".nonoka" / "config.toml").write_text(
+        '[models."openai:scripted-model"]\ncontext_tokens = 32768\n'
+        'max_output_tokens = 100\ninput = 0.5\noutput = 1.5\n')
+    script.append(Reply(text="Cut", finish_reason="length", output_tokens=100))
+    env = {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": UPSTREAM_KEY,
+           "NONOKA_DATABASE_URL": ""}
+    # Claude Code asks for Claude's 32,000; the model takes 100 at most
+    with served_with(project, MODEL, env, monkeypatch) as running, \
+            Anthropic(base_url=running.url.removesuffix("/v1"), api_key="k",
+                      max_retries=0) as client, \
+            client.messages.stream(model="claude-x", max_tokens=32000,
+                                   messages=[{"role": "user", "content": "Go"}]) as stream:
+        answer = stream.get_final_message()
+    assert upstream.requests[0]["max_tokens"] == 100
+    assert answer.stop_reason == "max_tokens"

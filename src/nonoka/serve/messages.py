@@ -82,7 +82,7 @@ from nonoka.serve.claude_code import (
 from nonoka.serve.errors import ApiError, failure_error, provider_error
 from nonoka.serve.histories import KeptPasses, ParsedBodies
 from nonoka.serve.keys import current_owner
-from nonoka.serve.messages_translate import overflow_message, translated
+from nonoka.serve.messages_translate import OutputLimits, overflow_message, translated
 from nonoka.serve.model import Models
 from nonoka.state.messages import FilePart, Message, ReasoningPart, TextPart, ToolCall
 from nonoka.store.kept import KeptStores
@@ -429,6 +429,8 @@ class Messages:
         """The bridge's passes over the conversations answered lately (the server's)."""
         self.parsed = parsed if parsed is not None else ParsedBodies[list[Message]]()
         """The messages of the bodies parsed lately (the server's)."""
+        self.limits = OutputLimits(project)
+        """The most output tokens each model takes, for a translated request."""
 
     async def create(self, body: Any, headers: Mapping[str, str], emit: Emit | None = None,
                      opened: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -444,7 +446,7 @@ class Messages:
         parsed = parse_messages(body, headers, self.project, spec, self.parsed)
         if translate:  # nonoka.serve.messages_translate
             try:
-                parsed = translated(parsed, body)
+                parsed = translated(parsed, body, self.limits.most(spec))
             except ValueError as exc:
                 raise invalid(f"call options: {exc}") from None
         request = owned(parsed, current_owner())
@@ -456,7 +458,7 @@ class Messages:
         if request.purpose == Purpose.COMPACTION:
             request = await self._compacting(request)
         answer = _Answer(str(body["model"]), emit, opened,
-                         int(body["max_tokens"]) if translate else None)
+                         parsed.options.max_tokens if translate and parsed.options else None)
         key = request.conversation_key
         reuse = self.passes.take(key)
         handler = BridgeHandler(request, answer.on_event, reuse=reuse,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from nonoka.errors import Failure
@@ -34,17 +35,42 @@ _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 """Anthropic's ``tool_choice`` types as Chat Completions names them."""
 
 
-def translated(request: ChatRequest, body: Mapping[str, Any]) -> ChatRequest:
+class OutputLimits:
+    """The most output tokens a model takes, as the catalog (with the project's
+    ``[models]`` table) says, read once per model and kept with the server: Claude Code
+    asks for Claude's 32,000 or more, which a model with a smaller limit (``gpt-4o``:
+    16,384) refuses."""
+
+    def __init__(self, project: Path) -> None:
+        self.project = project
+        self._known: dict[str, int | None] = {}
+
+    def most(self, spec: str) -> int | None:
+        """``spec``'s limit, ``None`` when nobody described the model."""
+        if spec not in self._known:
+            from nonoka.llm.catalog import project_models
+
+            known = project_models(self.project).get(spec)
+            self._known[spec] = None if known is None else known.max_output_tokens
+        return self._known[spec]
+
+
+def translated(request: ChatRequest, body: Mapping[str, Any],
+               most: int | None = None) -> ChatRequest:
     """``request`` (parsed from ``body`` for the ``anthropic:`` adapter) with its call
-    options in the neutral form; a ``ValueError`` names what the body got wrong."""
-    return request.model_copy(update={"options": options(body, bool(request.tools))})
+    options in the neutral form, ``max_tokens`` at most ``most``; a ``ValueError``
+    names what the body got wrong."""
+    return request.model_copy(update={"options": options(body, bool(request.tools), most)})
 
 
-def options(body: Mapping[str, Any], has_tools: bool) -> CallOptionsSpec:
-    """The call options of a Messages API ``body`` for any adapter: ``max_tokens``,
-    ``temperature``, ``top_p``, ``top_k``, ``stop_sequences`` as ``stop``, ``tool_choice``
-    (only beside tools: Chat Completions refuses it alone) and structured output."""
-    fields: dict[str, Any] = {"max_tokens": body["max_tokens"]}
+def options(body: Mapping[str, Any], has_tools: bool,
+            most: int | None = None) -> CallOptionsSpec:
+    """The call options of a Messages API ``body`` for any adapter: ``max_tokens`` (at
+    most ``most``), ``temperature``, ``top_p``, ``top_k``, ``stop_sequences`` as ``stop``,
+    ``tool_choice`` (only beside tools: Chat Completions refuses it alone) and structured
+    output."""
+    asked = int(body["max_tokens"])
+    fields: dict[str, Any] = {"max_tokens": asked if most is None else min(asked, most)}
     for name in ("temperature", "top_p", "top_k"):
         if body.get(name) is not None:
             fields[name] = body[name]
