@@ -258,6 +258,11 @@ def test_the_raw_event_order(served: Served, script: list[Any]) -> None:
         mine = [n for n, e in enumerate(events) if e.get("index") == index]
         assert events[mine[0]]["type"] == "content_block_start"
         assert events[mine[-1]]["type"] == "content_block_stop"
+    # the reasoning streams as it comes (no signature to wait for), in many deltas
+    thinking = [e["delta"] for e in events if e.get("index") == 0
+                and e["type"] == "content_block_delta"]
+    assert len(thinking) > 10 and thinking[-1] == {"type": "signature_delta", "signature": ""}
+    assert "".join(d.get("thinking", "") for d in thinking) == "Look it up. " * 40
     assert events[-2]["delta"]["stop_reason"] == "end_turn"
     texts = "".join(e["delta"].get("text", "") for e in events
                     if e["type"] == "content_block_delta")
@@ -398,7 +403,10 @@ def test_an_openai_responses_model(project: Path, monkeypatch: pytest.MonkeyPatc
             third = client.messages.create(messages=history, **ask)
     # a reasoning item without a summary gives no thinking block
     assert [b.type for b in second.content] == ["text"] and second.stop_reason == "end_turn"
-    assert [b.type for b in third.content] == ["thinking", "thinking", "text"]
+    # two summaries stream into one thinking block, as they came
+    assert [b.type for b in third.content] == ["thinking", "text"]
+    assert third.content[0].type == "thinking"
+    assert third.content[0].thinking == "One.\n\nTwo."
     assert not upstream.rejections and len(upstream.requests) == 3
     for body in upstream.requests:
         assert set(body) <= fields, set(body) - fields

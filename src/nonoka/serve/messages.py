@@ -33,8 +33,9 @@ server's model answers.
 A server whose model is not ``anthropic:`` runs the same history on that model: the
 neutral messages go to its adapter, which leaves out what its API cannot take (signed
 thinking), the body's options are rewritten for it (``nonoka.serve.messages_translate``),
-and the answer comes back in Anthropic's shape — its reasoning as thinking blocks with
-an empty signature, ``max_tokens`` told by the usage, errors typed by their status.
+and the answer comes back in Anthropic's shape — its reasoning streamed as thinking
+blocks with an empty signature, ``max_tokens`` told by the usage, errors typed by their
+status.
 A request's ``model`` naming a model nonoka knows (``openai:gpt-5``) picks it.
 
 Errors have Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``): an
@@ -501,9 +502,10 @@ class _Answer:
     followed it, so the blocks keep the API's order: thinking, text, tool calls.
     ``limit``: set when another vendor's model answered
     (``nonoka.serve.messages_translate``), the request's ``max_tokens``: its reasoning
-    becomes thinking blocks without a signature, its errors take their Anthropic type
-    from their status, and an answer whose output reached ``limit`` stopped at
-    ``max_tokens`` (the turn does not carry another API's finish reason through)."""
+    streams as it comes, as thinking blocks with an empty signature (there is none to
+    wait for), its errors take their Anthropic type from their status, and an answer
+    whose output reached ``limit`` stopped at ``max_tokens`` (the turn does not carry
+    another API's finish reason through)."""
 
     def __init__(self, model: str, emit: Emit | None,
                  opened: Callable[[str], None] | None, limit: int | None = None) -> None:
@@ -520,6 +522,8 @@ class _Answer:
         self.finish: Finish | None = None
         self.started = False
         self.open_text: int | None = None
+        self.open_thinking: int | None = None
+        """The thinking block another vendor's reasoning is streaming into."""
         self.stopped: dict[str, Any] = {}
         """Anthropic's stop reason as the adapter kept it, when the finish loses it."""
 
@@ -527,6 +531,8 @@ class _Answer:
         if isinstance(event, SessionInit):
             if self.opened is not None:
                 self.opened(event.session_id)
+        elif isinstance(event, ReasoningDeltaEvent) and self.translated:
+            self._think(event.text)
         elif isinstance(event, ReasoningDeltaEvent):
             self.thinking.append(event.text)
             self.held.append(("thinking", event.text))
@@ -540,7 +546,7 @@ class _Answer:
             stopped = (event.provider_metadata or {}).get(PROVIDER)
             if isinstance(stopped, dict) and isinstance(stopped.get("stop_reason"), str):
                 self.stopped = stopped  # stop_sequence (and which), pause_turn, refusal
-            self._thinking_done(event.reasoning)
+            self._thinking_done([] if self.translated else event.reasoning)
         elif isinstance(event, ErrorEvent):
             provider = event.details.get("provider")
             self.failure = Failure(event.code, event.message, event.retryable,
@@ -559,8 +565,6 @@ class _Answer:
     def _thinking_done(self, reasoning: list[ReasoningPart]) -> None:
         held, self.held = self.held, []
         for part in reasoning:
-            if self.translated and not part.text:
-                continue  # encrypted reasoning only: kept in the store, nothing to show
             sent = (part.provider_metadata or {}).get(PROVIDER) or {}
             data = sent.get("data", sent.get("redactedData"))
             if isinstance(data, str):
@@ -616,7 +620,25 @@ class _Answer:
             self._send({"type": "content_block_delta", "index": index, "delta": delta})
         self._send({"type": "content_block_stop", "index": index})
 
+    def _think(self, text: str) -> None:
+        """Another vendor's reasoning, streamed into a thinking block as it comes."""
+        if self.open_thinking is None:
+            self._close_text()
+            self.content.append({"type": "thinking", "thinking": "", "signature": ""})
+            self.open_thinking = len(self.content) - 1
+            self._send({"type": "content_block_start", "index": self.open_thinking,
+                        "content_block": {"type": "thinking", "thinking": "",
+                                          "signature": ""}})
+        self.content[self.open_thinking]["thinking"] += text
+        self._send({"type": "content_block_delta", "index": self.open_thinking,
+                    "delta": {"type": "thinking_delta", "thinking": text}})
+
     def _close_text(self) -> None:
+        if self.open_thinking is not None:  # no signature: nothing could verify one
+            self._send({"type": "content_block_delta", "index": self.open_thinking,
+                        "delta": {"type": "signature_delta", "signature": ""}})
+            self._send({"type": "content_block_stop", "index": self.open_thinking})
+            self.open_thinking = None
         if self.open_text is not None:
             self._send({"type": "content_block_stop", "index": self.open_text})
             self.open_text = None
