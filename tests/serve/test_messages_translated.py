@@ -443,3 +443,23 @@ def test_max_tokens_held_to_the_models_limit(project: Path, script: list[Any],
         answer = stream.get_final_message()
     assert upstream.requests[0]["max_tokens"] == 100
     assert answer.stop_reason == "max_tokens"
+
+
+def test_a_stream_cut_upstream_ends_in_an_error_event(served: Served,
+                                                      script: list[Any]) -> None:
+    from nonoka.testing.steps import DropConnection
+
+    script.append(DropConnection(partial_text="Half an ans"))
+    events = sse(served.port, "/v1/messages", {
+        "model": "claude-x", "max_tokens": 64, "stream": True,
+        "messages": [{"role": "user", "content": "Tell me"}]},
+        {"anthropic-version": "2023-06-01", "x-api-key": "client-key"})
+    kinds = [e["type"] for e in events]
+    # the text already sent stands, its block is closed, and the stream ends in
+    # Anthropic's error event (no message_stop: the SDK raises on it)
+    assert kinds[0] == "message_start" and kinds[-1] == "error"
+    assert "message_stop" not in kinds and "content_block_stop" in kinds
+    assert events[-1]["error"]["type"] == "api_error"
+    said = "".join(e["delta"].get("text", "") for e in events
+                   if e["type"] == "content_block_delta")
+    assert said == "Half an ans"
