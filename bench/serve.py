@@ -122,6 +122,22 @@ def sentence(rng: random.Random) -> str:
     return out[:size]
 
 
+def documentation() -> str:
+    """This repository's README and docs: English prose with code, as a coding agent's
+    conversation reads (a 26-word list compresses far better than that)."""
+    root = Path(__file__).resolve().parent.parent
+    return "\n\n".join(path.read_text(encoding="utf-8")
+                        for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
+
+
+def passage(rng: random.Random, corpus: str) -> str:
+    """200-800 characters of ``corpus`` from a random word boundary."""
+    size = rng.randint(200, 800)
+    start = rng.randrange(len(corpus) - size - 100)
+    start = corpus.index(" ", start) + 1
+    return corpus[start:start + size]
+
+
 @contextmanager
 def upstreams(answer: Callable[[dict[str, Any]], Any]) -> Iterator[dict[str, str]]:
     """Both scripted endpoints, and the environment that points a server at them."""
@@ -261,10 +277,15 @@ def breakdown(path: Path, turns: int) -> dict[str, float]:
     return out
 
 
-def storage(turns: int, root: Path, results: dict[str, float]) -> None:
+def storage(turns: int, root: Path, results: dict[str, float], prose: bool = True) -> None:
     rng = random.Random(7)
-    answers = [sentence(rng) for _ in range(turns)]
-    questions = [sentence(rng) for _ in range(turns)]
+    corpus = documentation()
+
+    def said() -> str:
+        return passage(rng, corpus) if prose else sentence(rng)
+
+    answers = [said() for _ in range(turns)]
+    questions = [said() for _ in range(turns)]
     asked = iter(answers)
     project = root / "chain"
     project.mkdir()
@@ -362,6 +383,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20, help="requests per client")
     parser.add_argument("--only", choices=("overhead", "storage", "throughput"),
                         help="one of the three measurements")
+    parser.add_argument("--text", choices=("docs", "words"), default="docs",
+                        help="the chain's questions and answers: passages of this "
+                        "repository's docs (default), or words drawn from a 26-word list")
     args = parser.parse_args()
     print(f"load average at the start {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     results: dict[str, float] = {}
@@ -370,7 +394,7 @@ def main() -> int:
         if args.only in (None, "overhead"):
             overhead(args.reps, root, results)
         if args.only in (None, "storage"):
-            storage(args.turns, root, results)
+            storage(args.turns, root, results, prose=args.text == "docs")
         if args.only in (None, "throughput"):
             throughput(args.clients, args.rounds, root, results)
     print(f"load average at the end {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
