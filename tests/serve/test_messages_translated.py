@@ -463,3 +463,63 @@ def test_a_stream_cut_upstream_ends_in_an_error_event(served: Served,
     said = "".join(e["delta"].get("text", "") for e in events
                    if e["type"] == "content_block_delta")
     assert said == "Half an ans"
+
+
+def said_last(body: dict[str, Any]) -> str:
+    """The text of a Chat Completions request's last message."""
+    content = body["messages"][-1]["content"]
+    return content if isinstance(content, str) else "\n".join(
+        str(p.get("text", "")) for p in content)
+
+
+class OverflowingOpenAIModel:
+    """Notes what it is told; its context overflows once, at ``Overflow now.``, with
+    OpenAI's ``context_length_exceeded``; answers Claude Code's compaction with a summary."""
+
+    def __init__(self) -> None:
+        self.overflowed = False
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        from nonoka.serve.claude_code import is_compaction
+
+        said = said_last(body)
+        if is_compaction(body):
+            return text("<analysis>\nFruit.\n</analysis>\n\n<summary>\nWe talked about "
+                        "papaya.\n</summary>")
+        if "Overflow now." in said and not self.overflowed:
+            self.overflowed = True
+            return context_length_exceeded(limit=128000, requested=131000)
+        return text(f"Noted: {said.splitlines()[-1]}")
+
+
+def test_claude_code_compacts_on_an_openai_overflow(tmp_path: Path) -> None:
+    from nonoka.serve.claude_code import is_compaction
+    from tests.serve.claude_code import ClaudeCode
+    from tests.serve.harness import ServeProcess
+
+    code = ClaudeCode(tmp_path / "claude")
+    project = tmp_path / "project"
+    project.mkdir()
+    try:
+        with ScriptedOpenAIServer(OverflowingOpenAIModel()) as upstream:
+            served = ServeProcess(project, MODEL, {
+                "OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": UPSTREAM_KEY,
+                "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+            base = served.url.removesuffix("/v1")
+            try:
+                first = code.run(base, "Remember papaya.")
+                second = code.run(base, "Overflow now.", "--continue")
+            finally:
+                errors = served.stop()
+    finally:
+        code.close()
+    assert "Traceback" not in errors, errors
+    assert not upstream.failures, upstream.failures
+    # Claude Code took OpenAI's overflow for its own, compacted, then asked again (this
+    # version does so on OpenAI's own wording too: test_errors_in_anthropic_shape holds
+    # the message to Anthropic's)
+    assert len([b for b in upstream.requests if is_compaction(b)]) == 1
+    assert first["session_id"] == second["session_id"]
+    assert second["result"] == "Noted: Overflow now."
+    for body in upstream.requests:
+        valid_request(body)
