@@ -89,3 +89,11 @@ def test_each_conversations_passes_go_to_one_request_at_a_time() -> None:
     passes.give("c", passes.take("c"))
     assert passes.take("a") is not first  # the least recent conversation was let go
     assert passes.take(None) is not passes.take(None)
+
+
+def test_a_caller_changing_its_list_does_not_change_what_is_kept() -> None:
+    kept = ParsedBodies[Message]()
+    first = kept.parsed(history(20), lambda raw, n: Message(**raw))
+    first.append(Message(role="user", content="added by the caller"))
+    again = kept.parsed(history(21), lambda raw, n: Message(**raw))
+    assert [m.content for m in again] == [m["content"] for m in history(21)]

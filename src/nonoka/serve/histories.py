@@ -60,7 +60,7 @@ class ParsedBodies(Generic[T]):
         if len(given) >= SHORT and self.bodies > 0:
             if best is not None:
                 self._kept.remove(best)
-            self._kept.append((list(given), out))
+            self._kept.append((list(given), list(out)))  # the caller's list may change
             while len(self._kept) > self.bodies:
                 del self._kept[0]
         return out
