@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -178,7 +179,8 @@ def test_a_session_runs_in_one_process_at_a_time(bridge: Bridge, scripted: list[
     scripted.append(text("first"))
     sid = one(bridge.run(chat([user("hello")], new_session=True)), "session_init")["session_id"]
     history = [user("hello"), assistant("first"), user("slow one")]
-    scripted.append(Delay(3, text("slow answer")))
+    release = threading.Event()  # the first process's model call ends when the test says
+    scripted.append(Delay(120, text("slow answer"), until=release))
     busy_holder = bridge.spawn()
     assert busy_holder.stdin is not None
     busy_holder.stdin.write(json.dumps(chat(history, session_id=sid)).encode() + b"\n")
@@ -193,6 +195,7 @@ def test_a_session_runs_in_one_process_at_a_time(bridge: Bridge, scripted: list[
     assert error["code"] == "session_busy" and error["retryable"] is True
     assert sid in error["message"]
     assert refused[-1]["finish_reason"] == "error"
+    release.set()
 
     bridge.env["NONOKA_LEASE_WAIT"] = "20"
     scripted.append(text("after the wait"))

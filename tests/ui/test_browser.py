@@ -63,11 +63,12 @@ def test_search_and_filters_find_sessions(browser: BrowserContext, ui: UiServer,
 def test_paging_walks_the_list_both_ways(browser: BrowserContext, ui: UiServer,
                                          filled: Filled) -> None:
     page = open_page(browser, ui, "?n=25")
-    everything = page.locator("#sessions tbody tr").evaluate_all(
-        "rows => rows.map(r => r.dataset.session)")
+    rows = page.locator("#sessions tbody tr")
+    expect(rows).to_have_count(8)  # the chat sessions, drawn
+    everything = rows.evaluate_all("rows => rows.map(r => r.dataset.session)")
     page.goto(ui.base + "?sort=tokens&order=desc&n=25")
-    by_tokens = page.locator("#sessions tbody tr").evaluate_all(
-        "rows => rows.map(r => r.dataset.session)")
+    expect(rows).to_have_count(8)
+    by_tokens = rows.evaluate_all("rows => rows.map(r => r.dataset.session)")
     assert sorted(by_tokens) == sorted(everything)
     assert by_tokens[0] == filled.ids["host_tool"], "the most tokens"
     page.close()

@@ -198,7 +198,7 @@ class _Handler(ScriptedHandler):
         while isinstance(step, Delay | Linger):
             if isinstance(step, Linger):
                 self._linger = step
-            elif owner._closing.wait(step.seconds):
+            elif step.wait(owner._closing):
                 return
             step = cast(AnthropicStep, step.then)  # any step may follow a Delay
         if step is None:

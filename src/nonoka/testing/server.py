@@ -358,7 +358,7 @@ class _Handler(ScriptedHandler):
         while isinstance(step, Delay | Linger):
             if isinstance(step, Linger):
                 self._linger = step
-            elif owner._closing.wait(step.seconds):
+            elif step.wait(owner._closing):
                 return  # shutting down: hang up without an answer
             step = step.then
         if step is None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +37,25 @@ class HttpError:
 
 @dataclass(frozen=True)
 class Delay:
-    """Wait ``seconds`` before answering with ``then`` (timeouts, cancellation)."""
+    """Wait ``seconds`` before answering with ``then`` (timeouts, cancellation), or,
+    given ``until``, until a test sets it: an answer held exactly as long as the test
+    needs, however slow the machine (``seconds`` is then only a bound)."""
 
     seconds: float
     then: Step = ""
+    until: threading.Event | None = None
+
+    def wait(self, closing: threading.Event) -> bool:
+        """Wait as the step says; whether the server is closing (then: no answer)."""
+        if self.until is None:
+            return closing.wait(self.seconds)
+        deadline = time.monotonic() + self.seconds
+        while not self.until.wait(0.05):
+            if closing.is_set():
+                return True
+            if time.monotonic() > deadline:
+                break
+        return closing.is_set()
 
 
 @dataclass(frozen=True)
