@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from operator import is_
 from typing import TYPE_CHECKING, NamedTuple
+
+from nonoka.state.frozen import replace
 
 if TYPE_CHECKING:
     from nonoka.state.entries import MemoryEntry
@@ -79,7 +82,7 @@ class SnapshotTexts:
         run = self._runs.get(session_id)
         if run is not None:
             events, texts, joined = run
-            if trace == events:
+            if _same(trace, events):
                 return joined
             kept = _kept_texts(events, texts, trace)
         else:
@@ -101,6 +104,13 @@ class SnapshotTexts:
         return text
 
 
+def _same(trace: list[TraceEvent], events: list[TraceEvent]) -> bool:
+    """The same event objects, in order. By identity only: comparing a decoded trace's
+    events by value (pydantic's ``__eq__``, ~2 µs each) cost more than encoding the
+    ones not found again, whose texts ``_event_json`` finds by value anyway."""
+    return len(trace) == len(events) and all(map(is_, trace, events))
+
+
 def _kept_texts(events: list[TraceEvent], texts: list[str],
                 trace: list[TraceEvent]) -> list[str]:
     """The texts of ``trace``'s first events when they are the end of ``events`` (the
@@ -112,7 +122,7 @@ def _kept_texts(events: list[TraceEvent], texts: list[str],
     for at in range(len(trace) - 1, stop, -1):
         if trace[at] is last:
             dropped = len(events) - (at + 1)
-            if dropped >= 0 and trace[:at + 1] == events[dropped:]:
+            if dropped >= 0 and _same(trace[:at + 1], events[dropped:]):
                 return texts[dropped:]
             return []
     return []
@@ -146,6 +156,15 @@ class DecodedSnapshots:
         if len(self._kept) >= SNAPSHOTS_KEPT and session_id not in self._kept:
             self._kept.clear()
         self._kept[session_id] = (revision, snapshot, state)
+
+    def remember_saved(self, session_id: str, revision: int, snapshot: str | bytes,
+                       state: SessionState) -> None:
+        """Keep the state a committed save wrote as the row ``snapshot`` at ``revision``:
+        what decoding that row gives (the entries apart), without decoding it. The trace
+        is copied, so the caller's list is not the one kept; its events are the saved
+        objects, so the next save finds their texts by identity."""
+        self.remember(session_id, revision, snapshot, replace(
+            state, revision=revision, memory_entries=[], trace=list(state.trace)))
 
 
 class Decoded(NamedTuple):

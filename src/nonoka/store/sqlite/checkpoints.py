@@ -109,10 +109,14 @@ class _Transaction:
             if kind is None:
                 try:
                     self._db.execute("COMMIT")
-                    return
                 except BaseException as error:
                     exc = error
+                else:
+                    if store._saved:
+                        store._keep_saved()
+                    return
             store._written.clear()  # what it says may not have been committed
+            store._saved.clear()
             if self._db.in_transaction:
                 with suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
@@ -201,6 +205,9 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         self._lock = threading.Lock()
         self._written: dict[str, _Written] = {}
         """Per session: what this store last saved of it (cleared by a rollback)."""
+        self._saved: dict[str, tuple[int, str, SessionState]] = {}
+        """Per session: the revision, snapshot row and state the transaction under way
+        wrote; handed to ``reuse.snapshots`` once it commits, dropped if it does not."""
 
     @property
     def path(self) -> Path:
@@ -236,7 +243,19 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         """The statements of ``save_session``, inside the caller's write transaction."""
         snapshot = padded(snapshot_json(state, self.reuse.texts))
         revision = self._append(db, state, snapshot)
-        return revision if revision is not None else self._write(db, state, snapshot)
+        if revision is None:
+            revision = self._write(db, state, snapshot)
+        self._saved[state.session_id] = (revision, snapshot, state)
+        return revision
+
+    def _keep_saved(self) -> None:
+        """After a commit: the states it stored, as the next read of their rows would
+        decode them, so that read (a turn's next, or the next request's) does not decode
+        the snapshot again. Kept by revision and row text, so a row another process or
+        store wrote since is decoded as usual."""
+        for sid, (revision, snapshot, state) in self._saved.items():
+            self.reuse.snapshots.remember_saved(sid, revision, snapshot, state)
+        self._saved.clear()
 
     def _append(self, db: sqlite3.Connection, state: SessionState, snapshot: str
                 ) -> int | None:
