@@ -374,17 +374,22 @@ class Conversation:
         if mark is not None and messages:
             last = len(messages) - 1
             marked.add(last)
-            assistants = [i for i, (role, _) in enumerate(messages) if role == "assistant"]
-            if assistants and assistants[-1] > 0:
-                marked.add(assistants[-1] - 1)
+            assistant = next((i for i in range(last, -1, -1)
+                              if messages[i][0] == "assistant"), 0)
+            if assistant > 0:
+                marked.add(assistant - 1)
         texts = self._texts
         final = len(messages) - 1
-        out: list[str] = []
-        for i, (role, blocks) in enumerate(messages):
+        # The kept texts in one slice (a long conversation's are most of it), then the
+        # few messages that are marked, last, or new.
+        out = texts[:max(0, min(len(texts), final))]
+        for i in marked:
+            if i < len(out):
+                out[i] = _message_json(*messages[i], mark)
+        for i in range(len(out), len(messages)):
+            role, blocks = messages[i]
             if i in marked or i == final:
                 out.append(_message_json(role, blocks, mark if i in marked else None))
-            elif i < len(texts):
-                out.append(texts[i])
             else:
                 text = _message_json(role, blocks, None)
                 if i == len(texts):
