@@ -51,6 +51,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Mapping
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -224,9 +225,8 @@ def parse_messages(body: Any, headers: Mapping[str, str], project: Path, spec: s
     if not isinstance(given, list) or not given:
         raise invalid("messages: at least one message is required")
     messages = system_messages(body.get("system"))
-    for found in (parsed or ParsedBodies[list[Message]](0)).parsed(
-            given, lambda raw, n: _messages_of(raw, f"messages.{n}")):
-        messages.extend(found)
+    messages.extend(chain.from_iterable((parsed or ParsedBodies[list[Message]](0)).parsed(
+        given, lambda raw, n: _messages_of(raw, f"messages.{n}"))))
     claude = claude_session(headers, body)
     agent = claude_agent(headers, claude) if claude is not None else None
     named = agent or claude or session_signal(headers, body)
