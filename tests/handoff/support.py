@@ -23,6 +23,18 @@ def said(message: dict[str, Any]) -> str:
     return "\n".join(str(b.get("text") or b.get("content") or "") for b in content)
 
 
+def in_order(texts: list[str], before: list[dict[str, Any]]) -> None:
+    """Every user and assistant text of the stored conversation ``before`` is in one of
+    ``texts``, in order: the whole conversation, no summary in its place."""
+    at = 0
+    for entry in before:
+        if entry["role"] not in ("user", "assistant") or not entry["content"]:
+            continue
+        found = next((n for n in range(at, len(texts)) if entry["content"] in texts[n]), None)
+        assert found is not None, (entry["content"], texts)
+        at = found
+
+
 def stored(project: Path, session_id: str) -> list[dict[str, Any]]:
     """A session's entries (a branch's shared ones included), as a fresh process reads
     them."""

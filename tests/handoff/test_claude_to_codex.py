@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
-from tests.handoff.support import handoff, recording, sessions, stored
+from tests.handoff.support import handoff, in_order, recording, sessions, stored
 from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.serve.codex_client import Codex, Outside
 from tests.serve.harness import ServeProcess, served_with
@@ -109,13 +109,7 @@ def check_carried(items: list[dict[str, Any]], before: list[dict[str, Any]]) -> 
     """Every user and assistant text of the stored conversation is among ``items`` in
     order, and so are the tool call (its name and arguments) and its result."""
     texts = [texts_of(i) for i in items]
-    at = 0
-    for entry in before:
-        if entry["role"] not in ("user", "assistant") or not entry["content"]:
-            continue
-        found = next((n for n in range(at, len(texts)) if entry["content"] in texts[n]), None)
-        assert found is not None, (entry["content"], texts)
-        at = found
+    in_order(texts, before)
     [call] = [i for i in items if i.get("type") == "function_call"]
     assert (call["call_id"], call["name"]) == ("toolu_Read_1", "Read")
     assert json.loads(call["arguments"])["file_path"].endswith("notes.txt")

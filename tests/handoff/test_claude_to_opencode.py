@@ -13,7 +13,7 @@ from typing import Any
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.e2e.test_opencode import OpenCodeProject, opencode_bin
-from tests.handoff.support import handoff, said, sessions, stored
+from tests.handoff.support import handoff, in_order, said, sessions, stored
 from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.serve.harness import ServeProcess
 from tests.serve.test_claude_code import ReadingModel
@@ -85,13 +85,7 @@ def check_carried(sent: list[dict[str, Any]], before: list[dict[str, Any]]) -> N
     """Every user and assistant text of the stored conversation is in the Chat
     Completions request nonoka sent the model for OpenCode, in order, with the call."""
     texts = [said(m) if m.get("content") else "" for m in sent]
-    at = 0
-    for entry in before:
-        if entry["role"] not in ("user", "assistant") or not entry["content"]:
-            continue
-        found = next((n for n in range(at, len(texts)) if entry["content"] in texts[n]), None)
-        assert found is not None, (entry["content"], texts)
-        at = found
+    in_order(texts, before)
     calls = [c for m in sent for c in m.get("tool_calls") or ()]
     assert [(c["id"], c["function"]["name"]) for c in calls] == [("toolu_Read_1", "Read")]
     assert json.loads(calls[0]["function"]["arguments"])["file_path"].endswith("notes.txt")

@@ -18,7 +18,7 @@ import pytest
 from nonoka.testing.anthropic_replies import AnthropicReply
 from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
 from tests.e2e.test_opencode import OpenCodeProject, opencode_bin, server
-from tests.handoff.support import handoff, recording, said, sessions, stored
+from tests.handoff.support import handoff, in_order, recording, said, sessions, stored
 from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.serve.codex_client import Codex, Outside
 from tests.serve.harness import ServeProcess, served_with
@@ -154,13 +154,7 @@ def check_carried(sent: list[dict[str, Any]], before: list[dict[str, Any]]) -> N
     """Every user and assistant message of the stored conversation is in ``sent``, in
     order, with the tool call and its result: no summary in their place."""
     texts = [said(m) for m in sent]
-    at = 0
-    for entry in before:
-        if entry["role"] not in ("user", "assistant") or not entry["content"]:
-            continue
-        found = next((n for n in range(at, len(texts)) if entry["content"] in texts[n]), None)
-        assert found is not None, (entry["content"], texts)
-        at = found
+    in_order(texts, before)
     blocks = [b for m in sent if isinstance(m["content"], list) for b in m["content"]]
     calls = [b for b in blocks if b.get("type") == "tool_use"]
     results = [b for b in blocks if b.get("type") == "tool_result"]
