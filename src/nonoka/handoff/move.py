@@ -14,17 +14,18 @@ conversation goes on from there.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from nonoka.bridge.choose import OWNER_SCOPE_KEY
 from nonoka.errors import ConfigurationError
 from nonoka.handoff import claude, codex, opencode
 from nonoka.handoff.conversation import carried, check_answered
-from nonoka.serve.chat import _owned_name  # the one rule for an owner's names
+from nonoka.serve.chat import owned_name  # the one rule for an owner's names
 from nonoka.serve.lines import line_signal
 from nonoka.serve.messages import claude_session
 from nonoka.state.entries import MemoryEntry
@@ -56,7 +57,7 @@ class Target:
     """A new session id of the agent's kind."""
 
 
-TARGETS: dict[str, Target] = {
+TARGETS: Final[Mapping[str, Target]] = MappingProxyType({
     "claude": Target("claude", "claude", "CLAUDE_CONFIG_DIR", ".claude",
                      lambda sid: claude_session({"x-claude-code-session-id": sid}, {}),
                      lambda sid: ["claude", "--resume", sid]),
@@ -65,7 +66,8 @@ TARGETS: dict[str, Target] = {
                     lambda sid: ["codex", "resume", sid]),
     "opencode": Target("opencode", "opencode", "", ".nonoka/handoff", lambda sid: sid,
                        lambda sid: ["opencode", "--session", sid], opencode.session_id),
-}
+})
+"""The agents a session can be handed to, by ``--to`` name (read-only)."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ async def hand_off(stores: ProjectStores, source: str, target: str, *, home: Pat
     assert signal is not None
     salt = record.metadata.get(OWNER_SCOPE_KEY) if record is not None else None
     if isinstance(salt, str) and salt and target != "opencode":
-        signal = _owned_name(salt, signal)  # a key owner's session: that owner's name
+        signal = owned_name(salt, signal)  # a key owner's session: that owner's name
         # (OpenCode's requests come through the bridge, which serves the local owner)
     path = _written(target, kept, agent_id, home, cwd, moment, record)
     try:

@@ -123,10 +123,10 @@ def owned(request: ChatRequest, owner: str) -> ChatRequest:
     return request.model_copy(update={
         "conversation_key": hashlib.sha256(f"{salt}:{key}".encode()).hexdigest()
         if key else key,
-        "host_session_id": _owned_name(salt, named) if named else named})
+        "host_session_id": owned_name(salt, named) if named else named})
 
 
-def _owned_name(salt: str, named: str) -> str:
+def owned_name(salt: str, named: str) -> str:
     owned = f"owner:{salt}/{named}"
     if len(owned) > SIGNAL_LENGTH:
         owned = f"owner:{salt}/sha256:{hashlib.sha256(named.encode()).hexdigest()}"

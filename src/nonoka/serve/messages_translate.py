@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from nonoka.errors import Failure
 from nonoka.protocol.models import CallOptionsSpec, ChatRequest
@@ -31,7 +32,8 @@ session, which ``nonoka.serve.messages`` reads before this)."""
 
 _NUMBER = re.compile(r"\d[\d,]*")
 
-_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+_CHOICES: Final[Mapping[str, str]] = MappingProxyType(
+    {"auto": "auto", "any": "required", "none": "none"})
 """Anthropic's ``tool_choice`` types as Chat Completions names them."""
 
 

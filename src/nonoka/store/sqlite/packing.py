@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 import zlib
+from types import MappingProxyType
 
 MIN_SIZE = 128
 """Shorter JSON is kept as text: deflate cannot win much there."""
@@ -74,8 +75,9 @@ turn's events repeat. Never changed once rows use it, as ``DICTIONARY``."""
 EVENT_MIN_SIZE = 64
 """Timeline rows are short, and their dictionary makes even short ones shorter."""
 
-DICTIONARIES = {zlib.adler32(DICTIONARY): DICTIONARY,
-                zlib.adler32(EVENT_DICTIONARY): EVENT_DICTIONARY}
+DICTIONARIES: MappingProxyType[int, bytes] = MappingProxyType({
+    zlib.adler32(DICTIONARY): DICTIONARY,
+    zlib.adler32(EVENT_DICTIONARY): EVENT_DICTIONARY})
 """Every dictionary a stored row may name, by the checksum its header carries."""
 
 
