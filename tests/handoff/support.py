@@ -13,6 +13,7 @@ import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 import tests.serve.harness as harness
+from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.support.stores import load_stored
 
 
@@ -33,6 +34,30 @@ def in_order(texts: list[str], before: list[dict[str, Any]]) -> None:
         found = next((n for n in range(at, len(texts)) if entry["content"] in texts[n]), None)
         assert found is not None, (entry["content"], texts)
         at = found
+
+
+def claude_read_notes(project: Path, claude: ClaudeCode, note: str) -> str:
+    """Claude Code reads ``notes.txt`` (holding ``note``) with its Read tool through a
+    ``nonoka serve`` of ``project`` in front of the strict Anthropic endpoint; the nonoka
+    session its line is stored in."""
+    from tests.serve.test_claude_code import ReadingModel
+
+    (claude.work / "notes.txt").write_text(note + "\n")
+    model = ReadingModel("Read", {"file_path": str(claude.work / "notes.txt")})
+    with strict_endpoint(model) as upstream:
+        served = harness.ServeProcess(project, f"anthropic:{MAIN_MODEL}", {
+            "ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": "sk-ant-up",
+            "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+        try:
+            first = claude.run(served.url.removesuffix("/v1"), "What does notes.txt say?",
+                               "--allowedTools", "Read")
+        finally:
+            errors = served.stop()
+    assert "Traceback" not in errors, errors
+    assert note in first["result"]
+    [line] = [r for r in sessions(project)
+              if r["metadata"].get("host_session_id") == f"claude-code:{first['session_id']}"]
+    return str(line["session_id"])
 
 
 def stored(project: Path, session_id: str) -> list[dict[str, Any]]:

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
-from tests.handoff.support import handoff, in_order, recording, sessions, stored
-from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
+from tests.handoff.support import claude_read_notes, handoff, in_order, recording, sessions, stored
+from tests.serve.claude_code import ClaudeCode
 from tests.serve.codex_client import Codex, Outside
-from tests.serve.harness import ServeProcess, served_with
-from tests.serve.test_claude_code import ReadingModel
+from tests.serve.harness import served_with
 
 __all__ = ["recording"]  # the fixture the test below uses
 
@@ -31,25 +30,10 @@ def test_a_claude_code_session_goes_on_in_codex(tmp_path: Path,
     project = tmp_path / "project"
     project.mkdir()
     claude = ClaudeCode(tmp_path / "claude")
-    (claude.work / "notes.txt").write_text(NOTE + "\n")
     try:
-        model = ReadingModel("Read", {"file_path": str(claude.work / "notes.txt")})
-        with strict_endpoint(model) as upstream:
-            served = ServeProcess(project, f"anthropic:{MAIN_MODEL}", {
-                "ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": "sk-ant-up",
-                "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
-            try:
-                first = claude.run(served.url.removesuffix("/v1"), "What does notes.txt say?",
-                                   "--allowedTools", "Read")
-            finally:
-                errors = served.stop()
-        assert "Traceback" not in errors, errors
-        assert NOTE in first["result"]
+        source = claude_read_notes(project, claude, NOTE)
     finally:
         claude.close()
-    [line] = [r for r in sessions(project)
-              if r["metadata"].get("host_session_id") == f"claude-code:{first['session_id']}"]
-    source = line["session_id"]
     before = stored(project, source)
     assert [e["role"] for e in before if e["role"] != "system"] == [
         "user", "assistant", "tool", "assistant"]

@@ -13,10 +13,8 @@ from typing import Any
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.e2e.test_opencode import OpenCodeProject, opencode_bin
-from tests.handoff.support import handoff, in_order, said, sessions, stored
-from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
-from tests.serve.harness import ServeProcess
-from tests.serve.test_claude_code import ReadingModel
+from tests.handoff.support import claude_read_notes, handoff, in_order, said, sessions, stored
+from tests.serve.claude_code import ClaudeCode
 
 __all__ = ["opencode_bin"]  # the fixture the test below uses
 
@@ -37,25 +35,10 @@ def test_a_claude_code_session_goes_on_in_opencode(tmp_path: Path, opencode_bin:
         project = opencode.path
 
         claude = ClaudeCode(tmp_path / "claude")
-        (claude.work / "notes.txt").write_text(NOTE + "\n")
         try:
-            model = ReadingModel("Read", {"file_path": str(claude.work / "notes.txt")})
-            with strict_endpoint(model) as upstream:
-                served = ServeProcess(project, f"anthropic:{MAIN_MODEL}", {
-                    "ANTHROPIC_BASE_URL": upstream.base_url,
-                    "ANTHROPIC_API_KEY": "sk-ant-up", "NONOKA_DATABASE_URL": "",
-                    "NONOKA_MODEL": ""})
-                try:
-                    first = claude.run(served.url.removesuffix("/v1"),
-                                       "What does notes.txt say?", "--allowedTools", "Read")
-                finally:
-                    errors = served.stop()
-            assert "Traceback" not in errors, errors
+            source = claude_read_notes(project, claude, NOTE)
         finally:
             claude.close()
-        [line] = [r for r in sessions(project) if r["metadata"].get("host_session_id")
-                  == f"claude-code:{first['session_id']}"]
-        source = line["session_id"]
         before = stored(project, source)
 
         made = handoff(project, source, "opencode", project / ".nonoka" / "handoff", project)
