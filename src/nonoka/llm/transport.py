@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from nonoka.llm.base import TextSink
     from nonoka.llm.catalog import KnownModel
+    from nonoka.llm.connections import Connections
     from nonoka.llm.inflight import EarlyRequest
     from nonoka.llm.workers import Workers
 
@@ -53,6 +54,11 @@ MAX_ERROR_BODY = 64 * 1024
 EXCERPT_CHARS = 300
 READ_SIZE = 64 * 1024
 """The most one read of a stream takes from the socket."""
+DRAIN_SECONDS = 1.0
+DRAIN_BYTES = 64 * 1024
+"""After an answer's last event, what the worker waits for and reads of the rest of the
+response (the chunked stream's end) before it keeps the connection for the next call; a
+response that does not end within them closes its connection instead."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,8 @@ class Failure(Exception):
 class Endpoint(Protocol):
     """Where a request goes (``nonoka.llm.wire.Endpoint``, or a vendor's own)."""
 
+    scheme: str
+    """``http`` or ``https``."""
     host: str
     port: int
     path: str
@@ -247,11 +255,13 @@ class Transport:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
 
         exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early,
-                            self.dialect, self.limits)
+                            self.dialect, self.limits,
+                            None if self._workers is None else self._workers.connections)
         if self._workers is not None:
             self._workers.run(exchange.run, self._thread_name)
         else:
             threading.Thread(target=exchange.run, name=self._thread_name, daemon=True).start()
+        ended = False
         try:
             while (item := await queue.get()) is not END:
                 if isinstance(item, Failure):
@@ -262,8 +272,11 @@ class Transport:
                     stream.done = True
                 elif isinstance(item, dict):
                     await stream.feed(item, on_text)
+            else:
+                ended = True
         finally:
-            exchange.abort()  # a no-op when the exchange already finished
+            if not ended:  # a failure or a cancel: the connection is not kept either
+                exchange.abort()
         if not stream.complete():
             raise Failure("the stream ended before the answer was complete", retryable=True)
 
@@ -399,6 +412,11 @@ def retryable(status: int) -> bool:
     return status in RETRYABLE_STATUSES or status >= 500
 
 
+STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+"""How a kept connection the server closed while it waited fails when a request is sent
+on it, before any byte of an answer (``http.client.RemoteDisconnected`` is a
+``ConnectionResetError``)."""
+
 KEEPALIVE_TYPES = frozenset({"ping", "keepalive", "keep-alive", "heartbeat"})
 """Event ``type``s that only keep a connection open (Anthropic's ``ping``): not progress."""
 
@@ -406,6 +424,14 @@ KEEPALIVE_TYPES = frozenset({"ping", "keepalive", "keep-alive", "heartbeat"})
 class Exchange:
     """One blocking request/response on the worker thread; results go through ``post``:
     each ``data:`` payload decoded, ``DONE`` for ``[DONE]``, a ``Failure``, then ``END``.
+
+    With ``connections`` (the process's ``nonoka.llm.connections.Connections``) the
+    request goes on an idle kept connection to the endpoint when there is one (a kept
+    connection found closed when sending, before any byte of an answer, is replaced by a
+    fresh one, once), and after ``END`` the connection is kept again if the answer ended
+    cleanly (``[DONE]`` or the dialect's last event, no error event), the response was
+    read to its end and the server did not ask to close it; never after a failure, a
+    cancel (``abort``) or a partial read.
 
     The stream is read as it arrives (``read1``, never a whole line at once), so the
     ``limits`` hold whatever the server sends: a line or event larger than
@@ -415,8 +441,13 @@ class Exchange:
     def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
                  timeout: float, post: Callable[[object], None],
                  early: EarlyRequest | None = None, dialect: Dialect = OPENAI,
-                 limits: StreamLimits | None = None) -> None:
+                 limits: StreamLimits | None = None,
+                 connections: Connections | None = None) -> None:
         self._endpoint = endpoint
+        self._connections = connections
+        self._clean_end = False
+        """The answer's last event arrived and no event was an error."""
+        self._error_seen = False
         self._dialect = dialect
         self._limits = limits or StreamLimits()
         now = time.monotonic()
@@ -445,8 +476,16 @@ class Exchange:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def run(self) -> None:
+        kept: tuple[http.client.HTTPConnection, http.client.HTTPResponse] | None = None
         try:
-            self._exchange()
+            kept = self._exchange()
+            if kept is not None:
+                with self._lock:  # from here on a cancel has nothing to interrupt
+                    if self._aborted:
+                        _closed(*kept)
+                        kept = None
+                    else:
+                        self._sock = None
         except Failure as failure:
             self._post(failure)
         except TimeoutError:
@@ -465,6 +504,43 @@ class Exchange:
                                    retryable=_retryable_exception(exc), connection=True))
         finally:
             self._post(END)
+            if kept is not None:
+                self._keep(*kept)
+
+    def _keep(self, conn: http.client.HTTPConnection,
+              response: http.client.HTTPResponse) -> None:
+        """Read the rest of the response (its end, after the last event) and keep the
+        connection for the next call; close it if the response does not end at once or
+        the server asked to close."""
+        connections = self._connections
+        assert connections is not None
+        ended = False
+        try:
+            sock = conn.sock
+            if sock is not None and not response.will_close:
+                until = time.monotonic() + DRAIN_SECONDS
+                left = DRAIN_BYTES
+                while not response.isclosed() and left > 0:
+                    if not response.chunked and response.length == 0:
+                        response.close()  # a sized body read to its end
+                        break
+                    wait = until - time.monotonic()
+                    if wait <= 0:
+                        break
+                    sock.settimeout(wait)
+                    piece = response.read1(left)
+                    if not piece:
+                        break
+                    left -= len(piece)
+                ended = response.isclosed() and conn.sock is not None
+        except Exception:  # a hang-up, a timeout: the connection is no use
+            ended = False
+        with self._lock:
+            ended = ended and not self._aborted
+        if ended:
+            connections.give(_key(self._endpoint), conn)
+        else:
+            _closed(conn, response)
 
     def _expired(self) -> Failure | None:
         """The failure of a stall or deadline the last socket timeout stood for."""
@@ -497,28 +573,72 @@ class Exchange:
         if sock is not None:
             sock.settimeout(left[self._bound])
 
-    def _exchange(self) -> None:
+    def _exchange(self) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse] | None:
+        """The exchange; the connection and its response when the connection may be
+        kept (``_keep``), else ``None`` (the connection closed)."""
         early = self._early
-        conn = early.sent() if early is not None else self._endpoint.connection(self._timeout)
+        connections = self._connections
+        taken = None if early is not None or connections is None else connections.take(
+            _key(self._endpoint))
+        reused = taken is not None
+        if early is not None:
+            conn = early.sent()
+        elif taken is not None:
+            conn = taken
+            if conn.sock is not None:
+                conn.sock.settimeout(self._timeout)
+        else:
+            conn = self._open()
+        kept = False
         try:
-            if early is None:
-                conn.connect()
-            with self._lock:
-                self._sock = conn.sock
-                if self._aborted:
-                    return
-            if early is None:
-                conn.request("POST", self._endpoint.path, self._body, self._headers)
-            self._wait_next()
-            response = conn.getresponse()
+            if not self._adopt(conn):
+                return None
+            if early is not None:
+                self._wait_next()
+                response = conn.getresponse()
+            elif not reused:
+                response = self._send(conn)
+            else:
+                try:
+                    response = self._send(conn)
+                except STALE:  # the server closed it while it waited: not sent, try anew
+                    conn.close()
+                    conn = self._open()
+                    if not self._adopt(conn):
+                        return None
+                    response = self._send(conn)
             try:
                 if response.status != 200:
                     raise (self._dialect.failure or http_failure)(response)
                 self._read_events(response)
+                kept = (early is None and connections is not None and self._clean_end
+                        and not self._error_seen)
             finally:
-                response.close()  # it holds the socket when the server said "close"
+                if not kept:
+                    response.close()  # it holds the socket when the server said "close"
         finally:
-            conn.close()
+            if not kept:
+                conn.close()
+        return (conn, response) if kept else None
+
+    def _open(self) -> http.client.HTTPConnection:
+        """A new connection to the endpoint (counted by the kept connections)."""
+        conn = self._endpoint.connection(self._timeout)
+        conn.connect()
+        if self._connections is not None:
+            self._connections.counted()
+        return conn
+
+    def _adopt(self, conn: http.client.HTTPConnection) -> bool:
+        """Let ``abort`` reach ``conn``'s socket; ``False`` when already aborted."""
+        with self._lock:
+            self._sock = conn.sock
+            return not self._aborted
+
+    def _send(self, conn: http.client.HTTPConnection) -> http.client.HTTPResponse:
+        conn.request("POST", self._endpoint.path, self._body, self._headers)
+        self._wait_next()
+        return conn.getresponse()
 
     def _read_events(self, response: http.client.HTTPResponse) -> None:
         """Parse Server-Sent Events; each ``data:`` payload is one JSON object (the
@@ -566,13 +686,34 @@ class Exchange:
     def _dispatch(self, payload: bytes) -> bool:
         if payload == b"[DONE]":
             self._post(DONE)
+            self._clean_end = True
             return True
         event = json.loads(payload)
         if not _keepalive(event):
             self._progress_at = time.monotonic()
+        if _error_event(event):
+            self._error_seen = True
         self._post(event)
         last = self._dialect.last_event
-        return last is not None and last(event)
+        if last is not None and last(event):
+            self._clean_end = True
+            return True
+        return False
+
+
+def _error_event(event: object) -> bool:
+    """Whether a decoded payload reports an error (its connection is not kept)."""
+    return isinstance(event, dict) and (
+        event.get("type") in ("error", "response.failed") or event.get("error") is not None)
+
+
+def _key(endpoint: Endpoint) -> tuple[str, str, int]:
+    return (endpoint.scheme, endpoint.host, endpoint.port)
+
+
+def _closed(conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+    response.close()
+    conn.close()
 
 
 def _keepalive(event: object) -> bool:

@@ -9,7 +9,9 @@ exchange waits for the next one; at most ``idle`` wait at once, the rest end. Th
 threads are daemons: an exchange still reading when the process leaves does not hold it.
 
 The process's entry point creates one ``Workers`` and passes it down to the models it
-resolves; without one, each call starts (and ends) a thread of its own.
+resolves; without one, each call starts (and ends) a thread of its own. It also holds
+the process's idle connections to the model endpoints (``connections``,
+``nonoka.llm.connections``), which its exchanges reuse for the next call.
 
 Internal: not part of the public API (docs/architecture.md, "Public API").
 """
@@ -20,6 +22,8 @@ import queue
 import threading
 from collections.abc import Callable
 
+from nonoka.llm.connections import Connections
+
 Job = Callable[[], None]
 IDLE = "nonoka-idle-worker"
 """The name of a thread waiting for its next job (a job runs under the name it is given)."""
@@ -28,7 +32,9 @@ IDLE = "nonoka-idle-worker"
 class Workers:
     """Idle daemon threads that run one job at a time, handed to them by ``run``."""
 
-    def __init__(self, idle: int = 8) -> None:
+    def __init__(self, idle: int = 8, connections: Connections | None = None) -> None:
+        self.connections = connections if connections is not None else Connections()
+        """The process's idle keep-alive connections to model endpoints."""
         self.idle = idle
         """The most threads that stay waiting for work."""
         self._lock = threading.Lock()

@@ -86,8 +86,10 @@ class ScriptedAnthropicServer(ServedScript[AnthropicStep]):
 
     def __init__(self, script: AnthropicScript, *, host: str = "127.0.0.1", port: int = 0,
                  model: str = "claude-scripted", chunk_size: int = 8,
-                 strict: Collection[str] = (), min_cache_tokens: int = 1024) -> None:
+                 strict: Collection[str] = (), min_cache_tokens: int = 1024,
+                 keep_alive: bool = False) -> None:
         self._script = script if callable(script) else list(script)
+        self._keeping(keep_alive)
         self.strict = checked_modes(strict)
         self._address = (host, port)
         self.model = model
@@ -199,6 +201,7 @@ class _Handler(ScriptedHandler):
             if isinstance(step, Linger):
                 self._linger = step
             elif step.wait(owner._closing):
+                self.close_connection = True
                 return
             step = cast(AnthropicStep, step.then)  # any step may follow a Delay
         if step is None:

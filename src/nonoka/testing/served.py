@@ -1,7 +1,14 @@
 """The life of a scripted HTTP server, shared by ``ScriptedOpenAIServer`` and
 ``ScriptedAnthropicServer``: serving on a daemon thread, stopping, the context manager,
 what is left of a list script, and the HTTP side every scripted endpoint writes alike
-(JSON and text answers, errors, chunked event streams)."""
+(JSON and text answers, errors, chunked event streams).
+
+By default every answer closes its connection (``Connection: close``), which keeps
+shutdown simple. With ``keep_alive`` the server speaks HTTP/1.1 keep-alive as the
+providers do: a whole answer leaves the connection open for the client's next request
+(a dropped or lingering stream still ends it); ``connections`` counts the connections
+accepted, and ``close_idle`` closes the ones waiting for a next request, as a server's
+idle timeout does."""
 
 from __future__ import annotations
 
@@ -34,6 +41,44 @@ class ServedScript(Generic[StepT]):
     _used: int
     requests: list[dict[str, Any]]
     failures: list[str]
+    keep_alive: bool = False
+    """Answers leave the connection open for the next request (HTTP/1.1 keep-alive)."""
+    connections: int = 0
+    """Connections accepted so far."""
+    _open: dict[socket.socket, bool]
+    """Each open connection, and whether its handler is answering a request."""
+    _open_lock: threading.Lock
+
+    def _keeping(self, keep_alive: bool) -> None:
+        """Set up the keep-alive bookkeeping (the subclass's ``__init__`` calls it)."""
+        self.keep_alive = keep_alive
+        self.connections = 0
+        self._open = {}
+        self._open_lock = threading.Lock()
+
+    def _accepted(self, sock: socket.socket) -> None:
+        with self._open_lock:
+            self.connections += 1
+            self._open[sock] = False
+
+    def _busy(self, sock: socket.socket, busy: bool) -> None:
+        with self._open_lock:
+            if sock in self._open:
+                self._open[sock] = busy
+
+    def _ended(self, sock: socket.socket) -> None:
+        with self._open_lock:
+            self._open.pop(sock, None)
+
+    def close_idle(self) -> int:
+        """Close the connections waiting for a next request (as a server's idle timeout
+        does; call it while no request is on its way); how many were closed."""
+        with self._open_lock:
+            idle = [sock for sock, busy in self._open.items() if not busy]
+        for sock in idle:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        return len(idle)
 
     def _serving(self) -> ThreadingHTTPServer:
         raise NotImplementedError
@@ -50,6 +95,8 @@ class ServedScript(Generic[StepT]):
         if self._httpd is None:
             return
         self._closing.set()
+        if self.keep_alive:
+            self.close_idle()  # a kept connection's handler would wait for its timeout
         self._httpd.shutdown()
         self._httpd.server_close()  # joins the request threads
         if self._thread is not None:
@@ -104,9 +151,9 @@ class ScriptedHTTPServer(ThreadingHTTPServer, Generic[OwnerT]):
 
 
 class ScriptedHandler(BaseHTTPRequestHandler):
-    """One HTTP exchange of a scripted endpoint. Every answer closes the connection,
-    which keeps shutdown simple; a subclass gives the vendor's error body and the headers
-    its answers carry."""
+    """The HTTP exchanges on one connection to a scripted endpoint. Every answer closes
+    the connection unless the server keeps connections alive (``ServedScript``); a
+    subclass gives the vendor's error body and the headers its answers carry."""
 
     protocol_version = "HTTP/1.1"
     timeout = 10  # an idle client never holds up shutdown for longer
@@ -118,6 +165,30 @@ class ScriptedHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # requests are recorded (and logged to --log) instead
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.owner._accepted(self.connection)
+
+    def finish(self) -> None:
+        self.server.owner._ended(self.connection)
+        super().finish()
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.owner._busy(self.connection, False)
+
+    def parse_request(self) -> bool:
+        self.server.owner._busy(self.connection, True)
+        return super().parse_request()
+
+    def _closes(self) -> bool:
+        """Whether this answer ends the connection (no keep-alive): then it says so."""
+        if not self.server.owner.keep_alive:
+            self.close_connection = True
+        return self.close_connection
 
     def _answer_headers(self) -> dict[str, str]:
         """Headers every answer carries (a vendor's request id); none here."""
@@ -132,12 +203,11 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
-        for name, value in {**self._answer_headers(), "Connection": "close",
-                            **(extra or {})}.items():
+        closing = {"Connection": "close"} if self._closes() else {}
+        for name, value in {**self._answer_headers(), **closing, **(extra or {})}.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
-        self.close_connection = True
 
     def _send_json(self, status: int, payload: Any, extra: dict[str, str] | None = None) -> None:
         self._send(status, "application/json", json.dumps(payload).encode(), extra)
@@ -159,9 +229,9 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         for name, value in self._answer_headers().items():
             self.send_header(name, value)
         self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
+        if self._closes():
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.close_connection = True
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -177,6 +247,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         if self._linger is not None:
             self._hold()
             return
+        self.close_connection = True
         self.connection.shutdown(socket.SHUT_RDWR)
 
     def _hold(self) -> None:
@@ -184,6 +255,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         the client hangs up: the next ping fails)."""
         linger = self._linger
         assert linger is not None
+        self.close_connection = True  # the stream never ended
         closing: threading.Event = self.server.owner._closing
         while not closing.wait(linger.ping):
             if linger.ping is not None:
@@ -199,5 +271,6 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         while left > 0:
             self._chunk(block[:left])
             left -= len(block)
+        self.close_connection = True
         with suppress(OSError):  # the client may have hung up already
             self.connection.shutdown(socket.SHUT_RDWR)

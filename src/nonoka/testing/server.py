@@ -150,8 +150,9 @@ class ScriptedOpenAIServer(ServedScript[Step]):
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0,
                  model: str = "scripted-model", chunk_size: int = 8,
                  log_path: str | os.PathLike[str] | None = None,
-                 strict: Collection[str] = ()) -> None:
+                 strict: Collection[str] = (), keep_alive: bool = False) -> None:
         self._script = script if callable(script) else list(script)
+        self._keeping(keep_alive)
         self.strict = checked_modes(strict, self.MODES)
         self._address = (host, port)
         self.model = model
@@ -359,6 +360,7 @@ class _Handler(ScriptedHandler):
             if isinstance(step, Linger):
                 self._linger = step
             elif step.wait(owner._closing):
+                self.close_connection = True
                 return  # shutting down: hang up without an answer
             step = step.then
         if step is None:
