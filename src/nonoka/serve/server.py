@@ -35,9 +35,14 @@ def is_loopback(host: str) -> bool:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket; ``OSError`` when the address is taken."""
+    """A listening socket; ``OSError`` when the address is taken.
+
+    Made as ``IPPROTO_TCP``, not protocol 0: asyncio sets ``TCP_NODELAY`` only on
+    accepted sockets that say so (they take the listening socket's), and without it an
+    answer's body waits behind its headers for the client's delayed ACK (40 ms) on a
+    connection the client keeps."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))

@@ -157,6 +157,10 @@ class ScriptedHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     timeout = 10  # an idle client never holds up shutdown for longer
+    disable_nagle_algorithm = True
+    """``TCP_NODELAY``, as the providers' servers (and asyncio's) set it: on a kept
+    connection, an event written while the last one waits for its ACK would otherwise
+    wait for the client's delayed ACK (40 ms)."""
     KEEPALIVE = b": keep-alive\n\n"
     """What a lingering stream sends every ``Linger.ping`` seconds (an SSE comment)."""
     _linger: Linger | None = None
