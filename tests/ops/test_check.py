@@ -114,7 +114,7 @@ def test_check_and_repair_the_digest_chain_of_branches(tmp_path: Path) -> None:
             with sqlite3.connect(path) as db:
                 db.execute("UPDATE session_entries SET key_chain = NULL WHERE session_id = ?",
                            (parent,))
-                db.execute("UPDATE session_entries SET key_chain = 'x:y:' || key_chain "
+                db.execute("UPDATE session_entries SET key_chain = 'x:y:' || lower(hex(key_chain)) "
                            "WHERE session_id = ?", (child,))  # an older form: still right
             found = {(f.kind, f.session_id) for f in await check(stores)}
             # Every branch's own rows continue the parent's chain: none of them is wrong.

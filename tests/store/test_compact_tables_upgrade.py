@@ -172,9 +172,10 @@ async def test_the_event_log_is_clustered_on_its_key_damaged_rows_kept(
         assert rows == [(1, "request", '{"n": 1}'), (2, "model_call", '{"n": 2}'),
                         (3, "finish", '{"n": 3}'), (4, "warning", "{broken"),
                         (5, "request", '{"n":5}')]
+        # The damaged row, as before (in the table under ``events`` since m019).
         assert db.execute("PRAGMA integrity_check").fetchall() == [
-            ("CHECK constraint failed in events",)]  # the damaged row, as before
+            ("CHECK constraint failed in timeline",)]
     await SQLiteCheckpointStore(fresh).close()
     assert _schema(old) == _schema(fresh)
-    table = next(r[3] for r in _schema(fresh) if r[:2] == ("table", "events"))
+    table = next(r[3] for r in _schema(fresh) if r[:2] == ("table", "timeline"))
     assert table is not None and "WITHOUT ROWID" in table

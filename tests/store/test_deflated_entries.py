@@ -50,7 +50,7 @@ async def test_long_entries_are_stored_deflated_and_read_back(tmp_path: Path) ->
         chain = Chain()  # over the JSON text, not the stored bytes
         for text, (_, _, stored) in zip(texts, rows, strict=True):
             chain = chain.add(text)
-            assert stored == chain.encode()
+            assert stored == chain.stored()
         fresh = SQLiteCheckpointStore(path)  # no cache: every row decoded from the file
         try:
             loaded = await fresh.load_session("s")

@@ -7,6 +7,8 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from nonoka.runtime.session import Session
 from nonoka.state.entries import MemoryEntry
 from nonoka.store.base import decode_entries, entry_json
@@ -132,10 +134,15 @@ async def test_the_migration_gives_existing_rows_their_chain(tmp_path: Path) -> 
         await store.close()
 
 
-async def test_rows_written_in_the_older_chain_form_continue_the_chain(tmp_path: Path) -> None:
+@pytest.mark.parametrize("older", [
+    "seq || ':0:' || printf('%032d', seq) || ':' || lower(hex(key_chain))",
+    "lower(hex(key_chain))"], ids=["hosted-form", "hex-text"])
+async def test_rows_written_in_the_older_chain_form_continue_the_chain(
+        tmp_path: Path, older: str) -> None:
     """Rows from before the rows-only form (``hosted:summary:key digest:rows digest``)
-    carry the same rows digest last: appending continues the chain, and a process's
-    decoded entries are still reused and still right."""
+    carry the same rows digest last, and rows from before the 16-byte form its 32 hex
+    digits: appending continues the chain, and a process's decoded entries are still
+    reused and still right."""
     path = tmp_path / "s.db"
     store = SQLiteCheckpointStore(path)
     try:
@@ -143,8 +150,9 @@ async def test_rows_written_in_the_older_chain_form_continue_the_chain(tmp_path:
         exchanges(session, 3)
         session.revision = await store.save_session(session.to_state())
         db = sqlite3.connect(path, isolation_level=None)
-        db.execute("UPDATE session_entries SET key_chain = seq || ':0:' || "
-                   "printf('%032d', seq) || ':' || key_chain")
+        assert {r[0] for r in db.execute("SELECT typeof(key_chain) FROM session_entries")
+                } == {"blob"}
+        db.execute(f"UPDATE session_entries SET key_chain = {older}")
         db.close()
         store.reuse.entries.clear()
         loaded = await store.load_session("older-form")

@@ -36,6 +36,7 @@ PINNED = {
         "m016_serve_keys": "202c414ace0ea908",
         "m017_entries_deflated": "4adfa712889664ea",
         "m018_events_deflated": "a5b3682d8d953ae9",
+        "m019_timeline_numbered": "ca6530e62ca625ac",
     },
     "postgres": {
         "m001_checkpoint_tables": "82f9c99aced467e5",

@@ -252,7 +252,7 @@ async def test_snapshot_rows_are_padded_to_a_size_step_and_load_back(tmp_path: P
     await store.close()
 
 
-def _stored_chain(path: Path, session_id: str) -> tuple[str, str]:
+def _stored_chain(path: Path, session_id: str) -> tuple[bytes | str, bytes | str]:
     """The stored digest chain of the session's last entry, and the one its rows give."""
     from nonoka.store.sqlite.digests import Chain
     from nonoka.store.sqlite.packing import unpack
@@ -263,7 +263,7 @@ def _stored_chain(path: Path, session_id: str) -> tuple[str, str]:
     chain = Chain()
     for text, _ in rows:
         chain = chain.add(unpack(text))
-    return rows[-1][1], chain.encode()
+    return rows[-1][1], chain.stored()
 
 
 async def test_a_store_saving_on_what_another_wrote_is_refused_or_right(

@@ -47,6 +47,7 @@ from nonoka.store.media import Media, digests, references
 from nonoka.store.project import ProjectStores
 from nonoka.store.sqlite import entries as entry_rows
 from nonoka.store.sqlite import media as stored_media
+from nonoka.store.sqlite import timeline
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.database import connect_read_only, sqlite_error
 from nonoka.store.sqlite.digests import Chain
@@ -61,8 +62,8 @@ from nonoka.store.sqlite.packing import (
 from nonoka.store.sqlite.records import write_index_row
 
 BATCH = 1000
-TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "events",
-          "session_leases", "next_calls", "search_pending", "media")
+TABLES = ("checkpoints", "session_entries", "step_updates", "cli_sessions", "timeline",
+          "session_numbers", "session_leases", "next_calls", "search_pending", "media")
 _HEAD = ("SELECT session_id, state_json, revision, entry_count, memory_generation, "
          "created_at, updated_at FROM checkpoints WHERE session_id = ?")
 _PURPOSE = "coalesce(json_extract(s.metadata, '$.purpose'), 'chat')"
@@ -112,8 +113,9 @@ class SQLiteOps:
                 return False
             dropped = stored_media.referenced_by(db, sid)  # rows left without a checkpoint
             entry_rows.delete_rows(db, sid, None)
-            for table in ("step_updates", "events", "cli_sessions"):
+            for table in ("step_updates", "cli_sessions"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
+            timeline.delete(db, sid)
             stored_media.keep(db, media)
             block = entry_rows.new_block(db)
             db.execute(
@@ -127,7 +129,7 @@ class SQLiteOps:
                 rows = []
                 for n, text in batch:
                     chain = chain.add(text)
-                    rows.append((doc(block, n), sid, n, pack(text), chain.encode(),
+                    rows.append((doc(block, n), sid, n, pack(text), chain.stored(),
                                  references(text)))
                 db.executemany(entry_rows.INSERT, rows)
             stored_media.collect(db, dropped)
@@ -136,11 +138,11 @@ class SQLiteOps:
                 "updated_at) VALUES (?, ?, ?, ?, ?)",
                 [(sid, s.step_id, s.update_type, s.payload, s.updated_at) for s in steps])
             for chunk in batches(events):
+                number = timeline.number(db, sid)
                 db.executemany(
-                    "INSERT INTO events (session_id, seq, at, kind, data_json) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    [(sid, e.seq, e.at, e.kind, pack(e.data, EVENT_DICTIONARY, EVENT_MIN_SIZE))
-                     for e in chunk])
+                    timeline.INSERT,
+                    [(number, e.seq, e.at, timeline.code(db, e.kind),
+                      pack(e.data, EVENT_DICTIONARY, EVENT_MIN_SIZE)) for e in chunk])
             if index is not None:
                 row = dict(index)
                 row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False,

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from nonoka.ops.model import Finding, entries_named
 from nonoka.store.sqlite import lineage
-from nonoka.store.sqlite.digests import Chain
+from nonoka.store.sqlite.digests import Chain, is_stored
 from nonoka.store.sqlite.entries import rows_of
 from nonoka.store.sqlite.packing import unpack
 
@@ -93,7 +93,7 @@ def check(db: sqlite3.Connection, graph: Links) -> list[Finding]:
             chain = chain.add(text)
             if seq + 1 in wanted.get(sid, ()):
                 points[(sid, seq + 1)] = chain
-            kept = Chain.decode(stored) if isinstance(stored, str) else None
+            kept = Chain.decode(stored) if is_stored(stored) else None
             if kept is None:
                 missing += 1
             elif kept != chain:
@@ -181,8 +181,8 @@ def rebuild(db: sqlite3.Connection, sid: str, bases: bool) -> int:
         if row_seq != seq or not isinstance(text, str):
             break
         chain = chain.add(text)
-        if not isinstance(stored, str) or Chain.decode(stored) != chain:
-            updates.append((chain.encode(), sid, seq))
+        if not is_stored(stored) or Chain.decode(stored) != chain:
+            updates.append((chain.stored(), sid, seq))
     db.executemany("UPDATE session_entries SET key_chain = ?1 WHERE "
                    f"{rows_of('?2', first='?3', last='?3')}", updates)
     return len(updates)

@@ -55,7 +55,7 @@ from nonoka.store.reuse import Decoded, StoreReuse
 from nonoka.store.sqlite import leases, lineage, next_calls
 from nonoka.store.sqlite import media as stored_media
 from nonoka.store.sqlite.database import open_database, open_read_only, sqlite_error
-from nonoka.store.sqlite.digests import Chain
+from nonoka.store.sqlite.digests import Chain, is_stored
 from nonoka.store.sqlite.entries import INSERT as INSERT_ENTRY
 from nonoka.store.sqlite.entries import LAST_SEQ, delete_rows, doc, entry_block, new_block
 from nonoka.store.sqlite.packing import pack, unpack
@@ -328,7 +328,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         the session holds once this transaction commits (``transaction`` forgets it
         if it does not). One loop, one statement for the usual one entry: this runs
         twice a turn."""
-        rows: list[tuple[int, str, int, str | bytes, str, str | None]] = []
+        rows: list[tuple[int, str, int, str | bytes, bytes | str, str | None]] = []
         seq = start
         files: list[Media] = []
         if start + len(entries) > LAST_SEQ + 1:
@@ -338,9 +338,9 @@ class SQLiteCheckpointStore(StepUpdateWriter):
             text, moved = encode_entry(entry)
             chain = chain.add(text)
             if moved is None:
-                rows.append((doc(block, seq), sid, seq, pack(text), chain.encode(), None))
+                rows.append((doc(block, seq), sid, seq, pack(text), chain.stored(), None))
             else:
-                rows.append((doc(block, seq), sid, seq, pack(text), chain.encode(),
+                rows.append((doc(block, seq), sid, seq, pack(text), chain.stored(),
                              files_column(moved)))
                 files += moved
             seq += 1
@@ -359,7 +359,7 @@ class SQLiteCheckpointStore(StepUpdateWriter):
         if seq == 0:
             return Chain()
         row = lineage.entry_row(db, session_id, seq - 1, "key_chain")
-        if row is None or not isinstance(row[0], str):
+        if row is None or not is_stored(row[0]):
             raise CorruptSessionError(
                 f"session {session_id}: stored entry {seq - 1} is missing or has no digest "
                 "chain; the rows were left as they are")

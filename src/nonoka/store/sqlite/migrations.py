@@ -846,3 +846,96 @@ def m018_events_deflated(db: sqlite3.Connection) -> None:
     finally:
         db.execute("PRAGMA ignore_check_constraints = OFF")
     db.execute("DROP TABLE events_m017")
+
+
+
+_M019_SCHEMA = (
+    """CREATE TABLE session_numbers (
+    number INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL UNIQUE
+)""",
+    """CREATE TABLE timeline_kinds (
+    code INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL UNIQUE
+)""",
+    """CREATE TABLE timeline (
+    number INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    at REAL NOT NULL,
+    kind_code INTEGER NOT NULL,
+    data_json TEXT NOT NULL CHECK (typeof(data_json) = 'blob' OR json_valid(data_json)),
+    PRIMARY KEY (number, seq)
+) WITHOUT ROWID""",
+    """CREATE VIEW events (session_id, seq, at, kind, data_json) AS
+SELECT n.session_id, t.seq, t.at, k.kind, t.data_json
+FROM timeline t
+JOIN session_numbers n ON n.number = t.number
+JOIN timeline_kinds k ON k.code = t.kind_code""",
+    """CREATE TRIGGER events_insert INSTEAD OF INSERT ON events
+BEGIN
+    INSERT INTO session_numbers (session_id)
+    SELECT new.session_id
+    WHERE NOT EXISTS (SELECT 1 FROM session_numbers WHERE session_id = new.session_id);
+    INSERT INTO timeline_kinds (kind)
+    SELECT new.kind
+    WHERE NOT EXISTS (SELECT 1 FROM timeline_kinds WHERE kind = new.kind);
+    INSERT INTO timeline (number, seq, at, kind_code, data_json)
+    SELECT (SELECT number FROM session_numbers WHERE session_id = new.session_id),
+        new.seq, new.at, (SELECT code FROM timeline_kinds WHERE kind = new.kind),
+        new.data_json;
+END""",
+    """CREATE TRIGGER events_update INSTEAD OF UPDATE ON events
+BEGIN
+    INSERT INTO session_numbers (session_id)
+    SELECT new.session_id
+    WHERE NOT EXISTS (SELECT 1 FROM session_numbers WHERE session_id = new.session_id);
+    INSERT INTO timeline_kinds (kind)
+    SELECT new.kind
+    WHERE NOT EXISTS (SELECT 1 FROM timeline_kinds WHERE kind = new.kind);
+    UPDATE timeline SET
+        number = (SELECT number FROM session_numbers WHERE session_id = new.session_id),
+        seq = new.seq, at = new.at,
+        kind_code = (SELECT code FROM timeline_kinds WHERE kind = new.kind),
+        data_json = new.data_json
+    WHERE number = (SELECT number FROM session_numbers WHERE session_id = old.session_id)
+      AND seq = old.seq;
+END""",
+    """CREATE TRIGGER events_delete INSTEAD OF DELETE ON events
+BEGIN
+    DELETE FROM timeline
+    WHERE number = (SELECT number FROM session_numbers WHERE session_id = old.session_id)
+      AND seq = old.seq;
+END""",
+)
+"""The tables, view and triggers of ``m019_timeline_numbered``, as it installs them."""
+
+
+@migration
+def m019_timeline_numbered(db: sqlite3.Connection) -> None:
+    """The timeline keyed by a number per session and its kinds numbered too
+    (``nonoka.store.sqlite.timeline``): ``session_numbers`` gives each session with a
+    timeline its number and ``timeline_kinds`` each kind its code, and the rows move to
+    ``timeline``, keyed ``(number, seq)``, instead of repeating the 36-character session
+    id and the kind's name in every row (a ``nonoka serve`` turn logs five rows).
+    ``events`` becomes a view with the columns it had, so every reader reads as before,
+    and its triggers write the tables for a writer that inserts, changes or deletes
+    through it. Rewrites the log once, keeping every row (a damaged one copied as it is,
+    as ``m018_events_deflated`` did)."""
+    db.execute("ALTER TABLE events RENAME TO events_m018")
+    for statement in _M019_SCHEMA[:3]:
+        db.execute(statement)
+    db.execute("INSERT INTO session_numbers (session_id) "
+               "SELECT DISTINCT session_id FROM events_m018 ORDER BY session_id")
+    db.execute("INSERT INTO timeline_kinds (kind) "
+               "SELECT DISTINCT kind FROM events_m018 ORDER BY kind")
+    db.execute("PRAGMA ignore_check_constraints = ON")
+    try:
+        db.execute("INSERT INTO timeline (number, seq, at, kind_code, data_json) "
+                   "SELECT n.number, e.seq, e.at, k.code, e.data_json FROM events_m018 e "
+                   "JOIN session_numbers n ON n.session_id = e.session_id "
+                   "JOIN timeline_kinds k ON k.kind = e.kind ORDER BY 1, 2")
+    finally:
+        db.execute("PRAGMA ignore_check_constraints = OFF")
+    db.execute("DROP TABLE events_m018")
+    for statement in _M019_SCHEMA[3:]:
+        db.execute(statement)

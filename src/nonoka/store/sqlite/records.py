@@ -26,6 +26,7 @@ from nonoka.store.records import (
     event_of,
     record_of,
 )
+from nonoka.store.sqlite import timeline
 from nonoka.store.sqlite.checkpoints import SQLiteCheckpointStore
 from nonoka.store.sqlite.packing import EVENT_DICTIONARY, EVENT_MIN_SIZE, pack
 
@@ -56,11 +57,6 @@ _KEY = "json_extract(metadata, '$.conversation_key')"
 _PURPOSE = "coalesce(json_extract(metadata, '$.purpose'), 'chat')"
 _ORDER = index_sql.ORDER
 _HOST = "json_extract(metadata, '$.host_session_id')"
-
-_APPEND = """
-INSERT INTO events (session_id, seq, at, kind, data_json)
-SELECT ?1, coalesce(max(seq), 0) + 1, ?2, ?3, ?4 FROM events WHERE session_id = ?1
-"""
 
 
 def _number(field: str, *, integer: bool = False) -> str:
@@ -165,10 +161,9 @@ class SQLiteRecordStore:
     async def delete_session_record(self, session_id: str) -> bool:
         """Remove the row and the session's events; ``False`` when neither existed."""
         with self._store.transaction() as db:
-            removed = sum(
-                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
-                for table in ("cli_sessions", "events")
-            )
+            removed = db.execute("DELETE FROM cli_sessions WHERE session_id = ?",
+                                 (session_id,)).rowcount
+            removed += timeline.delete(db, session_id)
         return removed > 0
 
     def _select(self, where: str, *params: object) -> list[SessionRecord]:
@@ -188,14 +183,16 @@ class SQLiteRecordStore:
                             events: Sequence[tuple[str, dict[str, Any]]], *,
                             record: SessionRecord | None = None) -> None:
         """``AppendsTogether``: the events and the row in one transaction. Each event gets
-        the next ``seq``; computing it inside the write makes it unique."""
+        the next ``seq``; computing it inside the write makes it unique. The rows are the
+        table's (``nonoka.store.sqlite.timeline``), under the session's number."""
         now = time.time()
-        rows = [(session_id, now, kind,
-                 pack(event_json(data), EVENT_DICTIONARY, EVENT_MIN_SIZE))
+        rows = [(now, kind, pack(event_json(data), EVENT_DICTIONARY, EVENT_MIN_SIZE))
                 for kind, data in events]
         with self._store.transaction() as db:
-            for row in rows:
-                db.execute(_APPEND, row)
+            number = timeline.number(db, session_id) if rows else 0
+            codes = {kind: timeline.code(db, kind) for _, kind, _ in rows}
+            for at, kind, data in rows:
+                db.execute(timeline.APPEND, (number, at, codes[kind], data))
             if record is not None:
                 _write_row(db, record)
 
