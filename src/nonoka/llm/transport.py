@@ -6,7 +6,8 @@ one JSON body and read a stream of ``data:`` events; a ``Dialect`` says how a ve
 error answers, last event and variables differ. What they share lives here: the
 blocking exchange on a daemon worker thread (one the process keeps, when it passes its
 ``nonoka.llm.workers.Workers``), whose parsed events cross to the event loop
-through an ``asyncio.Queue`` (so sinks run on the loop thread, and cancelling the
+through an ``asyncio.Queue``, those of one socket read in one batch (so sinks run on
+the loop thread, the loop wakes once a read, not once an event, and cancelling the
 awaiting task shuts the socket down, which ends the worker at once); the retry loop
 (rate limits, 5xx, timeouts and dropped connections, only while nothing has been
 delivered to the caller); how an HTTP error, a network failure and a ``Retry-After``
@@ -248,11 +249,11 @@ class Transport:
                        early: EarlyRequest | None = None) -> None:
         """One HTTP exchange; raises ``Failure`` when it did not yield a whole answer."""
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[object] = asyncio.Queue()
+        queue: asyncio.Queue[list[object]] = asyncio.Queue()
 
-        def post(item: object) -> None:
+        def post(items: list[object]) -> None:
             with suppress(RuntimeError):  # the loop is gone: nobody is listening any more
-                loop.call_soon_threadsafe(queue.put_nowait, item)
+                loop.call_soon_threadsafe(queue.put_nowait, items)
 
         exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early,
                             self.dialect, self.limits,
@@ -263,17 +264,19 @@ class Transport:
             threading.Thread(target=exchange.run, name=self._thread_name, daemon=True).start()
         ended = False
         try:
-            while (item := await queue.get()) is not END:
-                if isinstance(item, Failure):
-                    if item.connection and stream.complete():
-                        break  # the whole answer is here: a server that idles after it
-                    raise item
-                if item is DONE:
-                    stream.done = True
-                elif isinstance(item, dict):
-                    await stream.feed(item, on_text)
-            else:
-                ended = True
+            while not ended:
+                for item in await queue.get():
+                    if item is END:
+                        ended = True
+                        break
+                    if isinstance(item, Failure):
+                        if item.connection and stream.complete():
+                            return  # the whole answer is here: a server that idles after it
+                        raise item
+                    if item is DONE:
+                        stream.done = True
+                    elif isinstance(item, dict):
+                        await stream.feed(item, on_text)
         finally:
             if not ended:  # a failure or a cancel: the connection is not kept either
                 exchange.abort()
@@ -422,8 +425,10 @@ KEEPALIVE_TYPES = frozenset({"ping", "keepalive", "keep-alive", "heartbeat"})
 
 
 class Exchange:
-    """One blocking request/response on the worker thread; results go through ``post``:
-    each ``data:`` payload decoded, ``DONE`` for ``[DONE]``, a ``Failure``, then ``END``.
+    """One blocking request/response on the worker thread; results go through ``post``,
+    in order, a list at a time (what one socket read brought, and the last with
+    ``END``): each ``data:`` payload decoded, ``DONE`` for ``[DONE]``, a ``Failure``,
+    then ``END``.
 
     With ``connections`` (the process's ``nonoka.llm.connections.Connections``) the
     request goes on an idle kept connection to the endpoint when there is one (a kept
@@ -439,7 +444,7 @@ class Exchange:
     progress) or an exchange longer than ``deadline`` ends it with a ``Failure``."""
 
     def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
-                 timeout: float, post: Callable[[object], None],
+                 timeout: float, post: Callable[[list[object]], None],
                  early: EarlyRequest | None = None, dialect: Dialect = OPENAI,
                  limits: StreamLimits | None = None,
                  connections: Connections | None = None) -> None:
@@ -459,7 +464,9 @@ class Exchange:
         self._body = body
         self._headers = headers
         self._timeout = timeout
-        self._post = post
+        self._send_out = post
+        self._outbox: list[object] = []
+        """What the next ``post`` hands over."""
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._aborted = False
@@ -504,8 +511,18 @@ class Exchange:
                                    retryable=_retryable_exception(exc), connection=True))
         finally:
             self._post(END)
+            self._flush()
             if kept is not None:
                 self._keep(*kept)
+
+    def _post(self, item: object) -> None:
+        self._outbox.append(item)
+
+    def _flush(self) -> None:
+        """Hand what was posted since the last flush to the loop, in one call."""
+        if self._outbox:
+            items, self._outbox = self._outbox, []
+            self._send_out(items)
 
     def _keep(self, conn: http.client.HTTPConnection,
               response: http.client.HTTPResponse) -> None:
@@ -651,6 +668,7 @@ class Exchange:
         import http.client
 
         while True:
+            self._flush()  # the events of the last read, before waiting for more
             self._wait_next()
             try:
                 piece = response.read1(READ_SIZE)

@@ -211,7 +211,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         for name, value in {**self._answer_headers(), **closing, **(extra or {})}.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        self._last_write(data)
 
     def _send_json(self, status: int, payload: Any, extra: dict[str, str] | None = None) -> None:
         self._send(status, "application/json", json.dumps(payload).encode(), extra)
@@ -244,7 +244,13 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         if self._linger is not None:
             self._hold()
             return
-        self.wfile.write(b"0\r\n\r\n")
+        self._last_write(b"0\r\n\r\n")
+
+    def _last_write(self, data: bytes) -> None:
+        """Write an answer's last bytes; the connection counts as idle (``close_idle``)
+        before they leave, so a client that has read them finds it so."""
+        self.server.owner._busy(self.connection, False)
+        self.wfile.write(data)
 
     def _hang_up(self) -> None:
         """Stop a stream without ending it (a dropped connection), or hold it open."""
