@@ -72,7 +72,7 @@ def open_database(path: str | os.PathLike[str], *, ours_only: bool = False
     where = f"database {file}"
     created = _create_private(file)
     try:
-        identity = _check_header(file, where, created)
+        identity, size = _check_file(file, where, created)
         try:
             db = sqlite3.connect(
                 file, isolation_level=None, check_same_thread=False, timeout=busy_timeout()
@@ -83,7 +83,7 @@ def open_database(path: str | os.PathLike[str], *, ours_only: bool = False
             if _identity(file) != identity:  # swapped between the checks and the open
                 raise StoreError(f"{where} was replaced while it was being opened; "
                                  "the file was left as it is. Try again")
-            _configure(db, where, ours_only)
+            _configure(db, file, where, size, ours_only)
         except BaseException:
             db.close()
             raise
@@ -122,8 +122,8 @@ def open_read_only(path: str | os.PathLike[str], *, ours_only: bool = False
     where = f"database {file}"
     if not os.path.lexists(file):
         raise StoreError(f"{where} does not exist")
-    identity = _check_header(file, where, created=False)
-    db = connect_read_only(file, where)
+    identity, size = _check_file(file, where, created=False)
+    db = connect_read_only(file, where, size=size)
     try:
         if _identity(file) != identity:
             raise StoreError(f"{where} was replaced while it was being opened; "
@@ -147,9 +147,11 @@ def open_read_only(path: str | os.PathLike[str], *, ours_only: bool = False
     return db
 
 
-def connect_read_only(file: Path, where: str | None = None) -> sqlite3.Connection:
-    """A read-only connection, without checks: ``mode=ro``; ``immutable=1`` when the
-    ``-shm`` cannot be made and no ``-wal`` holds commits (see the module)."""
+def connect_read_only(file: Path, where: str | None = None, *, size: int | None = None
+                      ) -> sqlite3.Connection:
+    """A read-only connection: ``mode=ro``; ``immutable=1`` when the ``-shm`` cannot be
+    made and no ``-wal`` holds commits (see the module). With the ``size`` ``_check_file``
+    found, the header is checked too (``_check_header``); without, nothing is."""
     where = where or f"database {file}"
     uri = Path(os.path.abspath(file)).as_uri()
     for query in ("mode=ro", "immutable=1"):
@@ -159,9 +161,14 @@ def connect_read_only(file: Path, where: str | None = None) -> sqlite3.Connectio
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {where} for reading: {exc}") from exc
         try:
+            if size is not None:
+                _check_header(db, file, where, size)
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             register(db)
             return db
+        except StoreError:
+            db.close()
+            raise
         except sqlite3.OperationalError as exc:
             db.close()
             if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_CANTOPEN or query != "mode=ro":
@@ -177,10 +184,12 @@ def connect_read_only(file: Path, where: str | None = None) -> sqlite3.Connectio
     raise AssertionError("unreachable")
 
 
-def _configure(db: sqlite3.Connection, where: str, ours_only: bool) -> None:
+def _configure(db: sqlite3.Connection, file: Path, where: str, size: int,
+               ours_only: bool) -> None:
     register(db)  # ``entry_text``: the search index reads entry rows through it
     try:
         # Read-only checks first: a foreign or newer file must not be touched.
+        _check_header(db, file, where, size)
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()
         if ours_only:
             _check_ours(db, where)
@@ -264,10 +273,20 @@ def _create_private(file: Path) -> bool:
     return True
 
 
-def _check_header(file: Path, where: str, created: bool) -> tuple[int, int]:
+def _check_file(file: Path, where: str, created: bool) -> tuple[tuple[int, int], int]:
     """Refuse what is not a regular file of our own (a symlink, a FIFO, SQLite's side
-    files as symlinks), an old empty file, a non-empty file that is not SQLite, or one
-    shorter than its header says. Returns the file's identity, checked again once open."""
+    files as symlinks) and an old empty file, from the file's metadata alone. Returns the
+    file's identity, checked again once open, and its size.
+
+    The file itself is not opened here: POSIX locks belong to the process, and closing
+    any descriptor of a file drops all of them, so a read and close of the header while
+    another connection of this process had the file open (``nonoka serve`` opens it for
+    its keys too) let another process take the file for unused, fold the write-ahead log
+    in and delete it under that connection, whose later commits went nowhere. The header
+    is checked through SQLite instead (``_check_header``), which shares one descriptor
+    per file among a process's connections. Only a file beside a rollback journal, which
+    SQLite would replay into it on its first read (nonoka's files never have one: they
+    are WAL), is read here first."""
     for companion in _COMPANIONS:
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISREG(os.lstat(f"{file}{companion}").st_mode):
@@ -275,33 +294,66 @@ def _check_header(file: Path, where: str, created: bool) -> tuple[int, int]:
                     f"{where}: {file.name}{companion} is not a regular file (a symlink?); "
                     "nonoka does not follow links for its database. Remove it")
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if os.path.islink(file):
-            raise StoreError(
-                f"{where} is a symlink; nonoka does not follow links for its database (a "
-                "repository could commit one pointing at any file). Remove the link, or "
-                "point NONOKA_DATABASE_URL at the real file") from exc
-        raise StoreError(f"cannot read {where}: {exc}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise StoreError(f"{where} is not a regular file (a FIFO, device or socket); "
-                             "the file was left as it is. Move it away")
-        head = os.pread(fd, _HEADER_SIZE, 0)
+        info = os.lstat(file)
     except OSError as exc:
         raise StoreError(f"cannot read {where}: {exc}") from exc
-    finally:
-        os.close(fd)
-    size, identity = info.st_size, (info.st_dev, info.st_ino)
-    if not head:
+    if stat.S_ISLNK(info.st_mode):
+        raise StoreError(
+            f"{where} is a symlink; nonoka does not follow links for its database (a "
+            "repository could commit one pointing at any file). Remove the link, or "
+            "point NONOKA_DATABASE_URL at the real file")
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(f"{where} is not a regular file (a FIFO, device or socket); "
+                         "the file was left as it is. Move it away")
+    if not os.access(file, os.R_OK):
+        raise StoreError(f"cannot read {where}: permission denied")
+    identity = (info.st_dev, info.st_ino)
+    if info.st_size == 0:
         if not created and time.time() - info.st_mtime > NEW_FILE_SECONDS \
                 and not _has_wal(file):
             raise StoreError(
                 f"{where} is empty (0 bytes) but not new: a database that was emptied, or "
                 "a file that is not nonoka's; the file was left as it is. Restore it from "
                 "a backup, or move it away to start a new one")
-        return identity  # a new, empty database
+    elif _has_journal(file):
+        _check_raw_header(file, where, info.st_size)
+    return identity, info.st_size
+
+
+def _check_header(db: sqlite3.Connection, file: Path, where: str, size: int) -> None:
+    """Refuse, through the connection and before anything is written, a non-empty file
+    that is not SQLite and one shorter than its header says: SQLite reports the first as
+    not a database and the second (with no write-ahead log to make up the difference) as
+    malformed, when it first reads the header."""
+    if size == 0:
+        return
+    try:
+        db.execute("PRAGMA page_count").fetchone()
+    except sqlite3.DatabaseError as exc:
+        code = exc.sqlite_errorcode & 0xFF
+        if code == sqlite3.SQLITE_NOTADB:
+            raise StoreError(
+                f"{where} is not a SQLite database (bad or truncated header); "
+                "the file was left as it is. Move it away or pick another path.") from exc
+        if code == sqlite3.SQLITE_CORRUPT:
+            # A damaged file, refused anyway: its own bytes say whether it is cut short.
+            _check_raw_header(file, where, size)
+            raise StoreError(f"{where} is not a usable SQLite database ({exc}); the file "
+                             "was left as it is") from exc
+        raise
+
+
+def _check_raw_header(file: Path, where: str, size: int) -> None:
+    """The header's checks on the file's own bytes, for a file SQLite must not read
+    first (see ``_check_file``)."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            head = os.pread(fd, _HEADER_SIZE, 0)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StoreError(f"cannot read {where}: {exc}") from exc
     if len(head) < _HEADER_SIZE or not head.startswith(_MAGIC):
         raise StoreError(
             f"{where} is not a SQLite database (bad or truncated header); "
@@ -311,14 +363,17 @@ def _check_header(file: Path, where: str, created: bool) -> tuple[int, int]:
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(head[28:32], "big")
     size_is_valid = head[24:28] == head[92:96] and pages > 0
-    # While a WAL file holds frames a checkpoint may be half done; trust the header only
-    # when there is none.
     if size_is_valid and size < page_size * pages and not _has_wal(file):
         raise StoreError(
             f"{where} is truncated ({size} bytes, its header says {page_size * pages}); "
             "the file was left as it is. Restore it from a backup or move it away."
         )
-    return identity
+
+
+def _has_journal(file: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return os.stat(f"{file}-journal").st_size > 0
+    return False
 
 
 def _has_wal(file: Path) -> bool:
