@@ -151,8 +151,11 @@ class AnthropicChatModel(HTTPModel):
                      options: CallOptions | None = None) -> bytes:
         """The exact bytes :meth:`complete_with` posts for ``messages``, ``tools`` and
         ``options``."""
-        return request_body(self.model, conversation(messages, self._memo), tools,
-                            self._call_fields(options)[0],
+        return self._body(messages, tools, options, self._call_fields(options)[0])
+
+    def _body(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
+              options: CallOptions | None, fields: dict[str, Any]) -> bytes:
+        return request_body(self.model, conversation(messages, self._memo), tools, fields,
                             cache_control(self._cache_setting(options)),
                             eager=(options and options.eager_input_streaming) or ()).encode()
 
@@ -181,13 +184,13 @@ class AnthropicChatModel(HTTPModel):
         on_reasoning: ReasoningSink | None = None,
         options: CallOptions | None = None,
     ) -> ModelResponse:
-        body = self.request_body(messages, tools, options)
+        fields, notes = self._call_fields(options)  # once: the body's, and what it left out
+        body = self._body(messages, tools, options, fields)
         one_hour = self._one_hour(options)
         stream = await self._transport.run(
             body, lambda: _Stream(on_text=on_text, on_reasoning=on_reasoning), None)
         response = stream.response(self.model, self._cost_function(one_hour),
                                    self._endpoint.url)
-        notes = self._call_fields(options)[1]
         if not notes:
             return response
         warning = dropped_warning(notes, "the Messages API")

@@ -172,6 +172,8 @@ class ScriptedHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        self._unsent: list[bytes] = []
+        """Chunks not written yet (``_chunk``)."""
         self.server.owner._accepted(self.connection)
 
     def finish(self) -> None:
@@ -238,13 +240,25 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        """Add ``data`` to the stream as one chunk; it leaves with the next ``_flush``
+        (an answer that is ready at once leaves in one write, as it would behind a
+        server's buffer, not one small packet per event)."""
+        self._unsent.append(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _flush(self) -> None:
+        if self._unsent:
+            data = b"".join(self._unsent)
+            self._unsent.clear()
+            self.wfile.write(data)
 
     def _end_stream(self) -> None:
         if self._linger is not None:
             self._hold()
             return
-        self._last_write(b"0\r\n\r\n")
+        self._unsent.append(b"0\r\n\r\n")
+        data = b"".join(self._unsent)
+        self._unsent.clear()
+        self._last_write(data)
 
     def _last_write(self, data: bytes) -> None:
         """Write an answer's last bytes; the connection counts as idle (``close_idle``)
@@ -257,6 +271,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         if self._linger is not None:
             self._hold()
             return
+        self._flush()
         self.close_connection = True
         self.connection.shutdown(socket.SHUT_RDWR)
 
@@ -266,11 +281,12 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         linger = self._linger
         assert linger is not None
         self.close_connection = True  # the stream never ended
+        self._flush()
         closing: threading.Event = self.server.owner._closing
         while not closing.wait(linger.ping):
             if linger.ping is not None:
                 self._chunk(self.KEEPALIVE)
-                self.wfile.flush()
+                self._flush()
 
     def _flood(self, step: Flood) -> None:
         """A stream whose one ``data:`` line never ends: ``step.size`` bytes, then hang up."""
@@ -280,6 +296,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         left = step.size
         while left > 0:
             self._chunk(block[:left])
+            self._flush()
             left -= len(block)
         self.close_connection = True
         with suppress(OSError):  # the client may have hung up already
