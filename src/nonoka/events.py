@@ -55,6 +55,10 @@ class ModelCalled:
     """The call's reasoning as stored, with the provider's metadata (a signature)."""
     provider_metadata: ProviderMetadata | None = None
     """What the provider attached to the answer itself."""
+    finish: str | None = None
+    """Why the model stopped, as the adapter normalised it (``stop``, ``length``,
+    ``tool_calls``, ``content_filter``...); ``None`` for a call that is not the answer (a
+    compaction's summary), so a front end can say an answer was cut short."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import SessionRecord
 from nonoka.testing import call, text
+from nonoka.testing.replies import Reply
 from nonoka.testing.server import ScriptedOpenAIServer
 from tests.serve.harness import Served, sse
 
@@ -165,3 +166,16 @@ def test_a_retried_request_is_answered_from_the_store(client: OpenAI, scripted: 
     assert len(server.requests) == 2  # the retry was not sent to the model
     [record] = records(project)
     assert record.message_count == 4
+
+
+def test_an_answer_the_model_cut_says_so(client: OpenAI, scripted: list[Any]) -> None:
+    scripted += [Reply(text="Once upon a", finish_reason="length"),
+                 Reply(text="Once upon", finish_reason="length"),
+                 Reply(text="", finish_reason="content_filter")]
+    cut = complete(client, [user("a story")], max_tokens=3)
+    assert cut.choices[0].message.content == "Once upon a"
+    assert cut.choices[0].finish_reason == "length"
+    chunks = streamed(client, [user("another story")], max_tokens=2)
+    assert chunks[-1].choices[0].finish_reason == "length"
+    filtered = complete(client, [user("something else")])
+    assert filtered.choices[0].finish_reason == "content_filter"

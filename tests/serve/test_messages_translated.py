@@ -523,3 +523,16 @@ def test_claude_code_compacts_on_an_openai_overflow(tmp_path: Path) -> None:
     assert second["result"] == "Noted: Overflow now."
     for body in upstream.requests:
         valid_request(body)
+
+
+def test_the_models_own_reason_names_the_stop(claude: Anthropic, script: list[Any]) -> None:
+    # the output stayed under max_tokens (no usage to tell it): the model's reason does
+    script += [Reply(text="A long", finish_reason="length", output_tokens=2),
+               Reply(text="", finish_reason="content_filter", output_tokens=1)]
+    cut = claude.messages.create(model="claude-x", max_tokens=64,
+                                 messages=[{"role": "user", "content": "At length."}])
+    assert cut.stop_reason == "max_tokens" and cut.usage.output_tokens == 2
+    with claude.messages.stream(model="claude-x", max_tokens=64, messages=[
+            {"role": "user", "content": "Something else."}]) as stream:
+        refused = stream.get_final_message()
+    assert refused.stop_reason == "refusal"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nonoka.events import RunWarning, TextDelta
+from nonoka.llm.base import ModelResponse, Usage
 from nonoka.runtime.agent import Agent
 from nonoka.runtime.session import Session
 from nonoka.state.messages import Message
@@ -185,3 +186,23 @@ def test_the_turn_service_knows_no_front_end() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert json.loads(done.stdout.replace("'", '"')) == []
+
+
+async def test_the_models_own_finish_reason_is_in_the_outcome_and_the_timeline(
+        tmp_path: Path) -> None:
+    cut = ModelResponse(text="Once upon a", finish_reason="length",
+                        usage=Usage(input_tokens=3, output_tokens=2))
+    outcome = await one_turn(tmp_path, Opening(None, TurnInput("prompt", "a story")),
+                             Agent(model=ScriptedModel([cut])))
+    # the turn itself ended well; the model says it cut the answer at its limit
+    assert outcome.finish_reason == "stop" and outcome.model_finish == "length"
+    assert outcome.session_id is not None
+    turn = TurnService.open(tmp_path)
+    try:
+        logged = await turn.stores.events.list_events(outcome.session_id, limit=100)
+    finally:
+        await turn.close()
+    assert [e.data.get("finish") for e in logged if e.kind == "model_call"] == ["length"]
+    answered = await one_turn(tmp_path, Opening(outcome.session_id, TurnInput("prompt", "hi")),
+                              agent("hello"))
+    assert answered.model_finish == "stop"

@@ -202,6 +202,8 @@ export interface Finish {
   /** This request's total. */
   usage: UsageTotals;
   termination?: FinishTermination | null;
+  /** Why the model stopped the request's last answer, in Chat Completions' names: `length` (cut at its output limit), `content_filter`, `stop`, `tool_calls` (another provider's reason is kept as sent). Absent when no model answered in this request (a stored answer sent again) — and from older bridges. */
+  model_finish?: string | null;
   /** Conversation entries stored for the session when the request ended; a provider sends the highest it saw back as the next request's `revision`. */
   revision?: number | null;
 }

@@ -561,9 +561,10 @@ class BridgeHandler:
                                              limit=term.limit) if term is not None else None)
         if outcome.failure is not None:
             self._send_error(outcome.failure)
-        await self._finish(outcome.finish_reason, termination)
+        await self._finish(outcome.finish_reason, termination, outcome.model_finish)
 
-    async def _finish(self, reason: str, termination: FinishTermination | None = None) -> None:
+    async def _finish(self, reason: str, termination: FinishTermination | None = None,
+                      model_finish: str | None = None) -> None:
         # The turn is over: nothing claims the early request any more.
         outcome = self._early.settle() if self._early is not None else None
         usage = TurnUsage()
@@ -578,7 +579,8 @@ class BridgeHandler:
                                                             "reasoning_tokens")) else value
                   for name, value in usage.as_dict().items()}
         self.send(Finish(finish_reason=reason, usage=UsageTotals(**totals),
-                         termination=termination, revision=revision))
+                         termination=termination, model_finish=model_finish,
+                         revision=revision))
 
     async def _fail(self, failure: Failure) -> None:
         """End the request with an error the turn service did not see."""

@@ -434,6 +434,11 @@ class Finish(BaseEvent):
     usage: UsageTotals = Field(default_factory=UsageTotals)
     """This request's total."""
     termination: FinishTermination | None = None
+    model_finish: str | None = None
+    """Why the model stopped the request's last answer, in Chat Completions' names:
+    ``length`` (cut at its output limit), ``content_filter``, ``stop``, ``tool_calls``
+    (another provider's reason is kept as sent). Absent when no model answered in this
+    request (a stored answer sent again) — and from older bridges."""
     revision: int | None = None
     """Conversation entries stored for the session when the request ended; a provider sends
     the highest it saw back as the next request's ``revision``."""

@@ -319,7 +319,13 @@ class _Answer:
                        "usage": self.usage()})
 
     def finish_reason(self) -> str:
-        reason = self.finish.finish_reason if self.finish is not None else "stop"
+        """The turn's end in Chat Completions' names; an answer the model itself cut
+        (``length``, ``content_filter``) says so, as the model said it."""
+        finish = self.finish
+        reason = finish.finish_reason if finish is not None else "stop"
+        if reason == "stop" and finish is not None and \
+                finish.model_finish in ("length", "content_filter"):
+            return finish.model_finish
         return {"tool_calls": "tool_calls", "limit": "length"}.get(reason, "stop")
 
     def usage(self) -> dict[str, Any]:

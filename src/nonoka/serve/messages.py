@@ -97,6 +97,9 @@ CLAUDE_AGENT_HEADER = "x-claude-code-agent-id"
 """The header a Claude Code subagent's requests add, naming the subagent."""
 PROVIDER = "anthropic"
 """The ``provider_metadata`` key of what Anthropic sent (``nonoka.llm.anthropic_wire``)."""
+MODEL_STOPS = {"length": "max_tokens", "content_filter": "refusal"}
+"""The model's own finish reason (``Finish.model_finish``) that an answer's
+``stop_reason`` names, when no Anthropic ``stop_reason`` came with it."""
 _OPTION_FIELDS = ("metadata", "thinking", "top_k", "output_config", "service_tier",
                   "context_management", "container", "mcp_servers", "cache_control",
                   "inference_geo", "speed")
@@ -687,6 +690,9 @@ class _Answer:
             return "tool_use"
         if self.stopped:
             return str(self.stopped["stop_reason"])
+        model_finish = self.finish.model_finish if self.finish is not None else None
+        if model_finish in MODEL_STOPS:
+            return MODEL_STOPS[str(model_finish)]
         if self.limit is not None and self.finish is not None and \
                 self.finish.usage.output_tokens >= self.limit:
             return "max_tokens"

@@ -103,6 +103,9 @@ class Journal:
         self._masked: tuple[str, dict[str, Any]] | None = None
         self.session_id: str | None = None
         self.usage = TurnUsage()
+        self.model_finish: str | None = None
+        """Why the model stopped its turn's last answer (``length``: cut at its output
+        limit); ``None`` when no model answered in this turn (a stored answer re-used)."""
         self.entries: int | None = None
         self.model: str | None = None
         """The model of this turn's last call: the index row names it (a host may switch
@@ -237,11 +240,14 @@ class Journal:
             self.usage.reasoning_tokens += usage.reasoning_tokens
             if usage.cost_usd is not None:
                 self.usage.cost_usd = (self.usage.cost_usd or 0.0) + usage.cost_usd
-            details = {name: value for name, value in (
+            details: dict[str, Any] = {name: value for name, value in (
                 ("cache_read_tokens", usage.cache_read_tokens),
                 ("cache_write_tokens", usage.cache_write_tokens),
                 ("reasoning_tokens", usage.reasoning_tokens)) if value}
             self.model = event.model
+            if event.finish is not None:
+                self.model_finish = event.finish
+                details["finish"] = event.finish
             await self.log("model_call", {
                 "model": event.model, "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd or 0.0,

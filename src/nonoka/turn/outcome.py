@@ -54,3 +54,6 @@ class TurnOutcome:
     failure: Failure | None = None
     """Why the turn ended in ``error``: a raised error or a failed run, as the host hears it."""
     usage: TurnUsage = field(default_factory=TurnUsage)
+    model_finish: str | None = None
+    """Why the model stopped the turn's last answer, as the adapter normalised it
+    (``length``, ``content_filter``...); ``None`` when no model answered in this turn."""

@@ -262,7 +262,8 @@ class TurnService:
             failure = failure_of(result.failure or ModelError(
                 result.error or "the run failed", retryable=result.retryable))
             await journal.error(failure.code, failure.message)
-        return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage)
+        return TurnOutcome(reason, turn.session_id, turn.new, result, failure, journal.usage,
+                           journal.model_finish)
 
     async def finish(self, reason: str, limit: str | None = None, detail: str = "", *,
                      refresh: bool = True) -> None:

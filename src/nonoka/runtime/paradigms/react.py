@@ -126,7 +126,7 @@ class ReActAgent:
         for warning in response.warnings:  # the adapter's: an option not sent, bad usage
             await self.env.emit(RunWarning(warning.code, warning.message, warning.details))
         await self.env.emit(ModelCalled(model.name, response.usage, tuple(response.reasoning),
-                                        response.provider_metadata))
+                                        response.provider_metadata, response.finish_reason))
         for extension in self.env.extensions:
             await extension.after_model_call(self.env.ext_ctx(session, extension), response)
         return response
