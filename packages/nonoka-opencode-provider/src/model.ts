@@ -116,7 +116,11 @@ export function limitError(termination: { reason: string; detail?: string; limit
 }
 
 /** The protocol's finish reasons in the v3 shape (a v2-style string makes OpenCode loop). */
-export function mapFinishReason(reason: FinishReason | string): LanguageModelV3FinishReason {
+export function mapFinishReason(reason: FinishReason | string, modelFinish?: string | null): LanguageModelV3FinishReason {
+  // An answer the model itself cut (its output limit) or filtered ends as it would talking
+  // to the endpoint directly, not as a plain stop.
+  if (reason === "stop" && modelFinish === "length") return { unified: "length", raw: modelFinish };
+  if (reason === "stop" && modelFinish === "content_filter") return { unified: "content-filter", raw: modelFinish };
   switch (reason) {
     case "stop":
       return { unified: "stop", raw: reason };
@@ -604,10 +608,10 @@ class BridgeCall {
             : new NonokaError("internal_error", "the bridge finished the request with an error but did not say which"),
       });
     }
-    this.emitFinish(event.finish_reason, event.usage, event.termination?.reason);
+    this.emitFinish(event.finish_reason, event.usage, event.termination?.reason, event.model_finish);
   }
 
-  private emitFinish(reason: FinishReason, totals: UsageTotals | undefined, termination?: string): void {
+  private emitFinish(reason: FinishReason, totals: UsageTotals | undefined, termination?: string, modelFinish?: string | null): void {
     const usage = totals ?? this.summedUsage();
     const metadata: SharedV3ProviderMetadata = {
       nonoka: {
@@ -617,6 +621,7 @@ class BridgeCall {
         recovered: this.session?.recovered ?? false,
         recoveryReason: this.session?.reason ?? null,
         finishReason: reason,
+        modelFinish: modelFinish ?? null,
         termination: termination ?? null,
         costUsd: typeof usage.cost_usd === "number" ? usage.cost_usd : null,
         calls: this.callUsage.map((u) => ({
@@ -631,7 +636,7 @@ class BridgeCall {
         errors: this.errors.map((e) => ({ code: e.code, message: e.message, retryable: e.retryable === true })),
       },
     };
-    this.emit({ type: "finish", finishReason: mapFinishReason(reason), usage: mapUsage(usage), providerMetadata: metadata });
+    this.emit({ type: "finish", finishReason: mapFinishReason(reason, modelFinish), usage: mapUsage(usage), providerMetadata: metadata });
   }
 
   private summedUsage(): UsageTotals {

@@ -98,6 +98,18 @@ describe("a chat step", () => {
     assert.deepEqual(meta?.["warnings"], [{ code: "session_id_missing_starting_fresh", message: "started fresh" }]);
   });
 
+  test("an answer the model cut or filtered ends as it would from the endpoint directly", async () => {
+    const model = fakeProvider("model-length", tmp.dir).languageModel();
+    const cut = await collect((await model.doStream(chatCall([user("a story")]))).stream);
+    assert.deepEqual(ofType(cut, "finish")[0]?.finishReason, { unified: "length", raw: "length" });
+    assert.equal(ofType(cut, "finish")[0]?.providerMetadata?.["nonoka"]?.["modelFinish"], "length");
+    const filtered = fakeProvider("model-length", tmp.dir, { env: { FAKE_MODEL_FINISH: "content_filter" } }).languageModel();
+    const result = await filtered.doGenerate(chatCall([user("a story")]));
+    assert.deepEqual(result.finishReason, { unified: "content-filter", raw: "content_filter" });
+    const stopped = fakeProvider("model-length", tmp.dir, { env: { FAKE_MODEL_FINISH: "stop" } }).languageModel();
+    assert.deepEqual((await stopped.doGenerate(chatCall([user("a story")]))).finishReason, { unified: "stop", raw: "stop" });
+  });
+
   test("CRLF lines, U+2028 in text and a last line without newline are read", async () => {
     const parts = await collect((await fakeProvider("crlf-no-final-newline", tmp.dir).languageModel().doStream(chatCall([user("go")]))).stream);
     assert.equal(ofType(parts, "text-delta")[0]?.delta, "a\u2028b");

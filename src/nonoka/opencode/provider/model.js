@@ -41,7 +41,13 @@ export function limitError(termination) {
         `${raise} and send your next message: the same session goes on with what it has spent so far.`, false, limit !== undefined ? { limit } : {});
 }
 /** The protocol's finish reasons in the v3 shape (a v2-style string makes OpenCode loop). */
-export function mapFinishReason(reason) {
+export function mapFinishReason(reason, modelFinish) {
+    // An answer the model itself cut (its output limit) or filtered ends as it would talking
+    // to the endpoint directly, not as a plain stop.
+    if (reason === "stop" && modelFinish === "length")
+        return { unified: "length", raw: modelFinish };
+    if (reason === "stop" && modelFinish === "content_filter")
+        return { unified: "content-filter", raw: modelFinish };
     switch (reason) {
         case "stop":
             return { unified: "stop", raw: reason };
@@ -535,9 +541,9 @@ class BridgeCall {
                     : new NonokaError("internal_error", "the bridge finished the request with an error but did not say which"),
             });
         }
-        this.emitFinish(event.finish_reason, event.usage, event.termination?.reason);
+        this.emitFinish(event.finish_reason, event.usage, event.termination?.reason, event.model_finish);
     }
-    emitFinish(reason, totals, termination) {
+    emitFinish(reason, totals, termination, modelFinish) {
         const usage = totals ?? this.summedUsage();
         const metadata = {
             nonoka: {
@@ -547,6 +553,7 @@ class BridgeCall {
                 recovered: this.session?.recovered ?? false,
                 recoveryReason: this.session?.reason ?? null,
                 finishReason: reason,
+                modelFinish: modelFinish ?? null,
                 termination: termination ?? null,
                 costUsd: typeof usage.cost_usd === "number" ? usage.cost_usd : null,
                 calls: this.callUsage.map((u) => ({
@@ -561,7 +568,7 @@ class BridgeCall {
                 errors: this.errors.map((e) => ({ code: e.code, message: e.message, retryable: e.retryable === true })),
             },
         };
-        this.emit({ type: "finish", finishReason: mapFinishReason(reason), usage: mapUsage(usage), providerMetadata: metadata });
+        this.emit({ type: "finish", finishReason: mapFinishReason(reason, modelFinish), usage: mapUsage(usage), providerMetadata: metadata });
     }
     summedUsage() {
         let cost = null;
