@@ -32,9 +32,14 @@ def test_the_finish_carries_the_models_reason(
 
 
 @pytest.fixture
-def anthropic(scripted: list[ScriptItem]) -> Iterator[ScriptedAnthropicServer]:
+def replies() -> list[AnthropicReply]:
+    return []
+
+
+@pytest.fixture
+def anthropic(replies: list[AnthropicReply]) -> Iterator[ScriptedAnthropicServer]:
     def next_step(body: dict[str, Any]) -> Any:
-        return scripted.pop(0)
+        return replies.pop(0)
 
     with ScriptedAnthropicServer(next_step) as running:
         yield running
@@ -42,13 +47,13 @@ def anthropic(scripted: list[ScriptItem]) -> Iterator[ScriptedAnthropicServer]:
 
 
 def test_an_anthropic_answer_cut_at_max_tokens_is_length(
-        project: Path, scripted: list[ScriptItem],
+        project: Path, replies: list[AnthropicReply],
         anthropic: ScriptedAnthropicServer) -> None:
     bridge = Bridge(project, None)
     bridge.env.update({"NONOKA_MODEL": "anthropic:claude-haiku-4-5",
                        "ANTHROPIC_BASE_URL": anthropic.base_url,
                        "ANTHROPIC_API_KEY": "sk-ant-test"})
-    scripted.append(AnthropicReply(text="Once upon a", stop_reason="max_tokens"))
+    replies.append(AnthropicReply(text="Once upon a", stop_reason="max_tokens"))
     events = bridge.run(chat([user("tell me a story")]))
     assert events[-1]["finish_reason"] == "stop"
     assert events[-1]["model_finish"] == "length", events

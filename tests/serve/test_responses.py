@@ -19,6 +19,7 @@ from nonoka.serve.ids import parse_response_id
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import SessionRecord
 from nonoka.testing import call, text
+from nonoka.testing.replies import Reply
 from nonoka.testing.server import ScriptedOpenAIServer
 from tests.serve.conftest import UPSTREAM_KEY
 from tests.serve.harness import Served, valid_events, valid_response
@@ -302,3 +303,18 @@ def test_the_session_commands_see_responses(client: OpenAI, scripted: list[Any],
     assert found.returncode == 0 and point.session_id in found.stdout
     exported = run_nonoka(project, "sessions", "export", point.session_id, env=env)
     assert exported.returncode == 0 and first.id in exported.stdout
+
+
+def test_an_answer_the_model_cut_or_filtered_is_incomplete(client: OpenAI,
+                                                           scripted: list[Any]) -> None:
+    scripted += [Reply(text="Once upon a", finish_reason="length"),
+                 Reply(text="", finish_reason="content_filter")]
+    cut = client.responses.create(model="m", input="A story", max_output_tokens=16)
+    assert cut.status == "incomplete" and cut.output_text == "Once upon a"
+    assert cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens"
+    stream = client.responses.create(model="m", input="Something else", stream=True)
+    final = [event for event in stream][-1]
+    assert final.type == "response.incomplete"
+    assert final.response.incomplete_details is not None
+    assert final.response.incomplete_details.reason == "content_filter"
