@@ -175,6 +175,8 @@ class Script:
             case "cache":
                 return Reply(text="CACHE-DONE", input_tokens=1200, cached_tokens=1000,
                              output_tokens=9, reasoning_tokens=3)
+            case "length":
+                return Reply(text="LENGTH-CUT", finish_reason="length", output_tokens=9)
             case "overflow" if seen == 1:
                 return context_length_exceeded()
             case "quota" if seen == 1:
@@ -677,6 +679,16 @@ def test_cached_usage_reaches_the_session_stats(world: World) -> None:
     assert stats[0] == stats[1], stats
     tokens = stats[1][-1]["tokens"]
     assert tokens["cache"]["read"] == 1000 and tokens["reasoning"] == 3, tokens
+
+
+def test_an_answer_the_model_cut_finishes_as_it_does_directly(world: World) -> None:
+    direct, nonoka = world.both(("m", "default"), "CASE-length: hello")
+    _ok(direct)
+    _ok(nonoka)
+    same(direct, nonoka)
+    finishes = [[m["info"].get("finish") for m in world.get(f"/session/{run.session_id}/message")
+                 if m["info"]["role"] == "assistant"] for run in (direct, nonoka)]
+    assert finishes[0] == finishes[1] and finishes[1][-1] == "length", finishes
 
 
 def test_a_context_overflow_compacts_and_goes_on(world: World) -> None:
