@@ -10,10 +10,16 @@ own on a fresh project. Three measurements:
 
 1. Per-request overhead, side by side: each request through ``nonoka serve`` alternates
    with the same exchange sent to the scripted endpoint directly (the request ``nonoka
-   serve`` makes: the same messages), new connections both ways; p50 and p99 of each, and
-   the p50 difference. For the Responses API (a new response each time, and a
-   ``previous_response_id`` chain), Chat Completions (a growing history) and
-   ``/v1/messages`` (a growing history, a server on an ``anthropic:`` model).
+   serve`` makes: the same messages); p50 and p99 of each, and the p50 difference. For
+   the Responses API (a new response each time, and a ``previous_response_id`` chain),
+   Chat Completions (a growing history) and ``/v1/messages`` (a growing history, a
+   server on an ``anthropic:`` model). Two sets of rows, each on conversations of its
+   own: "new connections" (the goals) opens a new connection for every request both
+   ways, to ``nonoka serve`` and to the endpoint; "kept connections" is how an SDK client
+   calls: one connection to ``nonoka serve`` kept from request to request, and one to
+   the endpoint for the direct requests. Either way ``nonoka serve`` keeps its own
+   connections to the endpoint (``nonoka.llm.connections``): the scripted endpoints
+   speak HTTP/1.1 keep-alive as the providers do.
 2. Storage: a chain of ``--turns`` responses (``previous_response_id``), questions and
    answers of 200-800 characters; the SQLite file (its write-ahead log folded in)
    against the bytes of every item of the chain as the API gives them (each response's
@@ -43,7 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -90,19 +96,56 @@ class Serve:
         self._log.close()
 
 
+class Post(Protocol):
+    """How a request is sent (``post``, or a ``Kept`` client's)."""
+
+    def __call__(self, port: int, path: str, body: Any,
+                 headers: dict[str, str] | None = None) -> dict[str, Any]: ...
+
+
 def post(port: int, path: str, body: Any, headers: dict[str, str] | None = None
          ) -> dict[str, Any]:
+    """One request on a new connection."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
-        connection.request("POST", path, json.dumps(body),
-                           {"Content-Type": "application/json", **(headers or {})})
-        answer = connection.getresponse()
-        raw = answer.read()
-        if answer.status != 200:
-            raise SystemExit(f"POST {path} answered {answer.status}: {raw[:500]!r}")
-        return dict(json.loads(raw))
+        return exchange(connection, path, body, headers)
     finally:
         connection.close()
+
+
+def exchange(connection: http.client.HTTPConnection, path: str, body: Any,
+             headers: dict[str, str] | None) -> dict[str, Any]:
+    connection.request("POST", path, json.dumps(body),
+                       {"Content-Type": "application/json", **(headers or {})})
+    answer = connection.getresponse()
+    raw = answer.read()
+    if answer.status != 200:
+        raise SystemExit(f"POST {path} answered {answer.status}: {raw[:500]!r}")
+    return dict(json.loads(raw))
+
+
+class Kept:
+    """Requests on one connection per port, kept from request to request (an SDK
+    client's way); a connection the server closed is opened again."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, http.client.HTTPConnection] = {}
+
+    def __call__(self, port: int, path: str, body: Any,
+                 headers: dict[str, str] | None = None) -> dict[str, Any]:
+        connection = self._open.get(port)
+        if connection is None:
+            connection = self._open[port] = http.client.HTTPConnection(
+                "127.0.0.1", port, timeout=120)
+        try:
+            return exchange(connection, path, body, headers)
+        except (http.client.RemoteDisconnected, ConnectionError):
+            connection.close()  # idle too long for the server: as a client would, again
+            return exchange(connection, path, body, headers)
+
+    def close(self) -> None:
+        for connection in self._open.values():
+            connection.close()
 
 
 def get(port: int, path: str) -> dict[str, Any]:
@@ -141,8 +184,8 @@ def passage(rng: random.Random, corpus: str) -> str:
 @contextmanager
 def upstreams(answer: Callable[[dict[str, Any]], Any]) -> Iterator[dict[str, str]]:
     """Both scripted endpoints, and the environment that points a server at them."""
-    with ScriptedOpenAIServer(answer) as chat, \
-            ScriptedAnthropicServer(lambda _body: ANSWER) as anthropic:
+    with ScriptedOpenAIServer(answer, keep_alive=True) as chat, \
+            ScriptedAnthropicServer(lambda _body: ANSWER, keep_alive=True) as anthropic:
         yield {"OPENAI_BASE_URL": chat.base_url, "OPENAI_API_KEY": "sk-bench",
                "ANTHROPIC_BASE_URL": anthropic.base_url, "ANTHROPIC_API_KEY": "sk-bench",
                "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": "",
@@ -180,48 +223,56 @@ def overhead(reps: int, root: Path, results: dict[str, float]) -> None:
                 post(serve.port, "/v1/responses", {"model": "m", "input": f"warm {warm}"})
                 post(chat_port, "/v1/chat/completions", {"model": "m", "messages": [
                     {"role": "user", "content": "warm"}]})
-            cases = cases_for(serve.port, claude.port, chat_port, anthropic_port)
-            for name, (through, direct) in cases.items():
-                served, plain = paired(reps, through, direct)
-                (s50, s99), (d50, d99) = percentiles(served), percentiles(plain)
-                results[f"{name}: serve p50 (ms)"] = s50
-                results[f"{name}: serve p99 (ms)"] = s99
-                results[f"{name}: direct p50 (ms)"] = d50
-                results[f"{name}: direct p99 (ms)"] = d99
-                results[f"overhead p50, {name} (ms)"] = s50 - d50
-                results[f"overhead p99, {name} (ms)"] = s99 - d99
+            kept = Kept()
+            for way, send, tag in (("", post, ""), (", kept connections", kept, "kept ")):
+                cases = cases_for(serve.port, claude.port, chat_port, anthropic_port, send,
+                                  tag)
+                for case, (through, direct) in cases.items():
+                    name = case + way
+                    served, plain = paired(reps, through, direct)
+                    (s50, s99), (d50, d99) = percentiles(served), percentiles(plain)
+                    results[f"{name}: serve p50 (ms)"] = s50
+                    results[f"{name}: serve p99 (ms)"] = s99
+                    results[f"{name}: direct p50 (ms)"] = d50
+                    results[f"{name}: direct p99 (ms)"] = d99
+                    results[f"overhead p50, {name} (ms)"] = s50 - d50
+                    results[f"overhead p99, {name} (ms)"] = s99 - d99
+            kept.close()
         finally:
             serve.stop()
             claude.stop()
 
 
-def cases_for(serve: int, claude: int, chat: int, anthropic: int
+def cases_for(serve: int, claude: int, chat: int, anthropic: int, post: Post, tag: str
               ) -> dict[str, tuple[Callable[[int], None], Callable[[int], None]]]:
-    """Each measured exchange: through ``nonoka serve``, and the same sent directly."""
+    """Each measured exchange: through ``nonoka serve``, and the same sent directly,
+    each by ``post``; ``tag`` starts every text, so each set of rows has conversations
+    of its own."""
     chain: list[str] = []
     history: list[dict[str, str]] = []
     messages: list[dict[str, str]] = []
 
     def response(n: int) -> None:
-        post(serve, "/v1/responses", {"model": "m", "input": f"question {n}"})
+        post(serve, "/v1/responses", {"model": "m", "input": f"{tag}question {n}"})
 
     def response_direct(n: int) -> None:
         post(chat, "/v1/chat/completions", {"model": "m", "messages": [
-            {"role": "user", "content": f"question {n}"}]})
+            {"role": "user", "content": f"{tag}question {n}"}]})
 
     def chained(n: int) -> None:
-        body: dict[str, Any] = {"model": "m", "input": f"next {n}"}
+        body: dict[str, Any] = {"model": "m", "input": f"{tag}next {n}"}
         if chain:
             body["previous_response_id"] = chain[-1]
         chain.append(post(serve, "/v1/responses", body)["id"])
 
     def chained_direct(n: int) -> None:
         path = [m for k in range(n + 1) for m in (
-            {"role": "user", "content": f"next {k}"}, {"role": "assistant", "content": ANSWER})]
+            {"role": "user", "content": f"{tag}next {k}"},
+            {"role": "assistant", "content": ANSWER})]
         post(chat, "/v1/chat/completions", {"model": "m", "messages": path[:-1]})
 
     def completion(n: int) -> None:
-        history.append({"role": "user", "content": f"chat {n}"})
+        history.append({"role": "user", "content": f"{tag}chat {n}"})
         post(serve, "/v1/chat/completions", {"model": "m", "messages": history})
         history.append({"role": "assistant", "content": ANSWER})
 
@@ -229,7 +280,7 @@ def cases_for(serve: int, claude: int, chat: int, anthropic: int
         post(chat, "/v1/chat/completions", {"model": "m", "messages": history[:-1]})
 
     def message(n: int) -> None:
-        messages.append({"role": "user", "content": f"message {n}"})
+        messages.append({"role": "user", "content": f"{tag}message {n}"})
         post(claude, "/v1/messages", {"model": "claude-x", "max_tokens": 100,
                                       "messages": messages},
              {"anthropic-version": "2023-06-01"})
