@@ -156,3 +156,15 @@ def test_a_run_session_continues_through_the_index_like_any_other(
     assert [r["session_id"] for r in json.loads(listed.stdout)] == [sid]
     shown = project.invoke("sessions", "show", sid[:8], monkeypatch=monkeypatch)
     assert "new session" in shown.stdout and "nonoka run" in shown.stdout
+
+
+def test_a_model_call_the_model_cut_short_says_so() -> None:
+    from nonoka.cli.render import describe_event
+    from nonoka.store.records import EventRecord
+
+    def call(**data: object) -> str:
+        return describe_event(EventRecord(session_id="s", kind="model_call",
+                                          data={"model": "m", **data}))[1]
+
+    assert call(finish="length").endswith("· finish: length")
+    assert "finish" not in call(finish="stop") and "finish" not in call()

@@ -311,6 +311,17 @@ def describe_event(event: EventRecord) -> tuple[str, str]:
         return event.kind, json.dumps(event.data, ensure_ascii=False, default=repr)
 
 
+def _model_call(data: dict[str, Any]) -> str:
+    """A model call's line: its model, tokens, cost, and a finish that cut it short."""
+    spent = f"{data.get('model', '?')} · {data.get('input_tokens', 0)} in / " \
+            f"{data.get('output_tokens', 0)} out tokens"
+    if data.get("cost_usd"):
+        spent += f" · {cost(float(data['cost_usd']))}"
+    if data.get("finish") not in (None, "stop", "tool_calls"):  # cut short, or filtered
+        spent += f" · finish: {data['finish']}"
+    return spent
+
+
 def _describe(event: EventRecord) -> tuple[str, str]:
     data, kind = event.data, event.kind
     if kind == "request":
@@ -323,11 +334,7 @@ def _describe(event: EventRecord) -> tuple[str, str]:
             return "recovered", f"session recovered ({data['recovery_reason']})"
         return "session", "new session" if data.get("new") else "continued"
     if kind == "model_call":
-        spent = f"{data.get('model', '?')} · {data.get('input_tokens', 0)} in / " \
-                f"{data.get('output_tokens', 0)} out tokens"
-        if data.get("cost_usd"):
-            spent += f" · {cost(float(data['cost_usd']))}"
-        return "model call", spent
+        return "model call", _model_call(data)
     if kind == "tool_call":
         return "tool call", (f"{data.get('tool_name', '?')} {data.get('arguments', '')} "
                              f"(run by {data.get('executed_by', '?')})")
