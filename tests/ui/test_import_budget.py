@@ -17,8 +17,8 @@ from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.bridge.test_import_budget import imported_modules
 from tests.support.bridge import Bridge, chat, user
 
-UI_MODULES = ("nonoka.ui", "starlette", "uvicorn", "jinja2", "markupsafe", "anyio",
-              "playwright")
+UI_MODULES = ("nonoka.ui", "starlette", "uvicorn", "httptools", "jinja2", "markupsafe",
+              "anyio", "playwright")
 
 
 def sneaked(modules: set[str]) -> list[str]:
