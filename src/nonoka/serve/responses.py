@@ -111,6 +111,13 @@ BRANCHED = "serve_branched"
 request's digests: a retry finds it from the response it continues, after a restart."""
 RETRIES_KEPT = 4096
 """Recent requests whose retry digests this process keeps in memory."""
+RETRY_SESSIONS = 8
+"""The owner's most recently active sessions whose timelines a retry of a request that
+names no session (no ``previous_response_id``, no ``conversation``) is looked for in,
+when this process does not know it (it restarted, or another process served it): a
+client retries within seconds, while its first request's session is among the newest."""
+RETRY_SESSIONS_LISTED = 64
+"""Index rows read to find them (every owner's sessions share the index)."""
 ALL_EVENTS = 1 << 62
 """Why a branch was made: a response continued from a point that is not its tip."""
 
@@ -347,26 +354,45 @@ class Responses:
 
     async def _earlier(self, request: _Request) -> Located | None:
         """The stored response this request repeats, if the client says it repeats one:
-        by this process's recent requests, else by the timeline of the session it
-        continues (a response logs its request's digests)."""
+        by this process's recent requests, else by the timelines where it would have
+        logged its request's digests: the session it continues (``previous_response_id``
+        or ``conversation``), else its owner's most recently active sessions
+        (``RETRY_SESSIONS``). A request without a retry signal reads nothing."""
         wanted = request.retry.wanted if request.retry is not None else None
         if wanted is None:
             return None
         known = self.retries.get(wanted)
-        if known is None and request.previous is not None:
-            sid = request.previous.point.session_id
-            recent = await self.stores.events.list_events(sid, limit=RECENT_EVENTS)
-            known = next((e.data.get("id") for e in reversed(recent)
-                          if e.kind in (RESPONSE_EVENT, BRANCHED)
-                          and isinstance(e.data, dict)
-                          and wanted in (e.data.get("request"), e.data.get("idempotency"))),
-                         None)
+        if known is None:
+            for sid in await self._retry_sessions(request):
+                known = await self._logged(sid, wanted)
+                if known is not None:
+                    break
         if not isinstance(known, str):
             return None
         making = self.running.get(known)
         if making is not None and making[2] == current_owner():
             await making[0].wait()
         return await self._stored(known)
+
+    async def _retry_sessions(self, request: _Request) -> list[str]:
+        """The sessions whose timelines may name the response a retry repeats."""
+        if request.previous is not None:
+            return [request.previous.point.session_id]
+        if request.conversation is not None:
+            return [request.conversation.session_id]
+        owner = current_owner()
+        rows = await self.stores.index.list_sessions(limit=RETRY_SESSIONS_LISTED)
+        return [row.session_id for row in rows
+                if owner_of_record(row.metadata) == owner][:RETRY_SESSIONS]
+
+    async def _logged(self, session_id: str, wanted: str) -> str | None:
+        """The newest response of the session's recent timeline logged with ``wanted``."""
+        recent = await self.stores.events.list_events(session_id, limit=RECENT_EVENTS)
+        found = next((e.data.get("id") for e in reversed(recent)
+                      if e.kind in (RESPONSE_EVENT, BRANCHED) and isinstance(e.data, dict)
+                      and wanted in (e.data.get("request"), e.data.get("idempotency"))),
+                     None)
+        return found if isinstance(found, str) else None
 
     async def _again(self, request: _Request, earlier: Located) -> dict[str, Any]:
         """A retry: the earlier response as stored; made again in its place when its
