@@ -53,6 +53,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from itertools import chain
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from nonoka.bridge.choose import remember_summary
@@ -97,7 +98,7 @@ CLAUDE_AGENT_HEADER = "x-claude-code-agent-id"
 """The header a Claude Code subagent's requests add, naming the subagent."""
 PROVIDER = "anthropic"
 """The ``provider_metadata`` key of what Anthropic sent (``nonoka.llm.anthropic_wire``)."""
-MODEL_STOPS = {"length": "max_tokens", "content_filter": "refusal"}
+MODEL_STOPS = MappingProxyType({"length": "max_tokens", "content_filter": "refusal"})
 """The model's own finish reason (``Finish.model_finish``) that an answer's
 ``stop_reason`` names, when no Anthropic ``stop_reason`` came with it."""
 _OPTION_FIELDS = ("metadata", "thinking", "top_k", "output_config", "service_tier",
