@@ -41,6 +41,7 @@ from nonoka.runtime.agent import Agent
 from nonoka.runtime.runner import Runner
 from nonoka.runtime.session import Session
 from nonoka.runtime.tools import host_tool
+from nonoka.serve import cancels
 from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
 from nonoka.serve.compaction import compaction_item
 from nonoka.serve.conversations import Conversations, Found, hidden_entries
@@ -237,6 +238,9 @@ class Responses:
         self.running: dict[str, tuple[asyncio.Event, dict[str, Any], str]] = {}
         """The responses this process is making: when each ends, its first form (``GET``
         gives it meanwhile; a continuation of it waits for its end), and its owner."""
+        self.watchers: dict[str, asyncio.Task[None]] = {}
+        """The background responses this process is making, each watched for a cancel
+        asked in another process (``nonoka.serve.cancels``)."""
 
     # -- create ------------------------------------------------------------------------------
 
@@ -516,13 +520,22 @@ class Responses:
             run.announce()  # the stream, once begun, ends with the error
             raise
         finally:
-            making = self.running.pop(run.point.id, None) if run.point is not None else None
-            if run.point is not None:
-                self.background.pop(run.point.id, None)
-            if making is not None:
-                making[0].set()
-            if run.point is not None and given.store:
-                self.passes.give(run.point.session_id, request.passes)
+            self._ended(request)
+
+    def _ended(self, request: _Request) -> None:
+        """The response is no longer being made here: whoever waits for it is told."""
+        point = request.run.point
+        if point is None:
+            return
+        making = self.running.pop(point.id, None)
+        self.background.pop(point.id, None)
+        watcher = self.watchers.pop(point.id, None)
+        if watcher is not None:
+            watcher.cancel()
+        if making is not None:
+            making[0].set()
+        if request.given.store:
+            self.passes.give(point.session_id, request.passes)
 
     async def _opened(self, request: _Request, service: TurnService, session_id: str,
                       start: int) -> None:
@@ -542,6 +555,9 @@ class Responses:
                 self.background[run.point.id] = task
             self._remember(request.retry, run.point.id, logged)
         await service.journal.log(RESPONSE_EVENT, logged)
+        if run.point.id in self.background:  # before any client learns its id
+            self.watchers[run.point.id] = asyncio.create_task(self._watch(
+                run.point.id, await cancels.newest_seq(self.stores.events, session_id)))
         continued = request.previous.point.session_id if request.previous else None
         if "request" in logged and request.again is None and \
                 continued not in (None, session_id):
@@ -759,16 +775,23 @@ class Responses:
         return self._resource(await self._found(response_id))
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
-        """``POST /v1/responses/{id}/cancel``: a background response this process is
-        making is stopped (its turn saved as cancelled, what it streamed kept); a finished
-        one is given as it is; a response made without ``background`` cannot be."""
+        """``POST /v1/responses/{id}/cancel``: a background response is stopped (its
+        turn saved as cancelled, what it streamed kept), by this process when it is
+        making it, else by the one that is (``nonoka.serve.cancels``); a finished one is
+        given as it is; a response made without ``background`` cannot be."""
         making = self.running.get(response_id)
         if making is None or making[2] != current_owner():
-            located = await self._found(response_id)
-            made = self._resource(located)
+            point = parse_response_id(response_id)
+            log = self.stores.events
+            seen = await cancels.newest_seq(log, point.session_id) if point else 0
+            made = self._resource(await self._found(response_id))
             if made.get("background") is not True:
                 raise invalid("Cannot cancel a synchronous response.")
-            return made
+            if made["status"] != "in_progress" or point is None:
+                return made
+            await cancels.ask(log, response_id)
+            await cancels.ended(log, self.stores.leases, point.session_id, seen)
+            return self._resource(await self._found(response_id))
         if making[1].get("background") is not True:
             raise invalid("Cannot cancel a synchronous response.")
         task = self.background.get(response_id)
@@ -776,6 +799,13 @@ class Responses:
             task.cancel()
         await making[0].wait()
         return self._resource(await self._found(response_id))
+
+    async def _watch(self, response_id: str, after: int) -> None:
+        """Cancel the background response once another process asks to."""
+        await cancels.watch(self.stores.events, response_id, after)
+        task = self.background.get(response_id)
+        if task is not None:
+            task.cancel()
 
     async def reattach(self, response_id: str, query: Mapping[str, str]
                        ) -> AsyncIterator[dict[str, Any]]:
