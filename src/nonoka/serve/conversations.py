@@ -13,9 +13,12 @@ is deleted); deleting the conversation takes it out of the API and leaves its se
 and so its responses, as they are.
 
 An item's id is the id its response gives it (``GET /v1/responses/{id}/input_items``, the
-response's output) when a response of the conversation stored it or came before it, so
-``item_reference`` resolves it; items added before the conversation's first response
-have ids of the conversation's own.
+response's output) when a response of the conversation stored it or came before it;
+items added before the conversation's first response have ids of the conversation's own
+(a response id's form: the session, entry 0 and the conversation's nonce), which stay
+theirs after responses follow. ``item_reference`` resolves both (``own_item`` the
+latter, for the conversation's owner, while neither the item nor the conversation is
+deleted).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 from nonoka.runtime.session import Session
 from nonoka.serve.errors import invalid, not_found
-from nonoka.serve.ids import ResponsePoint, parse_response_id
+from nonoka.serve.ids import ItemPlace, ResponsePoint, parse_response_id
 from nonoka.serve.inputs import messages_of, resolved
 from nonoka.serve.items import entry_items
 from nonoka.serve.keys import LOCAL, OWNER_KEY, current_owner, owner_of_record
@@ -167,13 +170,42 @@ class Conversations:
         """The conversation ``ident`` names, for this request's owner (else a 404, as
         for an id that never existed)."""
         parsed = parse_conversation_id(ident)
-        record = await self.stores.index.get_session(parsed[0]) if parsed else None
-        data = record.metadata.get(KEY) if record is not None else None
-        if parsed is None or record is None or not isinstance(data, dict) or \
-                data.get("nonce") != parsed[1] or data.get("deleted") or \
-                owner_of_record(record.metadata) != current_owner():
+        found = await self._of(*parsed) if parsed else None
+        if found is None:
             raise not_found("Conversation", ident)
-        return Found(ident, record)
+        return found
+
+    async def _of(self, session_id: str, nonce: str) -> Found | None:
+        """The conversation of ``session_id`` with ``nonce``, for this request's owner."""
+        record = await self.stores.index.get_session(session_id)
+        data = record.metadata.get(KEY) if record is not None else None
+        if record is None or not isinstance(data, dict) or data.get("nonce") != nonce or \
+                data.get("deleted") or owner_of_record(record.metadata) != current_owner():
+            return None
+        return Found(PREFIX + uuid.UUID(session_id).hex + nonce, record)
+
+    async def own_item(self, place: ItemPlace,
+                       sessions: dict[str, Session | None]) -> dict[str, Any] | None:
+        """The item ``place`` names when its id is one of a conversation's own (an item
+        added before the conversation's first response): ``None`` for any other id,
+        another owner's, a deleted item's or a deleted conversation's. ``sessions``:
+        the sessions this request loaded, by id."""
+        point = place.response
+        found = await self._of(point.session_id, point.nonce) if point.start == 0 else None
+        if found is None:
+            return None
+        if point.session_id not in sessions:
+            sessions[point.session_id] = await self.responses.runner.load_session(
+                point.session_id)
+        session = sessions[point.session_id]
+        entries = session.memory.entries if session is not None else ()
+        if place.entry >= len(entries):
+            return None
+        wanted = point.item_id(f"{place.kind}_", place.offset, place.place)
+        # an entry's id depends only on the responses that start at or before it
+        return next((item for item in items_of(entries[:place.entry + 1], point.session_id,
+                                               point.nonce, found.deleted_items)
+                     if item["id"] == wanted), None)
 
     async def get(self, ident: str) -> dict[str, Any]:
         return (await self.find(ident)).resource()

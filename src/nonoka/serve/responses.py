@@ -758,7 +758,8 @@ class Responses:
 
     async def _item(self, ident: str, param: str,
                     sessions: dict[str, Session | None]) -> dict[str, Any]:
-        """The stored item ``ident`` names (an ``item_reference``)."""
+        """The stored item ``ident`` names (an ``item_reference``): a response's, or a
+        conversation's own (added before its first response)."""
         place = parse_item_id(ident)
         located = await self._stored(place.response.id, sessions) if place else None
         if place is not None and located is not None and place.entry < len(located.entries):
@@ -766,6 +767,10 @@ class Responses:
                                     place.offset):
                 if item["id"] == ident:
                     return item
+        own = await self.conversations.own_item(place, sessions) \
+            if place is not None and located is None else None
+        if own is not None:
+            return own
         raise invalid(f"Item with id '{ident}' not found.", param)
 
     async def get(self, response_id: str) -> dict[str, Any]:
