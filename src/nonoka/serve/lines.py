@@ -86,8 +86,16 @@ class LineDecision(BridgeHandler):
                               conversation_key=conversation_key(messages),
                               request_id=secrets.token_hex(8))
         super().__init__(owned(request, owner), _ignore, owner_scope=owner_scope(owner))
+        self._args = (messages, signal, project, spec, owner)
         self._project = str(project)
         self.start = 0
+
+    def again(self) -> LineDecision:
+        """A new decision for the same request, on the same turn service: the session it
+        chose changed before the turn could take it (another request's turn ran there)."""
+        fresh = LineDecision(*self._args)
+        fresh._turn = self._turn
+        return fresh
 
     def service(self, stores: ProjectStores, passes: ConversationPasses, title: str,
                 metadata: Mapping[str, Any]) -> TurnService:

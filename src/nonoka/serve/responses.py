@@ -330,13 +330,28 @@ class Responses:
         response is not found by id)."""
         owner = current_owner()
         signal = request.retry.signal if request.retry is not None else None
-        line = request.line = LineDecision(messages, signal, self.project,
-                                           request.asked.model, owner)
+        line = LineDecision(messages, signal, self.project, request.asked.model, owner)
         title = next((title_from(m.content) for m in reversed(messages)
                       if m.role == "user" and m.content.strip()), "")
         service = line.service(self.stores, request.passes, title, {
             "source": "nonoka serve", **({OWNER_KEY: owner} if owner != LOCAL else {})})
-        return await self._answer(request, service, line.choose, start=0)
+        while True:
+            request.line = line
+            opening = await line.choose()
+            chosen = opening.session
+            if not isinstance(chosen, Session):  # a new session: no other turn has it
+                return await self._answer(request, service, opening, start=0)
+            sid = chosen.session_id
+            lease = new_lease_owner()
+            async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, lease,
+                                                         wait=lease_wait_from_env()):
+                # Where the response starts was worked out from the session as the
+                # decision read it; the turn runs on that only if no other turn ran
+                # there since (two clients sending on one thread at once).
+                if (await service.current(sid, chosen)).revision == chosen.revision:
+                    return await self._answer(request, service, opening, start=line.start,
+                                              owner=lease)
+            line = line.again()  # decided again, on the line as it is now
 
     async def _continue(self, request: _Request, previous: Located) -> dict[str, Any]:
         """Continue from ``previous``, after the entries the input repeats (``repeats``):

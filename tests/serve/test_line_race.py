@@ -1,0 +1,104 @@
+"""Two clients sending on one thread at once (whole histories, named by Codex's
+``session-id``): each gets the response its own history asks for, stored where the
+lineage rules put it — the first continues the line, the second, whose history no
+longer matches the line's tip, a branch where the histories part — never an answer
+stored and its response reported failed.
+
+The order is made by events, not by time: the second request is sent once the first
+turn's model is asked, and the model holds that answer until the second request has
+been placed on the line (its decision read the line while the first turn ran on it)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nonoka.serve.lines import LineDecision
+from nonoka.testing import text
+from nonoka.testing.server import ScriptedOpenAIServer
+from nonoka.turn.service import Opening
+from tests.serve.harness import Served, request
+from tests.serve.test_codex import exported, said
+
+THREAD = {"session-id": "two-at-once"}
+
+
+def user(words: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": words}
+
+
+def said_by(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A response's output as the next request's input items."""
+    return [{"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": part["text"]}
+                         for part in item["content"]]}
+            for item in response["output"] if item["type"] == "message"]
+
+
+@pytest.mark.parametrize("lease_wait", ["0", "30"])
+def test_two_requests_on_one_thread_at_once(project: Path, served: Served,
+                                            scripted: list[Any],
+                                            server: ScriptedOpenAIServer,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            lease_wait: str) -> None:
+    monkeypatch.setenv("NONOKA_LEASE_WAIT", lease_wait)
+    running, placed = threading.Event(), threading.Event()
+    decide: Callable[[LineDecision], Awaitable[Opening]] = LineDecision.choose
+
+    async def watched(line: LineDecision) -> Opening:
+        """The decision as it is; the test learns when the second request's is made."""
+        opening = await decide(line)
+        if any(m.content == "Two?" for m in line.history):
+            placed.set()
+        return opening
+
+    monkeypatch.setattr(LineDecision, "choose", watched)
+
+    def answer(body: dict[str, Any]) -> Any:
+        asked = body["messages"][-1]["content"]
+        if asked == "One?":  # the first turn's answer waits for the second's placing
+            running.set()
+            assert placed.wait(60), "the second request was never placed"
+        return text(f"re {asked}")
+
+    scripted += [text("Hello."), answer, answer]
+    body = {"model": "m", "store": False}
+    status, _, raw = request(served.port, "POST", "/v1/responses",
+                             {**body, "input": [user("Hi.")]}, THREAD)
+    assert status == 200, raw
+    history = [user("Hi."), *said_by(json.loads(raw))]
+    got: dict[str, tuple[int, dict[str, Any]]] = {}
+
+    def ask(prompt: str) -> None:
+        status, _, raw = request(served.port, "POST", "/v1/responses",
+                                 {**body, "input": [*history, user(prompt)]}, THREAD)
+        got[prompt] = (status, json.loads(raw))
+
+    first = threading.Thread(target=ask, args=("One?",))
+    first.start()
+    assert running.wait(60)  # the first turn runs on the line: its model is asked
+    second = threading.Thread(target=ask, args=("Two?",))
+    second.start()
+    first.join(120)
+    second.join(120)
+    for prompt in ("One?", "Two?"):
+        status, response = got[prompt]
+        assert status == 200 and response["status"] == "completed", response
+        assert response["output"][-1]["content"][0]["text"] == f"re {prompt}"
+    # each was asked with its own history, nothing of the other's
+    sent = sorted([m["content"] for m in r["messages"]] for r in server.requests[1:])
+    assert sent == [["Hi.", "Hello.", "One?"], ["Hi.", "Hello.", "Two?"]]
+    lines = {said(s["entries"])[-1][1]: s for s in exported(project)}
+    assert said(lines["re One?"]["entries"]) == [
+        ("user", "Hi."), ("assistant", "Hello."), ("user", "One?"), ("assistant", "re One?")]
+    branch = lines["re Two?"]
+    assert branch["lineage"]["forked_from"] == lines["re One?"]["id"]
+    assert branch["lineage"]["fork_point"] == 2
+    assert said(branch["entries"]) == [
+        ("user", "Hi."), ("assistant", "Hello."), ("user", "Two?"), ("assistant", "re Two?")]
+    assert not [kind for s in lines.values() for kind, _ in s["events"] if kind == "error"]
