@@ -92,6 +92,18 @@ def test_a_compaction_summary_the_host_asked_for_is_an_edit_in_place():
     assert classify(stored(SYSTEM, *FIVE), host).lineage is Lineage.UNRELATED
 
 
+def test_a_summary_in_the_users_words_that_ends_the_history_is_new():
+    """Codex compacting mid-turn sends its kept messages, then the summary, and nothing
+    after it: the model goes on from the summary, which the turn must store."""
+    summary = "[Summary of the earlier conversation]\nWe ran echo one."
+    host = [SYSTEM, u("one"), u(summary)]
+    got = classify(stored(SYSTEM, *FIVE), host, summaries={content_digest(summary)})
+    assert got.lineage is Lineage.EDITED
+    assert got.reason is EditReason.HISTORY_COMPACTED
+    assert got.host_view == [SYSTEM, u("one")]
+    assert got.new == [u(summary)]
+
+
 def test_a_revert_to_turn_two_branches_where_the_histories_part():
     host = [SYSTEM, *FIVE[:5], a("2b"), u("three, differently")]
     got = classify(stored(SYSTEM, *FIVE), host)

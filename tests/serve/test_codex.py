@@ -10,6 +10,7 @@ and answer Codex's remote compaction with exactly one ``compaction`` item."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openai import OpenAI
 
 from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
 from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
@@ -97,6 +99,15 @@ def exported(project: Path) -> list[dict[str, Any]]:
         elif record.get("type") == "event":
             sessions[-1]["events"].append((record["kind"], json.loads(record["data"])))
     return sessions
+
+
+def tree(project: Path) -> list[str]:
+    """The rows ``nonoka sessions list --tree`` prints (lines and their branches)."""
+    done = subprocess.run([sys.executable, "-m", "nonoka", "sessions", "list", "--tree",
+                           "--dir", str(project)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NONOKA_DATABASE_URL": ""})
+    assert done.returncode == 0, done.stderr
+    return [row for row in done.stdout.splitlines() if row.strip()]
 
 
 def thread_of(run: CodexRun) -> str:
@@ -227,23 +238,26 @@ def test_codex_compacts_through_nonoka_and_the_history_stays(
     [compacted] = [r["payload"] for r in codex.rollout() if r["type"] == "compacted"]
     [item] = [i for i in compacted["replacement_history"] if i.get("type") == "compaction"]
     assert read_compaction(item) is not None
-    # nonoka keeps everything: the loop and its summary on the thread's line, and the
-    # line going on from the summary as a branch of it (where Codex's history parted)
-    lines = {line["id"]: line for line in exported(project)}
-    assert len(lines) == 2
-    [root] = [line for line in lines.values() if line["lineage"] is None]
-    [branch] = [line for line in lines.values() if line["lineage"] is not None]
-    for line in (root, branch):
-        assert line["index"]["metadata"]["host_session_id"] == f"codex:{thread}"
-    assert said(root["entries"])[1:] == [
+    # nonoka keeps everything: the thread is one line, edited in place where Codex put
+    # the summary, and the compaction a session of its own (as Claude Code's) holding
+    # the whole loop the summary stands for
+    sessions = exported(project)
+    [line] = [s for s in sessions if s["index"]["metadata"]["purpose"] == "chat"]
+    [compaction] = [s for s in sessions if s["index"]["metadata"]["purpose"] == "compaction"]
+    assert len(sessions) == 2 and line["lineage"] is None and compaction["lineage"] is None
+    assert line["index"]["metadata"]["host_session_id"] == f"codex:{thread}"
+    assert compaction["index"]["metadata"]["compaction_of"] == line["id"]
+    assert said(compaction["entries"])[1:] == [
         ("user", "Run echo one."), ("calls", "call_one"), ("tool", "call_one"),
         ("user", COMPACT_PROMPT), ("assistant", "SUMMARY: echo one printed one.")]
-    assert branch["lineage"]["forked_from"] == root["id"]
-    assert said(branch["entries"])[1:] == [
+    assert said(line["entries"])[1:] == [
         ("user", "Run echo one."),
         ("user", SUMMARY_PREFIX + "SUMMARY: echo one printed one."),
         ("assistant", "Done after compaction."),
         ("user", "Anything else?"), ("assistant", "Still papaya-free.")]
+    assert [data["reason"] for kind, data in line["events"] if kind == "history_edited"] \
+        == ["history_compacted"]
+    assert len(tree(project)) == 1
 
 
 # -- Codex's requests, sent as Codex sends them ----------------------------------------------
@@ -439,3 +453,135 @@ def test_one_thread_one_line_on_postgres(project: Path, script: Script,
     assert line["index"]["metadata"]["host_session_id"] == "codex:pg"
     assert said(line["entries"]) == [("user", "Hi."), ("assistant", "One."),
                                      ("user", "And?"), ("assistant", "Two.")]
+
+
+# -- a compacted thread, as Codex sends it, through openai-python ------------------------
+
+
+def developer(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "developer",
+            "content": [{"type": "input_text", "text": text}]}
+
+
+def codex_client(served: Served, thread: str, key: str = "unused") -> OpenAI:
+    """openai-python as Codex's requests look: its thread in the ``session-id`` header."""
+    return OpenAI(base_url=served.url, api_key=key, max_retries=0,
+                  default_headers={"session-id": thread})
+
+
+def codex_turn(client: OpenAI, thread: str, history: list[Any]) -> Any:
+    """A Codex request: the whole history, ``store: false``, the thread named again in
+    ``client_metadata`` and as the cache key."""
+    return client.responses.create(
+        model="nonoka", input=history, store=False, include=["reasoning.encrypted_content"],
+        prompt_cache_key=thread, tools=[EXEC_TOOL],  # type: ignore[list-item]
+        extra_body={"client_metadata": {"session_id": thread}})
+
+
+def items(response: Any) -> list[dict[str, Any]]:
+    return [item.to_dict() for item in response.output]
+
+
+def by_purpose(project: Path) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for session in exported(project):
+        found.setdefault(session["index"]["metadata"]["purpose"], []).append(session)
+    return found
+
+
+SUMMARY = "SUMMARY: ls listed nothing."
+
+
+def compacted_thread(served: Served, script: Script, thread: str = "compacted",
+                     key: str = "unused") -> tuple[OpenAI, list[Any], dict[str, Any]]:
+    """A thread that ran a tool, then was compacted (``/v1/responses/compact``): its
+    client, the history Codex keeps (its messages, then the compaction item), the item."""
+    script.steps += [
+        ResponsesReply(output=[ReasoningItem(summary=("List it.",)),
+                               exec_call("call_ls", "ls")]),
+        ResponsesReply(output=[SUMMARY])]
+    client = codex_client(served, thread, key)
+    history = [developer("Be brief."), user("What is here?")]
+    first = codex_turn(client, thread, history)
+    looped: Any = [*history, *items(first),
+              {"type": "function_call_output", "call_id": "call_ls", "output": ""}]
+    [item] = items(client.responses.compact(model="nonoka", input=looped))
+    return client, [*history, item], item
+
+
+def test_a_compacted_thread_goes_on_in_its_line(project: Path, served: Served,
+                                                script: Script,
+                                                upstream: ScriptedResponsesServer) -> None:
+    client, kept, _ = compacted_thread(served, script)
+    script.steps += [ResponsesReply(output=["Nothing was there."]),
+                     ResponsesReply(output=["Still nothing."])]
+    after = codex_turn(client, "compacted", [*kept, user("So?")])
+    assert after.output_text == "Nothing was there."
+    # the model is sent the summary in place of the conversation, then what follows
+    assert texts(upstream.requests[-1]) == ["What is here?", SUMMARY_PREFIX + SUMMARY, "So?"]
+    assert not outputs(upstream.requests[-1])
+    last = codex_turn(client, "compacted",
+                      [*kept, user("So?"), *items(after), user("And now?")])
+    assert last.output_text == "Still nothing."
+    assert upstream.rejections == []
+    found = by_purpose(project)
+    [line], [compaction] = found["chat"], found["compaction"]
+    assert line["lineage"] is None and line["index"]["metadata"]["host_session_id"] == \
+        "codex:compacted"
+    # the line edited in place where Codex put the summary, then going on
+    assert said(line["entries"]) == [
+        ("user", "What is here?"), ("user", SUMMARY_PREFIX + SUMMARY), ("user", "So?"),
+        ("assistant", "Nothing was there."), ("user", "And now?"),
+        ("assistant", "Still nothing.")]
+    assert [data["reason"] for kind, data in line["events"] if kind == "history_edited"] \
+        == ["history_compacted"]
+    assert [data["session_id"] for kind, data in line["events"] if kind == "compaction"] \
+        == [compaction["id"]]
+    # the whole earlier conversation: the compaction's own session, named by the line
+    assert compaction["index"]["metadata"]["compaction_of"] == line["id"]
+    assert said(compaction["entries"]) == [
+        ("user", "What is here?"), ("calls", "call_ls"), ("tool", "call_ls"),
+        ("user", COMPACT_PROMPT), ("assistant", SUMMARY)]
+    assert len(tree(project)) == 1
+
+
+def test_a_compaction_item_pulls_no_other_line(project: Path, script: Script,
+                                               upstream: ScriptedResponsesServer,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The item names its line only for that line's own client: another thread of the
+    same owner, or another owner's client under the same thread name, sending it gets
+    a line of its own; the compacted line is left as it was."""
+    for name, value in {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-up",
+                        "NONOKA_DATABASE_URL": ""}.items():
+        monkeypatch.setenv(name, value)
+    alice, bob = make_key(project, "alice"), make_key(project, "bob")
+    keyed = Served(project, MODEL, keys=True)
+    try:
+        _, kept, _ = compacted_thread(keyed, script, "shared", alice)
+        script.steps += ["Other thread.", "Bob's."]
+        answer = [{"type": "message", "role": "assistant",
+                   "content": [{"type": "output_text", "text": "Earlier."}]}]
+        for thread, key in (("other", alice), ("shared", bob)):
+            codex_turn(codex_client(keyed, thread, key), thread,
+                       [*kept, *answer, user("Go on?")])
+    finally:
+        keyed.stop()
+    found = by_purpose(project)
+    [compaction] = found["compaction"]
+    lines = {said(s["entries"])[-1][1]: s for s in found["chat"]}
+    assert sorted(lines) == ["Bob's.", "Other thread.", "call_ls"]
+    compacted = lines["call_ls"]  # the compacted line, as it was
+    assert compaction["index"]["metadata"]["compaction_of"] == compacted["id"]
+    assert said(compacted["entries"]) == [("user", "What is here?"), ("calls", "call_ls")]
+    went_on = [("user", "What is here?"), ("user", SUMMARY_PREFIX + SUMMARY),
+               ("assistant", "Earlier."), ("user", "Go on?")]
+    # alice's other thread: a branch where its history parts from the line it shares
+    # its first message with (as for any two threads), not that line taken over
+    other = lines["Other thread."]
+    assert other["lineage"]["forked_from"] == compacted["id"]
+    assert other["lineage"]["fork_point"] == 2  # the system entry, "What is here?"
+    assert said(other["entries"]) == [*went_on, ("assistant", "Other thread.")]
+    assert said(lines["Bob's."]["entries"]) == [*went_on, ("assistant", "Bob's.")]
+    assert lines["Bob's."]["lineage"] is None
+    for session in found["chat"]:
+        assert not [kind for kind, _ in session["events"] if kind == "history_edited"]

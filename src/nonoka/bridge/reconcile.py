@@ -235,6 +235,10 @@ def compare(stored: Sequence[MemoryEntry], messages: Sequence[Message],
         # The host replaced a prefix the store still holds with a summary it asked for.
         # A summary the stored conversation already holds is one more shared entry: a
         # divergence after it (an undo, a fork) is decided by where the histories part.
+        # A summary in the user's words that ends the history (Codex compacting in the
+        # middle of a turn) is what the model is asked to go on from: it is new.
+        if compacted == len(hosted) and hosted[-1].role == "user":
+            compacted -= 1
         return Reconciliation(Lineage.EDITED, len(stored), new=hosted[compacted:],
                               host_view=_with_system(messages, hosted[:compacted]),
                               reason=EditReason.HISTORY_COMPACTED, shared=p)

@@ -30,6 +30,8 @@ from nonoka.turn.partial import unfinished_answers
 
 STAMP = "nonoka_serve"
 """The ``provider_metadata`` key of a response's stamp on its answers."""
+DELETED = "serve_deleted"
+"""The session index metadata key listing a session's responses taken out of the API."""
 
 ECHOED = ("tool_choice", "temperature", "top_p", "max_output_tokens", "parallel_tool_calls",
           "text", "reasoning", "truncation", "metadata", "safety_identifier",

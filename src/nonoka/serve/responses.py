@@ -43,7 +43,7 @@ from nonoka.runtime.session import Session
 from nonoka.runtime.tools import host_tool
 from nonoka.serve import cancels
 from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
-from nonoka.serve.compaction import compaction_item
+from nonoka.serve.compaction import compaction_item, read_compaction
 from nonoka.serve.conversations import Conversations, Found, hidden_entries
 from nonoka.serve.errors import (
     SERVER,
@@ -67,10 +67,18 @@ from nonoka.serve.inputs import (
 from nonoka.serve.items import entry_items
 from nonoka.serve.journal import FINAL, Live, final_event, stored_events
 from nonoka.serve.keys import LOCAL, OWNER_KEY, current_owner, owner_of_record
-from nonoka.serve.lines import LineDecision, answered_before, line_signal
+from nonoka.serve.lines import (
+    LineDecision,
+    answered_before,
+    latest_of_line,
+    line_host,
+    line_signal,
+    proven_summaries,
+)
 from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
 from nonoka.serve.reasoning import wants_sealed
 from nonoka.serve.record import (
+    DELETED,
     INCOMPLETE,
     RESPONSE_EVENT,
     Asked,
@@ -101,8 +109,6 @@ from nonoka.turn.service import (
     TurnService,
 )
 
-DELETED = "serve_deleted"
-"""The index metadata key listing a session's responses taken out of the API."""
 FORK_REASON = "previous_response_id"
 RECENT_EVENTS = 500
 """Timeline entries read first to find a response without an answer (its turn is usually
@@ -172,6 +178,11 @@ class _Request:
     """The conversation the response runs in."""
     line: LineDecision | None = None
     """How a whole-history request was placed on a session line (``nonoka.serve.lines``)."""
+    compaction: bool = False
+    """The request is a compaction (its answer is a summary, given as a ``compaction``
+    item): of a whole history on a named line, it runs in a session of its own."""
+    compactions: tuple[tuple[str, str], ...] = ()
+    """The request's own ``compaction`` items, as ``(response id, summary)``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,10 +256,12 @@ class Responses:
     # -- create ------------------------------------------------------------------------------
 
     async def create(self, body: Any, emit: Emit | None = None,
-                     retry: Retry | None = None) -> dict[str, Any]:
+                     retry: Retry | None = None, *, compaction: bool = False
+                     ) -> dict[str, Any]:
         """Run a response; its events go to ``emit`` (a stream) as they happen. A request
         that repeats an earlier one (``retry``) gets that response: as it was stored, or
-        made again in place when its turn failed or was cut short.
+        made again in place when its turn failed or was cut short. ``compaction``: the
+        response is a compaction's summary (``compact``).
 
         Raises ``ApiError`` for a request that cannot start; once ``response.created`` is
         emitted, a failure ends the stream with ``response.failed`` instead (without a
@@ -267,7 +280,11 @@ class Responses:
         async def resolve(ident: str, param: str) -> dict[str, Any]:
             return await self._item(ident, param, sessions)
 
-        messages = messages_of(await resolved(given.input, resolve))
+        items = await resolved(given.input, resolve)
+        messages = messages_of(items)
+        compactions = tuple(found for found in (
+            read_compaction(item) for item, _ in items
+            if item.get("type") in ("compaction", "compaction_summary")) if found is not None)
         previous = None
         if given.previous_response_id is not None:
             making = self.running.get(given.previous_response_id)
@@ -300,7 +317,8 @@ class Responses:
                              for t in given.tools])
         events = ResponseEvents(emit, run) if emit is not None else None
         request = _Request(given, asked, seed, turn_input, agent, run, events, previous, passes,
-                           retry, conversation=conversation)
+                           retry, conversation=conversation, compaction=compaction,
+                           compactions=compactions)
         try:
             earlier = await self._earlier(request) if given.store else None
             if earlier is not None:
@@ -330,17 +348,26 @@ class Responses:
         response is not found by id)."""
         owner = current_owner()
         signal = request.retry.signal if request.retry is not None else None
-        line = LineDecision(messages, signal, self.project, request.asked.model, owner)
+        spec, host = request.asked.model, line_host(signal, owner)
+        compacted = await latest_of_line(self.stores.index, host) \
+            if request.compaction and host is not None else None
+        line = LineDecision(messages, signal, self.project, spec, owner,
+                            compaction_of=compacted)
         title = next((title_from(m.content) for m in reversed(messages)
                       if m.role == "user" and m.content.strip()), "")
         service = line.service(self.stores, request.passes, title, {
             "source": "nonoka serve", **({OWNER_KEY: owner} if owner != LOCAL else {})})
+        if request.compactions and compacted is None:
+            line.proven = await proven_summaries(service, request.compactions, host, owner)
         while True:
             request.line = line
             opening = await line.choose()
             chosen = opening.session
             if not isinstance(chosen, Session):  # a new session: no other turn has it
-                return await self._answer(request, service, opening, start=0)
+                made = await self._answer(request, service, opening, start=0)
+                if compacted is not None:
+                    await self._compacted(request, made, compacted)
+                return made
             sid = chosen.session_id
             lease = new_lease_owner()
             async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, lease,
@@ -352,6 +379,14 @@ class Responses:
                     return await self._answer(request, service, opening, start=line.start,
                                               owner=lease)
             line = line.again()  # decided again, on the line as it is now
+
+    async def _compacted(self, request: _Request, made: dict[str, Any], line: str) -> None:
+        """Note a whole-history compaction on the timeline of the line it compacted (its
+        own session names the line in its index row, ``compaction_of``)."""
+        point = request.run.point
+        if point is not None and made.get("status") == "completed":
+            await self.stores.events.append_event(line, "compaction", {
+                "session_id": point.session_id, "response": point.id})
 
     async def _continue(self, request: _Request, previous: Located) -> dict[str, Any]:
         """Continue from ``previous``, after the entries the input repeats (``repeats``):
@@ -676,7 +711,7 @@ class Responses:
         for name in ("instructions", "previous_response_id"):
             if body.get(name) is not None:
                 asked[name] = body[name]
-        made = await self.create(asked, retry=retry)
+        made = await self.create(asked, retry=retry, compaction=True)
         summary = self._summary(made)
         usage = made.get("usage") or {
             "input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
@@ -696,7 +731,7 @@ class Responses:
                  if k not in ("input", "stream", "tools", "tool_choice")}
         asked["input"] = [*items, {"type": "message", "role": "user",
                                    "content": COMPACT_PROMPT}]
-        made = await self.create(asked, retry=retry)
+        made = await self.create(asked, retry=retry, compaction=True)
         item = compaction_item(made["id"], self._summary(made))
         done = {**made, "output": [item]}
         if emit is not None:
