@@ -16,6 +16,7 @@ import pytest
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.support import reaper
 from tests.support.bridge import Bridge, first_turn
+from tests.support.scheduling import GroupedLoad, work_order
 
 reaper.install()
 
@@ -92,6 +93,18 @@ class _WorkersLeftRunning:
         output = getattr(node, "workeroutput", {})
         reaper.left_running.extend(tuple(entry) for entry in
                                    output.get("nonoka_left_running", []))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> GroupedLoad | None:
+    """``-n N`` schedules with ``tests/support/scheduling.py`` (``--dist`` other than
+    ``load`` is left to pytest-xdist)."""
+    return GroupedLoad(config, log) if config.getvalue("dist") == "load" else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long end-to-end tests first (a stable sort: a module's tests stay together)."""
+    items.sort(key=lambda item: work_order(item.nodeid))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -19,9 +19,6 @@ import pytest
 
 import nonoka
 
-# One worker runs the whole module, so its module-scoped built wheel is set up once.
-pytestmark = pytest.mark.xdist_group("test_wheel")
-
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ("nonoka/store/migrations/0001_probe.sql", "nonoka/llm/schemas/probe.schema.json")
 

@@ -29,9 +29,6 @@ from nonoka.testing import ScriptedModel, call, text
 from tests.support.credentials import CREDENTIALS, Credential, sample
 from tests.ui.harness import UiServer
 
-# One worker runs the whole module, so its module-scoped filled project is set up once.
-pytestmark = pytest.mark.xdist_group("hardening/test_credential_surfaces")
-
 IDS = [c.id for c in CREDENTIALS]
 
 

@@ -31,9 +31,6 @@ from tests.opencode.test_side_by_side import (
     case_of,
 )
 
-# One worker runs the whole module, so its module-scoped OpenCode server is set up once.
-pytestmark = pytest.mark.xdist_group("opencode/test_host_links")
-
 FORWARDED = ("x-session-id", "x-session-affinity", "x-parent-session-id")
 """The host headers every endpoint gets through nonoka as it does directly."""
 

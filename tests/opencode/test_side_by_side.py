@@ -49,9 +49,6 @@ from nonoka.testing.server import (
 )
 from tests.e2e.test_opencode import OPENCODE_VERSION, opencode_bin
 
-# One worker runs the whole module, so its module-scoped OpenCode server is set up once.
-pytestmark = pytest.mark.xdist_group("opencode/test_side_by_side")
-
 __all__ = ["opencode_bin"]  # the npm-installed OpenCode, when none is on PATH
 
 ROOT = Path(__file__).resolve().parents[2]

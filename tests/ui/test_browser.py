@@ -5,15 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.ui.fill import Filled
 from tests.ui.harness import UiServer
 from tests.ui.screens import check_screenshot, take_screenshots
-
-# One worker runs the whole module, so its module-scoped browser is set up once.
-pytestmark = pytest.mark.xdist_group("ui/test_browser")
 
 
 def open_page(browser: BrowserContext, ui: UiServer, path: str = "") -> Page:

@@ -7,14 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import BrowserContext, expect
 
 from nonoka.store.project import open_project_stores
 from tests.ui.harness import UiServer, run_async, stored_session
-
-# One worker runs the whole module, so its module-scoped browser is set up once.
-pytestmark = pytest.mark.xdist_group("ui/test_cut_short")
 
 
 def log(project: Path, sid: str, *events: tuple[str, dict[str, object]]) -> None:

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import BrowserContext, expect
 
 from nonoka.state.session_state import SessionStatus
@@ -17,9 +16,6 @@ from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.support.bridge import Bridge, assistant, chat, one, user
 from tests.ui.fill import WRITE
 from tests.ui.harness import UiServer, run_async
-
-# One worker runs the whole module, so its module-scoped browser is set up once.
-pytestmark = pytest.mark.xdist_group("ui/test_live_and_actions")
 
 
 def stored_status(project: Path, session_id: str) -> SessionStatus | None:

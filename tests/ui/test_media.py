@@ -11,7 +11,6 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import pytest
 from playwright.sync_api import BrowserContext, expect
 
 from nonoka.state.entries import MemoryEntry
@@ -20,9 +19,6 @@ from nonoka.store.media import digest_of
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import SessionRecord
 from tests.ui.harness import UiServer, run_async
-
-# One worker runs the whole module, so its module-scoped browser is set up once.
-pytestmark = pytest.mark.xdist_group("ui/test_media")
 
 SID = "1a6e0000-0000-4000-8000-000000000001"
 

@@ -17,14 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import pytest
 from playwright.sync_api import BrowserContext, expect
 
 from nonoka.ui.security import CODE_SECONDS, TokenGuard
 from tests.ui.harness import UiServer, run_async, stored_session
-
-# One worker runs the whole module, so its module-scoped browser is set up once.
-pytestmark = pytest.mark.xdist_group("ui/test_token")
 
 KEY = "nonoka-ui-token"
 
