@@ -47,10 +47,16 @@ def work_order(nodeid: str) -> int:
     return len(FIRST)
 
 
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test is handed out in: its module's, for ``ONE_WORKER_MODULES``,
+    else its own."""
+    module = module_of(nodeid)
+    return module if module in ONE_WORKER_MODULES else nodeid
+
+
 class GroupedLoad(LoadScopeScheduling):  # type: ignore[misc]
     """``load`` scheduling, one test at a time, except that each module of
     ``ONE_WORKER_MODULES`` goes to one worker as a whole."""
 
     def _split_scope(self, nodeid: str) -> str:
-        module = module_of(nodeid)
-        return module if module in ONE_WORKER_MODULES else nodeid
+        return unit_of(nodeid)
