@@ -195,3 +195,14 @@ def test_ctrl_c_ends_a_process_whose_tool_is_stuck(tmp_path: Path) -> None:
         process.communicate()
         raise AssertionError("Ctrl-C did not end the process while a tool was stuck") from None
     assert "interrupted" in out
+
+
+def test_a_tools_thread_leaves_ctrl_c_to_the_main_thread() -> None:
+    """The kernel gives a process's signal to any thread that does not block it; one
+    taken by a tool's thread stuck in the kernel woke nobody, and the test above hung
+    now and then on a busy machine. The tool's thread blocks both stop signals."""
+    from nonoka.cli.tools import bounded
+
+    blocked = asyncio.run(bounded(lambda deadline: signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+    assert {signal.SIGINT, signal.SIGTERM} <= blocked
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import stat
 import threading
 import time
@@ -35,6 +36,7 @@ from nonoka.cli.confined import OutsideError, open_beneath
 from nonoka.errors import ToolError
 from nonoka.redact import FileRedaction
 from nonoka.runtime.tools import Tool, make_tool
+from nonoka.signals import STOP_SIGNALS
 
 MAX_LINES = 400
 MAX_LINE_CHARS = 2000
@@ -107,7 +109,10 @@ async def bounded(work: Callable[[float], T]) -> T:
 
     Not ``asyncio.to_thread``: ``asyncio.run`` waits for its executor's threads on the
     way out, so a call stuck in the kernel would keep Ctrl-C from ending the process.
-    The thread also checks ``deadline`` itself, so an overrun call stops working soon.
+    The thread also checks ``deadline`` itself, so an overrun call stops working soon,
+    and blocks SIGINT and SIGTERM: the kernel hands a process's signal to any thread
+    that takes it, and one taken by a thread stuck in ``open`` reached the main thread's
+    handler only when its ``select`` next woke by itself.
     """
     limit = tool_timeout()
     loop = asyncio.get_running_loop()
@@ -124,6 +129,7 @@ async def bounded(work: Callable[[float], T]) -> T:
             loop.call_soon_threadsafe(settle, outcome)
 
     def target() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             value = work(deadline)
         except BaseException as exc:  # handed to the awaiting task
