@@ -1,4 +1,6 @@
-"""Two clients sending on one thread at once (whole histories, named by Codex's
+"""Two requests on one line at once.
+
+Two clients sending on one thread at once (whole histories, named by Codex's
 ``session-id``): each gets the response its own history asks for, stored where the
 lineage rules put it — the first continues the line, the second, whose history no
 longer matches the line's tip, a branch where the histories part — never an answer
@@ -18,9 +20,10 @@ from typing import Any
 
 import pytest
 
+from nonoka.serve.ids import parse_response_id
 from nonoka.serve.lines import LineDecision
 from nonoka.testing import text
-from nonoka.testing.server import ScriptedOpenAIServer
+from nonoka.testing.server import Delay, ScriptedOpenAIServer
 from nonoka.turn.service import Opening
 from tests.serve.harness import Served, request
 from tests.serve.test_codex import exported, said
@@ -63,7 +66,7 @@ def test_two_requests_on_one_thread_at_once(project: Path, served: Served,
         asked = body["messages"][-1]["content"]
         if asked == "One?":  # the first turn's answer waits for the second's placing
             running.set()
-            assert placed.wait(60), "the second request was never placed"
+            return Delay(60, text(f"re {asked}"), until=placed)
         return text(f"re {asked}")
 
     scripted += [text("Hello."), answer, answer]
@@ -102,3 +105,49 @@ def test_two_requests_on_one_thread_at_once(project: Path, served: Served,
     assert said(branch["entries"]) == [
         ("user", "Hi."), ("assistant", "Hello."), ("user", "Two?"), ("assistant", "re Two?")]
     assert not [kind for s in lines.values() for kind, _ in s["events"] if kind == "error"]
+
+
+def test_a_continuation_behind_the_tip_waits_for_no_running_turn(
+        served: Served, scripted: list[Any], server: ScriptedOpenAIServer) -> None:
+    """A response behind its line's tip is continued in a branch at once, while a turn
+    on the tip still runs: the tip's model answers only once that branch has answered."""
+    running, forked = threading.Event(), threading.Event()
+    making: list[int] = []
+
+    def slow(body: dict[str, Any]) -> Any:
+        running.set()  # held outside the script's lock: the endpoint answers others
+        return Delay(60, text("Done at the tip."), until=forked)
+
+    def behind(body: dict[str, Any]) -> Any:
+        making.append(len(served.api.responses.running))  # the tip's response, and this
+        return text("Forked.")
+
+    scripted += [text("Root."), text("Second."), slow, behind]
+
+    def create(prompt: str, previous: str | None = None) -> tuple[int, dict[str, Any]]:
+        status, _, raw = request(served.port, "POST", "/v1/responses", {
+            "model": "m", "input": prompt,
+            **({"previous_response_id": previous} if previous else {})})
+        return status, json.loads(raw)
+
+    root = create("start")[1]["id"]
+    second = create("next", root)[1]["id"]
+    at_tip: dict[str, tuple[int, dict[str, Any]]] = {}
+    tip = threading.Thread(target=lambda: at_tip.update(slow=create("slow", second)))
+    tip.start()
+    assert running.wait(60)  # the tip's turn runs: its model is asked
+    status, other = create("other", root)
+    forked.set()
+    tip.join(120)
+    assert status == 200 and other["output"][0]["content"][0]["text"] == "Forked.", other
+    assert making == [2]  # the branch's model was asked while the tip's turn still ran
+    status, done = at_tip["slow"]
+    assert status == 200 and done["output"][0]["content"][0]["text"] == "Done at the tip."
+    assert [m["content"] for m in server.requests[3]["messages"]] == ["start", "Root.", "other"]
+    assert session_of(other["id"]) != session_of(root) == session_of(done["id"])
+
+
+def session_of(response_id: str) -> str:
+    point = parse_response_id(response_id)
+    assert point is not None
+    return point.session_id

@@ -390,27 +390,39 @@ class Responses:
 
     async def _continue(self, request: _Request, previous: Located) -> dict[str, Any]:
         """Continue from ``previous``, after the entries the input repeats (``repeats``):
-        in its session at its tip, else in a branch."""
+        in its session at its tip, else in a branch.
+
+        A line only grows past its tip, so a response behind the tip as ``previous``
+        was read stays behind it: it is branched at once, without waiting for a turn
+        running on the line. Only a continuation of the tip is decided again under the
+        session's lock and lease."""
         sid = previous.point.session_id
         service = self._service([], request.passes)
-        owner = new_lease_owner()
-        async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
-                                                     wait=lease_wait_from_env()):
-            session = await service.load(sid)
-            found = await self._locate(previous.point, session) if session else None
-            if session is None or found is None:
-                raise previous_not_found(previous.point.id)
-            entries = session.memory.entries
-            end = found.end + repeats(request.seed, entries[found.end:])
-            turn_input = dataclasses.replace(request.turn_input,
-                                             seed=request.seed[end - found.end:])
-            if end == len(entries):
-                return await self._answer(request, service, Opening(session, turn_input),
-                                          start=end, owner=owner)
+        end, turn_input = self._after(request, previous)
+        if end == len(previous.entries):
+            owner = new_lease_owner()
+            async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
+                                                         wait=lease_wait_from_env()):
+                session = await service.load(sid)
+                found = await self._locate(previous.point, session) if session else None
+                if session is None or found is None:
+                    raise previous_not_found(previous.point.id)
+                end, turn_input = self._after(request, found)
+                if end == len(found.entries):
+                    return await self._answer(request, service, Opening(session, turn_input),
+                                              start=end, owner=owner)
         branch = await service.fork(sid, end, reason=FORK_REASON)
         async with self.locks.hold(branch):
             return await self._answer(request, service, Opening(
                 branch, turn_input, forked_from=sid, fork_point=end), start=end)
+
+    @staticmethod
+    def _after(request: _Request, found: Located) -> tuple[int, TurnInput]:
+        """Where a continuation of ``found`` starts (after the entries its input repeats),
+        and what its turn then brings."""
+        end = found.end + repeats(request.seed, found.entries[found.end:])
+        return end, dataclasses.replace(request.turn_input,
+                                        seed=request.seed[end - found.end:])
 
     async def _earlier(self, request: _Request) -> Located | None:
         """The stored response this request repeats, if the client says it repeats one:
