@@ -369,9 +369,7 @@ class Responses:
                     await self._compacted(request, made, compacted)
                 return made
             sid = chosen.session_id
-            lease = new_lease_owner()
-            async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, lease,
-                                                         wait=lease_wait_from_env()):
+            async with self._taken(sid) as lease:
                 # Where the response starts was worked out from the session as the
                 # decision read it; the turn runs on that only if no other turn ran
                 # there since (two clients sending on one thread at once).
@@ -400,9 +398,7 @@ class Responses:
         service = self._service([], request.passes)
         end, turn_input = self._after(request, previous)
         if end == len(previous.entries):
-            owner = new_lease_owner()
-            async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
-                                                         wait=lease_wait_from_env()):
+            async with self._taken(sid) as owner:
                 session = await service.load(sid)
                 found = await self._locate(previous.point, session) if session else None
                 if session is None or found is None:
@@ -477,9 +473,7 @@ class Responses:
             return self._replayed(request, earlier)
         sid = earlier.point.session_id
         service = self._service([], request.passes)
-        owner = new_lease_owner()
-        async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
-                                                     wait=lease_wait_from_env()):
+        async with self._taken(sid) as owner:
             session = await service.load(sid)
             found = await self._locate(earlier.point, session) if session else None
             if session is None or found is None:
@@ -505,9 +499,7 @@ class Responses:
         sid = found.session_id
         service = self._service([], request.passes)
         turn_input = dataclasses.replace(request.turn_input, seed=request.seed)
-        owner = new_lease_owner()
-        async with self.locks.hold(sid), hold_lease(self.stores.leases, sid, owner,
-                                                     wait=lease_wait_from_env()):
+        async with self._taken(sid) as owner:
             found = await self.conversations.find(found.id)
             session = await service.load(sid)
             if session is None:
@@ -531,6 +523,15 @@ class Responses:
                 None, request.turn_input, seed=[*path, *request.seed]), start=len(path))
         finally:
             await stores.close()
+
+    @asynccontextmanager
+    async def _taken(self, session_id: str) -> AsyncIterator[str]:
+        """The session held for one turn: this process's lock, then the lease that keeps
+        other processes out; gives the lease's owner, which the turn runs as."""
+        owner = new_lease_owner()
+        async with self.locks.hold(session_id), hold_lease(
+                self.stores.leases, session_id, owner, wait=lease_wait_from_env()):
+            yield owner
 
     def _service(self, messages: list[Message], passes: ConversationPasses) -> TurnService:
         title = next((title_from(m.content) for m in messages
