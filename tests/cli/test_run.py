@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from nonoka.llm.base import ModelResponse
 from nonoka.testing import call, text
 from nonoka.testing.server import HttpError, Step
 from tests.cli.conftest import Project, kinds, no_ansi
@@ -142,11 +143,23 @@ def test_json_output(project: Project, scripted: list[ScriptItem]) -> None:
     result = json.loads(done.stdout)
     assert result["output"] == "Forty-two."
     assert result["finish"] == "stop" and result["error"] is None
+    assert result["model_finish"] == "stop"
     assert result["usage"] == {"input_tokens": 20, "output_tokens": 3, "cost_usd": None,
                                "cache_read_tokens": 0, "cache_write_tokens": 0,
                                "reasoning_tokens": 0}
     assert [r.session_id for r in project.records()] == [result["session_id"]]
     assert done.stderr == ""
+
+
+def test_json_output_says_the_answer_was_cut(project: Project,
+                                             scripted: list[ScriptItem]) -> None:
+    """The turn ends as usual; ``model_finish`` says the model stopped at its limit."""
+    scripted.append(ModelResponse(text="The first half of", finish_reason="length"))
+    done = project.nonoka("run", "--json", "a long answer?")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["output"], result["finish"], result["model_finish"]) == (
+        "The first half of", "stop", "length")
 
 
 def test_a_model_failure_exits_1_and_is_in_the_timeline(project: Project,

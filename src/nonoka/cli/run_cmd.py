@@ -73,10 +73,13 @@ class TurnOutcome:
     finish: str
     usage: TurnUsage = field(default_factory=TurnUsage)
     error: TurnError | None = None
+    model_finish: str | None = None
+    """Why the model stopped its last answer (``length``: it was cut at the output limit)."""
 
     def as_json(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "new_session": self.new_session,
                 "output": self.output, "usage": self.usage.as_dict(), "finish": self.finish,
+                "model_finish": self.model_finish,
                 "error": self.error.as_json() if self.error is not None else None}
 
 
@@ -242,7 +245,8 @@ async def _run(turn: TurnService, project: Path, message: str, model: ChatModel,
                           f"{result.session_id[:8]} has its timeline")
     output = result.output if isinstance(result.output, str) else ""
     return TurnOutcome(session_id=result.session_id, new_session=outcome.new, output=output,
-                       finish=reason, usage=outcome.usage, error=error)
+                       finish=reason, usage=outcome.usage, error=error,
+                       model_finish=outcome.model_finish)
 
 
 def _turn_error(failure: Failure, spec: str, sid: str | None) -> TurnError:
