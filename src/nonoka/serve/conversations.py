@@ -194,10 +194,7 @@ class Conversations:
         found = await self._of(point.session_id, point.nonce) if point.start == 0 else None
         if found is None:
             return None
-        if point.session_id not in sessions:
-            sessions[point.session_id] = await self.responses.runner.load_session(
-                point.session_id)
-        session = sessions[point.session_id]
+        session = await self.responses.loaded(point.session_id, sessions)
         entries = session.memory.entries if session is not None else ()
         if place.entry >= len(entries):
             return None

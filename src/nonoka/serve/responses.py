@@ -781,7 +781,8 @@ class Responses:
         if owner_of_record(metadata) != current_owner() or \
                 response_id in (metadata.get(DELETED) or ()):
             return None  # another owner's response is one that does not exist
-        session = await self._session(point, sessions if sessions is not None else {})
+        session = await self.loaded(point.session_id,
+                                    sessions if sessions is not None else {})
         if session is None:
             return None
         found = await self._locate(point, session)
@@ -812,12 +813,13 @@ class Responses:
         lease = await self.stores.leases.get_lease(session_id)
         return lease is not None and not holder_is_dead(lease.owner)
 
-    async def _session(self, point: ResponsePoint,
-                       sessions: dict[str, Session | None]) -> Session | None:
-        sid = point.session_id
-        if sid not in sessions:
-            sessions[sid] = await self.runner.load_session(sid)
-        return sessions[sid]
+    async def loaded(self, session_id: str,
+                     sessions: dict[str, Session | None]) -> Session | None:
+        """The session ``session_id``, loaded once per request (``sessions``: the ones
+        this request loaded, by id)."""
+        if session_id not in sessions:
+            sessions[session_id] = await self.runner.load_session(session_id)
+        return sessions[session_id]
 
     async def _item(self, ident: str, param: str,
                     sessions: dict[str, Session | None]) -> dict[str, Any]:
