@@ -37,6 +37,7 @@ PINNED = {
         "m017_entries_deflated": "4adfa712889664ea",
         "m018_events_deflated": "a5b3682d8d953ae9",
         "m019_timeline_numbered": "ca6530e62ca625ac",
+        "m020_serve_files": "163f903973d0b1c5",
     },
     "postgres": {
         "m001_checkpoint_tables": "82f9c99aced467e5",
@@ -49,6 +50,7 @@ PINNED = {
         "m009_session_list_lookups": "14c573f68097b812",
         "m010_list_order": "4c9b59561eb95d7a",
         "m011_serve_keys": "69d2155029624c17",
+        "m012_serve_files": "0363356bbc8be74c",
     },
 }
 

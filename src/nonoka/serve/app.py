@@ -13,6 +13,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,6 +24,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nonoka.serve.chat import ChatCompletions
 from nonoka.serve.conversations import Conversations
 from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
+from nonoka.serve.file_inputs import attach
+from nonoka.serve.file_store import MemoryFiles
+from nonoka.serve.files import Files
 from nonoka.serve.journal import Live
 from nonoka.serve.keys import Gate, set_owner
 from nonoka.serve.messages import Messages, anthropic_error, count_tokens
@@ -41,10 +45,12 @@ Work = Callable[[Emit], Awaitable[Any]]
 class Served:
     """What the routes serve: the APIs, and the turns still running."""
 
-    def __init__(self, responses: Responses, chat: ChatCompletions, models: Models) -> None:
+    def __init__(self, responses: Responses, chat: ChatCompletions, models: Models,
+                 files: Files | None = None) -> None:
         self.responses = responses
         self.chat = chat
         self.models = models
+        self.files = files if files is not None else Files(MemoryFiles())
         self.tasks: set[asyncio.Task[None]] = set()
         """Turns whose stream a client may have left: kept until they end."""
 
@@ -91,10 +97,21 @@ class _Routes:
             Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+            Route("/v1/files", self.upload_file, methods=["POST"]),
+            Route("/v1/files", self.list_files, methods=["GET"]),
+            Route("/v1/files/{file_id}", self.get_file, methods=["GET"]),
+            Route("/v1/files/{file_id}", self.delete_file, methods=["DELETE"]),
+            Route("/v1/files/{file_id}/content", self.file_content, methods=["GET"]),
         ]
 
-    async def create_response(self, request: Request) -> Response:
+    async def _input(self, request: Request) -> Any:
+        """The JSON body, with the uploaded files it names by ``file_id`` loaded."""
         body = await _json(request)
+        await attach(self.served.files.store, body)
+        return body
+
+    async def create_response(self, request: Request) -> Response:
+        body = await self._input(request)
         responses = self.served.responses
         retry = retry_of(body, {k.lower(): v for k, v in request.headers.items()})
         if isinstance(body, dict) and body.get("background") is True:
@@ -119,7 +136,7 @@ class _Routes:
             request.path_params["response_id"]))
 
     async def compact(self, request: Request) -> Response:
-        body = await _json(request)
+        body = await self._input(request)
         retry = retry_of(body, {k.lower(): v for k, v in request.headers.items()})
         return JSONResponse(await self.served.responses.compact(body, retry))
 
@@ -146,7 +163,7 @@ class _Routes:
             request.path_params["response_id"], request.query_params))
 
     async def create_conversation(self, request: Request) -> Response:
-        return JSONResponse(await self._conversations.create(await _json(request)))
+        return JSONResponse(await self._conversations.create(await self._input(request)))
 
     async def get_conversation(self, request: Request) -> Response:
         return JSONResponse(await self._conversations.get(request.path_params["cid"]))
@@ -160,7 +177,7 @@ class _Routes:
 
     async def add_items(self, request: Request) -> Response:
         return JSONResponse(await self._conversations.add_items(request.path_params["cid"],
-                                                                await _json(request)))
+                                                                await self._input(request)))
 
     async def list_items(self, request: Request) -> Response:
         return JSONResponse(await self._conversations.list_items(
@@ -179,7 +196,7 @@ class _Routes:
         return self.served.responses.conversations
 
     async def chat_completions(self, request: Request) -> Response:
-        body = await _json(request)
+        body = await self._input(request)
         headers = {k.lower(): v for k, v in request.headers.items()}
         opened: dict[str, str] = {}
         chat = self.served.chat
@@ -193,6 +210,23 @@ class _Routes:
                                  _sse_data, opened, done="data: [DONE]\n\n")
         answer = await chat.complete(body, headers, None, seen)
         return JSONResponse(answer, headers=opened)
+
+    async def upload_file(self, request: Request) -> Response:
+        return JSONResponse(await self.served.files.upload(request))
+
+    async def list_files(self, request: Request) -> Response:
+        return JSONResponse(await self.served.files.listing(request.query_params))
+
+    async def get_file(self, request: Request) -> Response:
+        return JSONResponse(await self.served.files.retrieve(request.path_params["file_id"]))
+
+    async def delete_file(self, request: Request) -> Response:
+        return JSONResponse(await self.served.files.delete(request.path_params["file_id"]))
+
+    async def file_content(self, request: Request) -> Response:
+        record, data = await self.served.files.content(request.path_params["file_id"])
+        return Response(data, media_type="application/octet-stream", headers={
+            "content-disposition": f"attachment; filename*=UTF-8''{quote(record.filename)}"})
 
     async def messages(self, request: Request) -> Response:
         """The Anthropic Messages API (``nonoka.serve.messages``)."""

@@ -20,6 +20,7 @@ import mimetypes
 from typing import Any
 
 from nonoka.serve.errors import invalid
+from nonoka.serve.file_inputs import file_id_of, stored_part
 from nonoka.serve.ids import (
     ENTRY_MESSAGE,
     ENTRY_OUTPUT,
@@ -117,6 +118,12 @@ def input_content(text: str, parts: list[TextPart | FilePart] | None) -> list[di
 def _input_part(part: TextPart | FilePart) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "input_text", "text": part.text}
+    file_id = file_id_of(part)
+    if file_id is not None:  # an uploaded file: named as the client named it
+        if part.media_type.startswith("image/"):
+            return {"type": "input_image", "file_id": file_id, "image_url": None,
+                    "detail": "auto"}
+        return {"type": "input_file", "file_id": file_id, "filename": part.filename}
     source = part.url if part.data is None else f"data:{part.media_type};base64,{part.data}"
     if part.media_type.startswith("image/"):
         return {"type": "input_image", "image_url": source, "detail": "auto"}
@@ -157,11 +164,10 @@ def content_part(part: Any, param: str) -> Part:
     if kind == "refusal":
         return TextPart(text=_string(part.get("refusal"), f"{param}.refusal"))
     if kind == "input_image":
-        return image_part(part.get("image_url"), part.get("file_id"), f"{param}.image_url")
+        return image_part(part.get("image_url"), part.get("file_id"), param)
     if kind == "image_url":
         url = part.get("image_url")
-        return image_part(url.get("url") if isinstance(url, dict) else url, None,
-                          f"{param}.image_url")
+        return image_part(url.get("url") if isinstance(url, dict) else url, None, param)
     if kind == "input_file":
         return file_part(part.get("file_data"), part.get("file_url"), part.get("filename"),
                          part.get("file_id"), param)
@@ -174,9 +180,11 @@ def content_part(part: Any, param: str) -> Part:
 
 
 def image_part(url: Any, file_id: Any, param: str) -> FilePart:
+    """An image part (``param``: the part's own place): by ``file_id``, a data URL or a
+    link."""
     if file_id is not None:
-        raise invalid("images by file_id need the Files API, which nonoka serve does not "
-                      "offer; send the image as a data URL or an https URL", param)
+        return stored_part(file_id, f"{param}.file_id", image=True)
+    param = f"{param}.image_url"
     url = _string(url, param)
     if url.startswith("data:"):
         media_type, data = _data_url(url, param)
@@ -188,8 +196,7 @@ def image_part(url: Any, file_id: Any, param: str) -> FilePart:
 
 def file_part(data: Any, url: Any, filename: Any, file_id: Any, param: str) -> FilePart:
     if file_id is not None:
-        raise invalid("files by file_id need the Files API, which nonoka serve does not "
-                      "offer; send the file as file_data or file_url", f"{param}.file_id")
+        return stored_part(file_id, f"{param}.file_id")
     name = filename if isinstance(filename, str) and filename else None
     if data is not None:
         text = _string(data, f"{param}.file_data")
@@ -202,7 +209,7 @@ def file_part(data: Any, url: Any, filename: Any, file_id: Any, param: str) -> F
         link = _string(url, f"{param}.file_url")
         return FilePart(media_type=_guess(name or link.split("?", 1)[0]), url=link,
                         filename=name)
-    raise invalid("a file needs file_data or file_url", param)
+    raise invalid("a file needs file_id, file_data or file_url", param)
 
 
 def _guess(name: str | None) -> str:

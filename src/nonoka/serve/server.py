@@ -18,6 +18,8 @@ import uvicorn
 
 from nonoka.serve.app import Served, create_app
 from nonoka.serve.chat import ChatCompletions
+from nonoka.serve.file_store import open_files
+from nonoka.serve.files import Files
 from nonoka.serve.keys import Gate, KeyStore, open_keys
 from nonoka.serve.model import Models
 from nonoka.serve.responses import Responses
@@ -65,7 +67,7 @@ def open_served(project: Path, database_url: str | None, model: str
     stores = open_project_stores(project, database_url, reuse=reuse)
     models = Models(project, model)
     return Served(Responses(stores, models, project), ChatCompletions(project, models, reuse),
-                  models), stores
+                  models, Files(open_files(stores.checkpoints))), stores
 
 
 class _Server(uvicorn.Server):

@@ -282,8 +282,9 @@ def _mark(name: str) -> str:
 
 
 _REFS = MEDIA_REFS.format(m="e.media")
-_REFERENCED = ("EXISTS (SELECT 1 FROM session_entries e WHERE e.media IS NOT NULL "
-               f"AND {_REFS} @> ARRAY[{{d}}])")
+_REFERENCED = ("(EXISTS (SELECT 1 FROM session_entries e WHERE e.media IS NOT NULL "
+               f"AND {_REFS} @> ARRAY[{{d}}]) OR EXISTS (SELECT 1 FROM serve_files f "
+               "WHERE f.deleted_at IS NULL AND f.digest = {d}))")
 _MISSING_MEDIA = (f"SELECT e.session_id, e.seq, d FROM session_entries e, unnest({_REFS}) d "
                   "WHERE e.media IS NOT NULL AND NOT EXISTS (SELECT 1 FROM media m WHERE "
                   "m.digest = d) ORDER BY 1, 2, 3")
@@ -294,7 +295,9 @@ _FREED_MEDIA = f"""(SELECT coalesce(sum(m.size), 0) FROM media m
                        WHERE e.session_id = %(s)s AND e.media IS NOT NULL)
     AND NOT EXISTS (SELECT 1 FROM session_entries e WHERE e.media IS NOT NULL
                     AND e.session_id <> %(s)s AND {_REFS} @> ARRAY[m.digest])
-    AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.base_session_id = %(s)s))"""
+    AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.base_session_id = %(s)s)
+    AND NOT EXISTS (SELECT 1 FROM serve_files f WHERE f.deleted_at IS NULL
+                    AND f.digest = m.digest))"""
 """The bytes of the files only the session refers to (what its delete frees; a session
 that branches share keeps its files in the branches)."""
 

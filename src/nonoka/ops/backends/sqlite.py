@@ -373,7 +373,9 @@ _FREED_MEDIA = f"""(SELECT coalesce(sum(m.size), 0) FROM media m
                        WHERE {rows_of("?1", "e")} AND e.media IS NOT NULL)
     AND NOT EXISTS (SELECT 1 FROM session_entries e, {_REFS.format(m='e.media')} j
                     WHERE e.media IS NOT NULL AND e.session_id <> ?1 AND j.value = m.digest)
-    AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.base_session_id = ?1))"""
+    AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.base_session_id = ?1)
+    AND NOT EXISTS (SELECT 1 FROM serve_files f WHERE f.deleted_at IS NULL
+                    AND f.digest = m.digest))"""
 """The bytes of the files only the session refers to (what its delete frees; a session
 that branches share keeps its files in the branches)."""
 

@@ -113,6 +113,7 @@ _COLLECT = f"""
 DELETE FROM media m WHERE m.digest = ANY(%s) AND NOT EXISTS (
     SELECT 1 FROM session_entries e
     WHERE e.media IS NOT NULL AND {MEDIA_REFS.format(m="e.media")} @> ARRAY[m.digest])
+AND NOT EXISTS (SELECT 1 FROM serve_files f WHERE f.deleted_at IS NULL AND f.digest = m.digest)
 """
 _CHILDREN = "SELECT session_id, base_count FROM checkpoints WHERE base_session_id = %s"
 _DETACH = ("UPDATE checkpoints SET base_session_id = NULL, base_count = 0 "
@@ -443,9 +444,10 @@ _KEEP_ROUNDS = 8
 
 
 async def collect_media(conn: Any, candidates: list[str]) -> None:
-    """Delete the files among ``candidates`` that no entry row refers to any more, in the
-    transaction that removed the references. Each is locked first (``FOR UPDATE``: a save
-    referring to it again holds ``FOR KEY SHARE`` until it commits), and only then is the
+    """Delete the files among ``candidates`` that no entry row and no live uploaded file
+    (``serve_files``) refers to any more, in the transaction that removed the references.
+    Each is locked first (``FOR UPDATE``: a save referring to it again, or an upload of
+    the same bytes, holds ``FOR KEY SHARE`` until it commits), and only then is the
     question asked, by a statement whose snapshot sees every such save."""
     if not candidates:
         return

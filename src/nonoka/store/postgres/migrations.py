@@ -259,3 +259,26 @@ async def m011_serve_keys(conn: AsyncConnection[Any]) -> None:
         created_at double precision NOT NULL,
         revoked_at double precision
     )""")
+
+
+@migration
+async def m012_serve_files(conn: AsyncConnection[Any]) -> None:
+    """The files of ``nonoka serve``'s Files API, as on SQLite: one row per uploaded file
+    with its owner, name, purpose, media type and size, its bytes in ``media`` under
+    ``digest``; a deleted file keeps its row (``deleted_at``) and stops keeping its
+    bytes (the media collection keeps a file an entry row or a live file refers to)."""
+    await conn.execute("""CREATE TABLE serve_files (
+        file_id text COLLATE "C" PRIMARY KEY,
+        owner text NOT NULL,
+        filename text NOT NULL,
+        purpose text NOT NULL,
+        media_type text NOT NULL,
+        digest text COLLATE "C" NOT NULL,
+        bytes bigint NOT NULL,
+        created_at double precision NOT NULL,
+        deleted_at double precision
+    )""")
+    await conn.execute("CREATE INDEX serve_files_owner ON serve_files "
+                       "(owner, created_at, file_id) WHERE deleted_at IS NULL")
+    await conn.execute("CREATE INDEX serve_files_digest ON serve_files (digest) "
+                       "WHERE deleted_at IS NULL")

@@ -22,10 +22,12 @@ if TYPE_CHECKING:
 REFS = "json_each(CASE WHEN json_valid({m}) THEN {m} ELSE '[]' END)"
 """The digests a ``media`` column names, as a table (a damaged value names none)."""
 
-REFERENCED = ("EXISTS (SELECT 1 FROM session_entries e, " + REFS.format(m="e.media")
-               + " j WHERE e.media IS NOT NULL AND j.value = {d})")
-"""Whether any entry row refers to the digest ``{d}`` (read through the partial index of
-the rows that refer to files)."""
+REFERENCED = ("(EXISTS (SELECT 1 FROM session_entries e, " + REFS.format(m="e.media")
+               + " j WHERE e.media IS NOT NULL AND j.value = {d}) OR EXISTS (SELECT 1 "
+               "FROM serve_files f WHERE f.deleted_at IS NULL AND f.digest = {d}))")
+"""Whether any entry row (read through the partial index of the rows that refer to
+files) or any file of ``nonoka serve``'s Files API not deleted refers to the digest
+``{d}``."""
 
 
 def keep(db: sqlite3.Connection, files: Iterable[Media]) -> None:
@@ -61,8 +63,8 @@ def referenced_by(db: sqlite3.Connection, session_id: str) -> list[str]:
 
 
 def collect(db: sqlite3.Connection, candidates: list[str]) -> int:
-    """Delete the files among ``candidates`` that no entry row refers to any more; how
-    many. Runs in the transaction that removed the references."""
+    """Delete the files among ``candidates`` that no entry row and no live uploaded file
+    refers to any more; how many. Runs in the transaction that removed the references."""
     if not candidates:
         return 0
     return db.execute("DELETE FROM media WHERE digest IN (SELECT value FROM json_each(?)) "

@@ -939,3 +939,28 @@ def m019_timeline_numbered(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE events_m018")
     for statement in _M019_SCHEMA[3:]:
         db.execute(statement)
+
+
+@migration
+def m020_serve_files(db: sqlite3.Connection) -> None:
+    """The files of ``nonoka serve``'s Files API (``nonoka.serve.file_store``): one row
+    per uploaded file with its owner, name, purpose, media type and size; the bytes are
+    the ``media`` table's, under ``digest``, stored once whatever the number of files and
+    entries holding them. A deleted file keeps its row (``deleted_at``) and stops
+    keeping its bytes: the media collection keeps a file that an entry row or a live
+    file refers to."""
+    db.execute("""CREATE TABLE serve_files (
+        file_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        deleted_at REAL
+    )""")
+    db.execute("CREATE INDEX serve_files_owner ON serve_files (owner, created_at, file_id) "
+               "WHERE deleted_at IS NULL")
+    db.execute("CREATE INDEX serve_files_digest ON serve_files (digest) "
+               "WHERE deleted_at IS NULL")
