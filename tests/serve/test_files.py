@@ -286,3 +286,13 @@ def test_each_owner_sees_only_its_own_files(place: Place, scripted: list[Any]) -
     status, body = raw(served, "GET", f"/v1/files?after={mine.id}", key=bob_key)
     assert status == 400 and body["error"]["param"] == "after"
     assert alice.files.content(mine.id).read() == b"alice's"
+
+
+def test_a_request_names_at_most_a_hundred_files(place: Place) -> None:
+    parts = [{"type": "input_file", "file_id": f"file-{n}"} for n in range(101)]
+    status, body = raw(place.served, "POST", "/v1/responses", {"model": "m", "input": [
+        {"type": "message", "role": "user", "content": parts}]})
+    assert status == 400 and "at most 100" in body["error"]["message"], body
+    status, body = raw(place.served, "POST", "/v1/chat/completions", {"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-none"}}]}]})
+    assert status == 404 and body["error"]["param"] == "messages[0].content[0].file.file_id"

@@ -66,8 +66,15 @@ async def attach(store: FileStore, body: Any) -> None:
 
 
 def _file_ids(value: Any) -> Iterator[str]:
+    """The ids of the content parts that name a file by id (``input_file``,
+    ``input_image``, Chat's ``file``), wherever they are; ``file_id`` elsewhere (a hosted
+    tool's results a client sends back) is not a file to load."""
     if isinstance(value, dict):
-        found = value.get("file_id")
+        kind = value.get("type")
+        inner_file = value.get("file")
+        found = (value.get("file_id") if kind in ("input_file", "input_image") else
+                 inner_file.get("file_id") if kind == "file" and isinstance(inner_file, dict)
+                 else None)
         if isinstance(found, str):
             yield found
         for inner in value.values():
