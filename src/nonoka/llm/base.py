@@ -24,6 +24,9 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+    wire: dict[str, Any] | None = None
+    """The tool as the Responses API takes it, sent as given by the adapter that speaks
+    that API (a hosted tool it runs, a custom or namespace tool); ``None``: a function."""
 
     def to_openai(self) -> dict[str, Any]:
         return {

@@ -30,9 +30,19 @@ How a conversation becomes input items (``input_items``):
 The same entry encodes to the same bytes every time (plain dicts in a fixed order, one
 ``json.dumps``), so OpenAI's prompt cache sees a stable prefix from step to step.
 
+Tools the API runs itself or takes in its own shape (``web_search``, ``file_search``,
+``code_interpreter``, ``image_generation``, ``mcp``, ``custom``, ``namespace``) come as a
+``ToolSpec`` whose ``wire`` is the tool as the API takes it, sent as given. The items
+such a tool makes (``web_search_call``, ``image_generation_call``, ``mcp_call``...) are
+kept whole in the answer's layout (``{"type": kind, "item": item}``) and sent back
+unchanged, in their place; a ``custom_tool_call`` is a ``ToolCall`` whose ``arguments``
+is its ``input`` (its item's other fields in ``provider_metadata``), answered by a
+``custom_tool_call_output``. A message whose text has annotations or logprobs keeps its
+content parts in the layout, and goes back with them.
+
 Not supported: early dispatch (the model does not implement ``AdoptsInflight``: the
-bridge sends nothing ahead for it), built-in tools (only function tools are offered),
-``stop`` and ``seed`` (the Responses API has neither; they are not sent).
+bridge sends nothing ahead for it), ``stop`` and ``seed`` (the Responses API has
+neither; they are not sent).
 
 Internal: not part of the public API (docs/architecture.md, "Public API").
 """
@@ -159,6 +169,9 @@ class OpenAIResponsesModel(HTTPModel):
             payload["tools"] = [tool_item(t) for t in tools]
         payload.update(option_fields(options, reasons=self._reasons))
         notes = extra_fields(payload, options) if options is not None else {}
+        asked = payload.get("include")
+        if isinstance(asked, list | tuple) and asked != INCLUDE:
+            payload["include"] = [*INCLUDE, *(v for v in asked if v not in INCLUDE)]
         return json.dumps(payload).encode(), notes
 
     async def complete_with(
@@ -185,11 +198,19 @@ class OpenAIResponsesModel(HTTPModel):
 
 def conversation_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """The input items of a conversation. A session's (``EntryMessages``) is encoded from
-    its entries' stored metadata, without building ``Message`` models."""
+    its entries' stored metadata, without building ``Message`` models. The output of a
+    custom tool's call is a ``custom_tool_call_output``."""
     if isinstance(messages, EntryMessages):
-        return [item for e in messages.entries
-                for item in input_items(e.role, e.content, e.metadata)]
-    return [item for m in messages for item in input_items(m.role, m.content, _meta(m))]
+        items = [item for e in messages.entries
+                 for item in input_items(e.role, e.content, e.metadata)]
+    else:
+        items = [item for m in messages for item in input_items(m.role, m.content, _meta(m))]
+    custom = {item["call_id"] for item in items if item["type"] == "custom_tool_call"}
+    if not custom:
+        return items
+    return [{**item, "type": "custom_tool_call_output"}
+            if item["type"] == "function_call_output" and item["call_id"] in custom else item
+            for item in items]
 
 
 def _meta(message: Message) -> dict[str, Any]:
@@ -269,6 +290,8 @@ def _assistant_items(content: str, meta: Mapping[str, Any]) -> list[dict[str, An
             reasoning if kind == "reasoning" else calls if kind == "function_call" else None)
         if source is not None:
             out.extend(_first(source))
+        elif isinstance(entry, dict) and isinstance(entry.get("item"), dict):
+            out.append(entry["item"])  # a hosted tool's item, as the API made it
         elif kind == "message":
             text = content if len(messages) == 1 else str(entry.get("text", ""))
             if text or entry.get("id"):
@@ -286,19 +309,23 @@ def _message_item(text: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     phase), or, for a message the Responses API never gave, as plain text."""
     if not entry.get("id"):
         return {"type": "message", "role": "assistant", "content": text}
+    content = entry.get("content")
     item: dict[str, Any] = {"type": "message", "role": "assistant", "id": entry["id"],
                             "status": "completed",
-                            "content": [{"type": "output_text", "text": text,
-                                         "annotations": []}]}
+                            "content": content if isinstance(content, list) else
+                            [{"type": "output_text", "text": text, "annotations": []}]}
     if entry.get("phase"):
         item["phase"] = entry["phase"]
     return item
 
 
 def _call_item(call: Mapping[str, Any]) -> dict[str, Any]:
+    extra = (call.get("provider_metadata") or {}).get(OPENAI_RESPONSES)
+    if isinstance(extra, dict) and extra.get("type") == CUSTOM_CALL:
+        return {"type": CUSTOM_CALL, "call_id": call["id"], "name": call["name"],
+                "input": call.get("arguments", ""), **extra}
     item: dict[str, Any] = {"type": "function_call", "call_id": call["id"],
                             "name": call["name"], "arguments": call.get("arguments", "{}")}
-    extra = (call.get("provider_metadata") or {}).get(OPENAI_RESPONSES)
     if isinstance(extra, dict):
         item.update(extra)
     return item
@@ -306,7 +333,10 @@ def _call_item(call: Mapping[str, Any]) -> dict[str, Any]:
 
 def tool_item(tool: ToolSpec) -> dict[str, Any]:
     """A function tool. ``strict`` is off: nonoka's schemas are not written for
-    OpenAI's strict mode (which defaults to on in the Responses API)."""
+    OpenAI's strict mode (which defaults to on in the Responses API). A tool given in
+    the API's own shape (``ToolSpec.wire``) goes as given."""
+    if tool.wire is not None:
+        return dict(tool.wire)
     return {"type": "function", "name": tool.name, "description": tool.description,
             "parameters": tool.parameters, "strict": False}
 
@@ -482,7 +512,7 @@ class _Stream:
                 reasoning.append(ReasoningPart(text=self._reasoning_text(index, item),
                                                provider_metadata={OPENAI_RESPONSES: item}))
                 layout.append({"type": "reasoning"})
-            elif kind == "function_call":
+            elif kind in ("function_call", CUSTOM_CALL):
                 calls.append(self._call(index, item, len(calls)))
                 layout.append({"type": "function_call"})
             elif kind == "message":
@@ -490,8 +520,12 @@ class _Stream:
                 texts.append(text)
                 entry = {"type": "message", "id": item.get("id"), "phase": item.get("phase"),
                          "text": text}
+                if _annotated(item.get("content")):
+                    entry["content"] = item["content"]
                 messages.append(entry)
                 layout.append(entry)
+            elif isinstance(kind, str):
+                layout.append({"type": kind, "item": item})
         for entry in messages:
             if entry["phase"] is None:
                 del entry["phase"]
@@ -527,6 +561,13 @@ class _Stream:
         return "".join(self.texts.get(index, ()))
 
     def _call(self, index: int, item: dict[str, Any], number: int) -> ToolCall:
+        if item.get("type") == CUSTOM_CALL:
+            kept = {k: v for k, v in item.items()
+                    if k not in ("call_id", "name", "input") and v is not None}
+            return ToolCall(id=str(item.get("call_id") or f"call_{number}"),
+                            name=str(item.get("name") or ""),
+                            arguments=str(item.get("input") or ""),
+                            provider_metadata={OPENAI_RESPONSES: kept})
         arguments = item.get("arguments")
         if not isinstance(arguments, str) or (not arguments and index in self.arguments):
             arguments = "".join(self.arguments.get(index, ()))
@@ -539,6 +580,15 @@ class _Stream:
 
 _CALL_FIELDS = frozenset({"type", "call_id", "name", "arguments", "status"})
 """A function call item's fields nonoka keeps elsewhere (or, ``status``, not at all)."""
+CUSTOM_CALL = "custom_tool_call"
+"""A custom (freeform) tool's call: its ``input`` is the call's ``arguments``."""
+
+
+def _annotated(content: object) -> bool:
+    """Whether a message's content parts carry more than their text: annotations
+    (a web search's citations), logprobs."""
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and (p.get("annotations") or p.get("logprobs")) for p in content)
 
 
 def _usage(usage: object, pricing: Pricing, check: UsageCheck) -> Usage:

@@ -27,6 +27,7 @@ from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_av
 from nonoka.serve.file_inputs import attach
 from nonoka.serve.file_store import MemoryFiles
 from nonoka.serve.files import Files
+from nonoka.serve.included import query_include
 from nonoka.serve.journal import Live
 from nonoka.serve.keys import Gate, set_owner
 from nonoka.serve.messages import Messages, anthropic_error, count_tokens
@@ -152,7 +153,7 @@ class _Routes:
             return StreamingResponse(body(), media_type="text/event-stream",
                                      headers={"cache-control": "no-cache"})
         return JSONResponse(await self.served.responses.get(
-            request.path_params["response_id"]))
+            request.path_params["response_id"], query_include(request.query_params)))
 
     async def delete_response(self, request: Request) -> Response:
         return JSONResponse(await self.served.responses.delete(

@@ -1,9 +1,11 @@
 """A ``POST /v1/responses`` body, checked, and its input as what a turn brings.
 
 The input's items become chat messages, the way nonoka stores a conversation: a user,
-system or developer message is one message; an assistant's message, reasoning and
-function calls that follow one another are one assistant message; a
-``function_call_output`` is a tool message. ``item_reference`` items (and reasoning
+system or developer message is one message; an assistant's message, reasoning,
+function and custom tool calls and hosted tools' items (``web_search_call``...: kept
+whole, in their place, as the Responses adapter keeps them) that follow one another
+are one assistant message; a ``function_call_output`` (or ``custom_tool_call_output``)
+is a tool message. ``item_reference`` items (and reasoning
 items given by id only) are read from the store first (``Resolver``).
 
 What the turn then does (``plan``): a trailing user message is its prompt; the
@@ -22,8 +24,12 @@ from typing import Any
 
 from nonoka.bridge.entry_rules import same_message
 from nonoka.llm.base import CallOptions
+from nonoka.llm.responses import CUSTOM_CALL, OPENAI_RESPONSES
 from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
-from nonoka.serve.errors import invalid, not_available
+from nonoka.serve.errors import invalid
+from nonoka.serve.hosted import CUSTOM_OUTPUT, HOSTED_ITEMS, client_names
+from nonoka.serve.hosted import checked as checked_tool
+from nonoka.serve.included import included
 from nonoka.serve.items import content_of
 from nonoka.serve.reasoning import unsealed
 from nonoka.serve.record import ECHOED
@@ -50,6 +56,8 @@ class CreateRequest:
     """The ``ECHOED`` fields the request set."""
     conversation: str | None = None
     """The conversation the response runs in (``nonoka.serve.conversations``)."""
+    include: tuple[str, ...] = ()
+    """The request's ``include`` values (``nonoka.serve.included``)."""
 
     def call_options(self) -> CallOptions | None:
         """The options the model call is made with, in their Chat Completions forms
@@ -66,6 +74,8 @@ class CreateRequest:
             fields["tool_choice"] = choice
         elif isinstance(choice, dict) and choice.get("type") == "function":
             fields["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        elif isinstance(choice, dict):  # a hosted or custom tool's: the Responses API's
+            fields["tool_choice"] = dict(choice)
         text_format = (params.get("text") or {}).get("format")
         if isinstance(text_format, dict) and text_format.get("type") == "json_object":
             fields["response_format"] = {"type": "json_object"}
@@ -122,7 +132,8 @@ def parse_create(body: Any) -> CreateRequest:
     return CreateRequest(model=model, input=items, instructions=instructions,
                          previous_response_id=previous, store=True if store is None else store,
                          stream=bool(stream), tools=_tools(body.get("tools")), params=params,
-                         conversation=conversation)
+                         conversation=conversation,
+                         include=included(body.get("include"), "include"))
 
 
 def _optional(body: dict[str, Any], name: str, kind: type) -> Any:
@@ -139,10 +150,10 @@ def _check_params(params: dict[str, Any]) -> None:
         raise invalid("metadata must be an object of at most 16 string values", "metadata")
     choice = params.get("tool_choice")
     if choice is not None and choice not in ("auto", "none", "required") and not (
-            isinstance(choice, dict) and choice.get("type") == "function"
-            and isinstance(choice.get("name"), str)):
+            isinstance(choice, dict) and isinstance(choice.get("type"), str)):
         raise invalid("tool_choice must be auto, none, required or "
-                      '{"type": "function", "name": ...}', "tool_choice")
+                      '{"type": "function", "name": ...} (or another tool choice object)',
+                      "tool_choice")
     for name in ("temperature", "top_p"):
         if name in params and not isinstance(params[name], int | float):
             raise invalid(f"{name} must be a number", name)
@@ -160,10 +171,16 @@ def _tools(given: Any) -> tuple[dict[str, Any], ...]:
     names: set[str] = set()
     for n, tool in enumerate(given):
         param = f"tools[{n}]"
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            raise not_available(f"{kind!r} tools (only function tools, which the client "
-                                "runs, are)", f"{param}.type")
+        if not isinstance(tool, dict):
+            raise invalid("a tool must be an object", param)
+        if tool.get("type") != "function":
+            found = checked_tool(tool, param)
+            for called in client_names(found):
+                if called in names:
+                    raise invalid(f"two tools are named {called!r}", f"{param}.name")
+                names.add(called)
+            tools.append(found)
+            continue
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             raise invalid("a function tool needs a name", f"{param}.name")
@@ -211,7 +228,7 @@ def messages_of(items: Sequence[tuple[dict[str, Any], str]]) -> list[Message]:
     for item, param in items:
         kind = item.get("type")
         role = item.get("role")
-        if (kind == "message" and role == "assistant") or kind in ("function_call", "reasoning"):
+        if (kind == "message" and role == "assistant") or kind in _ANSWER_ITEMS:
             if answer is None or not answer.takes(kind):
                 if answer is not None:
                     messages.append(answer.message())
@@ -244,15 +261,19 @@ def _message(item: dict[str, Any], param: str) -> Message:
             raise invalid("this compaction item was not made by nonoka serve: send the "
                           "conversation it replaced instead", f"{param}.encrypted_content")
         return Message(role="user", content=SUMMARY_PREFIX + found[1])
-    if kind == "function_call_output":
+    if kind in ("function_call_output", CUSTOM_OUTPUT):
         call_id = item.get("call_id")
         if not isinstance(call_id, str) or not call_id:
-            raise invalid("a function_call_output needs the call_id it answers",
-                          f"{param}.call_id")
+            raise invalid(f"a {kind} needs the call_id it answers", f"{param}.call_id")
         output = item.get("output")
         text, parts = content_of(output if output is not None else "", f"{param}.output")
         return Message(role="tool", content=text, tool_call_id=call_id, parts=parts)
     raise invalid(f"input item type {kind!r} is not supported", f"{param}.type")
+
+
+_CALLS = frozenset({"function_call", CUSTOM_CALL})
+_ANSWER_ITEMS = frozenset({"reasoning", *_CALLS, *HOSTED_ITEMS})
+"""The items besides an assistant's message that make up an answer."""
 
 
 class _Answer:
@@ -262,37 +283,65 @@ class _Answer:
         self.texts: list[str] = []
         self.calls: list[ToolCall] = []
         self.reasoning: list[ReasoningPart] = []
+        self.layout: list[dict[str, Any]] = []
+        """The items in order, as the Responses adapter lays an answer out; kept when a
+        hosted tool's item is among them."""
 
     def takes(self, kind: Any) -> bool:
         """Whether an item of ``kind`` still belongs to this message (a message's text
         and reasoning come before its calls)."""
-        return kind == "function_call" or not self.calls
+        return kind in _CALLS or not self.calls
 
     def add(self, item: dict[str, Any], param: str) -> None:
         kind = item.get("type")
-        if kind == "function_call":
-            call_id, name = item.get("call_id"), item.get("name")
-            if not isinstance(call_id, str) or not isinstance(name, str):
-                raise invalid("a function_call needs call_id and name", param)
-            arguments = item.get("arguments")
-            self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments
-                                       if isinstance(arguments, str) else "{}"))
+        if kind in HOSTED_ITEMS:
+            self.layout.append({"type": kind, "item": item})
+        elif kind in _CALLS:
+            self.layout.append({"type": "function_call"})
+            self.calls.append(_call(item, param))
         elif kind == "reasoning":
             parts = unsealed(item.get("encrypted_content"))
             if parts is not None:  # nonoka's own: the provider's reasoning comes back
                 self.reasoning.extend(parts)
+                self.layout.extend({"type": "reasoning"} for _ in parts)
                 return
+            self.layout.append({"type": "reasoning"})
             summary = item.get("summary") or item.get("content") or []
             text = "".join(p.get("text", "") for p in summary if isinstance(p, dict))
             if text:
                 self.reasoning.append(ReasoningPart(text=text))
         else:
             text, _ = content_of(item.get("content"), f"{param}.content")
+            self.layout.append({"type": "message", "text": text})
             self.texts.append(text)
 
     def message(self) -> Message:
+        hosted = any("item" in entry for entry in self.layout)
         return Message(role="assistant", content="\n".join(self.texts),
-                       tool_calls=self.calls or None, reasoning=self.reasoning or None)
+                       tool_calls=self.calls or None, reasoning=self.reasoning or None,
+                       provider_metadata={OPENAI_RESPONSES: {"items": self.layout}}
+                       if hosted else None)
+
+
+def _call(item: dict[str, Any], param: str) -> ToolCall:
+    """A function call (``namespace`` kept for the upstream) or a custom tool's call
+    (its ``input`` as the call's arguments)."""
+    kind = item.get("type")
+    call_id, name = item.get("call_id"), item.get("name")
+    if not isinstance(call_id, str) or not isinstance(name, str):
+        raise invalid(f"a {kind} needs call_id and name", param)
+    if kind == CUSTOM_CALL:
+        given = item.get("input")
+        kept = {"type": CUSTOM_CALL, **({"namespace": item["namespace"]}
+                                        if isinstance(item.get("namespace"), str) else {})}
+        return ToolCall(id=call_id, name=name, arguments=given if isinstance(given, str)
+                        else "", provider_metadata={OPENAI_RESPONSES: kept})
+    arguments = item.get("arguments")
+    namespace = item.get("namespace")
+    return ToolCall(id=call_id, name=name,
+                    arguments=arguments if isinstance(arguments, str) else "{}",
+                    provider_metadata={OPENAI_RESPONSES: {"namespace": namespace}}
+                    if isinstance(namespace, str) else None)
 
 
 # -- what the turn brings ----------------------------------------------------------------

@@ -19,8 +19,10 @@ import binascii
 import mimetypes
 from typing import Any
 
+from nonoka.llm.responses import OPENAI_RESPONSES
 from nonoka.serve.errors import invalid
 from nonoka.serve.file_inputs import file_id_of, stored_part
+from nonoka.serve.hosted import CUSTOM_OUTPUT, custom_call, hosted_items, message_content
 from nonoka.serve.ids import (
     ENTRY_MESSAGE,
     ENTRY_OUTPUT,
@@ -34,16 +36,22 @@ from nonoka.state.messages import FilePart, Part, TextPart, ToolCall
 
 
 def entry_items(entry: MemoryEntry, point: ResponsePoint, offset: int,
-                sealed_reasoning: bool = False) -> list[dict[str, Any]]:
+                sealed_reasoning: bool = False, custom: frozenset[str] = frozenset()
+                ) -> list[dict[str, Any]]:
     """The items of ``entry``, stored ``offset`` entries after ``point``'s start;
-    ``sealed_reasoning``: with the reasoning's ``encrypted_content``."""
+    ``sealed_reasoning``: with the reasoning's ``encrypted_content``; ``custom``: the
+    ids of custom tools' calls, whose outputs are ``custom_tool_call_output`` items."""
     if entry.role == "assistant":
         return assistant_items(entry.content, entry.tool_calls, reasoning_text(entry),
                                point, offset, sealed=sealed(entry.reasoning)
-                               if sealed_reasoning and entry.reasoning else None)
+                               if sealed_reasoning and entry.reasoning else None,
+                               provider=entry.metadata.get("provider_metadata"))
     if entry.role == "tool":
-        return [call_output_item(point.item_id("fco_", offset, ENTRY_OUTPUT),
-                                 entry.tool_call_id or "", entry.content, entry.parts)]
+        item = call_output_item(point.item_id("fco_", offset, ENTRY_OUTPUT),
+                                entry.tool_call_id or "", entry.content, entry.parts)
+        if item["call_id"] in custom:
+            item["type"] = CUSTOM_OUTPUT
+        return [item]
     role = "system" if entry.role == "system" else "user"
     return [{"type": "message", "id": point.item_id("msg_", offset, ENTRY_MESSAGE),
              "role": role, "status": "completed",
@@ -55,17 +63,25 @@ def reasoning_text(entry: MemoryEntry) -> str:
 
 
 def assistant_items(text: str, calls: list[ToolCall], reasoning: str, point: ResponsePoint,
-                    offset: int, status: str = "completed", sealed: str | None = None
-                    ) -> list[dict[str, Any]]:
+                    offset: int, status: str = "completed", sealed: str | None = None,
+                    provider: Any = None) -> list[dict[str, Any]]:
     """An answer's items: its reasoning, its message (always, unless it only calls
-    tools), its function calls, in that order. ``sealed``: the reasoning's
-    ``encrypted_content`` (``nonoka.serve.reasoning``), given even without text."""
+    tools or hosted tools), the items of the hosted tools it ran (as the upstream gave
+    them, from its ``provider`` metadata), its function and custom tools' calls, in that
+    order. ``sealed``: the reasoning's ``encrypted_content``
+    (``nonoka.serve.reasoning``), given even without text."""
     items: list[dict[str, Any]] = []
     if reasoning or sealed is not None:
         items.append(reasoning_item(point.item_id("rs_", offset, ENTRY_REASONING),
                                     reasoning or None, sealed))
-    if text or not calls:
-        items.append(message_item(point.item_id("msg_", offset, ENTRY_MESSAGE), text, status))
+    hosted = hosted_items(provider)
+    if text or not (calls or hosted):
+        message = message_item(point.item_id("msg_", offset, ENTRY_MESSAGE), text, status)
+        content = message_content(provider)
+        if content is not None and status == "completed":
+            message["content"] = content  # with its citations, its logprobs
+        items.append(message)
+    items.extend(hosted)
     items.extend(call_item(point.item_id("fc_", offset, FIRST_CALL + n), call)
                  for n, call in enumerate(calls))
     return items
@@ -97,8 +113,16 @@ def summary_text(text: str) -> dict[str, Any]:
 
 
 def call_item(item_id: str, call: ToolCall, status: str = "completed") -> dict[str, Any]:
+    """A function call, or a custom tool's call (its ``input``), with the ``namespace``
+    of a namespace's tool."""
+    own = (call.provider_metadata or {}).get(OPENAI_RESPONSES)
+    namespace = own.get("namespace") if isinstance(own, dict) else None
+    extra = {"namespace": namespace} if isinstance(namespace, str) else {}
+    if custom_call(call.provider_metadata):
+        return {"type": "custom_tool_call", "id": item_id, "call_id": call.id,
+                "name": call.name, "input": call.arguments, **extra}
     return {"type": "function_call", "id": item_id, "call_id": call.id, "name": call.name,
-            "arguments": call.arguments, "status": status}
+            "arguments": call.arguments, "status": status, **extra}
 
 
 def call_output_item(item_id: str, call_id: str, text: str,

@@ -9,8 +9,10 @@ gets.
 
 ``StampedModel`` is the model a response's turn runs: it sends the response's
 ``instructions`` before the conversation (for this response only: a continuation does
-not inherit them, as in OpenAI's API), notes which entry the answer will be, and adds
-the response's stamp to each answer (``nonoka.serve.record``).
+not inherit them, as in OpenAI's API), offers the request's hosted, custom and
+namespace tools in the Responses API's shapes and asks for its ``include`` values,
+notes which entry the answer will be, and adds the response's stamp to each answer
+(``nonoka.serve.record``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from nonoka.llm.base import (
     ToolSpec,
 )
 from nonoka.llm.workers import Workers
+from nonoka.serve.hosted import Wired
 from nonoka.serve.ids import ResponsePoint
 from nonoka.serve.record import STAMP, Asked
 from nonoka.state.entries import EntryMessages, MemoryEntry
@@ -115,6 +118,11 @@ class Answering:
     sealed_reasoning: bool = False
     """Whether the client asked for its reasoning's ``encrypted_content``
     (``nonoka.serve.reasoning``)."""
+    wired: Wired = dataclasses.field(default_factory=Wired)
+    """The request's tools that go to the upstream in the Responses API's shapes
+    (``nonoka.serve.hosted``)."""
+    include: tuple[str, ...] = ()
+    """The ``include`` values the upstream is asked for (``nonoka.serve.included``)."""
 
     @property
     def offset(self) -> int:
@@ -148,6 +156,11 @@ class StampedModel:
         run.announce()
         run.entry = len(messages)
         sent = _instructed(_without(messages, run.hidden), run.asked.instructions)
+        tools = run.wired.specs(tools)
+        if run.include:
+            options = options or CallOptions()
+            options = dataclasses.replace(options, extra={**options.extra,
+                                                          "include": list(run.include)})
         model = self.model
         if isinstance(model, TakesCallOptions):
             answer = await model.complete_with(sent, tools, on_text=on_text,

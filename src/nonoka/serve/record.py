@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nonoka.serve.hosted import custom_ids
 from nonoka.serve.ids import ENTRY_MESSAGE, ResponsePoint
+from nonoka.serve.included import with_image_urls
 from nonoka.serve.items import entry_items, message_item
 from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import ToolCall
@@ -78,7 +80,8 @@ class Asked:
         (a timeline is read by people; the definitions are in the answer's record)."""
         record = self.stamp(tools_at)
         if isinstance(record.get("tools"), list):
-            record["tools"] = {"names": [tool["name"] for tool in self.tools]}
+            record["tools"] = {"names": [str(tool.get("name") or tool.get("type"))
+                                         for tool in self.tools]}
         return record
 
     @classmethod
@@ -172,9 +175,14 @@ class Located:
     def asked(self) -> Asked:
         return Asked.from_stamp(self.record, self.tools())
 
-    def input_items(self) -> list[dict[str, Any]]:
-        return [item for at in range(self.point.start, self.first)
-                for item in entry_items(self.entries[at], self.point, at - self.point.start)]
+    def input_items(self, image_urls: bool = False) -> list[dict[str, Any]]:
+        """The response's input items (``image_urls``: an image sent by ``file_id``
+        with its ``image_url`` too, as ``include`` asks)."""
+        custom = custom_ids(self.entries[:self.first])
+        return [with_image_urls(item, self.entries[at]) if image_urls else item
+                for at in range(self.point.start, self.first)
+                for item in entry_items(self.entries[at], self.point, at - self.point.start,
+                                        custom=custom)]
 
     def output(self, sealed_reasoning: bool = False) -> list[dict[str, Any]]:
         """The response's output items (``sealed_reasoning``: with the reasoning's
@@ -184,9 +192,10 @@ class Located:
                 return []
             item_id = self.point.item_id("msg_", self.end - self.point.start, ENTRY_MESSAGE)
             return [message_item(item_id, self.left.text, "incomplete")]
+        custom = custom_ids(self.entries[:self.end])
         return [item for at in range(self.first, self.end)
                 for item in entry_items(self.entries[at], self.point, at - self.point.start,
-                                        sealed_reasoning)]
+                                        sealed_reasoning, custom)]
 
     def usage(self) -> dict[str, Any] | None:
         return None if self.left is not None else usage_of(self.entries[self.first:self.end])
@@ -231,7 +240,7 @@ def locate(entries: Sequence[MemoryEntry], point: ResponsePoint) -> Located | No
 def usage_of(entries: Sequence[MemoryEntry]) -> dict[str, Any]:
     """The Responses API's usage of the answers among ``entries`` (each keeps its call's)."""
     counts = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
-              "reasoning_tokens": 0}
+              "reasoning_tokens": 0, "cache_write_tokens": 0}
     for entry in entries:
         spent = entry.metadata.get("usage") if entry.role == "assistant" else None
         if isinstance(spent, dict):
@@ -239,14 +248,18 @@ def usage_of(entries: Sequence[MemoryEntry]) -> dict[str, Any]:
                 value = spent.get(name)
                 counts[name] += value if isinstance(value, int) else 0
     return usage_body(counts["input_tokens"], counts["output_tokens"],
-                      counts["cache_read_tokens"], counts["reasoning_tokens"])
+                      counts["cache_read_tokens"], counts["reasoning_tokens"],
+                      counts["cache_write_tokens"])
 
 
 def usage_body(input_tokens: int, output_tokens: int, cached: int = 0,
-               reasoning: int = 0) -> dict[str, Any]:
+               reasoning: int = 0, written: int = 0) -> dict[str, Any]:
+    """The Responses API's usage object (``cache_write_tokens``: the input tokens
+    written to the prompt cache, which the ``openai`` SDK's types require)."""
     return {"input_tokens": input_tokens, "output_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
-            "input_tokens_details": {"cached_tokens": cached},
+            "input_tokens_details": {"cached_tokens": cached,
+                                     "cache_write_tokens": written},
             "output_tokens_details": {"reasoning_tokens": reasoning}}
 
 
@@ -299,6 +312,10 @@ def _reasoning(given: Any) -> dict[str, Any] | None:
 
 
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the response echoes it: a function tool with all its fields, any
+    other (hosted, custom, namespace) as the request gave it."""
+    if tool.get("type", "function") != "function":
+        return dict(tool)
     return {"type": "function", "name": tool.get("name"),
             "description": tool.get("description"), "parameters": tool.get("parameters"),
             "strict": tool.get("strict")}

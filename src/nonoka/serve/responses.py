@@ -30,17 +30,18 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from nonoka.errors import ConfigurationError, Failure
 from nonoka.events import ModelCalled, ReasoningDelta, TextDelta, ToolCallFinished
+from nonoka.llm.base import ChatModel
+from nonoka.llm.responses import OpenAIResponsesModel
 from nonoka.runtime.agent import Agent
 from nonoka.runtime.runner import Runner
 from nonoka.runtime.session import Session
-from nonoka.runtime.tools import host_tool
 from nonoka.serve import cancels
 from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
 from nonoka.serve.compaction import compaction_item, read_compaction
@@ -54,7 +55,9 @@ from nonoka.serve.errors import (
     not_found,
     previous_not_found,
 )
+from nonoka.serve.hosted import Wired, host_tools, refusal
 from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_response_id
+from nonoka.serve.included import IMAGE_URLS, included, query_include, upstream
 from nonoka.serve.inputs import (
     CreateRequest,
     messages_of,
@@ -76,6 +79,7 @@ from nonoka.serve.lines import (
     proven_summaries,
 )
 from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
+from nonoka.serve.reasoning import INCLUDE as SEALED
 from nonoka.serve.reasoning import wants_sealed
 from nonoka.serve.record import (
     DELETED,
@@ -217,6 +221,21 @@ def retry_of(body: Any, headers: Mapping[str, str]) -> Retry:
                  count.isdigit() and int(count) > 0, line_signal(headers, body))
 
 
+def _answering(body: Any, given: CreateRequest, asked: Asked, model: ChatModel) -> Answering:
+    """The turn's shared state: with the request's hosted, custom and namespace tools and
+    its ``include`` for an ``openai-responses:`` model, which alone takes them (another
+    model refuses such tools: ``nonoka.serve.hosted.refusal``)."""
+    responses_api = isinstance(model, OpenAIResponsesModel)
+    refused = refusal(given.tools, asked.model, responses_api)
+    if refused is not None:
+        raise refused
+    run = Answering(asked, sealed_reasoning=wants_sealed(body))
+    if responses_api:
+        run.wired = Wired.of(given.tools)
+        run.include = tuple(upstream(given.include))
+    return run
+
+
 def _triggers_compaction(body: Any) -> bool:
     """Whether a create request's input ends with a ``compaction_trigger`` item."""
     items = body.get("input") if isinstance(body, dict) else None
@@ -308,13 +327,12 @@ class Responses:
             model = self.models.resolve(spec, passes)
         except ConfigurationError as exc:
             raise invalid(str(exc), "model", code="model_not_found") from None
-        run = Answering(asked, sealed_reasoning=wants_sealed(body))
+        run = _answering(body, given, asked, model)
         if previous is not None and given.store and given.tools and \
                 previous.tools() == list(given.tools):
             run.tools_at = previous.tools_at()
         agent = Agent(model=StampedModel(model, run), call_options=given.call_options(),
-                      tools=[host_tool(t["name"], t["description"] or "", t["parameters"])
-                             for t in given.tools])
+                      tools=host_tools(given.tools))
         events = ResponseEvents(emit, run) if emit is not None else None
         request = _Request(given, asked, seed, turn_input, agent, run, events, previous, passes,
                            retry, conversation=conversation, compaction=compaction,
@@ -569,7 +587,7 @@ class Responses:
                                   "messages": len(given.input), "model": request.asked.model,
                                   "stream": given.stream, "store": given.store,
                                   "previous_response_id": given.previous_response_id,
-                                  "tools": [t["name"] for t in given.tools]}
+                                  "tools": [t.get("name") or t["type"] for t in given.tools]}
         try:
             outcome = await service.run(request.agent, opening, request=logged,
                                         lease_owner=(lambda _sid: owner) if owner else None,
@@ -838,11 +856,16 @@ class Responses:
             return own
         raise invalid(f"Item with id '{ident}' not found.", param)
 
-    async def get(self, response_id: str) -> dict[str, Any]:
+    async def get(self, response_id: str, include: Sequence[str] = ()) -> dict[str, Any]:
+        """``GET /v1/responses/{id}``; ``include``: its values, checked
+        (``nonoka.serve.included``): the reasoning's ``encrypted_content`` when asked,
+        the hosted tools' items as the upstream gave them."""
+        asked = included(list(include), "include")
         making = self.running.get(response_id)
         if making is not None and making[2] == current_owner():
             return making[1]
-        return self._resource(await self._found(response_id))
+        return self._resource(await self._found(response_id),
+                              sealed_reasoning=SEALED in asked)
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """``POST /v1/responses/{id}/cancel``: a background response is stopped (its
@@ -930,8 +953,10 @@ class Responses:
 
     async def input_items(self, response_id: str, query: Mapping[str, str]) -> dict[str, Any]:
         """``GET /v1/responses/{id}/input_items``: ``limit`` (1-100, 20), ``order``
-        (``desc`` by default, as OpenAI's), ``after`` (an item id)."""
-        items = (await self._found(response_id)).input_items()
+        (``desc`` by default, as OpenAI's), ``after`` (an item id), ``include`` (checked;
+        ``message.input_image.image_url`` fills an image sent by ``file_id``)."""
+        asked = included(query_include(query), "include")
+        items = (await self._found(response_id)).input_items(image_urls=IMAGE_URLS in asked)
         order = query.get("order", "desc")
         if order not in ("asc", "desc"):
             raise invalid("order must be asc or desc", "order")

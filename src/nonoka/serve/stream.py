@@ -4,8 +4,10 @@ The order is OpenAI's: ``response.created`` and ``response.in_progress``; for ea
 output item ``response.output_item.added``, its part's ``added``, the deltas, the
 ``done`` events innermost first, ``response.output_item.done``; then one of
 ``response.completed``, ``response.incomplete`` or ``response.failed`` with the whole
-response. Text and reasoning stream as the model sends them; an answer's function
-calls (whole when the answer is) follow it. The items each ``done`` event carries are
+response. Text and reasoning stream as the model sends them; the items of the hosted
+tools the upstream ran (a web search's with its ``response.web_search_call.*``
+events) and the answer's function and custom tools' calls (whole when the answer is)
+follow it. The items each ``done`` event carries are
 built by the same function as the stored response's (``nonoka.serve.items``), from the
 answer the turn stored, so a stream ends with exactly what ``GET`` returns.
 """
@@ -101,11 +103,14 @@ class ResponseEvents:
         reasoning = "".join(part.text for part in answer.reasoning)
         seal = sealed(answer.reasoning) if run.sealed_reasoning and answer.reasoning else None
         for item in assistant_items(answer.text, answer.tool_calls, reasoning, run.point,
-                                    run.offset, sealed=seal):
+                                    run.offset, sealed=seal,
+                                    provider=answer.provider_metadata):
             kind = item["type"]
             opened = self._open.pop(kind, None)
             if kind == "function_call":
                 self._call(item)
+            elif kind not in ("message", "reasoning"):
+                self._other(item)
             elif opened is None:
                 self._whole(item)
             else:
@@ -172,6 +177,27 @@ class ResponseEvents:
                    output_index=index, arguments=item["arguments"])
         self.event("response.output_item.done", output_index=index, item=item)
 
+    def _other(self, item: dict[str, Any]) -> None:
+        """A custom tool's call (its input as deltas) or a hosted tool's item, whole."""
+        index = self.outputs
+        self.outputs += 1
+        where = {"item_id": item.get("id"), "output_index": index}
+        if item["type"] == "custom_tool_call":
+            self.event("response.output_item.added", output_index=index,
+                       item={**item, "input": ""})
+            if item["input"]:
+                self.event("response.custom_tool_call_input.delta", **where,
+                           delta=item["input"])
+            self.event("response.custom_tool_call_input.done", **where, input=item["input"])
+        elif item["type"] == "web_search_call":
+            self.event("response.output_item.added", output_index=index,
+                       item={**item, "status": "in_progress"})
+            for stage in ("in_progress", "searching", "completed"):
+                self.event(f"response.web_search_call.{stage}", **where)
+        else:
+            self.event("response.output_item.added", output_index=index, item=item)
+        self.event("response.output_item.done", output_index=index, item=item)
+
     def tool_output(self, call: ToolCall, content: str) -> None:
         """A call nonoka answered itself after an answer (a tool the client did not
         offer): its output is part of the response's output."""
@@ -200,10 +226,7 @@ class ResponseEvents:
             elif item["type"] in ("message", "reasoning"):
                 self._whole(item)
             else:
-                index = self.outputs
-                self.outputs += 1
-                self.event("response.output_item.added", output_index=index, item=item)
-                self.event("response.output_item.done", output_index=index, item=item)
+                self._other(item)
         self.finished(response)
 
     def finished(self, response: dict[str, Any]) -> None:

@@ -8,7 +8,11 @@ API does: ``response.created``, ``response.in_progress``, per item
 ``response.output_item.added`` / ``...done`` with the item's own events between
 (reasoning summary parts and ``response.reasoning_summary_text.delta``, a content part
 and ``response.output_text.delta``, ``response.function_call_arguments.delta`` /
-``.done``), then ``response.completed`` (or ``response.incomplete``) with the usage.
+``.done``; a ``HostedItem``'s: ``response.web_search_call.in_progress`` / ``searching`` /
+``completed`` for a web search, ``response.custom_tool_call_input.delta`` / ``.done``
+for a custom tool's call, none for the others; each of those events checked against
+the official ``openai`` SDK's event types), then ``response.completed`` (or
+``response.incomplete``) with the usage.
 Every event carries its ``sequence_number``; the SSE ``event:`` line names its type.
 
 Reasoning items carry ``encrypted_content`` when the request asked for it
@@ -49,6 +53,7 @@ from typing import Any
 from nonoka.state.messages import ToolCall
 from nonoka.testing.replies import pieces
 from nonoka.testing.steps import (
+    HostedItem,
     HttpError,
     ReasoningItem,
     ResponseFailed,
@@ -87,6 +92,8 @@ def prepare(reply: ResponsesReply, number: int, token: str) -> Prepared:
                           "summary": [{"type": "summary_text", "text": text}
                                       for text in output.summary],
                           "encrypted_content": encrypt(rs, token, output.summary)})
+        elif isinstance(output, HostedItem):
+            items.append(dict(output.item))
         elif isinstance(output, ToolCall):
             items.append({"id": f"fc_{base}{index:02x}", "type": "function_call",
                           "status": "completed", "arguments": output.arguments,
@@ -214,6 +221,21 @@ def _item_events(seq: _Sequence, index: int, item: dict[str, Any],
                         logprobs=[])
         yield seq.event("response.content_part.done", **where, content_index=0,
                         part={**part, "text": text})
+    elif item["type"] == "web_search_call":
+        yield _checked(seq.event("response.output_item.added", output_index=index,
+                                 item={**item, "status": "in_progress"}))
+        for stage in ("in_progress", "searching", "completed"):
+            yield _checked(seq.event(f"response.web_search_call.{stage}", **where))
+    elif item["type"] == "custom_tool_call":
+        text = item["input"]
+        yield _checked(seq.event("response.output_item.added", output_index=index,
+                                 item={**item, "input": ""}))
+        for piece in pieces(text, max(1, len(text) // 3)):
+            yield _checked(seq.event("response.custom_tool_call_input.delta", **where,
+                                     delta=piece))
+        yield _checked(seq.event("response.custom_tool_call_input.done", **where, input=text))
+    elif item["type"] != "function_call":
+        yield _checked(seq.event("response.output_item.added", output_index=index, item=item))
     else:
         arguments = item["arguments"]
         yield seq.event("response.output_item.added", output_index=index,
@@ -223,6 +245,15 @@ def _item_events(seq: _Sequence, index: int, item: dict[str, Any],
         yield seq.event("response.function_call_arguments.done", **where,
                         arguments=arguments)
     yield seq.event("response.output_item.done", output_index=index, item=item)
+
+
+def _checked(event: dict[str, Any]) -> dict[str, Any]:
+    """``event``, held to the ``openai`` SDK's stream event types."""
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    TypeAdapter(ResponseStreamEvent).validate_python(event)
+    return event
 
 
 def failed_events(failure: ResponseFailed, prepared_id: str, model: str,

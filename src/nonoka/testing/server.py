@@ -26,7 +26,8 @@ other (its index is in ``rejections``) and uses no step.
 
 ``ScriptedResponsesServer`` serves OpenAI's Responses API (``POST /v1/responses``) from
 the same kinds of steps, plus ``ResponsesReply`` (output items in any order, reasoning
-items among them: ``ReasoningItem``) and ``ResponseFailed`` (a stream that ends in
+items among them: ``ReasoningItem``, and a hosted tool's items: ``HostedItem``) and
+``ResponseFailed`` (a stream that ends in
 ``response.failed`` or an ``error`` event); its ``openai_reasoning`` strict mode
 (``RESPONSES_STRICT_MODES``) refuses encrypted reasoning that comes back missing or
 altered (``nonoka.testing.responses``).
@@ -86,6 +87,7 @@ from nonoka.testing.steps import (
     Delay,
     DropConnection,
     Flood,
+    HostedItem,
     HttpError,
     Linger,
     ReasoningItem,
@@ -109,6 +111,7 @@ __all__ = (
     "Delay",
     "DropConnection",
     "Flood",
+    "HostedItem",
     "HttpError",
     "Linger",
     "ReasoningItem",

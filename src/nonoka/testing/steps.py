@@ -95,7 +95,23 @@ class ReasoningItem:
     summary: Sequence[str] = ()
 
 
-OutputItem = ReasoningItem | str | ToolCall
+@dataclass(frozen=True)
+class HostedItem:
+    """An output item of a scripted response given whole, as the API sends it: a hosted
+    tool's call (``web_search_call``, ``image_generation_call``, ``mcp_call``...) or a
+    ``custom_tool_call``. Checked against the official ``openai`` SDK's output item types
+    when made, so the server streams only items the API can send."""
+
+    item: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        from openai.types.responses import ResponseOutputItem
+        from pydantic import TypeAdapter
+
+        TypeAdapter(ResponseOutputItem).validate_python(dict(self.item))
+
+
+OutputItem = ReasoningItem | str | ToolCall | HostedItem
 """A reasoning item, a message's text, or a function call."""
 
 

@@ -1,0 +1,188 @@
+"""Tools other than function tools, on ``POST /v1/responses``: whose they are to run.
+
+A hosted tool (``web_search``, ``file_search``, ``code_interpreter``,
+``image_generation``, ``mcp``) is the upstream's to run: it is passed as given to an
+``openai-responses:`` model, and the items it makes come back in the answer, which the
+adapter keeps whole (``nonoka.llm.responses``). A ``custom`` (freeform) tool and the
+function tools of a ``namespace`` are the client's, like function tools: the turn
+pauses on their calls and the client sends their outputs back. Both need the Responses
+API upstream, which alone takes these tools (``refusal``); another model (Chat
+Completions, Anthropic) answers a clear 400 instead. ``local_shell``, ``shell``,
+``computer_use_preview``, ``computer`` and ``apply_patch`` are not available yet.
+
+``Wired`` is how the turn's model offers them: each tool in the shape the Responses API
+takes (``ToolSpec.wire``), in place of the function specs the turn's host tools give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nonoka.llm.base import ToolSpec
+from nonoka.llm.responses import CUSTOM_CALL, OPENAI_RESPONSES
+from nonoka.runtime.tools import Tool, host_tool
+from nonoka.serve.errors import ApiError, invalid, not_available
+from nonoka.state.entries import MemoryEntry
+
+HOSTED = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview",
+                    "web_search_preview_2025_03_11", "file_search", "code_interpreter",
+                    "image_generation", "mcp"})
+"""The tool kinds the upstream runs itself."""
+CLIENT = frozenset({"custom", "namespace"})
+"""The tool kinds besides ``function`` the client runs."""
+LATER = frozenset({"local_shell", "shell", "computer_use_preview", "computer", "apply_patch"})
+HOSTED_ITEMS = frozenset({
+    "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+    "mcp_call", "mcp_list_tools", "mcp_approval_request"})
+"""The items hosted tools make, carried whole in an answer (and a client's resent
+history) as the upstream gave them."""
+CUSTOM_OUTPUT = "custom_tool_call_output"
+FREEFORM = {"type": "object", "properties": {"input": {"type": "string"}}}
+"""What a custom tool's host tool takes (its call's ``input`` is its arguments)."""
+
+
+def checked(tool: dict[str, Any], param: str) -> dict[str, Any]:
+    """A tool that is not a function tool, as given (its kind checked, and the names the
+    client's calls are matched by), or an ``ApiError`` saying what is wrong."""
+    kind = tool.get("type")
+    if kind in HOSTED:
+        if kind == "mcp" and not isinstance(tool.get("server_label"), str):
+            raise invalid("an mcp tool needs a server_label", f"{param}.server_label")
+        return dict(tool)
+    if kind == "custom":
+        _name(tool, param)
+        return dict(tool)
+    if kind == "namespace":
+        _name(tool, param)
+        members = tool.get("tools")
+        if not isinstance(members, list) or not members:
+            raise invalid("a namespace tool needs a non-empty list of tools", f"{param}.tools")
+        for n, member in enumerate(members):
+            inner = f"{param}.tools[{n}]"
+            if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
+                raise invalid("a namespace holds function and custom tools only",
+                              f"{inner}.type")
+            _name(member, inner)
+        return dict(tool)
+    if kind in LATER:
+        raise not_available(f"{kind!r} tools (offer the action as a function or custom "
+                            "tool instead)", f"{param}.type")
+    raise invalid(f"Invalid value: {kind!r}. tools[].type must be function, custom, "
+                  "namespace, web_search, web_search_preview, file_search, "
+                  "code_interpreter, image_generation or mcp", f"{param}.type")
+
+
+def _name(tool: dict[str, Any], param: str) -> str:
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise invalid(f"a {tool.get('type')} tool needs a name", f"{param}.name")
+    return name
+
+
+def client_names(tool: dict[str, Any]) -> list[str]:
+    """The names the model calls ``tool`` by, when the client runs it."""
+    kind = tool.get("type")
+    if kind in ("function", "custom"):
+        return [str(tool["name"])]
+    if kind == "namespace":
+        return [str(member["name"]) for member in tool["tools"]]
+    return []
+
+
+def host_tools(tools: Sequence[dict[str, Any]]) -> list[Tool]:
+    """The tools the turn pauses on: function tools, custom tools and the members of
+    namespaces, each by the name the model calls it."""
+    found: list[Tool] = []
+    for tool in tools:
+        members = tool["tools"] if tool.get("type") == "namespace" else [tool]
+        for member in members:
+            kind = member.get("type")
+            if kind == "function":
+                found.append(host_tool(member["name"], member.get("description") or "",
+                                       member.get("parameters")))
+            elif kind == "custom":
+                found.append(host_tool(member["name"], member.get("description") or "",
+                                       FREEFORM))
+    return found
+
+
+def foreign(tools: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first tool only the Responses API takes, if any."""
+    return next((t for t in tools if t.get("type") != "function"), None)
+
+
+def refusal(tools: Sequence[dict[str, Any]], spec: str, responses_api: bool
+            ) -> ApiError | None:
+    """The 400 for tools the model ``spec`` cannot be given (``responses_api``: whether
+    it is an ``openai-responses:`` model), or ``None``."""
+    tool = foreign(tools)
+    if tool is None or responses_api:
+        return None
+    at = list(tools).index(tool)
+    kind = tool.get("type")
+    named = f" {tool['name']!r}" if isinstance(tool.get("name"), str) else ""
+    return ApiError(400, f"the {kind}{named} tool needs the OpenAI Responses API upstream, "
+                         f"and model {spec!r} is not one: run it with an "
+                         "openai-responses:<model> model, or offer the tool as a function "
+                         "tool", param=f"tools[{at}].type", code="unsupported_feature")
+
+
+@dataclass(frozen=True)
+class Wired:
+    """The request's tools in the Responses API's shapes, for the turn's model."""
+
+    tools: tuple[dict[str, Any], ...] = ()
+    replaced: frozenset[str] = field(default_factory=frozenset)
+    """The host tools' names the wired tools stand for (custom tools, namespaces'
+    members), whose function specs are not sent."""
+
+    @classmethod
+    def of(cls, tools: Sequence[dict[str, Any]]) -> Wired:
+        wired = tuple(t for t in tools if t.get("type") != "function")
+        replaced = frozenset(name for t in wired for name in client_names(t))
+        return cls(wired, replaced)
+
+    def specs(self, specs: Sequence[ToolSpec]) -> list[ToolSpec]:
+        """``specs`` with the wired tools in place of the ones they stand for."""
+        if not self.tools:
+            return list(specs)
+        kept = [s for s in specs if s.name not in self.replaced]
+        return [*kept, *(ToolSpec(str(t.get("name") or t["type"]), "", {}, wire=t)
+                         for t in self.tools)]
+
+
+def custom_call(call_metadata: Any) -> bool:
+    """Whether a call's ``provider_metadata`` marks it a custom tool's call."""
+    own = call_metadata.get(OPENAI_RESPONSES) if isinstance(call_metadata, dict) else None
+    return isinstance(own, dict) and own.get("type") == CUSTOM_CALL
+
+
+def custom_ids(entries: Sequence[MemoryEntry]) -> frozenset[str]:
+    """The ids of the custom tools' calls among ``entries``' answers."""
+    return frozenset(call.id for entry in entries if entry.role == "assistant"
+                     for call in entry.tool_calls if custom_call(call.provider_metadata))
+
+
+def hosted_items(metadata: Any) -> list[dict[str, Any]]:
+    """The hosted tools' items an answer's ``provider_metadata`` carries, in order."""
+    own = metadata.get(OPENAI_RESPONSES) if isinstance(metadata, dict) else None
+    layout = own.get("items") if isinstance(own, dict) else None
+    if not isinstance(layout, list):
+        return []
+    return [dict(e["item"]) for e in layout
+            if isinstance(e, dict) and isinstance(e.get("item"), dict)]
+
+
+def message_content(metadata: Any) -> list[dict[str, Any]] | None:
+    """An answer's message content parts as the upstream gave them, when they carry more
+    than their text (annotations: a web search's citations; logprobs)."""
+    own = metadata.get(OPENAI_RESPONSES) if isinstance(metadata, dict) else None
+    layout = own.get("items") if isinstance(own, dict) else None
+    if not isinstance(layout, list):
+        return None
+    found = [e for e in layout if isinstance(e, dict) and e.get("type") == "message"]
+    if len(found) != 1 or not isinstance(found[0].get("content"), list):
+        return None
+    return list(found[0]["content"])
