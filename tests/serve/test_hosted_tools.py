@@ -304,3 +304,20 @@ def test_a_client_that_keeps_its_history_sends_the_hosted_items_back(
     assert [i.get("type") for i in sent] == ["message", "message", "web_search_call",
                                              "message"]
     assert sent[2] == WEB_SEARCH
+
+
+def test_a_conversation_sends_its_hosted_items_back(
+        project: Path, upstream: ScriptedResponsesServer,
+        serving: list[ServeProcess]) -> None:
+    script(upstream, ResponsesReply(output=(HostedItem(WEB_SEARCH), HostedItem(CITED))),
+           ResponsesReply(output=("Yes.",)))
+    tools: list[ToolParam] = [{"type": "web_search"}]
+    with client_of(serving[0]) as client:
+        conversation = client.conversations.create()
+        client.responses.create(model="m", input="Weather in Kyoto?", tools=tools,
+                                conversation=conversation.id)
+        listed = client.conversations.items.list(conversation.id, order="asc").data
+        assert [i.type for i in listed] == ["message", "message", "web_search_call"]
+        client.responses.create(model="m", input="Sunglasses?", tools=tools,
+                                conversation=conversation.id)
+    assert upstream.requests[1]["input"][1:3] == [WEB_SEARCH, CITED]

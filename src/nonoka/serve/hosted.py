@@ -1,14 +1,15 @@
 """Tools other than function tools, on ``POST /v1/responses``: whose they are to run.
 
 A hosted tool (``web_search``, ``file_search``, ``code_interpreter``,
-``image_generation``, ``mcp``) is the upstream's to run: it is passed as given to an
-``openai-responses:`` model, and the items it makes come back in the answer, which the
-adapter keeps whole (``nonoka.llm.responses``). A ``custom`` (freeform) tool and the
-function tools of a ``namespace`` are the client's, like function tools: the turn
-pauses on their calls and the client sends their outputs back. Both need the Responses
-API upstream, which alone takes these tools (``refusal``); another model (Chat
-Completions, Anthropic) answers a clear 400 instead. ``local_shell``, ``shell``,
-``computer_use_preview``, ``computer`` and ``apply_patch`` are not available yet.
+``image_generation``, ``mcp``, a server-executed ``tool_search``) is the upstream's to
+run: it is passed as given to an ``openai-responses:`` model, and the items it makes
+come back in the answer, which the adapter keeps whole (``nonoka.llm.responses``). A
+``custom`` (freeform) tool and the function tools of a ``namespace`` are the client's,
+like function tools: the turn pauses on their calls and the client sends their outputs
+back. Both need the Responses API upstream, which alone takes these tools
+(``refusal``); another model (Chat Completions, Anthropic) answers a clear 400 instead.
+``local_shell``, ``shell``, ``computer_use_preview``, ``computer``, ``apply_patch`` and
+a client-executed ``tool_search`` are not available yet.
 
 ``Wired`` is how the turn's model offers them: each tool in the shape the Responses API
 takes (``ToolSpec.wire``), in place of the function specs the turn's host tools give.
@@ -28,14 +29,15 @@ from nonoka.state.entries import MemoryEntry
 
 HOSTED = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview",
                     "web_search_preview_2025_03_11", "file_search", "code_interpreter",
-                    "image_generation", "mcp"})
+                    "image_generation", "mcp", "tool_search"})
 """The tool kinds the upstream runs itself."""
 CLIENT = frozenset({"custom", "namespace"})
 """The tool kinds besides ``function`` the client runs."""
 LATER = frozenset({"local_shell", "shell", "computer_use_preview", "computer", "apply_patch"})
 HOSTED_ITEMS = frozenset({
     "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
-    "mcp_call", "mcp_list_tools", "mcp_approval_request"})
+    "mcp_call", "mcp_list_tools", "mcp_approval_request", "tool_search_call",
+    "tool_search_output"})
 """The items hosted tools make, carried whole in an answer (and a client's resent
 history) as the upstream gave them."""
 CUSTOM_OUTPUT = "custom_tool_call_output"
@@ -47,6 +49,9 @@ def checked(tool: dict[str, Any], param: str) -> dict[str, Any]:
     """A tool that is not a function tool, as given (its kind checked, and the names the
     client's calls are matched by), or an ``ApiError`` saying what is wrong."""
     kind = tool.get("type")
+    if kind == "tool_search" and tool.get("execution") == "client":
+        raise not_available("a client-executed 'tool_search' tool (the server-executed "
+                            "one, execution \"server\", is)", f"{param}.execution")
     if kind in HOSTED:
         if kind == "mcp" and not isinstance(tool.get("server_label"), str):
             raise invalid("an mcp tool needs a server_label", f"{param}.server_label")
@@ -71,7 +76,7 @@ def checked(tool: dict[str, Any], param: str) -> dict[str, Any]:
                             "tool instead)", f"{param}.type")
     raise invalid(f"Invalid value: {kind!r}. tools[].type must be function, custom, "
                   "namespace, web_search, web_search_preview, file_search, "
-                  "code_interpreter, image_generation or mcp", f"{param}.type")
+                  "code_interpreter, image_generation, mcp or tool_search", f"{param}.type")
 
 
 def _name(tool: dict[str, Any], param: str) -> str:
