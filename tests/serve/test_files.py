@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
 import json
 import os
 from collections.abc import Iterator
@@ -296,3 +297,60 @@ def test_a_request_names_at_most_a_hundred_files(place: Place) -> None:
     status, body = raw(place.served, "POST", "/v1/chat/completions", {"model": "m", "messages": [
         {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-none"}}]}]})
     assert status == 404 and body["error"]["param"] == "messages[0].content[0].file.file_id"
+
+
+def post_form(served: Served, body: bytes, content_type: str) -> tuple[int, Any]:
+    """``body`` posted to ``/v1/files`` as it is, under ``content_type``."""
+    connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+    try:
+        connection.request("POST", "/v1/files", body=body,
+                           headers={"Content-Type": content_type})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def form(*parts: tuple[str, str | None, bytes], boundary: str = "b0und") -> bytes:
+    """A ``multipart/form-data`` body of ``(name, filename, data)`` parts."""
+    out = b""
+    for name, filename, data in parts:
+        named = f'; filename="{filename}"' if filename is not None else ""
+        out += (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"{named}\r\n'
+                "\r\n").encode() + data + b"\r\n"
+    return out + f"--{boundary}--\r\n".encode()
+
+
+def test_hostile_uploads_are_refused_clearly(project: Path, upstream_env: dict[str, str]
+                                             ) -> None:
+    served = Served(project, MODEL)
+    try:
+        kind = "multipart/form-data; boundary=b0und"
+        whole = form(("purpose", None, b"user_data"), ("file", "a.txt", b"hello"))
+        assert post_form(served, whole, kind)[1]["bytes"] == 5  # the well-formed one
+        cut = whole[:whole.index(b"hello") + 3]  # the body ends inside the file
+        status, body = post_form(served, cut, kind)
+        assert status == 400 and body["error"]["param"] == "file"
+        assert "closing boundary" in body["error"]["message"]
+        status, body = post_form(served, whole, "multipart/form-data")  # no boundary
+        assert status == 400 and "boundary" in body["error"]["message"].lower()
+        two = form(("purpose", None, b"user_data"), ("file", "a.txt", b"a"),
+                   ("file", "b.txt", b"b"))
+        status, body = post_form(served, two, kind)
+        assert status == 400 and "Too many files" in body["error"]["message"]
+        huge = form(("purpose", None, b"user_data"), ("note", None, b"x" * 70_000),
+                    ("file", "a.txt", b"a"))
+        status, body = post_form(served, huge, kind)
+        assert status == 400 and "maximum size" in body["error"]["message"]
+        many = form(*[(f"f{n}", None, b"v") for n in range(20)],
+                    ("purpose", None, b"user_data"), ("file", "a.txt", b"a"))
+        status, body = post_form(served, many, kind)
+        assert status == 400 and "Too many fields" in body["error"]["message"]
+        status, body = post_form(served, b"--b0und\r\n\x00garbage\r\n--b0und--\r\n", kind)
+        assert status == 400 and body["error"]["type"] == "invalid_request_error"
+        served.api.files.max_bytes = 1000  # a body too large, whatever its parts say
+        big = form(("purpose", None, b"user_data"), ("file", "big.bin", b"x" * 70_000))
+        status, body = post_form(served, big, kind)
+        assert status == 413 and body["error"]["code"] == "file_too_large"
+    finally:
+        served.stop()

@@ -15,12 +15,15 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from python_multipart.multipart import parse_options_header
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.types import Message
 
 from nonoka.serve.errors import ApiError, invalid, not_available
 from nonoka.serve.file_store import FileRecord, FileStore, Page, new_record
 from nonoka.serve.keys import current_owner
-from nonoka.serve.multipart import Field, boundary_of, parse
 from nonoka.store.media import size_label
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
@@ -28,7 +31,10 @@ PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 MAX_FILE_BYTES = 32 * 1024 * 1024
 """The largest file an upload may hold (a model is sent the whole file inline)."""
 FORM_SLACK = 64 * 1024
-"""What a form may hold beside its file (boundaries, headers, ``purpose``)."""
+"""What a form may hold beside its file (boundaries, headers, ``purpose``), and the
+largest of its other fields."""
+MAX_FIELDS = 8
+"""The most fields beside the file a form may hold (``purpose``, ``expires_after``)."""
 MAX_LIST = 10_000
 """The most files one page of ``GET /v1/files`` lists (OpenAI's default and maximum)."""
 
@@ -42,40 +48,65 @@ class Files:
 
     async def upload(self, request: Request) -> dict[str, Any]:
         _same_origin(request)
-        boundary = boundary_of(request.headers.get("content-type", ""))
-        if boundary is None:
+        if _content_type(request) != "multipart/form-data":
             raise ApiError(415, "send the file as multipart/form-data, with the fields "
                                 "'file' and 'purpose'")
-        fields = {f.name: f for f in parse(await self._body(request), boundary)}
-        if "expires_after[anchor]" in fields or "expires_after[seconds]" in fields:
-            raise not_available("expires_after (files do not expire)", "expires_after")
-        file = fields.get("file")
-        if file is None or file.filename is None:
-            raise invalid("the form needs a 'file' field holding the file (with its "
-                          "filename)", "file")
-        purpose = _purpose(fields.get("purpose"))
-        if len(file.data) > self.max_bytes:
-            raise self._too_large()
+        form = await self._form(request)
+        try:
+            if "expires_after[anchor]" in form or "expires_after[seconds]" in form:
+                raise not_available("expires_after (files do not expire)", "expires_after")
+            file = form.get("file")
+            if not isinstance(file, UploadFile) or file.filename is None:
+                raise invalid("the form has no complete 'file' part: send a 'file' field "
+                              "holding the file, with its filename, and end the body with "
+                              "its closing boundary", "file")
+            purpose = _purpose(form.get("purpose"))
+            if file.size is not None and file.size > self.max_bytes:
+                raise self._too_large()
+            data = await file.read()
+            if len(data) > self.max_bytes:
+                raise self._too_large()
+        finally:
+            await form.close()
         filename = file.filename.replace("\\", "/").rsplit("/", 1)[-1] or "file"
         record = new_record("file-" + secrets.token_hex(12), current_owner(), filename,
-                            purpose, _media_type(file, filename), file.data)
-        await self.store.add(record, file.data)
+                            purpose, _media_type(file.content_type, filename), data)
+        await self.store.add(record, data)
         return file_object(record)
 
-    async def _body(self, request: Request) -> bytes:
-        """The request's body, refused with a 413 as soon as it is too large."""
+    async def _form(self, request: Request) -> FormData:
+        """The request's form, parsed by python-multipart (Starlette's form reader) as the
+        body arrives: one file at most, small fields, and a 413 as soon as the body is
+        larger than a file may be; a body that is not a well-formed form is a 400."""
         cap = self.max_bytes + FORM_SLACK
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
             raise self._too_large()
-        chunks: list[bytes] = []
-        total = 0
-        async for chunk in request.stream():
-            total += len(chunk)
-            if total > cap:
+        closing = b"--" + _boundary(request) + b"--"
+        received = 0
+        tail = b""
+
+        async def receive() -> Message:
+            nonlocal received, tail
+            message = await request.receive()
+            body = message.get("body", b"")
+            received += len(body)
+            if received > cap:
                 raise self._too_large()
-            chunks.append(chunk)
-        return b"".join(chunks)
+            tail = (tail + body)[-(len(closing) + 64):]
+            if message["type"] == "http.request" and not message.get("more_body") and \
+                    not tail.rstrip(b"\r\n\t ").endswith(closing):
+                raise invalid("the multipart body is cut short: send a 'file' part and a "
+                              "'purpose' field, and end the body with its closing "
+                              "boundary", "file")
+            return message
+
+        try:
+            return await Request(request.scope, receive).form(
+                max_files=1, max_fields=MAX_FIELDS, max_part_size=FORM_SLACK)
+        except HTTPException as exc:
+            raise invalid(f"the upload is not a well-formed multipart form ({exc.detail}): "
+                          "send one 'file' part and a 'purpose' field") from None
 
     def _too_large(self) -> ApiError:
         return ApiError(413, f"the file is larger than {size_label(self.max_bytes)}, the "
@@ -147,14 +178,27 @@ def _missing(file_id: str) -> ApiError:
     return ApiError(404, f"No such File object: {file_id}", param="id")
 
 
-def _purpose(field: Field | None) -> str:
+def _purpose(field: str | UploadFile | None) -> str:
     if field is None:
         raise invalid("the form needs a 'purpose' field: one of " + ", ".join(PURPOSES),
                       "purpose")
-    purpose = field.text()
-    if purpose not in PURPOSES:
-        raise invalid(f"{purpose!r} is not one of {list(PURPOSES)} - 'purpose'", "purpose")
-    return purpose
+    if not isinstance(field, str) or field not in PURPOSES:
+        shown = field if isinstance(field, str) else "a file"
+        raise invalid(f"{shown!r} is not one of {list(PURPOSES)} - 'purpose'", "purpose")
+    return field
+
+
+def _boundary(request: Request) -> bytes:
+    """The boundary the request's form names (``b""`` when none: the form reader refuses
+    that form before it reads the body)."""
+    _, params = parse_options_header(request.headers.get("content-type", ""))
+    found = params.get(b"boundary", b"")
+    return found if isinstance(found, bytes) else found.encode("latin-1")
+
+
+def _content_type(request: Request) -> str:
+    """The request's media type, without its parameters, in lower case."""
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
 def _limit(value: str | None) -> int:
@@ -166,9 +210,8 @@ def _limit(value: str | None) -> int:
     return int(value)
 
 
-def _media_type(file: Field, filename: str) -> str:
+def _media_type(sent: str | None, filename: str) -> str:
     """The type the client sent, else the one its name suggests."""
-    sent = file.content_type
     if sent and sent != "application/octet-stream":
         return sent
     return mimetypes.guess_type(filename)[0] or "application/octet-stream"
