@@ -7,6 +7,7 @@ PostgreSQL and back, compared byte for byte; the ``retention`` setting.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -188,6 +189,10 @@ def _rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
         "cli_sessions": "SELECT session_id, title, model, created_at, last_active, status, "
                         "turn_count, message_count, input_tokens, output_tokens, cost_usd, "
                         "metadata FROM cli_sessions",
+        "serve_files": "SELECT file_id, owner, filename, purpose, media_type, digest, bytes, "
+                       "created_at FROM serve_files WHERE deleted_at IS NULL",
+        "file_bytes": "SELECT m.digest, m.media_type, m.size, m.data FROM media m JOIN "
+                      "serve_files f ON f.digest = m.digest WHERE f.deleted_at IS NULL",
     }
     with sqlite3.connect(path) as db:
         rows = {name: sorted(db.execute(sql).fetchall()) for name, sql in queries.items()}
@@ -197,25 +202,63 @@ def _rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
     return rows
 
 
+def upload_files(project: Project) -> list[str]:
+    """Three files of ``nonoka serve``'s Files API in the project's database (two owners,
+    two files with the same bytes) and a deleted fourth; the live files' ids."""
+    from nonoka.store.files import new_record, open_files
+    from nonoka.store.project import open_project_stores
+
+    notes = b"capybara notes\n"
+    uploads = [("local", "notes.txt", "text/plain", notes),
+               ("alice", "report.pdf", "application/pdf", b"%PDF-1.1 " * 500),
+               ("alice", "same.txt", "text/plain", notes),
+               ("bob", "gone.txt", "text/plain", b"deleted before the copy")]
+
+    async def upload() -> None:
+        async with open_project_stores(project.path) as stores:
+            files = open_files(stores.checkpoints)
+            for n, (owner, name, kind, data) in enumerate(uploads):
+                await files.add(new_record(f"file-{n:04}", owner, name, "user_data", kind,
+                                           data), data)
+            assert await files.delete("bob", "file-0003")
+    asyncio.run(upload())
+    return ["file-0000", "file-0001", "file-0002"]
+
+
 def test_sqlite_to_postgres_and_back_is_byte_for_byte(project: Project,
                                                       scripted: list[ScriptItem],
                                                       tmp_path: Path) -> None:
     two_turns(project, scripted)
+    files = upload_files(project)
     schema = pg.create_schema()
     try:
         url = pg.schema_url(schema)
         there = as_json(project.nonoka("db", "copy", "--to", url, "--json"))
         assert there["ok"] and len(there["copied"]) == 2
+        assert there["files"]["copied"] == files  # the deleted one is not copied
         again = as_json(project.nonoka("db", "copy", "--to", url, "--json"))
         assert again["copied"] == [] and len(again["already"]) == 2
+        assert again["files"]["copied"] == [] and again["files"]["already"] == files
         back = tmp_path / "back.db"
         home = as_json(project.nonoka("db", "copy", "--from", url, "--to",
                                       f"sqlite://{back}", "--json"))
-        assert home["ok"] and len(home["copied"]) == 2
+        assert home["ok"] and len(home["copied"]) == 2 and home["files"]["copied"] == files
     finally:
         pg.drop_schema(schema)
     original = _rows(project.path / ".nonoka" / "sessions.db")
     assert original["session_entries"] and original["events"]
+    assert len(original["serve_files"]) == 3 and len(original["file_bytes"]) == 3
+    with sqlite3.connect(back) as db:  # the destination holds another file under an id
+        db.execute("UPDATE serve_files SET filename = 'other.txt' WHERE file_id = ?",
+                   (files[0],))
+    clash = project.nonoka("db", "copy", "--to", f"sqlite://{back}", "--json")
+    assert clash.returncode == 1 and json.loads(clash.stdout)["files"]["conflicts"] == \
+        [files[0]]
+    with sqlite3.connect(back) as db:
+        assert db.execute("SELECT filename FROM serve_files WHERE file_id = ?",
+                          (files[0],)).fetchone() == ("other.txt",)  # never overwritten
+        db.execute("UPDATE serve_files SET filename = 'notes.txt' WHERE file_id = ?",
+                   (files[0],))
     assert _rows(back) == original
     exports = []
     for target in (None, f"sqlite://{back}"):

@@ -21,7 +21,8 @@ def db() -> None:
     """Look after the project's database: copy, check, vacuum, stats."""
 
 
-@db.command("copy", short_help="Copy every session to another database, verified.")
+@db.command("copy", short_help="Copy every session (and uploaded file) to another "
+                                "database, verified.")
 @click.option("--to", "to_url", required=True, metavar="URL",
               help="The destination: a file path, sqlite:///path.db or postgresql://...")
 @click.option("--from", "--db", "from_url", metavar="URL",
@@ -36,7 +37,8 @@ def copy_command(to_url: str, from_url: str | None, directory: Path | None,
     """Copy every session to another database, verified and resumable.
 
     Each session is copied under its lease (a running one is left for the next run) and
-    its digest compared on both sides. Run it again after an interruption: sessions
+    its digest compared on both sides; the files uploaded to `nonoka serve`'s Files API
+    go too, under the same ids. Run it again after an interruption: sessions
     already copied are skipped. A damaged destination is refused.
     """
     from nonoka.cli.render import print_json
@@ -62,6 +64,12 @@ def copy_command(to_url: str, from_url: str | None, directory: Path | None,
         for name in ("busy", "conflicts", "mismatched"):
             for sid in getattr(report, name):
                 click.echo(f"{name}: {sid}", err=True)
+        files = report.files
+        click.echo(f"copied {len(files.copied)} uploaded file(s); {len(files.already)} were "
+                   f"already there; source {files.source_files} file(s)")
+        for name in ("conflicts", "mismatched"):
+            for file_id in getattr(files, name):
+                click.echo(f"{name}: {file_id}", err=True)
         for sid, reason in report.damaged.items():
             click.echo(f"damaged: {sid}: {reason}", err=True)
         click.echo("verified: every copied session has the same digest on both sides"

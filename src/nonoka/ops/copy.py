@@ -1,4 +1,5 @@
-"""``nonoka db copy``: every session from one database to another, verified.
+"""``nonoka db copy``: every session from one database to another, verified (and the
+Files API's uploads beside them: ``nonoka.ops.copy_files``).
 
 Each session is copied under its lease in the source (so no writer changes it
 meanwhile; a session that is running is reported and left for the next run; one whose
@@ -21,6 +22,7 @@ from typing import Any
 from nonoka.errors import ConfigurationError, StoreError
 from nonoka.ops import jsonl
 from nonoka.ops.backends import backend_for
+from nonoka.ops.copy_files import FilesCopied, copy_files
 from nonoka.ops.export import header_line, session_digest, session_lines
 from nonoka.ops.importer import ImportInterruptedError, import_jsonl
 from nonoka.store.leases import new_lease_owner
@@ -42,17 +44,20 @@ class CopyReport:
     """Sessions whose stored rows cannot be exported or imported, and why (left)."""
     source_sessions: int = 0
     target_sessions: int = 0
+    files: FilesCopied = field(default_factory=FilesCopied)
+    """The Files API's uploads, copied beside the sessions."""
 
     @property
     def ok(self) -> bool:
-        return not (self.busy or self.conflicts or self.mismatched or self.damaged)
+        return not (self.busy or self.conflicts or self.mismatched or self.damaged) and \
+            self.files.ok
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "copied": self.copied, "already": self.already,
                 "busy": self.busy, "conflicts": self.conflicts, "mismatched": self.mismatched,
                 "damaged": self.damaged,
                 "source_sessions": self.source_sessions,
-                "target_sessions": self.target_sessions}
+                "target_sessions": self.target_sessions, "files": self.files.as_json()}
 
 
 async def copy_database(source: ProjectStores, target: ProjectStores) -> CopyReport:
@@ -81,6 +86,7 @@ async def copy_database(source: ProjectStores, target: ProjectStores) -> CopyRep
             finally:
                 await source.leases.release_lease(sid, owner)
         await _verify(src, dst, ids, report)
+    report.files = await copy_files(source, target)
     return report
 
 

@@ -25,7 +25,6 @@ from nonoka.serve.chat import ChatCompletions
 from nonoka.serve.conversations import Conversations
 from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
 from nonoka.serve.file_inputs import attach
-from nonoka.serve.file_store import MemoryFiles
 from nonoka.serve.files import Files
 from nonoka.serve.included import query_include
 from nonoka.serve.journal import Live
@@ -33,6 +32,7 @@ from nonoka.serve.keys import Gate, set_owner
 from nonoka.serve.messages import Messages, anthropic_error, count_tokens
 from nonoka.serve.model import Models
 from nonoka.serve.responses import Responses, Retry, retry_of
+from nonoka.store.files import MemoryFiles
 
 SESSION_ID_HEADER = "x-nonoka-session-id"
 """The header a chat completion names the nonoka session it ran in with."""

@@ -1,7 +1,7 @@
 """``file_id`` in a request's input: the uploaded file's bytes, as an inline file part.
 
 Before a request's input is read, ``attach`` finds every ``file_id`` its body names and
-loads those files of the request's owner (``nonoka.serve.file_store``); the parsers of
+loads those files of the request's owner (``nonoka.store.files``); the parsers of
 content parts (``nonoka.serve.items``) then turn each into a ``FilePart`` holding the
 bytes, exactly like a file sent inline, so the stored session, its export, ``db copy``
 and the model all have the file itself. The part remembers the id in its
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from nonoka.serve.errors import ApiError, invalid
-from nonoka.serve.file_store import FileRecord, FileStore
 from nonoka.serve.keys import current_owner
 from nonoka.state.messages import FilePart
+from nonoka.store.files import FileRecord, FileStore
 from nonoka.store.media import base64_text
 
 FILES = "openai_files"

@@ -2,7 +2,7 @@
 
 A file is uploaded as ``multipart/form-data`` (``file``, ``purpose``) and answered as
 OpenAI's ``File`` object; its bytes and metadata are kept in the project's database
-(``nonoka.serve.file_store``) and belong to the request's owner: another owner's file id
+(``nonoka.store.files``) and belong to the request's owner: another owner's file id
 is not found, as if it never existed. Requests name an uploaded file by ``file_id`` in
 their input (``nonoka.serve.file_inputs``). Files do not expire.
 """
@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.types import Message
 
 from nonoka.serve.errors import ApiError, invalid, not_available
-from nonoka.serve.file_store import FileRecord, FileStore, Page, new_record
 from nonoka.serve.keys import current_owner
+from nonoka.store.files import FileRecord, FileStore, Page, new_record
 from nonoka.store.media import size_label
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")

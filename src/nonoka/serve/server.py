@@ -18,11 +18,11 @@ import uvicorn
 
 from nonoka.serve.app import Served, create_app
 from nonoka.serve.chat import ChatCompletions
-from nonoka.serve.file_store import open_files
 from nonoka.serve.files import Files
 from nonoka.serve.keys import Gate, KeyStore, open_keys
 from nonoka.serve.model import Models
 from nonoka.serve.responses import Responses
+from nonoka.store.files import open_files
 from nonoka.store.project import ProjectStores, open_project_stores
 from nonoka.store.reuse import StoreReuse
 

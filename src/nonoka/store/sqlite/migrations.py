@@ -943,7 +943,7 @@ def m019_timeline_numbered(db: sqlite3.Connection) -> None:
 
 @migration
 def m020_serve_files(db: sqlite3.Connection) -> None:
-    """The files of ``nonoka serve``'s Files API (``nonoka.serve.file_store``): one row
+    """The files of ``nonoka serve``'s Files API (``nonoka.store.files``): one row
     per uploaded file with its owner, name, purpose, media type and size; the bytes are
     the ``media`` table's, under ``digest``, stored once whatever the number of files and
     entries holding them. A deleted file keeps its row (``deleted_at``) and stops

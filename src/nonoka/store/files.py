@@ -53,6 +53,7 @@ class FileStore(Protocol):
     async def content(self, owner: str, file_id: str) -> bytes | None: ...
     async def page(self, page: Page) -> list[FileRecord]: ...
     async def delete(self, owner: str, file_id: str) -> bool: ...
+    async def every(self, deleted: bool = False) -> list[FileRecord]: ...
 
 
 _COLUMNS = "file_id, owner, filename, purpose, media_type, digest, bytes, created_at"
@@ -110,6 +111,12 @@ class SQLiteFiles:
                               args).fetchall()
         return [FileRecord(*row) for row in rows]
 
+    async def every(self, deleted: bool = False) -> list[FileRecord]:
+        with self._store.transaction(write=False) as db:
+            rows = db.execute(f"SELECT {_COLUMNS} FROM serve_files {_every(deleted)}"
+                              ).fetchall()
+        return [FileRecord(*row) for row in rows]
+
     async def delete(self, owner: str, file_id: str) -> bool:
         from nonoka.store.sqlite import media as stored_media
 
@@ -163,6 +170,10 @@ class PostgresFiles:
         rows = await self._rows(f"SELECT {_COLUMNS} FROM serve_files WHERE {where}", args)
         return [FileRecord(*row) for row in rows]
 
+    async def every(self, deleted: bool = False) -> list[FileRecord]:
+        rows = await self._rows(f"SELECT {_COLUMNS} FROM serve_files {_every(deleted)}", ())
+        return [FileRecord(*row) for row in rows]
+
     async def delete(self, owner: str, file_id: str) -> bool:
         from nonoka.store.postgres.checkpoints import collect_media
 
@@ -207,6 +218,9 @@ class MemoryFiles:
                     and (r.created_at, r.file_id) != mark]
         return mine[:page.limit]
 
+    async def every(self, deleted: bool = False) -> list[FileRecord]:
+        return sorted(self._records.values(), key=lambda r: (r.created_at, r.file_id))
+
     async def delete(self, owner: str, file_id: str) -> bool:
         found = await self.get(owner, file_id)
         if found is None:
@@ -215,6 +229,11 @@ class MemoryFiles:
         if all(r.digest != found.digest for r in self._records.values()):
             self._bytes.pop(found.digest, None)
         return True
+
+
+def _every(deleted: bool) -> str:
+    """Every owner's files, oldest first; with ``deleted``, deleted ones' rows too."""
+    return ("" if deleted else "WHERE deleted_at IS NULL ") + "ORDER BY created_at, file_id"
 
 
 def _row(record: FileRecord) -> tuple[Any, ...]:
