@@ -545,6 +545,32 @@ def test_a_compacted_thread_goes_on_in_its_line(project: Path, served: Served,
     assert len(tree(project)) == 1
 
 
+def test_a_compaction_retried_after_a_restart_is_stored_once(
+        project: Path, served: Served, script: Script,
+        upstream: ScriptedResponsesServer) -> None:
+    """openai-python (or Codex) sends a compaction again after losing its answer, to a
+    server restarted meanwhile: the retry gets the compaction already stored, from the
+    compaction's own session, and the model is not asked again."""
+    script.steps += [ResponsesReply(output=[exec_call("call_ls", "ls")]),
+                     ResponsesReply(output=[SUMMARY]),
+                     ResponsesReply(output=["A second summary."])]
+    client = codex_client(served, "retried")
+    history = [developer("Be brief."), user("What is here?")]
+    looped: Any = [*history, *items(codex_turn(client, "retried", history)),
+                   {"type": "function_call_output", "call_id": "call_ls", "output": ""}]
+    first = client.responses.compact(model="nonoka", input=looped)
+    served.stop()
+    again = Served(project, MODEL)
+    try:
+        retried = codex_client(again, "retried").responses.compact(
+            model="nonoka", input=looped, extra_headers={"x-stainless-retry-count": "1"})
+    finally:
+        again.stop()
+    assert retried.id == first.id and items(retried) == items(first)
+    assert len(upstream.requests) == 2  # the turn and one summary
+    assert len(by_purpose(project)["compaction"]) == 1
+
+
 def test_a_compaction_item_pulls_no_other_line(project: Path, script: Script,
                                                upstream: ScriptedResponsesServer,
                                                monkeypatch: pytest.MonkeyPatch) -> None:

@@ -129,6 +129,9 @@ when this process does not know it (it restarted, or another process served it):
 client retries within seconds, while its first request's session is among the newest."""
 RETRY_SESSIONS_LISTED = 64
 """Index rows read to find them (every owner's sessions share the index)."""
+RETRY_PURPOSES = ("chat", "compaction")
+"""The sessions a response is made in: a chat's, and a compaction's own (a Codex
+thread's ``/v1/responses/compact``), whose retry is looked for there too."""
 RETRY_SESSION_EVENTS = 16
 """The newest timeline rows of each of those sessions read: the response a retry repeats
 is its session's last (a turn logs five or so rows), else the client went on without it
@@ -469,9 +472,10 @@ class Responses:
         if request.conversation is not None:
             return [request.conversation.session_id]
         owner = current_owner()
-        rows = await self.stores.index.list_sessions(limit=RETRY_SESSIONS_LISTED)
-        return [row.session_id for row in rows
-                if owner_of_record(row.metadata) == owner][:RETRY_SESSIONS]
+        rows = await self.stores.index.list_sessions(limit=RETRY_SESSIONS_LISTED,
+                                                     purpose=None)
+        return [row.session_id for row in rows if row.purpose in RETRY_PURPOSES
+                and owner_of_record(row.metadata) == owner][:RETRY_SESSIONS]
 
     async def _logged(self, session_id: str, wanted: str, rows: int) -> str | None:
         """The newest response among the session's last ``rows`` timeline rows logged
