@@ -12,6 +12,7 @@ been placed on the line (its decision read the line while the first turn ran on 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from nonoka.testing import text
 from nonoka.testing.server import Delay, ScriptedOpenAIServer
 from nonoka.turn.service import Opening
 from tests.serve.harness import Served, request
-from tests.serve.test_codex import exported, said
+from tests.serve.test_codex import exported, said, tree
 
 THREAD = {"session-id": "two-at-once"}
 
@@ -151,3 +152,64 @@ def session_of(response_id: str) -> str:
     point = parse_response_id(response_id)
     assert point is not None
     return point.session_id
+
+
+@pytest.mark.parametrize("lease_wait", ["0", "30"])
+def test_two_first_requests_of_a_new_thread_at_once_start_one_line(
+        project: Path, served: Served, scripted: list[Any], server: ScriptedOpenAIServer,
+        monkeypatch: pytest.MonkeyPatch, lease_wait: str) -> None:
+    """Two first requests of a new Codex thread (its name, a whole history each) both
+    decided before either has a session: one starts the line, the other is placed on it
+    (as the line's rules place a history that parts from it at its start) instead of
+    starting a second session. Each decision is held until both are made (events)."""
+    monkeypatch.setenv("NONOKA_LEASE_WAIT", lease_wait)
+    decide: Callable[[LineDecision], Awaitable[Opening]] = LineDecision.choose
+    made: list[LineDecision] = []
+    both: list[asyncio.Event] = []
+
+    async def watched(line: LineDecision) -> Opening:
+        """The decision as it is; the first two (one per request) wait for each other."""
+        opening = await decide(line)
+        if not both:
+            both.append(asyncio.Event())
+        made.append(line)
+        if len(made) == 2:
+            both[0].set()
+        if len(made) <= 2:
+            await asyncio.wait_for(both[0].wait(), 60)
+        return opening
+
+    monkeypatch.setattr(LineDecision, "choose", watched)
+    scripted += [lambda body: text("re " + body["messages"][-1]["content"])] * 2
+    got: dict[str, tuple[int, dict[str, Any]]] = {}
+    base = [user("The repository is here.")]
+
+    def ask(prompt: str) -> None:
+        status, _, raw = request(served.port, "POST", "/v1/responses",
+                                 {"model": "m", "store": False,
+                                  "input": [*base, user(prompt)]},
+                                 {"session-id": "first-at-once"})
+        got[prompt] = (status, json.loads(raw))
+
+    threads = [threading.Thread(target=ask, args=(p,)) for p in ("One?", "Two?")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for prompt in ("One?", "Two?"):
+        status, response = got[prompt]
+        assert status == 200 and response["status"] == "completed", response
+        assert response["output"][-1]["content"][0]["text"] == f"re {prompt}"
+    sessions = exported(project)
+    assert len(sessions) == 2, [said(s["entries"]) for s in sessions]
+    [root] = [s for s in sessions if s["lineage"] is None]
+    [branch] = [s for s in sessions if s["lineage"] is not None]
+    assert (branch["lineage"]["forked_from"], branch["lineage"]["fork_point"]) == \
+        (root["id"], 1)  # where the two histories part
+    first, second = said(root["entries"])[-1][1][3:], said(branch["entries"])[-1][1][3:]
+    assert {first, second} == {"One?", "Two?"}
+    for s, prompt in ((root, first), (branch, second)):
+        assert said(s["entries"]) == [("user", "The repository is here."),
+                                      ("user", prompt), ("assistant", f"re {prompt}")]
+    rows = tree(project)  # one line, its branch under it
+    assert len(rows) == 2 and rows[1].startswith("└─") and "@1" in rows[1]

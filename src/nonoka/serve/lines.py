@@ -27,6 +27,7 @@ onto any line.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -93,6 +94,14 @@ def line_host(signal: str | None, owner: str) -> str | None:
     makes it."""
     salt = owner_scope(owner)
     return owned_name(salt, signal) if signal and salt is not None else signal or None
+
+
+def line_lock(host: str) -> str:
+    """The name a client line's first session is made under, as a session's lock and
+    lease are taken: two first requests of one line (a new Codex thread) decided at
+    once would otherwise each start a session; the second, decided again under it,
+    finds the first's."""
+    return "line-" + hashlib.sha256(host.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 async def latest_of_line(index: SessionIndex, host: str) -> str | None:

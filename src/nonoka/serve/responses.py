@@ -31,7 +31,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,7 @@ from nonoka.serve.lines import (
     answered_before,
     latest_of_line,
     line_host,
+    line_lock,
     line_signal,
     proven_summaries,
 )
@@ -380,24 +381,33 @@ class Responses:
             "source": "nonoka serve", **({OWNER_KEY: owner} if owner != LOCAL else {})})
         if request.compactions and compacted is None:
             line.proven = await proven_summaries(service, request.compactions, host, owner)
-        while True:
-            request.line = line
-            opening = await line.choose()
-            chosen = opening.session
-            if not isinstance(chosen, Session):  # a new session: no other turn has it
-                made = await self._answer(request, service, opening, start=0)
-                if compacted is not None:
-                    await self._compacted(request, made, compacted)
-                return made
-            sid = chosen.session_id
-            async with self._taken(sid) as lease:
-                # Where the response starts was worked out from the session as the
-                # decision read it; the turn runs on that only if no other turn ran
-                # there since (two clients sending on one thread at once).
-                if (await service.current(sid, chosen)).revision == chosen.revision:
-                    return await self._answer(request, service, opening, start=line.start,
-                                              owner=lease)
-            line = line.again()  # decided again, on the line as it is now
+        held = False  # the line's lock, for a new session (``line_lock``)
+        async with AsyncExitStack() as first:
+            while True:
+                request.line = line
+                opening = await line.choose()
+                chosen = opening.session
+                if not isinstance(chosen, Session):  # a new session: no other turn has it
+                    if host is not None and not held:
+                        # one new session of a named line at a time: decided again
+                        # under the line's lock, another first request's is found
+                        await first.enter_async_context(self._taken(line_lock(host)))
+                        held = True
+                        line = line.again()
+                        continue
+                    made = await self._answer(request, service, opening, start=0)
+                    if compacted is not None:
+                        await self._compacted(request, made, compacted)
+                    return made
+                sid = chosen.session_id
+                async with self._taken(sid) as lease:
+                    # Where the response starts was worked out from the session as the
+                    # decision read it; the turn runs on that only if no other turn ran
+                    # there since (two clients sending on one thread at once).
+                    if (await service.current(sid, chosen)).revision == chosen.revision:
+                        return await self._answer(request, service, opening,
+                                                  start=line.start, owner=lease)
+                line = line.again()  # decided again, on the line as it is now
 
     async def _compacted(self, request: _Request, made: dict[str, Any], line: str) -> None:
         """Note a whole-history compaction on the timeline of the line it compacted (its
