@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from python_multipart.multipart import parse_options_header
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -190,7 +189,10 @@ def _purpose(field: str | UploadFile | None) -> str:
 
 def _boundary(request: Request) -> bytes:
     """The boundary the request's form names (``b""`` when none: the form reader refuses
-    that form before it reads the body)."""
+    that form before it reads the body). python-multipart is imported here, when a form
+    is read, not with the module."""
+    from python_multipart.multipart import parse_options_header
+
     _, params = parse_options_header(request.headers.get("content-type", ""))
     found = params.get(b"boundary", b"")
     return found if isinstance(found, bytes) else found.encode("latin-1")
