@@ -20,6 +20,7 @@ from nonoka.state.messages import FilePart, Message, TextPart, ToolCall
 from nonoka.testing import call, text
 from nonoka.testing.server import (
     DropConnection,
+    HostedItem,
     HttpError,
     ReasoningItem,
     Reply,
@@ -72,6 +73,26 @@ async def test_text_and_reasoning_stream_to_their_sinks() -> None:
     assert item["type"] == "reasoning" and item["id"].startswith("rs_")
     assert item["encrypted_content"].startswith("gAAAAA")
     assert (response.finish_reason, response.model) == ("stop", "gpt-test")
+
+
+async def test_a_hosted_items_events_reach_on_item_in_order_with_the_text() -> None:
+    search = {"id": "ws_1", "type": "web_search_call", "status": "completed",
+              "action": {"type": "search", "query": "kyoto weather"}}
+    reply = ResponsesReply(output=("Let me look.", HostedItem(search), "Sunny."))
+    with ScriptedResponsesServer([reply], chunk_size=100) as server:
+        seen: list[str] = []
+        response = await model_for(server).complete_with(
+            HI, on_text=lambda t: seen.append(f"text {t}"),
+            on_item=lambda e: seen.append(f"{e['type']} {e['output_index']}"))
+        server.assert_done()
+    assert seen == ["text Let me look.", "response.output_item.added 1",
+                    "response.web_search_call.in_progress 1",
+                    "response.web_search_call.searching 1",
+                    "response.web_search_call.completed 1", "response.output_item.done 1",
+                    "text \n\n", "text Sunny."]
+    layout = (response.provider_metadata or {})["openai_responses"]["items"]
+    assert [e["type"] for e in layout] == ["message", "web_search_call", "message"]
+    assert layout[1]["item"] == search
 
 
 async def test_function_calls_keep_their_item_ids_and_the_answer_its_item_order() -> None:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
 
 import pytest
 from openai import BadRequestError, OpenAI
-from openai.types.responses import ResponseStreamEvent, ToolParam
-from pydantic import BaseModel
+from openai.types.responses import ResponseOutputItem, ResponseStreamEvent, ToolParam
+from pydantic import BaseModel, TypeAdapter
 
 from nonoka.testing.server import (
     HostedItem,
@@ -37,6 +38,7 @@ OPENAI_EVENTS: dict[str, type[BaseModel]] = {
     get_args(model.model_fields["type"].annotation)[0]: model
     for model in get_args(get_args(ResponseStreamEvent)[0])}
 """Every streaming event of the ``openai`` SDK, by its ``type``."""
+OPENAI_ITEM: TypeAdapter[ResponseOutputItem] = TypeAdapter(ResponseOutputItem)
 
 WEB_SEARCH = {"id": "ws_67c9fa0502748190b7dd390736892e100be649c1a5ff9609",
               "type": "web_search_call", "status": "completed",
@@ -78,6 +80,18 @@ def valid(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return events
 
 
+def placed(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """Each item a stream announced: its output index and type, in the stream's order
+    (each announced once, ``done`` at the same index)."""
+    added = [(e["output_index"], e["item"]["type"]) for e in events
+             if e["type"] == "response.output_item.added"]
+    done = [(e["output_index"], e["item"]["type"]) for e in events
+            if e["type"] == "response.output_item.done"]
+    assert sorted(added) == sorted(done)
+    assert [index for index, _ in added] == list(range(len(added)))
+    return added
+
+
 @pytest.fixture
 def upstream() -> Iterator[ScriptedResponsesServer]:
     with ScriptedResponsesServer([], strict=["openai_reasoning"]) as running:
@@ -110,7 +124,7 @@ def script(upstream: ScriptedResponsesServer, *steps: Any) -> None:
     upstream._script.extend(steps)  # type: ignore[union-attr]
 
 
-def test_a_web_search_is_the_upstreams_and_comes_back_after_a_restart(
+def test_a_web_search_is_the_upstreams_in_its_order_and_comes_back_after_a_restart(
         project: Path, upstream: ScriptedResponsesServer,
         serving: list[ServeProcess]) -> None:
     script(upstream,
@@ -126,21 +140,33 @@ def test_a_web_search_is_the_upstreams_and_comes_back_after_a_restart(
     assert set(sent["include"]) == {"reasoning.encrypted_content",
                                     "web_search_call.action.sources"}
     done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
-    assert [i["type"] for i in done] == ["reasoning", "message", "web_search_call"]
-    assert done[2] == WEB_SEARCH
-    assert done[1]["content"] == CITED["content"]  # with the search's citation
-    assert [e["type"] for e in events if e["type"].startswith("response.web_search_call")] \
-        == ["response.web_search_call.in_progress", "response.web_search_call.searching",
-            "response.web_search_call.completed"]
+    assert [i["type"] for i in done] == ["reasoning", "web_search_call", "message"]
+    assert done[1] == WEB_SEARCH
+    assert done[2]["content"] == CITED["content"]  # with the search's citation
+    # the search's events as the upstream sent them, before the message's, in its place
+    searched = [e for e in events if e.get("item_id") == WEB_SEARCH["id"]
+                or e.get("item", {}).get("id") == WEB_SEARCH["id"]]
+    assert [e["type"] for e in searched] == [
+        "response.output_item.added", "response.web_search_call.in_progress",
+        "response.web_search_call.searching", "response.web_search_call.completed",
+        "response.output_item.done"]
+    assert {e["output_index"] for e in searched} == {1}
+    first_text = next(n for n, e in enumerate(events)
+                      if e["type"] == "response.output_text.delta")
+    assert events.index(searched[-1]) < first_text
+    assert placed(events) == [(0, "reasoning"), (1, "web_search_call"), (2, "message")]
     final = events[-1]["response"]
     assert final["output"] == done
     assert final["tools"] == body["tools"]
+    status, _, raw = request(serving[0].port, "GET", f"/v1/responses/{final['id']}")
+    assert status == 200 and json.loads(raw)["output"] == done
 
     serving[0].kill()  # nothing but the store outlives it
     serving.append(started(project, upstream.base_url))
     with client_of(serving[1]) as client:
         got = client.responses.retrieve(final["id"])
-        assert got.output[2].model_dump(exclude_none=True) == WEB_SEARCH
+        assert [i.type for i in got.output] == ["reasoning", "web_search_call", "message"]
+        assert got.output[1].model_dump(exclude_none=True) == WEB_SEARCH
         later = client.responses.create(model="m", input="Sunglasses?",
                                         previous_response_id=final["id"],
                                         tools=[{"type": "web_search",
@@ -291,7 +317,7 @@ def test_a_client_that_keeps_its_history_sends_the_hosted_items_back(
         first = client.responses.create(model="m", input="Weather in Kyoto?", store=False,
                                         tools=tools)
         kept = [item.model_dump(exclude_none=True) for item in first.output]
-        assert [i["type"] for i in kept] == ["message", "web_search_call"]
+        assert [i["type"] for i in kept] == ["web_search_call", "message"]
         for question in ("Weather in Kyoto?", "Weather in Kyoto tomorrow?"):
             client.responses.create(
                 model="m", store=False, tools=tools,
@@ -301,9 +327,9 @@ def test_a_client_that_keeps_its_history_sends_the_hosted_items_back(
     assert upstream.requests[1]["input"][1:3] == [WEB_SEARCH, CITED]
     # a history it does not hold (edited): the client's items, in the client's order
     sent = upstream.requests[2]["input"]
-    assert [i.get("type") for i in sent] == ["message", "message", "web_search_call",
+    assert [i.get("type") for i in sent] == ["message", "web_search_call", "message",
                                              "message"]
-    assert sent[2] == WEB_SEARCH
+    assert sent[1] == WEB_SEARCH
 
 
 def test_a_conversation_sends_its_hosted_items_back(
@@ -317,7 +343,96 @@ def test_a_conversation_sends_its_hosted_items_back(
         client.responses.create(model="m", input="Weather in Kyoto?", tools=tools,
                                 conversation=conversation.id)
         listed = client.conversations.items.list(conversation.id, order="asc").data
-        assert [i.type for i in listed] == ["message", "message", "web_search_call"]
+        assert [i.type for i in listed] == ["message", "web_search_call", "message"]
         client.responses.create(model="m", input="Sunglasses?", tools=tools,
                                 conversation=conversation.id)
     assert upstream.requests[1]["input"][1:3] == [WEB_SEARCH, CITED]
+
+
+def test_a_message_split_around_a_search_is_two_messages_in_the_upstreams_order(
+        project: Path, upstream: ScriptedResponsesServer,
+        serving: list[ServeProcess]) -> None:
+    script(upstream,
+           ResponsesReply(output=(ReasoningItem(("Look it up.",)), "Let me look that up.",
+                                  HostedItem(WEB_SEARCH), HostedItem(CITED))),
+           ResponsesReply(output=("Yes.",)))
+    body = {"model": "m", "input": "Weather in Kyoto?", "stream": True,
+            "tools": [{"type": "web_search"}]}
+    events = valid(sse(serving[0].port, "/v1/responses", body))
+    assert placed(events) == [(0, "reasoning"), (1, "message"), (2, "web_search_call"),
+                              (3, "message")]
+    kinds = [(e["type"], e["output_index"]) for e in events if "output_index" in e]
+    # each item's events end before the next one's begin, as the upstream streamed them
+    assert [index for _, index in kinds] == sorted(index for _, index in kinds)
+    texts = {
+        index: "".join(e["delta"] for e in events if e.get("output_index") == index
+                       and e["type"] == "response.output_text.delta") for index in (1, 3)}
+    assert texts == {1: "Let me look that up.", 3: "Sunny, 21°C."}
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done[1]["content"][0]["text"] == "Let me look that up."
+    assert done[2] == WEB_SEARCH
+    assert done[3]["content"] == CITED["content"]
+    assert done[1]["id"] != done[3]["id"]
+    final = events[-1]["response"]
+    assert final["output"] == done
+    with client_of(serving[0]) as client:
+        got = client.responses.retrieve(final["id"])
+        assert [i.model_dump(exclude_none=True) for i in got.output] == \
+            [OPENAI_ITEM.validate_python(i).model_dump(exclude_none=True) for i in done]
+        client.responses.create(model="m", input="And tomorrow?",
+                                previous_response_id=final["id"],
+                                tools=[{"type": "web_search"}])
+    # the upstream gets its answer back as it made it
+    again = upstream.requests[1]["input"]
+    assert [i.get("type") for i in again] == ["message", "reasoning", "message",
+                                              "web_search_call", "message", "message"]
+    assert again[3] == WEB_SEARCH and again[4] == CITED
+
+
+def test_a_search_is_streamed_while_the_upstream_is_still_answering(
+        project: Path, upstream: ScriptedResponsesServer,
+        serving: list[ServeProcess]) -> None:
+    gate = threading.Event()
+    script(upstream, ResponsesReply(output=(HostedItem(WEB_SEARCH), HostedItem(CITED)),
+                                    hold=(1, gate)))
+    seen: list[str] = []
+    with client_of(serving[0]) as client, client.responses.create(
+            model="m", input="Weather in Kyoto?", tools=[{"type": "web_search"}],
+            stream=True) as stream:
+        for event in stream:
+            seen.append(event.type)
+            if event.type == "response.output_item.done" and \
+                    event.item.type == "web_search_call":
+                # the upstream holds its message until the client has seen the search
+                assert not gate.is_set()
+                assert "response.output_text.delta" not in seen
+                gate.set()
+    assert gate.is_set(), seen
+    assert seen[-1] == "response.completed"
+    assert seen.index("response.web_search_call.searching") < \
+        seen.index("response.output_text.delta")
+
+
+def test_a_background_search_streams_the_same_events_again_after_a_restart(
+        project: Path, upstream: ScriptedResponsesServer,
+        serving: list[ServeProcess]) -> None:
+    script(upstream, ResponsesReply(output=(ReasoningItem(("Search.",)),
+                                            HostedItem(WEB_SEARCH), HostedItem(CITED))))
+    body = {"model": "m", "input": "Weather in Kyoto?", "stream": True, "background": True,
+            "tools": [{"type": "web_search"}]}
+    events = valid(sse(serving[0].port, "/v1/responses", body))
+    assert placed(events) == [(0, "reasoning"), (1, "web_search_call"), (2, "message")]
+    response_id = events[-1]["response"]["id"]
+    serving[0].kill()
+    serving.append(started(project, upstream.base_url))
+    port = serving[1].port
+    for after in (0, events.index(next(e for e in events
+                                       if e["type"] == "response.web_search_call.searching"))):
+        status, _, raw = request(port, "GET",
+                                 f"/v1/responses/{response_id}?stream=true&starting_after={after}")
+        assert status == 200, raw
+        again = [json.loads(block.split("data: ", 1)[1])
+                 for block in raw.decode().split("\n\n") if block.strip()]
+        assert again == events[after + 1:]
+    status, _, raw = request(port, "GET", f"/v1/responses/{response_id}")
+    assert json.loads(raw)["output"] == events[-1]["response"]["output"]

@@ -38,7 +38,14 @@ kept whole in the answer's layout (``{"type": kind, "item": item}``) and sent ba
 unchanged, in their place; a ``custom_tool_call`` is a ``ToolCall`` whose ``arguments``
 is its ``input`` (its item's other fields in ``provider_metadata``), answered by a
 ``custom_tool_call_output``. A message whose text has annotations or logprobs keeps its
-content parts in the layout, and goes back with them.
+content parts in the layout, and goes back with them. The layout is the order the API
+gave the items in (a search, then the message citing it), which a caller shows them in.
+
+A caller that shows such items while they happen passes ``on_item`` to
+``complete_with``: every stream event of an item that is not a message, reasoning or a
+call (``response.output_item.added``, ``response.web_search_call.searching``...,
+``response.output_item.done``) is handed to it as the API sent it, in order with the
+text ``on_text`` gets; after one, no attempt is retried (it would be shown twice).
 
 Not supported: early dispatch (the model does not implement ``AdoptsInflight``: the
 bridge sends nothing ahead for it), ``stop`` and ``seed`` (the Responses API has
@@ -49,9 +56,10 @@ Internal: not part of the public API (docs/architecture.md, "Public API").
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -84,7 +92,10 @@ if TYPE_CHECKING:
     from nonoka.llm.catalog import KnownModel
     from nonoka.llm.workers import Workers
 
-__all__ = ("OPENAI_RESPONSES", "OpenAIResponsesModel", "input_items")
+__all__ = ("OPENAI_RESPONSES", "ItemSink", "OpenAIResponsesModel", "input_items")
+
+ItemSink = Callable[[dict[str, Any]], Awaitable[None] | None]
+"""Takes the stream events of an answer's whole items (a hosted tool's), as they come."""
 
 OPENAI_RESPONSES = "openai_responses"
 """The ``provider_metadata`` key of what the Responses API sent that must go back: a
@@ -182,10 +193,11 @@ class OpenAIResponsesModel(HTTPModel):
         on_text: TextSink | None = None,
         on_reasoning: ReasoningSink | None = None,
         options: CallOptions | None = None,
+        on_item: ItemSink | None = None,
     ) -> ModelResponse:
         body, notes = self._body(messages, tools, options)
-        stream = await self._transport.run(body, lambda: _Stream(on_reasoning=on_reasoning),
-                                           on_text)
+        stream = await self._transport.run(
+            body, lambda: _Stream(on_reasoning=on_reasoning, on_item=on_item), on_text)
         response = stream.response(self.model, self._pricing, self._endpoint.url)
         if not notes:
             return response
@@ -421,6 +433,7 @@ class _Stream:
     """Accumulates the Responses API's stream events into one ``ModelResponse``."""
 
     on_reasoning: ReasoningSink | None = None
+    on_item: ItemSink | None = None
     done: bool = False  # ``[DONE]`` (the Responses API does not send it; some servers do)
     delivered: bool = False  # text has reached on_text, so retrying would duplicate it
     model: str = ""
@@ -439,6 +452,16 @@ class _Stream:
         return self.status is not None
 
     async def feed(self, event: dict[str, Any], on_text: TextSink | None) -> None:
+        await self._feed(event, on_text)
+        index = event.get("output_index")
+        if self.on_item is not None and isinstance(index, int) and \
+                self.added.get(index, {}).get("type") not in _NOT_WHOLE:
+            self.delivered = True  # shown: another attempt would show it twice
+            outcome = self.on_item(event)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+    async def _feed(self, event: dict[str, Any], on_text: TextSink | None) -> None:
         kind = event.get("type")
         index = event.get("output_index")
         if kind in ("response.created", "response.in_progress", "response.queued"):
@@ -582,6 +605,9 @@ _CALL_FIELDS = frozenset({"type", "call_id", "name", "arguments", "status"})
 """A function call item's fields nonoka keeps elsewhere (or, ``status``, not at all)."""
 CUSTOM_CALL = "custom_tool_call"
 """A custom (freeform) tool's call: its ``input`` is the call's ``arguments``."""
+_NOT_WHOLE = frozenset({None, "message", "reasoning", "function_call", CUSTOM_CALL})
+"""The items whose events are not handed to ``on_item``: text, reasoning and calls reach
+the caller by their own ways (or an item never announced)."""
 
 
 def _annotated(content: object) -> bool:

@@ -168,26 +168,3 @@ def custom_ids(entries: Sequence[MemoryEntry]) -> frozenset[str]:
     """The ids of the custom tools' calls among ``entries``' answers."""
     return frozenset(call.id for entry in entries if entry.role == "assistant"
                      for call in entry.tool_calls if custom_call(call.provider_metadata))
-
-
-def hosted_items(metadata: Any) -> list[dict[str, Any]]:
-    """The hosted tools' items an answer's ``provider_metadata`` carries, in order."""
-    own = metadata.get(OPENAI_RESPONSES) if isinstance(metadata, dict) else None
-    layout = own.get("items") if isinstance(own, dict) else None
-    if not isinstance(layout, list):
-        return []
-    return [dict(e["item"]) for e in layout
-            if isinstance(e, dict) and isinstance(e.get("item"), dict)]
-
-
-def message_content(metadata: Any) -> list[dict[str, Any]] | None:
-    """An answer's message content parts as the upstream gave them, when they carry more
-    than their text (annotations: a web search's citations; logprobs)."""
-    own = metadata.get(OPENAI_RESPONSES) if isinstance(metadata, dict) else None
-    layout = own.get("items") if isinstance(own, dict) else None
-    if not isinstance(layout, list):
-        return None
-    found = [e for e in layout if isinstance(e, dict) and e.get("type") == "message"]
-    if len(found) != 1 or not isinstance(found[0].get("content"), list):
-        return None
-    return list(found[0]["content"])

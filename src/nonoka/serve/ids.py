@@ -39,6 +39,9 @@ ENTRY_OUTPUT = 0
 """A tool entry's one item: the output of the call it answers."""
 FIRST_CALL = 2
 """An assistant entry's first function call; the next ones follow."""
+LATER_MESSAGE = 0x80
+"""An assistant entry's second message item onwards (an answer the upstream split around
+a hosted tool's item): ``LATER_MESSAGE + 1``, ``+ 2``..."""
 
 
 @dataclass(frozen=True)

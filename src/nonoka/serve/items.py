@@ -1,8 +1,9 @@
 """Stored entries as the Responses API's items, and content parts both ways.
 
 One entry gives the items a client sees of it, each with an id made from where it is
-stored (``nonoka.serve.ids``): an assistant entry its reasoning, its message and its
-function calls; a tool entry the output of the call it answers; a user or system entry
+stored (``nonoka.serve.ids``): an assistant entry its reasoning, its message (or
+messages), its hosted tools' items and its function calls, in the order the upstream
+gave them; a tool entry the output of the call it answers; a user or system entry
 its message. The same function builds the items a stream ends with, ``GET`` returns and
 ``input_items`` lists, so they agree.
 
@@ -22,12 +23,13 @@ from typing import Any
 from nonoka.llm.responses import OPENAI_RESPONSES
 from nonoka.serve.errors import invalid
 from nonoka.serve.file_inputs import file_id_of, stored_part
-from nonoka.serve.hosted import CUSTOM_OUTPUT, custom_call, hosted_items, message_content
+from nonoka.serve.hosted import CUSTOM_OUTPUT, custom_call
 from nonoka.serve.ids import (
     ENTRY_MESSAGE,
     ENTRY_OUTPUT,
     ENTRY_REASONING,
     FIRST_CALL,
+    LATER_MESSAGE,
     ResponsePoint,
 )
 from nonoka.serve.reasoning import sealed
@@ -67,24 +69,53 @@ def assistant_items(text: str, calls: list[ToolCall], reasoning: str, point: Res
                     provider: Any = None) -> list[dict[str, Any]]:
     """An answer's items: its reasoning, its message (always, unless it only calls
     tools or hosted tools), the items of the hosted tools it ran (as the upstream gave
-    them, from its ``provider`` metadata), its function and custom tools' calls, in that
-    order. ``sealed``: the reasoning's ``encrypted_content``
-    (``nonoka.serve.reasoning``), given even without text."""
-    items: list[dict[str, Any]] = []
-    if reasoning or sealed is not None:
-        items.append(reasoning_item(point.item_id("rs_", offset, ENTRY_REASONING),
-                                    reasoning or None, sealed))
-    hosted = hosted_items(provider)
-    if text or not (calls or hosted):
-        message = message_item(point.item_id("msg_", offset, ENTRY_MESSAGE), text, status)
-        content = message_content(provider)
-        if content is not None and status == "completed":
-            message["content"] = content  # with its citations, its logprobs
-        items.append(message)
-    items.extend(hosted)
-    items.extend(call_item(point.item_id("fc_", offset, FIRST_CALL + n), call)
-                 for n, call in enumerate(calls))
-    return items
+    them), its function and custom tools' calls. In the order the upstream gave them
+    when its ``provider`` metadata keeps it (a search, then the message citing it; a
+    message the upstream split around a search is two), else in that order.
+    ``sealed``: the reasoning's ``encrypted_content`` (``nonoka.serve.reasoning``),
+    given even without text."""
+    thought = [reasoning_item(point.item_id("rs_", offset, ENTRY_REASONING),
+                              reasoning or None, sealed)] if reasoning or sealed else []
+    called = [call_item(point.item_id("fc_", offset, FIRST_CALL + n), call)
+              for n, call in enumerate(calls)]
+    layout = answer_layout(provider)
+    messages = [e for e in layout if e.get("type") == "message"]
+    placed: list[dict[str, Any]] = []
+    hosted = False
+    for entry in layout:
+        kind = entry.get("type")
+        if kind == "reasoning" and thought:
+            placed.append(thought.pop())
+        elif kind == "function_call" and called:
+            placed.append(called.pop(0))
+        elif isinstance(entry.get("item"), dict):
+            placed.append(dict(entry["item"]))  # a hosted tool's, as the upstream made it
+            hosted = True
+        elif kind == "message":
+            said = text if len(messages) == 1 else str(entry.get("text", ""))
+            message = message_item(message_id(point, offset, len(
+                [i for i in placed if i["type"] == "message"])), said, status)
+            content = entry.get("content")
+            if isinstance(content, list) and status == "completed":
+                message["content"] = list(content)  # with its citations, its logprobs
+            placed.append(message)
+    if not messages and (text or not (calls or hosted)):
+        placed.append(message_item(message_id(point, offset, 0), text, status))
+    return [*thought, *placed, *called]  # what the layout did not place, where it goes
+
+
+def answer_layout(provider: Any) -> list[dict[str, Any]]:
+    """The answer's items in the upstream's order, as its adapter kept them (empty for
+    an answer of another upstream)."""
+    own = provider.get(OPENAI_RESPONSES) if isinstance(provider, dict) else None
+    layout = own.get("items") if isinstance(own, dict) else None
+    return [e for e in layout if isinstance(e, dict)] if isinstance(layout, list) else []
+
+
+def message_id(point: ResponsePoint, offset: int, number: int) -> str:
+    """The id of an answer's message ``number`` (0: its first, most often its only)."""
+    return point.item_id("msg_", offset,
+                         ENTRY_MESSAGE if number == 0 else LATER_MESSAGE + number)
 
 
 def message_item(item_id: str, text: str | None, status: str = "completed"

@@ -11,6 +11,7 @@ gets.
 ``instructions`` before the conversation (for this response only: a continuation does
 not inherit them, as in OpenAI's API), offers the request's hosted, custom and
 namespace tools in the Responses API's shapes and asks for its ``include`` values,
+hands the upstream's hosted items to the response's stream as they come,
 notes which entry the answer will be, and adds the response's stamp to each answer
 (``nonoka.serve.record``).
 """
@@ -33,6 +34,7 @@ from nonoka.llm.base import (
     TextSink,
     ToolSpec,
 )
+from nonoka.llm.responses import OpenAIResponsesModel
 from nonoka.llm.workers import Workers
 from nonoka.serve.hosted import Wired
 from nonoka.serve.ids import ResponsePoint
@@ -123,6 +125,9 @@ class Answering:
     (``nonoka.serve.hosted``)."""
     include: tuple[str, ...] = ()
     """The ``include`` values the upstream is asked for (``nonoka.serve.included``)."""
+    on_item: Callable[[dict[str, Any]], None] = lambda event: None
+    """Takes the upstream's stream events of its hosted tools' items as they come, for
+    the response's own stream (``nonoka.serve.stream``)."""
 
     @property
     def offset(self) -> int:
@@ -162,7 +167,11 @@ class StampedModel:
             options = dataclasses.replace(options, extra={**options.extra,
                                                           "include": list(run.include)})
         model = self.model
-        if isinstance(model, TakesCallOptions):
+        if isinstance(model, OpenAIResponsesModel):
+            answer = await model.complete_with(sent, tools, on_text=on_text,
+                                               on_reasoning=on_reasoning, options=options,
+                                               on_item=run.on_item)
+        elif isinstance(model, TakesCallOptions):
             answer = await model.complete_with(sent, tools, on_text=on_text,
                                                on_reasoning=on_reasoning, options=options)
         else:

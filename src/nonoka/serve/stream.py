@@ -4,10 +4,11 @@ The order is OpenAI's: ``response.created`` and ``response.in_progress``; for ea
 output item ``response.output_item.added``, its part's ``added``, the deltas, the
 ``done`` events innermost first, ``response.output_item.done``; then one of
 ``response.completed``, ``response.incomplete`` or ``response.failed`` with the whole
-response. Text and reasoning stream as the model sends them; the items of the hosted
-tools the upstream ran (a web search's with its ``response.web_search_call.*``
-events) and the answer's function and custom tools' calls (whole when the answer is)
-follow it. The items each ``done`` event carries are
+response. Text and reasoning stream as the model sends them, and the items of the
+hosted tools the upstream ran (a web search's with its ``response.web_search_call.*``
+events) as the upstream sends them, each at its place: a search streamed before the
+message citing it comes before it, as in ``GET``. The answer's function and custom
+tools' calls follow, whole when the answer is. The items each ``done`` event carries are
 built by the same function as the stored response's (``nonoka.serve.items``), from the
 answer the turn stored, so a stream ends with exactly what ``GET`` returns.
 """
@@ -15,12 +16,16 @@ answer the turn stored, so a stream ends with exactly what ``GET`` returns.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from nonoka.llm.responses import SEPARATOR
+from nonoka.serve.ids import ENTRY_REASONING
 from nonoka.serve.items import (
     assistant_items,
     call_item,
     call_output_item,
+    message_id,
     message_item,
     output_text,
     reasoning_item,
@@ -33,18 +38,34 @@ from nonoka.state.messages import ToolCall
 Emit = Callable[[dict[str, Any]], None]
 
 
+@dataclass
+class _Slot:
+    """An item of the answer being made, as streamed so far."""
+
+    kind: str
+    index: int
+    item_id: str | None
+    text: list[str] = field(default_factory=list)
+    done: bool = False
+
+
 class ResponseEvents:
-    """Turns one response's turn into numbered events, handed to ``emit``."""
+    """Turns one response's turn into numbered events, handed to ``emit``; takes the
+    upstream's hosted items' events (``run.on_item``) as they come."""
 
     def __init__(self, emit: Emit, run: Answering) -> None:
         self._emit = emit
         self.run = run
+        run.on_item = self.hosted
         self.sequence = 0
         self.outputs = 0
         """Output items announced so far."""
-        self._open: dict[str, tuple[int, str, list[str]]] = {}
-        """The items of the answer being streamed, by kind (``message``, ``reasoning``):
-        output index, id, text so far."""
+        self._slots: list[_Slot] = []
+        """The items of the answer being made, in the order they were announced."""
+        self._open: dict[str, _Slot] = {}
+        """Its message and reasoning while their text streams, by kind."""
+        self._hosted: dict[int, _Slot] = {}
+        """Its hosted tools' items, by the upstream's output index."""
         self._next_entry = 0
         """The entry a result nonoka stores after the last answer will be."""
 
@@ -57,21 +78,66 @@ class ResponseEvents:
         self.event("response.in_progress", response=response)
 
     def text(self, delta: str) -> None:
-        index, item_id, text = self._item("message")
-        text.append(delta)
-        self.event("response.output_text.delta", item_id=item_id, output_index=index,
-                   content_index=0, delta=delta, logprobs=[])
+        if "message" not in self._open and any(s.kind == "message" for s in self._slots):
+            delta = delta.removeprefix(SEPARATOR)  # the adapter's, between two messages
+            if not delta:
+                return
+        slot = self._item("message")
+        slot.text.append(delta)
+        self.event("response.output_text.delta", item_id=slot.item_id,
+                   output_index=slot.index, content_index=0, delta=delta, logprobs=[])
 
     def reasoning(self, delta: str) -> None:
-        if "message" in self._open:
-            return  # reasoning after the answer's text is stored, not streamed
-        index, item_id, text = self._item("reasoning")
-        text.append(delta)
-        self.event("response.reasoning_summary_text.delta", item_id=item_id,
-                   output_index=index, summary_index=0, delta=delta)
+        if any(s.kind == "message" or (s.kind == "reasoning" and s.done)
+               for s in self._slots):
+            return  # reasoning after the answer's text, or a search, is stored, not streamed
+        slot = self._item("reasoning")
+        slot.text.append(delta)
+        self.event("response.reasoning_summary_text.delta", item_id=slot.item_id,
+                   output_index=slot.index, summary_index=0, delta=delta)
 
-    def _item(self, kind: str) -> tuple[int, str, list[str]]:
-        """The answer's item of ``kind``, announced on its first delta."""
+    def hosted(self, upstream: dict[str, Any]) -> None:
+        """An event of a hosted tool's item as the upstream sent it, at the item's place
+        in this response. Its item's announcement ends the message streaming before it
+        (the upstream's next text is another message)."""
+        at = upstream.get("output_index")
+        if not isinstance(at, int) or self.run.point is None:
+            return
+        fields = {k: v for k, v in upstream.items()
+                  if k not in ("type", "sequence_number", "output_index")}
+        kind = str(upstream.get("type"))
+        slot = self._hosted.get(at)
+        if slot is None:
+            if kind != "response.output_item.added":
+                return
+            self._close("reasoning")
+            self._close("message")
+            item = fields.get("item") or {}
+            slot = _Slot(str(item.get("type")), self.outputs, item.get("id"))
+            self.outputs += 1
+            self._slots.append(slot)
+            self._hosted[at] = slot
+        elif slot.done:
+            return
+        self.event(kind, output_index=slot.index, **fields)
+        slot.done = kind == "response.output_item.done"
+
+    def _close(self, kind: str) -> None:
+        """The open item of ``kind`` is done, with what it streamed: the next item has
+        begun. Reasoning stays open when the client asked for its ``encrypted_content``,
+        which the answer's end gives."""
+        if kind == "reasoning" and self.run.sealed_reasoning:
+            return
+        slot = self._open.pop(kind, None)
+        if slot is None:
+            return
+        text = "".join(slot.text)
+        self._done(message_item(slot.item_id or "", text) if kind == "message"
+                   else reasoning_item(slot.item_id or "", text), slot.index)
+        slot.done = True
+
+    def _item(self, kind: str) -> _Slot:
+        """The answer's item of ``kind`` being streamed, announced on its first delta."""
         found = self._open.get(kind)
         if found is not None:
             return found
@@ -80,46 +146,58 @@ class ResponseEvents:
         index = self.outputs
         self.outputs += 1
         if kind == "message":
-            item_id = run.point.item_id("msg_", run.offset, 1)
+            self._close("reasoning")
+            number = sum(s.kind == "message" for s in self._slots)
+            item_id = message_id(run.point, run.offset, number)
             self.event("response.output_item.added", output_index=index,
                        item=message_item(item_id, None, "in_progress"))
             self.event("response.content_part.added", item_id=item_id, output_index=index,
                        content_index=0, part=output_text(""))
         else:
-            item_id = run.point.item_id("rs_", run.offset, 0)
+            item_id = run.point.item_id("rs_", run.offset, ENTRY_REASONING)
             self.event("response.output_item.added", output_index=index,
                        item=reasoning_item(item_id, None))
             self.event("response.reasoning_summary_part.added", item_id=item_id,
                        output_index=index, summary_index=0, part=summary_text(""))
-        self._open[kind] = found = (index, item_id, [])
+        found = _Slot(kind, index, item_id)
+        self._open[kind] = found
+        self._slots.append(found)
         return found
 
     def answered(self) -> None:
-        """The answer is stored: its items are done (those no delta announced are
-        announced now: function calls, an empty message)."""
+        """The answer is stored: its items are done (those not streamed are announced
+        now: function calls, an empty message), at the places they were streamed at."""
         run = self.run
         assert run.point is not None
         answer = run.answers[-1]
         reasoning = "".join(part.text for part in answer.reasoning)
         seal = sealed(answer.reasoning) if run.sealed_reasoning and answer.reasoning else None
+        streamed = list(self._slots)
         for item in assistant_items(answer.text, answer.tool_calls, reasoning, run.point,
                                     run.offset, sealed=seal,
                                     provider=answer.provider_metadata):
             kind = item["type"]
-            opened = self._open.pop(kind, None)
-            if kind == "function_call":
+            slot = next((s for s in streamed if s.kind == kind and (
+                s.item_id == item.get("id") or kind in ("message", "reasoning"))), None)
+            if slot is not None:
+                streamed.remove(slot)
+                if not slot.done:
+                    self._done(item, slot.index)
+            elif kind == "function_call":
                 self._call(item)
             elif kind not in ("message", "reasoning"):
                 self._other(item)
-            elif opened is None:
-                self._whole(item)
             else:
-                self._done(item, opened[0])
-        for kind, (index, item_id, text) in self._open.items():  # streamed, then not kept
-            whole = "".join(text)
-            self._done(message_item(item_id, whole) if kind == "message"
-                       else reasoning_item(item_id, whole), index)
+                self._whole(item)
+        for slot in streamed:  # streamed, then not kept
+            if slot.done or slot.kind not in ("message", "reasoning"):
+                continue
+            whole = "".join(slot.text)
+            self._done(message_item(slot.item_id or "", whole) if slot.kind == "message"
+                       else reasoning_item(slot.item_id or "", whole), slot.index)
+        self._slots.clear()
         self._open.clear()
+        self._hosted.clear()
         self._next_entry = run.entry + 1
 
     def _done(self, item: dict[str, Any], index: int) -> None:

@@ -12,7 +12,8 @@ and ``response.output_text.delta``, ``response.function_call_arguments.delta`` /
 ``completed`` for a web search, ``response.custom_tool_call_input.delta`` / ``.done``
 for a custom tool's call, none for the others; each of those events checked against
 the official ``openai`` SDK's event types), then ``response.completed`` (or
-``response.incomplete``) with the usage.
+``response.incomplete``) with the usage. A reply's ``hold`` stops the stream before one
+of its items until the test lets it go on.
 Every event carries its ``sequence_number``; the SSE ``event:`` line names its type.
 
 Reasoning items carry ``encrypted_content`` when the request asked for it
@@ -46,7 +47,7 @@ from __future__ import annotations
 import base64
 import itertools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,13 +178,19 @@ class _Sequence:
 
 
 def response_events(prepared: Prepared, model: str, request: Mapping[str, Any],
-                    size: int) -> Iterator[dict[str, Any]]:
-    """The events of a streamed response, in the order the API sends them."""
+                    size: int, flush: Callable[[], None] = lambda: None
+                    ) -> Iterator[dict[str, Any]]:
+    """The events of a streamed response, in the order the API sends them; ``flush``
+    sends those given so far, before the reply's ``hold``."""
     seq = _Sequence()
     started = response_object(prepared.id, model, request, status="in_progress")
     yield seq.event("response.created", response=started)
     yield seq.event("response.in_progress", response=started)
+    hold = prepared.reply.hold
     for index, item in enumerate(prepared.items):
+        if hold is not None and hold[0] == index:
+            flush()
+            hold[1].wait(60)
         yield from _item_events(seq, index, _visible(item, request), size)
     final = final_response(prepared, model, request)
     kind = "response.incomplete" if prepared.reply.incomplete else "response.completed"

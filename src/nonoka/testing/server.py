@@ -311,7 +311,8 @@ class ScriptedResponsesServer(ScriptedOpenAIServer):
             self._outputs.note(prepared)
         model = handler._model(request, reply.model)
         if request.get("stream"):
-            handler._named_events(response_events(prepared, model, request, self.chunk_size))
+            handler._named_events(response_events(prepared, model, request, self.chunk_size,
+                                                  handler._flush))
         else:
             handler._send_json(200, final_response(prepared, model, request))
 

@@ -132,6 +132,9 @@ class ResponsesReply:
     model: str = ""
     raw_usage: Mapping[str, Any] | None = None
     """Usage fields sent as given over the counted ones (a broken endpoint's NaN...)."""
+    hold: tuple[int, threading.Event] | None = None
+    """``(n, until)``: a stream that stops before its output item ``n`` until a test sets
+    ``until`` (60 s at most), so the test sees what a client got of the items before."""
 
     @classmethod
     def of(cls, step: ModelResponse | Reply | str) -> ResponsesReply:
