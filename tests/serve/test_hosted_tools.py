@@ -241,23 +241,24 @@ def test_a_namespace_tool_is_called_by_name_and_namespace(
                                                               "crm")
 
 
-@pytest.mark.parametrize("tool", [{"type": "web_search"}, APPLY_PATCH,
+@pytest.mark.parametrize("tool", [{"type": "web_search"},
                                   {"type": "mcp", "server_label": "docs",
                                    "server_url": "https://mcp.example/sse"}])
-def test_an_upstream_that_cannot_run_or_carry_a_tool_is_refused(
+def test_a_hosted_tool_in_front_of_another_model_is_refused(
         project: Path, tool: dict[str, Any]) -> None:
     with ScriptedOpenAIServer([]) as chat:
         process = started(project, chat.base_url, "openai:scripted-model")
         try:
             status, _, raw = request(process.port, "POST", "/v1/responses", {
                 "model": "m", "input": "hi",
-                "tools": [{"type": "function", "name": "f"}, tool]})
+                "tools": [{"type": "function", "name": "f"}, APPLY_PATCH, tool]})
         finally:
             process.stop()
         assert chat.requests == []
     error = json.loads(raw)["error"]
     assert status == 400
-    assert (error["code"], error["param"]) == ("unsupported_feature", "tools[1].type")
+    # the custom tool is carried (as a function); the hosted one cannot run there
+    assert (error["code"], error["param"]) == ("unsupported_feature", "tools[2].type")
     assert tool["type"] in error["message"] and "openai:scripted-model" in error["message"]
     assert "openai-responses:" in error["message"]
 

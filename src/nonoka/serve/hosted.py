@@ -6,8 +6,11 @@ run: it is passed as given to an ``openai-responses:`` model, and the items it m
 come back in the answer, which the adapter keeps whole (``nonoka.llm.responses``). A
 ``custom`` (freeform) tool and the function tools of a ``namespace`` are the client's,
 like function tools: the turn pauses on their calls and the client sends their outputs
-back. Both need the Responses API upstream, which alone takes these tools
-(``refusal``); another model (Chat Completions, Anthropic) answers a clear 400 instead.
+back. The Responses API upstream is given them as they are (``Wired``); a model that
+takes function tools only (Chat Completions, Anthropic) is given each custom tool as a
+function of one string ``input`` and a namespace's tools by their own names
+(``host_tools``; its calls are turned back: ``nonoka.serve.as_functions``). A hosted
+tool cannot run there: such a model answers it with a clear 400 (``refusal``).
 ``local_shell``, ``shell``, ``computer_use_preview``, ``computer``, ``apply_patch`` and
 a client-executed ``tool_search`` are not available yet.
 
@@ -41,8 +44,10 @@ HOSTED_ITEMS = frozenset({
 """The items hosted tools make, carried whole in an answer (and a client's resent
 history) as the upstream gave them."""
 CUSTOM_OUTPUT = "custom_tool_call_output"
-FREEFORM = {"type": "object", "properties": {"input": {"type": "string"}}}
-"""What a custom tool's host tool takes (its call's ``input`` is its arguments)."""
+FREEFORM = {"type": "object", "properties": {"input": {"type": "string"}},
+            "required": ["input"]}
+"""What a custom tool's host tool takes: its freeform text, as ``input`` (a model that
+takes function tools only calls it so)."""
 
 
 def checked(tool: dict[str, Any], param: str) -> dict[str, Any]:
@@ -102,20 +107,53 @@ def host_tools(tools: Sequence[dict[str, Any]]) -> list[Tool]:
     found: list[Tool] = []
     for tool in tools:
         members = tool["tools"] if tool.get("type") == "namespace" else [tool]
+        within = _within(tool)
         for member in members:
             kind = member.get("type")
             if kind == "function":
-                found.append(host_tool(member["name"], member.get("description") or "",
+                found.append(host_tool(member["name"],
+                                       _joined(member.get("description"), within),
                                        member.get("parameters")))
             elif kind == "custom":
-                found.append(host_tool(member["name"], member.get("description") or "",
+                found.append(host_tool(member["name"],
+                                       _joined(freeform_description(member), within),
                                        FREEFORM))
     return found
 
 
+def _within(tool: dict[str, Any]) -> str:
+    """What a namespace's tools say of it, as function tools (a model that takes function
+    tools only sees them by their own names)."""
+    if tool.get("type") != "namespace":
+        return ""
+    about = str(tool.get("description") or "").strip()
+    return f"(One of the {tool['name']} tools" + (f": {about})" if about else ".)")
+
+
+def _joined(*texts: Any) -> str:
+    return "\n\n".join(str(t).strip() for t in texts if t and str(t).strip())
+
+
+def freeform_description(tool: dict[str, Any]) -> str:
+    """A custom tool's description as a function tool's: its own, then how its text is
+    passed (``input``) and, when the tool has a grammar, the grammar, so a model that
+    never saw the freeform form still writes what the client can read."""
+    own = str(tool.get("description") or "").strip()
+    how = ("Call this tool with one argument, `input`: the tool's input as plain text "
+           "(not JSON).")
+    form = tool.get("format")
+    if isinstance(form, dict) and form.get("type") == "grammar" and \
+            isinstance(form.get("definition"), str):
+        syntax = form.get("syntax") if isinstance(form.get("syntax"), str) else "lark"
+        how += (f" The text must match this grammar ({syntax} syntax):\n"
+                f"{form['definition']}")
+    return f"{own}\n\n{how}" if own else how
+
+
 def foreign(tools: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first tool only the Responses API takes, if any."""
-    return next((t for t in tools if t.get("type") != "function"), None)
+    """The first tool only the Responses API upstream can run (a hosted one), if any."""
+    return next((t for t in tools if t.get("type") not in CLIENT
+                 and t.get("type") != "function"), None)
 
 
 def refusal(tools: Sequence[dict[str, Any]], spec: str, responses_api: bool
@@ -128,10 +166,11 @@ def refusal(tools: Sequence[dict[str, Any]], spec: str, responses_api: bool
     at = list(tools).index(tool)
     kind = tool.get("type")
     named = f" {tool['name']!r}" if isinstance(tool.get("name"), str) else ""
-    return ApiError(400, f"the {kind}{named} tool needs the OpenAI Responses API upstream, "
-                         f"and model {spec!r} is not one: run it with an "
-                         "openai-responses:<model> model, or offer the tool as a function "
-                         "tool", param=f"tools[{at}].type", code="unsupported_feature")
+    return ApiError(400, f"the {kind}{named} tool runs on the OpenAI Responses API "
+                         f"upstream, and model {spec!r} is not one: run it with an "
+                         "openai-responses:<model> model, or offer the action as a "
+                         "function or custom tool", param=f"tools[{at}].type",
+                    code="unsupported_feature")
 
 
 @dataclass(frozen=True)

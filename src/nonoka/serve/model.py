@@ -10,7 +10,8 @@ gets.
 ``StampedModel`` is the model a response's turn runs: it sends the response's
 ``instructions`` before the conversation (for this response only: a continuation does
 not inherit them, as in OpenAI's API), offers the request's hosted, custom and
-namespace tools in the Responses API's shapes and asks for its ``include`` values,
+namespace tools in the Responses API's shapes (to another model, custom tools' calls
+as function calls: ``nonoka.serve.as_functions``) and asks for its ``include`` values,
 hands the upstream's hosted items to the response's stream as they come,
 notes which entry the answer will be, and adds the response's stamp to each answer
 (``nonoka.serve.record``).
@@ -36,6 +37,7 @@ from nonoka.llm.base import (
 )
 from nonoka.llm.responses import OpenAIResponsesModel
 from nonoka.llm.workers import Workers
+from nonoka.serve.as_functions import Calls, function_choice, sent_as_functions
 from nonoka.serve.hosted import Wired
 from nonoka.serve.ids import ResponsePoint
 from nonoka.serve.record import STAMP, Asked
@@ -123,6 +125,9 @@ class Answering:
     wired: Wired = dataclasses.field(default_factory=Wired)
     """The request's tools that go to the upstream in the Responses API's shapes
     (``nonoka.serve.hosted``)."""
+    calls: Calls = dataclasses.field(default_factory=Calls)
+    """The request's custom and namespace tools, whose calls a model that takes function
+    tools only makes as function calls (``nonoka.serve.as_functions``)."""
     include: tuple[str, ...] = ()
     """The ``include`` values the upstream is asked for (``nonoka.serve.included``)."""
     on_item: Callable[[dict[str, Any]], None] = lambda event: None
@@ -151,6 +156,8 @@ class StampedModel:
                        on_text: TextSink | None = None) -> ModelResponse:
         """A call that is not the response's answer (a compaction's summary)."""
         self.run.announce()
+        if not isinstance(self.model, OpenAIResponsesModel):
+            messages = sent_as_functions(messages)
         return await self.model.complete(messages, tools, on_text=on_text)
 
     async def complete_with(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
@@ -171,11 +178,15 @@ class StampedModel:
             answer = await model.complete_with(sent, tools, on_text=on_text,
                                                on_reasoning=on_reasoning, options=options,
                                                on_item=run.on_item)
-        elif isinstance(model, TakesCallOptions):
-            answer = await model.complete_with(sent, tools, on_text=on_text,
-                                               on_reasoning=on_reasoning, options=options)
         else:
-            answer = await model.complete(sent, tools, on_text=on_text)
+            sent = sent_as_functions(sent)
+            options = function_choice(options)
+            if isinstance(model, TakesCallOptions):
+                answer = await model.complete_with(sent, tools, on_text=on_text,
+                                                   on_reasoning=on_reasoning, options=options)
+            else:
+                answer = await model.complete(sent, tools, on_text=on_text)
+            answer = run.calls.answer(answer)
         assert run.point is not None
         stamp: dict[str, Any] = {"id": run.point.id, "finish": answer.finish_reason,
                                  "completed_at": int(time.time())}

@@ -43,6 +43,7 @@ from nonoka.runtime.agent import Agent
 from nonoka.runtime.runner import Runner
 from nonoka.runtime.session import Session
 from nonoka.serve import cancels
+from nonoka.serve.as_functions import Calls
 from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
 from nonoka.serve.compaction import compaction_item, read_compaction
 from nonoka.serve.conversations import Conversations, Found, hidden_entries
@@ -228,7 +229,8 @@ def retry_of(body: Any, headers: Mapping[str, str]) -> Retry:
 def _answering(body: Any, given: CreateRequest, asked: Asked, model: ChatModel) -> Answering:
     """The turn's shared state: with the request's hosted, custom and namespace tools and
     its ``include`` for an ``openai-responses:`` model, which alone takes them (another
-    model refuses such tools: ``nonoka.serve.hosted.refusal``)."""
+    model refuses hosted tools: ``nonoka.serve.hosted.refusal``, and is given custom and
+    namespace tools as functions: ``nonoka.serve.as_functions``)."""
     responses_api = isinstance(model, OpenAIResponsesModel)
     refused = refusal(given.tools, asked.model, responses_api)
     if refused is not None:
@@ -237,6 +239,8 @@ def _answering(body: Any, given: CreateRequest, asked: Asked, model: ChatModel) 
     if responses_api:
         run.wired = Wired.of(given.tools)
         run.include = tuple(upstream(given.include))
+    else:
+        run.calls = Calls.of(given.tools)
     return run
 
 
