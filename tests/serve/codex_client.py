@@ -17,7 +17,7 @@ CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 CODEX = CLIENTS / "node_modules" / ".bin" / "codex"
 
 CONFIG = """\
-model = "nonoka"
+model = "{model}"
 model_provider = "nonoka"
 model_context_window = {window}
 model_auto_compact_token_limit = {compact_at}
@@ -56,8 +56,8 @@ exporter = "none"
 """Codex's configuration (docs/serve.md, "Codex CLI"): the provider is nonoka serve,
 named ``azure`` because Codex asks the server to compact (remote compaction) only for
 a provider it takes for OpenAI's or Azure's; ``web_search``, subagents and the other
-hosted tools are off, as nonoka serves function tools only; no update check, analytics
-or telemetry."""
+hosted tools are off, as only an ``openai-responses:`` model runs hosted tools; no
+update check, analytics or telemetry. ``{model}`` is the name Codex asks for."""
 
 
 
@@ -89,7 +89,10 @@ class Codex:
     """``codex exec`` in ``workspace``, its home in ``home``, pointed at ``base_url``."""
 
     def __init__(self, home: Path, workspace: Path, base_url: str, outside: Outside, *,
-                 window: int = 200000, compact_at: int = 150000) -> None:
+                 window: int = 200000, compact_at: int = 150000,
+                 model: str = "nonoka") -> None:
+        """``model``: the name Codex asks for (the server's model answers any): Codex
+        picks its tools' shapes by it (for some, ``apply_patch`` is a custom tool)."""
         self.binary = codex_binary()
         self.outside = outside
         self.home = home
@@ -97,7 +100,7 @@ class Codex:
         home.mkdir(parents=True, exist_ok=True)
         workspace.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text(CONFIG.format(
-            base_url=base_url, window=window, compact_at=compact_at))
+            base_url=base_url, window=window, compact_at=compact_at, model=model))
 
     def env(self) -> dict[str, str]:
         kept = {k: v for k, v in os.environ.items()
