@@ -20,6 +20,7 @@ from openai import OpenAI
 from nonoka.llm.base import ModelResponse
 from nonoka.state.messages import ToolCall
 from nonoka.testing import call, text
+from nonoka.testing.replies import Reply
 from nonoka.testing.server import ScriptedAnthropicServer, ScriptedOpenAIServer
 from tests.serve.harness import ServeProcess, sse
 from tests.serve.test_hosted_tools import APPLY_PATCH, PATCH, valid
@@ -130,8 +131,10 @@ FREEFORM = {"type": "object", "properties": {"input": {"type": "string"}},
 
 def test_a_custom_tool_reaches_a_chat_completions_model_as_a_function(
         chat: ScriptedOpenAIServer, via_chat: Serving) -> None:
-    script(chat, patching("call_patch_1"), text("Patched hello.txt."),
-           text("It says hello."), text("Still hello."))
+    # with what the endpoint wants back (strict): its reasoning, the call's signature
+    script(chat, Reply.of(patching("call_patch_1"), reasoning="Add the file.",
+                          thought_signatures={"call_patch_1": "sig-patch"}),
+           text("Patched hello.txt."), text("It says hello."), text("Still hello."))
     body = {"model": "m", "input": "Add hello.txt", "tools": [APPLY_PATCH], "stream": True}
     events = valid(sse(via_chat.current.port, "/v1/responses", body))
     [tool] = chat.requests[0]["tools"]
@@ -140,8 +143,8 @@ def test_a_custom_tool_reaches_a_chat_completions_model_as_a_function(
         ("apply_patch", FREEFORM)
     offered(tool["function"]["description"])
     done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
-    assert [i["type"] for i in done] == ["custom_tool_call"]
-    assert (done[0]["call_id"], done[0]["name"], done[0]["input"]) == \
+    assert [i["type"] for i in done] == ["reasoning", "custom_tool_call"]
+    assert (done[1]["call_id"], done[1]["name"], done[1]["input"]) == \
         ("call_patch_1", "apply_patch", PATCH)
     assert "".join(e["delta"] for e in events
                    if e["type"] == "response.custom_tool_call_input.delta") == PATCH
@@ -157,17 +160,18 @@ def test_a_custom_tool_reaches_a_chat_completions_model_as_a_function(
         assert [(i.type, getattr(i, "output", None)) for i in listed] == \
             [("custom_tool_call_output", "Done!")]
     sent = chat.requests[1]["messages"]
-    called = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_patch_1", "type": "function",
-         "function": {"name": "apply_patch", "arguments": WRITTEN}}]}
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
-    assert {k: sent[1].get(k) for k in called} == called
+    [back] = sent[1]["tool_calls"]
+    assert (back["id"], back["type"], back["function"]) == \
+        ("call_patch_1", "function", {"name": "apply_patch", "arguments": WRITTEN})
+    assert "sig-patch" in json.dumps(back)  # the endpoint's own fields, sent back
+    assert sent[1]["reasoning_content"] == "Add the file."
     assert sent[2] == {"role": "tool", "tool_call_id": "call_patch_1", "content": "Done!"}
 
     via_chat.restart()
     with via_chat.client() as client:
         got = client.responses.retrieve(first["id"])
-        assert got.output[0].model_dump(exclude_none=True) == done[0]
+        assert got.output[1].model_dump(exclude_none=True) == done[1]
         later = client.responses.create(model="m", input="What does it say?",
                                         previous_response_id=answer.id,
                                         tools=[APPLY_PATCH])  # type: ignore[list-item]
