@@ -303,3 +303,30 @@ def test_a_custom_call_not_written_as_json_and_one_the_model_never_wrote(
         "arguments": json.dumps({"input": "*** Begin Patch\n*** End Patch\n"})}
     assert foreign[2] == {"role": "tool", "tool_call_id": "call_elsewhere",
                           "content": "Done!"}
+
+
+def test_a_conversation_keeps_the_custom_forms_and_sends_the_model_its_call(
+        chat: ScriptedOpenAIServer, via_chat: Serving) -> None:
+    script(chat, patching("call_conv"), text("Patched."), text("Hello."))
+    with via_chat.client() as client:
+        conversation = client.conversations.create()
+        client.responses.create(model="m", input="Add hello.txt", tools=[APPLY_PATCH],  # type: ignore[list-item]
+                                conversation=conversation.id)
+        client.responses.create(
+            model="m", conversation=conversation.id, tools=[APPLY_PATCH],  # type: ignore[list-item]
+            input=[{"type": "custom_tool_call_output", "call_id": "call_conv",
+                    "output": "Done!"}])
+        via_chat.restart()
+    with via_chat.client() as client:
+        listed = client.conversations.items.list(conversation.id, order="asc").data
+        assert [i.type for i in listed] == ["message", "custom_tool_call",
+                                            "custom_tool_call_output", "message"]
+        made = listed[1].model_dump(exclude_none=True)
+        assert (made["call_id"], made["input"]) == ("call_conv", PATCH)
+        client.responses.create(model="m", input="What does it say?",
+                                conversation=conversation.id)
+    for body in chat.requests[1:]:
+        [back] = body["messages"][1]["tool_calls"]
+        assert back["function"] == {"name": "apply_patch", "arguments": WRITTEN}
+        assert body["messages"][2] == {"role": "tool", "tool_call_id": "call_conv",
+                                       "content": "Done!"}
