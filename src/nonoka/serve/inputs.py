@@ -59,11 +59,15 @@ class CreateRequest:
     include: tuple[str, ...] = ()
     """The request's ``include`` values (``nonoka.serve.included``)."""
 
-    def call_options(self) -> CallOptions | None:
+    def call_options(self, responses_api: bool = False) -> CallOptions | None:
         """The options the model call is made with, in their Chat Completions forms
-        (each adapter translates them for its API)."""
+        (each adapter translates them for its API); ``responses_api``: for an
+        ``openai-responses:`` model, which is also given ``text.verbosity`` as asked."""
         params = self.params
         fields: dict[str, Any] = {}
+        verbosity = (params.get("text") or {}).get("verbosity")
+        if responses_api and isinstance(verbosity, str):
+            fields["extra"] = {"verbosity": verbosity}
         if params.get("max_output_tokens") is not None:
             fields["max_tokens"] = params["max_output_tokens"]
         for name in ("temperature", "top_p"):
@@ -154,6 +158,10 @@ def _check_params(params: dict[str, Any]) -> None:
         raise invalid("tool_choice must be auto, none, required or "
                       '{"type": "function", "name": ...} (or another tool choice object)',
                       "tool_choice")
+    text = params.get("text")
+    if text is not None and not isinstance(text, dict):
+        raise invalid('text must be an object, e.g. {"format": {"type": "text"}, '
+                      '"verbosity": "low"}', "text")
     for name in ("temperature", "top_p"):
         if name in params and not isinstance(params[name], int | float):
             raise invalid(f"{name} must be a number", name)

@@ -284,7 +284,7 @@ def resource(point_id: str, asked: Asked, *, status: str, output: list[dict[str,
         "tool_choice": params.get("tool_choice", "auto"),
         "truncation": params.get("truncation", "disabled"),
         "parallel_tool_calls": params.get("parallel_tool_calls", True),
-        "text": params.get("text") or {"format": {"type": "text"}},
+        "text": _text(params.get("text")),
         "top_p": params.get("top_p", 1.0),
         "presence_penalty": params.get("presence_penalty", 0.0),
         "frequency_penalty": params.get("frequency_penalty", 0.0),
@@ -300,6 +300,15 @@ def resource(point_id: str, asked: Asked, *, status: str, output: list[dict[str,
         "prompt_cache_key": params.get("prompt_cache_key"),
         "user": params.get("user"),
     }
+
+
+def _text(given: Any) -> dict[str, Any]:
+    """The response's ``text``: as asked, with its ``format`` (``{"type": "text"}`` when
+    the request gave none, as the Responses API always gives one)."""
+    text = dict(given) if isinstance(given, dict) else {}
+    if not isinstance(text.get("format"), dict):
+        text["format"] = {"type": "text"}
+    return {"format": text.pop("format"), **text}
 
 
 def _reasoning(given: Any) -> dict[str, Any] | None:

@@ -339,7 +339,8 @@ class Responses:
         if previous is not None and given.store and given.tools and \
                 previous.tools() == list(given.tools):
             run.tools_at = previous.tools_at()
-        agent = Agent(model=StampedModel(model, run), call_options=given.call_options(),
+        agent = Agent(model=StampedModel(model, run),
+                      call_options=given.call_options(isinstance(model, OpenAIResponsesModel)),
                       tools=host_tools(given.tools))
         events = ResponseEvents(emit, run) if emit is not None else None
         request = _Request(given, asked, seed, turn_input, agent, run, events, previous, passes,
