@@ -37,7 +37,7 @@ PINNED = {
         "m017_entries_deflated": "4adfa712889664ea",
         "m018_events_deflated": "a5b3682d8d953ae9",
         "m019_timeline_numbered": "ca6530e62ca625ac",
-        "m020_serve_files": "163f903973d0b1c5",
+        "m020_serve_files": "9cc86afae4934c59",
     },
     "postgres": {
         "m001_checkpoint_tables": "82f9c99aced467e5",
