@@ -22,6 +22,8 @@ How a conversation becomes input items (``input_items``):
   no id, as plain text) and its ``function_call`` items (``call_id``, ``name``,
   ``arguments``, and the item ``id`` kept in ``ToolCall.provider_metadata``), in the order
   the answer gave them (``provider_metadata["openai_responses"]["items"]``).
+- a system message that keeps an input item whole (``provider_metadata
+  ["openai_responses"]["item"]``: an ``additional_tools`` item) is that item.
 - a tool result: a ``function_call_output`` item; with files (an image a tool read), its
   ``output`` is a list of ``input_text`` / ``input_image`` / ``input_file`` parts, the
   shape the API takes for tool output (unlike Chat Completions, no follow-up user
@@ -242,6 +244,9 @@ def input_items(role: str, content: str, meta: Mapping[str, Any]) -> list[dict[s
     ``reasoning``, ``provider_metadata``)."""
     if role == "assistant":
         return _assistant_items(content, meta)
+    own = (meta.get("provider_metadata") or {}).get(OPENAI_RESPONSES)
+    if role == "system" and isinstance(own, dict) and isinstance(own.get("item"), dict):
+        return [own["item"]]  # an input item kept whole (``additional_tools``)
     parts = meta.get("parts") or ()
     if role == "tool":
         call_id = meta.get("tool_call_id")

@@ -10,7 +10,9 @@ back. The Responses API upstream is given them as they are (``Wired``); a model 
 takes function tools only (Chat Completions, Anthropic) is given each custom tool as a
 function of one string ``input`` and a namespace's tools by their own names
 (``host_tools``; its calls are turned back: ``nonoka.serve.as_functions``). A hosted
-tool cannot run there: such a model answers it with a clear 400 (``refusal``).
+tool cannot run there: such a model answers it with a clear 400 (``refusal``). The
+tools of an ``additional_tools`` input item (``nonoka.serve.additional``) are offered
+the same way, but reach the Responses API upstream inside that item (``Wired.of``).
 ``local_shell``, ``shell``, ``computer_use_preview``, ``computer``, ``apply_patch`` and
 a client-executed ``tool_search`` are not available yet.
 
@@ -156,21 +158,35 @@ def foreign(tools: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
                  and t.get("type") != "function"), None)
 
 
-def refusal(tools: Sequence[dict[str, Any]], spec: str, responses_api: bool
-            ) -> ApiError | None:
+def refusal(tools: Sequence[dict[str, Any]], spec: str, responses_api: bool,
+            among: str = "tools") -> ApiError | None:
     """The 400 for tools the model ``spec`` cannot be given (``responses_api``: whether
-    it is an ``openai-responses:`` model), or ``None``."""
+    it is an ``openai-responses:`` model), or ``None``; ``among``: the request's
+    ``tools``, or an ``additional_tools`` item's (``"additional tools"``)."""
     tool = foreign(tools)
     if tool is None or responses_api:
         return None
     at = list(tools).index(tool)
     kind = tool.get("type")
     named = f" {tool['name']!r}" if isinstance(tool.get("name"), str) else ""
-    return ApiError(400, f"the {kind}{named} tool runs on the OpenAI Responses API "
+    given = among == "tools"
+    of = "" if given else " of an additional_tools item"
+    return ApiError(400, f"the {kind}{named} tool{of} runs on the OpenAI Responses API "
                          f"upstream, and model {spec!r} is not one: run it with an "
                          "openai-responses:<model> model, or offer the action as a "
-                         "function or custom tool", param=f"tools[{at}].type",
+                         "function or custom tool",
+                    param=f"tools[{at}].type" if given else "input",
                     code="unsupported_feature")
+
+
+def offered(tools: Sequence[dict[str, Any]], carried: Sequence[dict[str, Any]]
+            ) -> list[dict[str, Any]]:
+    """The ``carried`` tools (an ``additional_tools`` item's) the request's ``tools``
+    do not already offer by the same names: the request's own come first."""
+    taken = {name for tool in tools for name in client_names(tool)}
+    kinds = {str(t.get("type")) for t in tools if t.get("type") in HOSTED}
+    return [t for t in carried if not (set(client_names(t)) & taken)
+            and not (t.get("type") in HOSTED and t.get("type") in kinds)]
 
 
 @dataclass(frozen=True)
@@ -183,14 +199,17 @@ class Wired:
     members), whose function specs are not sent."""
 
     @classmethod
-    def of(cls, tools: Sequence[dict[str, Any]]) -> Wired:
+    def of(cls, tools: Sequence[dict[str, Any]], carried: Sequence[dict[str, Any]] = ()
+           ) -> Wired:
+        """``carried``: the tools of ``additional_tools`` items, which reach the upstream
+        in those items (none of their specs is sent in ``tools``)."""
         wired = tuple(t for t in tools if t.get("type") != "function")
-        replaced = frozenset(name for t in wired for name in client_names(t))
+        replaced = frozenset(name for t in (*wired, *carried) for name in client_names(t))
         return cls(wired, replaced)
 
     def specs(self, specs: Sequence[ToolSpec]) -> list[ToolSpec]:
         """``specs`` with the wired tools in place of the ones they stand for."""
-        if not self.tools:
+        if not self.tools and not self.replaced:
             return list(specs)
         kept = [s for s in specs if s.name not in self.replaced]
         return [*kept, *(ToolSpec(str(t.get("name") or t["type"]), "", {}, wire=t)

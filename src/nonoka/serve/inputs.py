@@ -5,7 +5,8 @@ system or developer message is one message; an assistant's message, reasoning,
 function and custom tool calls and hosted tools' items (``web_search_call``...: kept
 whole, in their place, as the Responses adapter keeps them) that follow one another
 are one assistant message; a ``function_call_output`` (or ``custom_tool_call_output``)
-is a tool message. ``item_reference`` items (and reasoning
+is a tool message; an ``additional_tools`` item is a system message that keeps it
+(``nonoka.serve.additional``). ``item_reference`` items (and reasoning
 items given by id only) are read from the store first (``Resolver``).
 
 What the turn then does (``plan``): a trailing user message is its prompt; the
@@ -25,6 +26,7 @@ from typing import Any
 from nonoka.bridge.entry_rules import same_message
 from nonoka.llm.base import CallOptions
 from nonoka.llm.responses import CUSTOM_CALL, OPENAI_RESPONSES
+from nonoka.serve.additional import ADDITIONAL, carrier
 from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
 from nonoka.serve.errors import invalid
 from nonoka.serve.hosted import CUSTOM_OUTPUT, HOSTED_ITEMS, client_names
@@ -170,15 +172,17 @@ def _check_params(params: dict[str, Any]) -> None:
         raise invalid("max_output_tokens must be a positive integer", "max_output_tokens")
 
 
-def _tools(given: Any) -> tuple[dict[str, Any], ...]:
+def _tools(given: Any, at: str = "tools") -> tuple[dict[str, Any], ...]:
+    """The tools ``given`` (the request's, or an ``additional_tools`` item's: ``at``),
+    checked, a function tool with all its fields."""
     if given is None:
         return ()
     if not isinstance(given, list):
-        raise invalid("tools must be a list", "tools")
+        raise invalid("tools must be a list", at)
     tools: list[dict[str, Any]] = []
     names: set[str] = set()
     for n, tool in enumerate(given):
-        param = f"tools[{n}]"
+        param = f"{at}[{n}]"
         if not isinstance(tool, dict):
             raise invalid("a tool must be an object", param)
         if tool.get("type") != "function":
@@ -269,6 +273,12 @@ def _message(item: dict[str, Any], param: str) -> Message:
             raise invalid("this compaction item was not made by nonoka serve: send the "
                           "conversation it replaced instead", f"{param}.encrypted_content")
         return Message(role="user", content=SUMMARY_PREFIX + found[1])
+    if kind == ADDITIONAL:
+        given = item.get("tools")
+        if not isinstance(given, list):
+            raise invalid("an additional_tools item needs a list of tools", f"{param}.tools")
+        _tools(given, f"{param}.tools")
+        return carrier(item, given, param)
     if kind in ("function_call_output", CUSTOM_OUTPUT):
         call_id = item.get("call_id")
         if not isinstance(call_id, str) or not call_id:

@@ -4,8 +4,8 @@ One entry gives the items a client sees of it, each with an id made from where i
 stored (``nonoka.serve.ids``): an assistant entry its reasoning, its message (or
 messages), its hosted tools' items and its function calls, in the order the upstream
 gave them; a tool entry the output of the call it answers; a user or system entry
-its message. The same function builds the items a stream ends with, ``GET`` returns and
-``input_items`` lists, so they agree.
+its message (or the ``additional_tools`` item it keeps). The same function builds the
+items a stream ends with, ``GET`` returns and ``input_items`` lists, so they agree.
 
 Reasoning text is given as a reasoning item's summary: that is where OpenAI's own
 reasoning reaches its clients (and what Codex and the AI SDK show); the provider's
@@ -21,6 +21,7 @@ import mimetypes
 from typing import Any
 
 from nonoka.llm.responses import OPENAI_RESPONSES
+from nonoka.serve.additional import carried_item
 from nonoka.serve.errors import invalid
 from nonoka.serve.file_inputs import file_id_of, stored_part
 from nonoka.serve.hosted import CUSTOM_OUTPUT, custom_call
@@ -54,6 +55,10 @@ def entry_items(entry: MemoryEntry, point: ResponsePoint, offset: int,
         if item["call_id"] in custom:
             item["type"] = CUSTOM_OUTPUT
         return [item]
+    kept = carried_item(entry.metadata.get("provider_metadata")) \
+        if entry.role == "system" and entry.metadata else None
+    if kept is not None:
+        return [{**kept, "id": point.item_id("msg_", offset, ENTRY_MESSAGE)}]
     role = "system" if entry.role == "system" else "user"
     return [{"type": "message", "id": point.item_id("msg_", offset, ENTRY_MESSAGE),
              "role": role, "status": "completed",

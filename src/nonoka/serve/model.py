@@ -37,6 +37,7 @@ from nonoka.llm.base import (
 )
 from nonoka.llm.responses import OpenAIResponsesModel
 from nonoka.llm.workers import Workers
+from nonoka.serve.additional import without_carriers
 from nonoka.serve.as_functions import Calls, function_choice, sent_as_functions
 from nonoka.serve.hosted import Wired
 from nonoka.serve.ids import ResponsePoint
@@ -157,7 +158,7 @@ class StampedModel:
         """A call that is not the response's answer (a compaction's summary)."""
         self.run.announce()
         if not isinstance(self.model, OpenAIResponsesModel):
-            messages = sent_as_functions(messages)
+            messages = without_carriers(sent_as_functions(messages))
         return await self.model.complete(messages, tools, on_text=on_text)
 
     async def complete_with(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (),
@@ -179,7 +180,7 @@ class StampedModel:
                                                on_reasoning=on_reasoning, options=options,
                                                on_item=run.on_item)
         else:
-            sent = sent_as_functions(sent)
+            sent = without_carriers(sent_as_functions(sent))
             options = function_choice(options)
             if isinstance(model, TakesCallOptions):
                 answer = await model.complete_with(sent, tools, on_text=on_text,

@@ -43,6 +43,7 @@ from nonoka.runtime.agent import Agent
 from nonoka.runtime.runner import Runner
 from nonoka.runtime.session import Session
 from nonoka.serve import cancels
+from nonoka.serve.additional import carried_tools
 from nonoka.serve.as_functions import Calls
 from nonoka.serve.compaction import PROMPT as COMPACT_PROMPT
 from nonoka.serve.compaction import compaction_item, read_compaction
@@ -56,7 +57,7 @@ from nonoka.serve.errors import (
     not_found,
     previous_not_found,
 )
-from nonoka.serve.hosted import Wired, host_tools, refusal
+from nonoka.serve.hosted import Wired, host_tools, offered, refusal
 from nonoka.serve.ids import ResponsePoint, new_point, parse_item_id, parse_response_id
 from nonoka.serve.included import IMAGE_URLS, included, query_include, upstream
 from nonoka.serve.inputs import (
@@ -95,6 +96,7 @@ from nonoka.serve.record import (
     resource,
 )
 from nonoka.serve.stream import Emit, ResponseEvents
+from nonoka.state.entries import MemoryEntry
 from nonoka.state.messages import Message
 from nonoka.state.prefix_memo import ConversationPasses
 from nonoka.store.leases import (
@@ -226,21 +228,24 @@ def retry_of(body: Any, headers: Mapping[str, str]) -> Retry:
                  count.isdigit() and int(count) > 0, line_signal(headers, body))
 
 
-def _answering(body: Any, given: CreateRequest, asked: Asked, model: ChatModel) -> Answering:
+def _answering(body: Any, given: CreateRequest, asked: Asked, model: ChatModel,
+               carried: Sequence[dict[str, Any]] = ()) -> Answering:
     """The turn's shared state: with the request's hosted, custom and namespace tools and
     its ``include`` for an ``openai-responses:`` model, which alone takes them (another
     model refuses hosted tools: ``nonoka.serve.hosted.refusal``, and is given custom and
-    namespace tools as functions: ``nonoka.serve.as_functions``)."""
+    namespace tools as functions: ``nonoka.serve.as_functions``). ``carried``: the tools
+    of the conversation's ``additional_tools`` items (``nonoka.serve.additional``)."""
     responses_api = isinstance(model, OpenAIResponsesModel)
-    refused = refusal(given.tools, asked.model, responses_api)
+    refused = refusal(given.tools, asked.model, responses_api) or \
+        refusal(carried, asked.model, responses_api, "additional tools")
     if refused is not None:
         raise refused
     run = Answering(asked, sealed_reasoning=wants_sealed(body))
     if responses_api:
-        run.wired = Wired.of(given.tools)
+        run.wired = Wired.of(given.tools, carried)
         run.include = tuple(upstream(given.include))
     else:
-        run.calls = Calls.of(given.tools)
+        run.calls = Calls.of([*given.tools, *carried])
     return run
 
 
@@ -322,9 +327,12 @@ class Responses:
                 raise previous_not_found(given.previous_response_id)
         pending = previous.pending() if previous is not None else []
         conversation = None
+        before: Sequence[MemoryEntry] = previous.entries[:previous.end] \
+            if previous is not None else ()
         if given.conversation is not None:
             conversation = await self.conversations.find(given.conversation)
             held = await self.runner.load_session(conversation.session_id)
+            before = held.memory.entries if held is not None else ()
             pending = held.memory.dangling_tool_calls()[1] if held is not None else []
             stored = held.memory.entries if held is not None and pending else ()
             messages = messages[resent(messages, stored):]  # the turn's, sent again
@@ -335,13 +343,14 @@ class Responses:
             model = self.models.resolve(spec, passes)
         except ConfigurationError as exc:
             raise invalid(str(exc), "model", code="model_not_found") from None
-        run = _answering(body, given, asked, model)
+        carried = offered(given.tools, carried_tools([*before, *messages]))
+        run = _answering(body, given, asked, model, carried)
         if previous is not None and given.store and given.tools and \
                 previous.tools() == list(given.tools):
             run.tools_at = previous.tools_at()
         agent = Agent(model=StampedModel(model, run),
                       call_options=given.call_options(isinstance(model, OpenAIResponsesModel)),
-                      tools=host_tools(given.tools))
+                      tools=host_tools([*given.tools, *carried]))
         events = ResponseEvents(emit, run) if emit is not None else None
         request = _Request(given, asked, seed, turn_input, agent, run, events, previous, passes,
                            retry, conversation=conversation, compaction=compaction,
