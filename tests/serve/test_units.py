@@ -83,7 +83,7 @@ def test_what_a_turn_brings() -> None:
      "conversation"),
     ({"input": "x", "conversation": {"id": 1}}, "conversation"),
     ({"input": "x", "conversation": "conv_1", "store": False}, "store"),
-    ({"input": "x", "tools": [{"type": "local_shell"}]}, "tools[0].type"),
+    ({"input": "x", "tools": [{"type": "computer_use_preview"}]}, "tools[0].type"),
     ({"input": "x", "tools": [{"type": "tool_search", "execution": "client"}]},
      "tools[0].execution"),
     ({"input": "x", "tools": [{"type": "namespace", "name": "n", "description": "",

@@ -69,6 +69,13 @@ from typing import TYPE_CHECKING, Any
 from nonoka.errors import ConfigurationError
 from nonoka.llm.base import CallOptions, ModelResponse, ReasoningSink, TextSink, ToolSpec, Usage
 from nonoka.llm.options import dropped_warning, sorted_extra
+from nonoka.llm.responses_builtin import (
+    BUILTIN_CALLS,
+    OPENAI_RESPONSES,
+    builtin_call,
+    builtin_item,
+    output_item,
+)
 from nonoka.llm.transport import (
     Dialect,
     Failure,
@@ -99,7 +106,6 @@ __all__ = ("OPENAI_RESPONSES", "ItemSink", "OpenAIResponsesModel", "input_items"
 ItemSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 """Takes the stream events of an answer's whole items (a hosted tool's), as they come."""
 
-OPENAI_RESPONSES = "openai_responses"
 """The ``provider_metadata`` key of what the Responses API sent that must go back: a
 reasoning part's whole reasoning item, a call's item ``id``, the answer's item layout."""
 
@@ -220,11 +226,27 @@ def conversation_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
     else:
         items = [item for m in messages for item in input_items(m.role, m.content, _meta(m))]
     custom = {item["call_id"] for item in items if item["type"] == "custom_tool_call"}
-    if not custom:
+    builtin = {str(item.get("call_id")): item["type"] for item in items
+               if item["type"] in BUILTIN_CALLS}
+    if not custom and not builtin:
         return items
-    return [{**item, "type": "custom_tool_call_output"}
-            if item["type"] == "function_call_output" and item["call_id"] in custom else item
-            for item in items]
+    return [_output(item, custom, builtin) for item in items]
+
+
+def _output(item: dict[str, Any], custom: set[str], builtin: dict[str, str]
+            ) -> dict[str, Any]:
+    """A tool result's item: a ``custom_tool_call_output`` for a custom call, a built-in
+    call's own output item (``nonoka.llm.responses_builtin``)."""
+    if item["type"] != "function_call_output":
+        return item
+    if item["call_id"] in custom:
+        return {**item, "type": "custom_tool_call_output"}
+    kind = builtin.get(item["call_id"])
+    if kind is None:
+        return item
+    output = item["output"]
+    return output_item(kind, item["call_id"], output if isinstance(output, str)
+                       else json.dumps(output))
 
 
 def _meta(message: Message) -> dict[str, Any]:
@@ -337,6 +359,9 @@ def _message_item(text: str, entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _call_item(call: Mapping[str, Any]) -> dict[str, Any]:
+    whole = builtin_item(call.get("provider_metadata"))
+    if whole is not None:
+        return whole  # a built-in tool's call, as the API gave it
     extra = (call.get("provider_metadata") or {}).get(OPENAI_RESPONSES)
     if isinstance(extra, dict) and extra.get("type") == CUSTOM_CALL:
         return {"type": CUSTOM_CALL, "call_id": call["id"], "name": call["name"],
@@ -543,6 +568,9 @@ class _Stream:
             elif kind in ("function_call", CUSTOM_CALL):
                 calls.append(self._call(index, item, len(calls)))
                 layout.append({"type": "function_call"})
+            elif kind in BUILTIN_CALLS:
+                calls.append(builtin_call(item))
+                layout.append({"type": "function_call"})
             elif kind == "message":
                 text = self._message_text(index, item)
                 texts.append(text)
@@ -610,7 +638,8 @@ _CALL_FIELDS = frozenset({"type", "call_id", "name", "arguments", "status"})
 """A function call item's fields nonoka keeps elsewhere (or, ``status``, not at all)."""
 CUSTOM_CALL = "custom_tool_call"
 """A custom (freeform) tool's call: its ``input`` is the call's ``arguments``."""
-_NOT_WHOLE = frozenset({None, "message", "reasoning", "function_call", CUSTOM_CALL})
+_NOT_WHOLE = frozenset({None, "message", "reasoning", "function_call", CUSTOM_CALL,
+                        *BUILTIN_CALLS})
 """The items whose events are not handed to ``on_item``: text, reasoning and calls reach
 the caller by their own ways (or an item never announced)."""
 

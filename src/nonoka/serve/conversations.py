@@ -32,7 +32,7 @@ from typing import Any
 
 from nonoka.runtime.session import Session
 from nonoka.serve.errors import invalid, not_found
-from nonoka.serve.hosted import custom_ids
+from nonoka.serve.hosted import client_calls
 from nonoka.serve.ids import ItemPlace, ResponsePoint, parse_response_id
 from nonoka.serve.inputs import messages_of, resolved
 from nonoka.serve.items import entry_items
@@ -113,7 +113,7 @@ def _per_entry(entries: Sequence[MemoryEntry], session_id: str,
             starts.setdefault(point.start, point)
     current = ResponsePoint(session_id, 0, nonce)
     out = []
-    custom = custom_ids(entries)
+    custom = client_calls(entries)
     for at, entry in enumerate(entries):
         current = starts.get(at, current)
         out.append(entry_items(entry, current, at - current.start, custom=custom))

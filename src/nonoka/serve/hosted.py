@@ -13,8 +13,15 @@ function of one string ``input`` and a namespace's tools by their own names
 tool cannot run there: such a model answers it with a clear 400 (``refusal``). The
 tools of an ``additional_tools`` input item (``nonoka.serve.additional``) are offered
 the same way, but reach the Responses API upstream inside that item (``Wired.of``).
-``local_shell``, ``shell``, ``computer_use_preview``, ``computer``, ``apply_patch`` and
-a client-executed ``tool_search`` are not available yet.
+OpenAI's built-in client tools ``local_shell``, ``shell`` and ``apply_patch`` are the
+client's too: their calls come as the API's own items (``shell_call``...), kept whole
+and returned as they are, and the client's output items go back to the upstream in
+their form (``nonoka.llm.responses_builtin``). Only an ``openai-responses:`` model is
+given them: such a tool is its type alone, with no description or parameters, and the
+calls' shapes are the ones OpenAI's models are trained on; there is nothing faithful to
+offer another model, which answers them with a clear 400 (``refusal``).
+``computer_use_preview``, ``computer`` and a client-executed ``tool_search`` are not
+available yet.
 
 ``Wired`` is how the turn's model offers them: each tool in the shape the Responses API
 takes (``ToolSpec.wire``), in place of the function specs the turn's host tools give.
@@ -28,6 +35,7 @@ from typing import Any
 
 from nonoka.llm.base import ToolSpec
 from nonoka.llm.responses import CUSTOM_CALL, OPENAI_RESPONSES
+from nonoka.llm.responses_builtin import BUILTIN_TOOLS, builtin_kind
 from nonoka.runtime.tools import Tool, host_tool
 from nonoka.serve.errors import ApiError, invalid, not_available
 from nonoka.state.entries import MemoryEntry
@@ -37,8 +45,8 @@ HOSTED = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview",
                     "image_generation", "mcp", "tool_search"})
 """The tool kinds the upstream runs itself."""
 CLIENT = frozenset({"custom", "namespace"})
-"""The tool kinds besides ``function`` the client runs."""
-LATER = frozenset({"local_shell", "shell", "computer_use_preview", "computer", "apply_patch"})
+"""The tool kinds besides ``function`` the client runs, which any model can be given."""
+LATER = frozenset({"computer_use_preview", "computer"})
 HOSTED_ITEMS = frozenset({
     "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
     "mcp_call", "mcp_list_tools", "mcp_approval_request", "tool_search_call",
@@ -66,6 +74,8 @@ def checked(tool: dict[str, Any], param: str) -> dict[str, Any]:
     if kind == "custom":
         _name(tool, param)
         return dict(tool)
+    if kind in BUILTIN_TOOLS:
+        return dict(tool)
     if kind == "namespace":
         _name(tool, param)
         members = tool.get("tools")
@@ -82,8 +92,9 @@ def checked(tool: dict[str, Any], param: str) -> dict[str, Any]:
         raise not_available(f"{kind!r} tools (offer the action as a function or custom "
                             "tool instead)", f"{param}.type")
     raise invalid(f"Invalid value: {kind!r}. tools[].type must be function, custom, "
-                  "namespace, web_search, web_search_preview, file_search, "
-                  "code_interpreter, image_generation, mcp or tool_search", f"{param}.type")
+                  "namespace, local_shell, shell, apply_patch, web_search, "
+                  "web_search_preview, file_search, code_interpreter, image_generation, "
+                  "mcp or tool_search", f"{param}.type")
 
 
 def _name(tool: dict[str, Any], param: str) -> str:
@@ -100,6 +111,8 @@ def client_names(tool: dict[str, Any]) -> list[str]:
         return [str(tool["name"])]
     if kind == "namespace":
         return [str(member["name"]) for member in tool["tools"]]
+    if kind in BUILTIN_TOOLS:
+        return [str(kind)]  # its calls are named after it (``builtin_call``)
     return []
 
 
@@ -108,6 +121,10 @@ def host_tools(tools: Sequence[dict[str, Any]]) -> list[Tool]:
     namespaces, each by the name the model calls it."""
     found: list[Tool] = []
     for tool in tools:
+        if tool.get("type") in BUILTIN_TOOLS:
+            found.append(host_tool(str(tool["type"]), f"OpenAI's built-in {tool['type']} "
+                                   "tool", {"type": "object"}))
+            continue
         members = tool["tools"] if tool.get("type") == "namespace" else [tool]
         within = _within(tool)
         for member in members:
@@ -171,6 +188,13 @@ def refusal(tools: Sequence[dict[str, Any]], spec: str, responses_api: bool,
     named = f" {tool['name']!r}" if isinstance(tool.get("name"), str) else ""
     given = among == "tools"
     of = "" if given else " of an additional_tools item"
+    if kind in BUILTIN_TOOLS:
+        return ApiError(400, f"the built-in {kind} tool{of} is one only OpenAI's models "
+                             f"are given (through the Responses API), and model {spec!r} "
+                             "is not an openai-responses:<model> one: use such a model, "
+                             "or offer the action as a function or custom tool",
+                        param=f"tools[{at}].type" if given else "input",
+                        code="unsupported_feature")
     return ApiError(400, f"the {kind}{named} tool{of} runs on the OpenAI Responses API "
                          f"upstream, and model {spec!r} is not one: run it with an "
                          "openai-responses:<model> model, or offer the action as a "
@@ -216,13 +240,23 @@ class Wired:
                          for t in self.tools)]
 
 
+def client_calls(entries: Sequence[MemoryEntry]) -> dict[str, str]:
+    """The custom and built-in tools' calls among ``entries``' answers: each call's id,
+    and its item type (``custom_tool_call``, ``shell_call``...), which its output's
+    item follows."""
+    found: dict[str, str] = {}
+    for entry in entries:
+        if entry.role != "assistant":
+            continue
+        for call in entry.tool_calls:
+            kind = CUSTOM_CALL if custom_call(call.provider_metadata) else \
+                builtin_kind(call.provider_metadata)
+            if kind is not None:
+                found[call.id] = kind
+    return found
+
+
 def custom_call(call_metadata: Any) -> bool:
     """Whether a call's ``provider_metadata`` marks it a custom tool's call."""
     own = call_metadata.get(OPENAI_RESPONSES) if isinstance(call_metadata, dict) else None
     return isinstance(own, dict) and own.get("type") == CUSTOM_CALL
-
-
-def custom_ids(entries: Sequence[MemoryEntry]) -> frozenset[str]:
-    """The ids of the custom tools' calls among ``entries``' answers."""
-    return frozenset(call.id for entry in entries if entry.role == "assistant"
-                     for call in entry.tool_calls if custom_call(call.provider_metadata))

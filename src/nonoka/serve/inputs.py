@@ -2,12 +2,13 @@
 
 The input's items become chat messages, the way nonoka stores a conversation: a user,
 system or developer message is one message; an assistant's message, reasoning,
-function and custom tool calls and hosted tools' items (``web_search_call``...: kept
-whole, in their place, as the Responses adapter keeps them) that follow one another
-are one assistant message; a ``function_call_output`` (or ``custom_tool_call_output``)
-is a tool message; an ``additional_tools`` item is a system message that keeps it
-(``nonoka.serve.additional``). ``item_reference`` items (and reasoning
-items given by id only) are read from the store first (``Resolver``).
+function, custom and built-in (``shell_call``...) tool calls and hosted tools' items
+(``web_search_call``...: kept whole, in their place, as the Responses adapter keeps
+them) that follow one another are one assistant message; a ``function_call_output``
+(or ``custom_tool_call_output``, or a built-in call's output) is a tool message; an
+``additional_tools`` item is a system message that keeps it
+(``nonoka.serve.additional``). ``item_reference`` items (and reasoning items given by
+id only) are read from the store first (``Resolver``).
 
 What the turn then does (``plan``): a trailing user message is its prompt; the
 function call outputs before it answer the calls of the message just before them (the
@@ -26,6 +27,13 @@ from typing import Any
 from nonoka.bridge.entry_rules import same_message
 from nonoka.llm.base import CallOptions
 from nonoka.llm.responses import CUSTOM_CALL, OPENAI_RESPONSES
+from nonoka.llm.responses_builtin import (
+    BUILTIN_CALLS,
+    BUILTIN_OUTPUTS,
+    builtin_call,
+    output_call_id,
+    output_text,
+)
 from nonoka.serve.additional import ADDITIONAL, carrier
 from nonoka.serve.compaction import SUMMARY_PREFIX, read_compaction
 from nonoka.serve.errors import invalid
@@ -279,6 +287,13 @@ def _message(item: dict[str, Any], param: str) -> Message:
             raise invalid("an additional_tools item needs a list of tools", f"{param}.tools")
         _tools(given, f"{param}.tools")
         return carrier(item, given, param)
+    if kind in BUILTIN_OUTPUTS:
+        call_id = output_call_id(item)
+        if not isinstance(call_id, str) or not call_id:
+            named = "id" if kind == "local_shell_call_output" else "call_id"
+            raise invalid(f"a {kind} needs the {named} of the call it answers",
+                          f"{param}.{named}")
+        return Message(role="tool", content=output_text(item), tool_call_id=call_id)
     if kind in ("function_call_output", CUSTOM_OUTPUT):
         call_id = item.get("call_id")
         if not isinstance(call_id, str) or not call_id:
@@ -289,7 +304,7 @@ def _message(item: dict[str, Any], param: str) -> Message:
     raise invalid(f"input item type {kind!r} is not supported", f"{param}.type")
 
 
-_CALLS = frozenset({"function_call", CUSTOM_CALL})
+_CALLS = frozenset({"function_call", CUSTOM_CALL, *BUILTIN_CALLS})
 _ANSWER_ITEMS = frozenset({"reasoning", *_CALLS, *HOSTED_ITEMS})
 """The items besides an assistant's message that make up an answer."""
 
@@ -346,6 +361,10 @@ def _call(item: dict[str, Any], param: str) -> ToolCall:
     (its ``input`` as the call's arguments)."""
     kind = item.get("type")
     call_id, name = item.get("call_id"), item.get("name")
+    if kind in BUILTIN_CALLS:
+        if not isinstance(call_id, str) or not call_id:
+            raise invalid(f"a {kind} needs its call_id", f"{param}.call_id")
+        return builtin_call(item)
     if not isinstance(call_id, str) or not isinstance(name, str):
         raise invalid(f"a {kind} needs call_id and name", param)
     if kind == CUSTOM_CALL:

@@ -18,9 +18,11 @@ from __future__ import annotations
 import base64
 import binascii
 import mimetypes
+from collections.abc import Mapping
 from typing import Any
 
-from nonoka.llm.responses import OPENAI_RESPONSES
+from nonoka.llm.responses import CUSTOM_CALL, OPENAI_RESPONSES
+from nonoka.llm.responses_builtin import builtin_item, output_item
 from nonoka.serve.additional import carried_item
 from nonoka.serve.errors import invalid
 from nonoka.serve.file_inputs import file_id_of, stored_part
@@ -39,20 +41,28 @@ from nonoka.state.messages import FilePart, Part, TextPart, ToolCall
 
 
 def entry_items(entry: MemoryEntry, point: ResponsePoint, offset: int,
-                sealed_reasoning: bool = False, custom: frozenset[str] = frozenset()
+                sealed_reasoning: bool = False, custom: Mapping[str, str] | None = None
                 ) -> list[dict[str, Any]]:
     """The items of ``entry``, stored ``offset`` entries after ``point``'s start;
     ``sealed_reasoning``: with the reasoning's ``encrypted_content``; ``custom``: the
-    ids of custom tools' calls, whose outputs are ``custom_tool_call_output`` items."""
+    custom and built-in tools' calls (``nonoka.serve.hosted.client_calls``), whose
+    outputs are ``custom_tool_call_output`` items or the built-in tool's own."""
     if entry.role == "assistant":
         return assistant_items(entry.content, entry.tool_calls, reasoning_text(entry),
                                point, offset, sealed=sealed(entry.reasoning)
                                if sealed_reasoning and entry.reasoning else None,
                                provider=entry.metadata.get("provider_metadata"))
     if entry.role == "tool":
-        item = call_output_item(point.item_id("fco_", offset, ENTRY_OUTPUT),
-                                entry.tool_call_id or "", entry.content, entry.parts)
-        if item["call_id"] in custom:
+        item_id = point.item_id("fco_", offset, ENTRY_OUTPUT)
+        call_id = entry.tool_call_id or ""
+        kind = (custom or {}).get(call_id)
+        if kind is not None and kind != CUSTOM_CALL:
+            made = output_item(kind, call_id, entry.content)
+            if made["type"] == "shell_call_output":  # a listed one always has a status
+                made = {**made, "status": made.get("status") or "completed"}
+            return [made if "id" in made else {**made, "id": item_id}]
+        item = call_output_item(item_id, call_id, entry.content, entry.parts)
+        if kind == CUSTOM_CALL:
             item["type"] = CUSTOM_OUTPUT
         return [item]
     kept = carried_item(entry.metadata.get("provider_metadata")) \
@@ -151,6 +161,9 @@ def summary_text(text: str) -> dict[str, Any]:
 def call_item(item_id: str, call: ToolCall, status: str = "completed") -> dict[str, Any]:
     """A function call, or a custom tool's call (its ``input``), with the ``namespace``
     of a namespace's tool."""
+    whole = builtin_item(call.provider_metadata)
+    if whole is not None:  # a built-in tool's call, as the upstream (or client) gave it
+        return {**whole, "id": item_id}
     own = (call.provider_metadata or {}).get(OPENAI_RESPONSES)
     namespace = own.get("namespace") if isinstance(own, dict) else None
     extra = {"namespace": namespace} if isinstance(namespace, str) else {}

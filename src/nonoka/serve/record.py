@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nonoka.serve.hosted import custom_ids
+from nonoka.serve.hosted import client_calls
 from nonoka.serve.ids import ENTRY_MESSAGE, ResponsePoint
 from nonoka.serve.included import with_image_urls
 from nonoka.serve.items import entry_items, message_item
@@ -178,7 +178,7 @@ class Located:
     def input_items(self, image_urls: bool = False) -> list[dict[str, Any]]:
         """The response's input items (``image_urls``: an image sent by ``file_id``
         with its ``image_url`` too, as ``include`` asks)."""
-        custom = custom_ids(self.entries[:self.first])
+        custom = client_calls(self.entries[:self.first])
         return [with_image_urls(item, self.entries[at]) if image_urls else item
                 for at in range(self.point.start, self.first)
                 for item in entry_items(self.entries[at], self.point, at - self.point.start,
@@ -192,7 +192,7 @@ class Located:
                 return []
             item_id = self.point.item_id("msg_", self.end - self.point.start, ENTRY_MESSAGE)
             return [message_item(item_id, self.left.text, "incomplete")]
-        custom = custom_ids(self.entries[:self.end])
+        custom = client_calls(self.entries[:self.end])
         return [item for at in range(self.first, self.end)
                 for item in entry_items(self.entries[at], self.point, at - self.point.start,
                                         sealed_reasoning, custom)]
