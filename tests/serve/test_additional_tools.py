@@ -124,3 +124,32 @@ def test_a_wrong_item_is_a_clear_400(project: Path, item: dict[str, Any], param:
             stopped(process)
     error = json.loads(raised.value.response.text)["error"]
     assert error["param"] == param and says in error["message"], error
+
+
+def test_a_resent_history_with_other_additional_tools_sends_the_new_ones(
+        project: Path) -> None:
+    """A client keeping its own history (Codex) resends it each turn on one line: when
+    the tools there changed, the upstream is sent the new item, not the stored one."""
+    email = {"type": "function", "name": "email", "parameters": {"type": "object"}}
+    changed = {**ADDED, "tools": [LOOKUP, email]}
+    asked = ASKED[1]
+    with ScriptedResponsesServer([ResponsesReply(output=("A customer.",)),
+                                  ResponsesReply(output=("Sent.",))],
+                                 strict=["openai_reasoning"]) as upstream:
+        process = started(project, "openai-responses:scripted-model", upstream.base_url)
+        try:
+            with client_of(process) as client:
+                header = {"session-id": "thread-1"}
+                first = client.responses.create(model="m", input=ASKED, store=False,
+                                                prompt_cache_key="thread-1",
+                                                extra_headers=header)
+                again: list[Any] = [
+                    changed, asked, *[o.model_dump(exclude_none=True) for o in first.output],
+                    {"type": "message", "role": "user", "content": "Email her."}]
+                client.responses.create(model="m", input=again, store=False,
+                                        prompt_cache_key="thread-1", extra_headers=header)
+        finally:
+            stopped(process)
+        assert not upstream.failures, upstream.failures
+    assert upstream.requests[0]["input"][0] == ADDED
+    assert upstream.requests[1]["input"][0] == changed

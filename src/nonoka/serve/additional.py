@@ -5,10 +5,13 @@ The Responses API takes, among a request's input items, ``{"type": "additional_t
 conversation on, as the request's ``tools`` are (Codex sends its tools this way, and no
 ``tools`` at all, for the models its model list marks ``code_mode_only``).
 
-The item is stored in its place as a system entry with no text that keeps the item whole
-(``carrier``), so a continuation sends it again. An ``openai-responses:`` model is sent
-the item as it is, in its place (``nonoka.llm.responses`` sends a kept item as given),
-and its tools are not repeated in the request's ``tools``. Another model has no such
+The item is stored in its place as a system entry that keeps the item whole
+(``carrier``), so a continuation sends it again; the entry's text is its tools as JSON,
+which no model is sent, so that a history resent with other tools there is not taken
+for the stored one (and the entry counts the tokens the tools take). An
+``openai-responses:`` model is sent the item as it is, in its place
+(``nonoka.llm.responses`` sends a kept item as given), and its tools are not repeated
+in the request's ``tools``. Another model has no such
 item: it is offered the tools as the request's own (``nonoka.serve.hosted.host_tools``,
 ``nonoka.serve.as_functions``), and the entry is left out of what it is sent
 (``without_carriers``). Either way the tools are the client's: the turn pauses on their
@@ -18,6 +21,7 @@ name takes the place of an earlier one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -40,7 +44,8 @@ def carrier(item: dict[str, Any], tools: list[dict[str, Any]], param: str) -> Me
     kept = {"type": ADDITIONAL, "role": "developer", "tools": tools}
     if isinstance(item.get("id"), str) and item["id"]:
         kept["id"] = item["id"]
-    return Message(role="system", content="",
+    return Message(role="system", content=json.dumps(tools, sort_keys=True,
+                                                     ensure_ascii=False),
                    provider_metadata={OPENAI_RESPONSES: {"item": kept}})
 
 
