@@ -26,6 +26,7 @@ from nonoka.testing.server import (
 )
 from tests.serve.codex_client import Codex, Outside
 from tests.serve.harness import ServeProcess
+from tests.serve.test_codex import exported, thread_of
 
 CODE_MODE_MODEL = "gpt-6.1-sol"
 """A model Codex's bundled model list gives ``"tool_mode": "code_mode_only"``."""
@@ -77,7 +78,14 @@ def test_codex_code_mode_through_a_chat_completions_model(
             messages[-1]["tool_call_id"] == "call_exec"
         return text("Added hello.txt.")
 
-    steps = [run_script, answer]
+    def resumed(body: dict[str, Any]) -> ModelResponse:
+        seen.append(body)
+        assert "exec" in offered(body)  # the resent item's tools, offered again
+        [call] = [c for m in body["messages"] for c in m.get("tool_calls") or ()]
+        assert call["function"]["arguments"] == json.dumps({"input": SCRIPT})
+        return text("Nothing else.")
+
+    steps = [run_script, answer, resumed]
     with ScriptedOpenAIServer(lambda body: steps.pop(0)(body),
                               strict=["reasoning_back", "gemini_signatures"]) as chat:
         served = ServeProcess(project, "openai:scripted-model", {
@@ -87,6 +95,7 @@ def test_codex_code_mode_through_a_chat_completions_model(
             codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
                           outside, model=CODE_MODE_MODEL)
             run = codex.exec("Add hello.txt saying hello from nonoka.")
+            again = codex.exec("Anything else?", resume=thread_of(run))
         finally:
             errors = served.stop()
         assert chat.rejections == []
@@ -94,7 +103,12 @@ def test_codex_code_mode_through_a_chat_completions_model(
     assert run.returncode == 0, run.stderr
     assert (codex.workspace / "hello.txt").read_text() == "hello from nonoka\n"
     assert "Added hello.txt." in run.stdout
-    assert len(seen) == 2 and not steps
+    assert again.returncode == 0 and "Nothing else." in again.stdout, again.stderr
+    assert len(seen) == 3 and not steps
+    # the thread is one line: the second turn went on the first one's session
+    [line] = [s for s in exported(project) if s["index"]["metadata"]["purpose"] == "chat"]
+    said = [e["content"] for e in line["entries"] if e["role"] == "assistant"]
+    assert "Added hello.txt." in said and "Nothing else." in said
     kept = [r["payload"] for r in codex.rollout() if r["type"] == "response_item"]
     [called] = [i for i in kept if i.get("type") == "custom_tool_call"]
     assert (called["name"], called["call_id"], called["input"]) == ("exec", "call_exec",
