@@ -10,6 +10,7 @@ import pytest
 from openai import OpenAI
 
 from nonoka.testing.server import ScriptedOpenAIServer
+from tests.serve.codex_client import Outside
 from tests.serve.harness import Served
 
 MODEL = "openai:scripted-model"
@@ -40,3 +41,14 @@ def served(project: Path, upstream_env: dict[str, str]) -> Iterator[Served]:
 def client(served: Served) -> Iterator[OpenAI]:
     with OpenAI(base_url=served.url, api_key="client-key", max_retries=0) as opened:
         yield opened
+
+
+@pytest.fixture
+def outside() -> Iterator[Outside]:
+    """Where Codex's connections to anything but the local server end (refused)."""
+    gate = Outside()
+    try:
+        yield gate
+    finally:
+        gate.close()
+    assert gate.asked == [], f"Codex tried to reach beyond the local server: {gate.asked}"

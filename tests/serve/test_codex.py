@@ -62,17 +62,6 @@ def upstream(script: Script) -> Iterator[ScriptedResponsesServer]:
 
 
 @pytest.fixture
-def outside() -> Iterator[Outside]:
-    """Where Codex's connections to anything but the local server end (refused)."""
-    gate = Outside()
-    try:
-        yield gate
-    finally:
-        gate.close()
-    assert gate.asked == [], f"Codex tried to reach beyond the local server: {gate.asked}"
-
-
-@pytest.fixture
 def served(project: Path, upstream: ScriptedResponsesServer,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
     env = {"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-up",

@@ -7,11 +7,8 @@ Codex applies the patch it receives as its own ``custom_tool_call``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from nonoka.llm.base import ModelResponse
 from nonoka.state.messages import ToolCall
@@ -23,16 +20,6 @@ from tests.serve.harness import ServeProcess
 FREEFORM_MODEL = "gpt-5.5"
 """A model Codex's bundled model list gives ``"apply_patch_tool_type": "freeform"``."""
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from nonoka\n*** End Patch\n"
-
-
-@pytest.fixture
-def outside() -> Iterator[Outside]:
-    gate = Outside()
-    try:
-        yield gate
-    finally:
-        gate.close()
-    assert gate.asked == [], f"Codex tried to reach beyond the local server: {gate.asked}"
 
 
 def tool_named(body: dict[str, Any], name: str) -> dict[str, Any]:

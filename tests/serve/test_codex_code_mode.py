@@ -9,11 +9,8 @@ completes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from nonoka.llm.base import ModelResponse
 from nonoka.state.messages import ToolCall
@@ -33,16 +30,6 @@ CODE_MODE_MODEL = "gpt-6.1-sol"
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from nonoka\n*** End Patch\n"
 SCRIPT = f"const done = await tools.apply_patch({json.dumps(PATCH)});\ntext(done);\n"
 """What the model writes for ``exec``: JavaScript that applies the patch."""
-
-
-@pytest.fixture
-def outside() -> Iterator[Outside]:
-    gate = Outside()
-    try:
-        yield gate
-    finally:
-        gate.close()
-    assert gate.asked == [], f"Codex tried to reach beyond the local server: {gate.asked}"
 
 
 def offered(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
