@@ -309,6 +309,18 @@ class ServeProcess:
         _, errors = self.process.communicate(timeout=30)
         return errors
 
+    def stop_clean(self) -> None:
+        """Ctrl+C, and no traceback on its stderr."""
+        errors = self.stop()
+        assert "Traceback" not in errors, errors
+
+
+def openai_upstream(base_url: str, key: str = "sk-up") -> dict[str, str]:
+    """A ``ServeProcess``'s environment for an OpenAI-compatible model at ``base_url``
+    (the project's SQLite; ``NONOKA_MODEL`` empty, so ``--model`` is the server's)."""
+    return {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "NONOKA_DATABASE_URL": "",
+            "NONOKA_MODEL": ""}
+
 
 @contextmanager
 def served_with(project: Path, model: str, env: Mapping[str, str],

@@ -22,7 +22,7 @@ from nonoka.testing.server import (
     ScriptedOpenAIServer,
     ScriptedResponsesServer,
 )
-from tests.serve.harness import ServeProcess
+from tests.serve.harness import ServeProcess, openai_upstream
 
 LOOKUP = {"type": "function", "name": "lookup", "description": "Look a customer up.",
           "parameters": {"type": "object", "properties": {"who": {"type": "string"}},
@@ -34,14 +34,11 @@ ITEM: TypeAdapter[ResponseItem] = TypeAdapter(ResponseItem)
 
 
 def started(project: Path, model: str, base_url: str) -> ServeProcess:
-    return ServeProcess(project, model, {"OPENAI_BASE_URL": base_url,
-                                         "OPENAI_API_KEY": "sk-up",
-                                         "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+    return ServeProcess(project, model, openai_upstream(base_url))
 
 
 def stopped(process: ServeProcess) -> None:
-    errors = process.stop()
-    assert "Traceback" not in errors, errors
+    process.stop_clean()
 
 
 def client_of(process: ServeProcess) -> OpenAI:

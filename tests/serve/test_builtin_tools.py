@@ -23,7 +23,7 @@ from nonoka.testing.server import (
     ScriptedOpenAIServer,
     ScriptedResponsesServer,
 )
-from tests.serve.harness import ServeProcess, sse
+from tests.serve.harness import ServeProcess, openai_upstream, sse
 from tests.serve.test_hosted_tools import valid
 
 MODEL = "openai-responses:scripted-model"
@@ -48,14 +48,11 @@ LISTED: TypeAdapter[ResponseItem] = TypeAdapter(ResponseItem)
 
 
 def started(project: Path, base_url: str, model: str = MODEL) -> ServeProcess:
-    return ServeProcess(project, model, {"OPENAI_BASE_URL": base_url,
-                                         "OPENAI_API_KEY": "sk-up",
-                                         "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+    return ServeProcess(project, model, openai_upstream(base_url))
 
 
 def stopped(process: ServeProcess) -> None:
-    errors = process.stop()
-    assert "Traceback" not in errors, errors
+    process.stop_clean()
 
 
 def client_of(process: ServeProcess) -> OpenAI:

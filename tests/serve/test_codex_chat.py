@@ -15,7 +15,7 @@ from nonoka.state.messages import ToolCall
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer
 from tests.serve.codex_client import Codex, Outside
-from tests.serve.harness import ServeProcess
+from tests.serve.harness import ServeProcess, openai_upstream
 
 FREEFORM_MODEL = "gpt-5.5"
 """A model Codex's bundled model list gives ``"apply_patch_tool_type": "freeform"``."""
@@ -59,9 +59,8 @@ def test_codex_applies_a_patch_a_chat_completions_model_wrote(
                               strict=["reasoning_back", "gemini_signatures"]) as chat:
         # a process of its own: the OpenResponses spec the in-process harness checks
         # every response against has no custom tools
-        served = ServeProcess(project, "openai:scripted-model", {
-            "OPENAI_BASE_URL": chat.base_url, "OPENAI_API_KEY": "sk-up",
-            "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+        served = ServeProcess(project, "openai:scripted-model",
+                              openai_upstream(chat.base_url))
         try:
             codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
                           outside, model=FREEFORM_MODEL)

@@ -22,7 +22,7 @@ from nonoka.testing.server import (
     ScriptedResponsesServer,
 )
 from tests.serve.codex_client import Codex, Outside
-from tests.serve.harness import ServeProcess
+from tests.serve.harness import ServeProcess, openai_upstream
 from tests.serve.test_codex import exported, thread_of
 
 CODE_MODE_MODEL = "gpt-6.1-sol"
@@ -75,9 +75,8 @@ def test_codex_code_mode_through_a_chat_completions_model(
     steps = [run_script, answer, resumed]
     with ScriptedOpenAIServer(lambda body: steps.pop(0)(body),
                               strict=["reasoning_back", "gemini_signatures"]) as chat:
-        served = ServeProcess(project, "openai:scripted-model", {
-            "OPENAI_BASE_URL": chat.base_url, "OPENAI_API_KEY": "sk-up",
-            "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+        served = ServeProcess(project, "openai:scripted-model",
+                              openai_upstream(chat.base_url))
         try:
             codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
                           outside, model=CODE_MODE_MODEL)
@@ -111,9 +110,8 @@ def test_codex_code_mode_through_a_responses_model(
     replies = [ResponsesReply(output=(HostedItem(call),)),
                ResponsesReply(output=("Added hello.txt.",))]
     with ScriptedResponsesServer(replies, strict=["openai_reasoning"]) as upstream:
-        served = ServeProcess(project, "openai-responses:scripted-model", {
-            "OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-up",
-            "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+        served = ServeProcess(project, "openai-responses:scripted-model",
+                              openai_upstream(upstream.base_url))
         try:
             codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
                           outside, model=CODE_MODE_MODEL)
