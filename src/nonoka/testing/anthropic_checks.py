@@ -93,17 +93,19 @@ class PromptCache:
     def __init__(self, min_tokens: int = 1024) -> None:
         self.min_tokens = min_tokens
         self._written: dict[bytes, str] = {}
+        self._canonical = Canonical()
+        self._chain = PrefixDigests()
 
     def usage(self, body: Mapping[str, Any]) -> CacheUsage:
         """What ``body`` reads and writes, recording the writes."""
-        segments = _segments(body)
+        segments = _segments(body, self._canonical)
         if not segments:
             return CacheUsage(input=0)
         digests, totals = [], []
-        state, total = hashlib.sha256(str(body.get("model", "")).encode()), 0
-        for canonical, _ in segments:
-            state.update(canonical.encode())
-            digests.append(state.copy().digest())
+        total = 0
+        for canonical, digest in self._chain.digests(str(body.get("model", "")),
+                                                     [c for c, _ in segments]):
+            digests.append(digest)
             total += _tokens(canonical)
             totals.append(total)
         marks = [(i, ttl) for i, (_, ttl) in enumerate(segments) if ttl is not None]
@@ -129,15 +131,76 @@ class PromptCache:
                           write_5m=written["5m"], write_1h=written["1h"])
 
 
-def _segments(body: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+class Canonical:
+    """Each text block's canonical JSON (without its ``cache_control``), kept by where
+    it is, its type and its text, so a history sent again is not written out again
+    block by block: the double's cost grew with the history, and it is no part of what
+    a benchmark measures. Other blocks are written out each time."""
+
+    LIMIT = 1 << 17
+    """Blocks kept before the memo starts afresh."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str, str], str] = {}
+
+    def __call__(self, where: str, block: Mapping[str, Any]) -> str:
+        kind, text = block.get("type"), block.get("text")
+        if type(kind) is not str or type(text) is not str \
+                or len(block) - ("cache_control" in block) != 2:
+            rest = {k: v for k, v in block.items() if k != "cache_control"}
+            return json.dumps([where, rest], sort_keys=True)
+        key = (where, kind, text)
+        found = self._kept.get(key)
+        if found is None:
+            if len(self._kept) >= self.LIMIT:
+                self._kept.clear()
+            found = self._kept[key] = json.dumps([where, {"text": text, "type": kind}],
+                                                 sort_keys=True)
+        return found
+
+
+class PrefixDigests:
+    """The digest of every prefix of a prompt (the model's name, then each block's
+    canonical JSON), each kept with its hash state, so a prefix sent before is not
+    hashed again: the same digests as hashing the whole prefix each time."""
+
+    LIMIT = 1 << 17
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[bytes, str], tuple[bytes, Any]] = {}
+        self._roots: dict[str, tuple[bytes, Any]] = {}
+
+    def digests(self, model: str, canonicals: list[str]) -> list[tuple[str, bytes]]:
+        if len(self._kept) >= self.LIMIT:
+            self._kept.clear()
+        root = self._roots.get(model)
+        if root is None:
+            state = hashlib.sha256(model.encode())
+            root = self._roots[model] = (state.digest(), state)
+        (at, state), out = root, []
+        for canonical in canonicals:
+            key = (at, canonical)
+            found = self._kept.get(key)
+            if found is None:
+                state = state.copy()
+                state.update(canonical.encode())
+                found = self._kept[key] = (state.digest(), state)
+            at, state = found
+            out.append((canonical, at))
+        return out
+
+
+def _segments(body: Mapping[str, Any], canonical: Canonical | None = None,
+              ) -> list[tuple[str, str | None]]:
     """The prompt's blocks in cache order, each as canonical JSON (without its
     ``cache_control``) with the TTL of the breakpoint it carries, if any."""
     out: list[tuple[str, str | None]] = []
 
+    written = canonical or Canonical()
+
     def add(where: str, block: Mapping[str, Any]) -> None:
         control = block.get("cache_control")
-        rest = {k: v for k, v in block.items() if k != "cache_control"}
-        out.append((json.dumps([where, rest], sort_keys=True),
+        out.append((written(where, block),
                     _ttl(control) if isinstance(control, dict) else None))
 
     tools = body.get("tools")
@@ -245,12 +308,15 @@ def _breakpoints(body: Mapping[str, Any]) -> int:
     tools = body.get("tools")
     blocks: list[Any] = list(tools) if isinstance(tools, list) else []
     blocks += _blocks(body.get("system"))
+    count += sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control"))
     for message in _messages(body):
         for block in _blocks(message.get("content")):
-            blocks.append(block)
+            if block.get("cache_control"):
+                count += 1
             if block.get("type") == "tool_result":
-                blocks.extend(_blocks(block.get("content")))
-    return count + sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control"))
+                count += sum(1 for b in _blocks(block.get("content"))
+                             if b.get("cache_control"))
+    return count
 
 
 def _thinking_budget(body: Mapping[str, Any], max_tokens: int) -> str | None:
@@ -270,9 +336,14 @@ def _message_problem(messages: list[dict[str, Any]]) -> str | None:
     previous_calls: set[str] = set()
     for at, message in enumerate(messages):
         blocks = _blocks(message.get("content"))
+        calls = False
         for index, block in enumerate(blocks):
-            if block.get("type") == "text" and not block.get("text"):
+            kind = block.get("type")
+            if kind == "text" and not block.get("text"):
                 return f"messages.{at}.content.{index}.text: text content blocks must be non-empty"
+            calls = calls or kind in ("tool_result", "tool_use")
+        if not calls and not previous_calls:
+            continue  # no tool call asked or answered here: nothing more to check
         answered = [str(b.get("tool_use_id")) for b in blocks if b.get("type") == "tool_result"]
         stray = [i for i in answered if i not in previous_calls]
         if stray:
