@@ -20,7 +20,7 @@ from openai.types import FileDeleted, FileObject
 
 from nonoka.serve.keys import add_key, open_keys
 from nonoka.store.project import open_project_stores
-from nonoka.testing import text
+from nonoka.testing import call, text
 from nonoka.testing.server import ScriptedOpenAIServer
 from tests.pg import schema_url, temp_schema
 from tests.serve.conftest import MODEL
@@ -200,6 +200,24 @@ def test_a_file_by_id_reaches_the_model_and_stays_with_the_session(
     client = place.client()
     client.responses.create(model="m", input="and now?", previous_response_id=first.id)
     assert server.requests[1]["messages"][0]["content"] == sent
+
+
+def test_a_tool_output_s_image_by_id_reaches_the_model(
+        place: Place, scripted: list[Any], server: ScriptedOpenAIServer) -> None:
+    """A function call's output may be content parts: an image there by ``file_id`` is
+    the file's bytes, as in a message."""
+    client = place.client()
+    png = client.files.create(file=("shot.png", PNG, "image/png"), purpose="vision")
+    scripted += [call("screenshot", {}, id="call_shot"), text("a single dot")]
+    tool = {"type": "function", "name": "screenshot", "parameters": {"type": "object"}}
+    asked = client.responses.create(model="m", input="take a screenshot", tools=[tool])
+    [called] = [item for item in asked.output if item.type == "function_call"]
+    client.responses.create(model="m", previous_response_id=asked.id, tools=[tool], input=[{
+        "type": "function_call_output", "call_id": called.call_id,
+        "output": [{"type": "input_image", "file_id": png.id, "detail": "auto"}]}])
+    encoded = base64.b64encode(PNG).decode()
+    sent = json.dumps(server.requests[1]["messages"][-2:])
+    assert f"data:image/png;base64,{encoded}" in sent, sent
 
 
 def test_chat_and_conversations_take_file_ids(place: Place, scripted: list[Any],

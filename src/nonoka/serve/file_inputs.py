@@ -1,6 +1,6 @@
 """``file_id`` in a request's input: the uploaded file's bytes, as an inline file part.
 
-Before a request's input is read, ``attach`` finds every ``file_id`` its body names and
+Before a request's input is read, ``attach`` finds every ``file_id`` its parts name and
 loads those files of the request's owner (``nonoka.store.files``); the parsers of
 content parts (``nonoka.serve.items``) then turn each into a ``FilePart`` holding the
 bytes, exactly like a file sent inline, so the stored session, its export, ``db copy``
@@ -65,24 +65,41 @@ async def attach(store: FileStore, body: Any) -> None:
     _ATTACHED.set(found)
 
 
-def _file_ids(value: Any) -> Iterator[str]:
+def _file_ids(body: Any) -> Iterator[str]:
     """The ids of the content parts that name a file by id (``input_file``,
-    ``input_image``, Chat's ``file``), wherever they are; ``file_id`` elsewhere (a hosted
-    tool's results a client sends back) is not a file to load."""
-    if isinstance(value, dict):
-        kind = value.get("type")
-        inner_file = value.get("file")
-        found = (value.get("file_id") if kind in ("input_file", "input_image") else
-                 inner_file.get("file_id") if kind == "file" and isinstance(inner_file, dict)
-                 else None)
+    ``input_image``, Chat's ``file``): in the content (or a tool output's parts) of each
+    item of ``input``, ``items`` or ``messages``, where content parts are. Only lists
+    are looked into, so a long history of plain-text messages costs a type check a
+    message; ``file_id`` elsewhere (a hosted tool's results a client sends back) is not
+    a file to load."""
+    if not isinstance(body, dict):
+        return
+    for key in ("input", "items", "messages"):
+        items = body.get(key)
+        if not isinstance(items, list):
+            continue
+        for item in items:
+            if isinstance(item, dict):
+                content, output = item.get("content"), item.get("output")
+                if isinstance(content, list):
+                    yield from _named(content)
+                if isinstance(output, list):
+                    yield from _named(output)
+
+
+def _named(parts: list[Any]) -> Iterator[str]:
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind in ("input_file", "input_image"):
+            found = part.get("file_id")
+        elif kind == "file" and isinstance(part.get("file"), dict):
+            found = part["file"].get("file_id")
+        else:
+            continue
         if isinstance(found, str):
             yield found
-        for inner in value.values():
-            if isinstance(inner, dict | list):
-                yield from _file_ids(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _file_ids(inner)
 
 
 def stored_part(file_id: Any, param: str, *, image: bool = False) -> FilePart:
