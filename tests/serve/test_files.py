@@ -17,6 +17,7 @@ import openai
 import pytest
 from openai import OpenAI
 from openai.types import FileDeleted, FileObject
+from openai.types.responses import FunctionToolParam
 
 from nonoka.serve.keys import add_key, open_keys
 from nonoka.store.project import open_project_stores
@@ -209,7 +210,8 @@ def test_a_tool_output_s_image_by_id_reaches_the_model(
     client = place.client()
     png = client.files.create(file=("shot.png", PNG, "image/png"), purpose="vision")
     scripted += [call("screenshot", {}, id="call_shot"), text("a single dot")]
-    tool = {"type": "function", "name": "screenshot", "parameters": {"type": "object"}}
+    tool: FunctionToolParam = {"type": "function", "name": "screenshot",
+                               "parameters": {"type": "object"}, "strict": False}
     asked = client.responses.create(model="m", input="take a screenshot", tools=[tool])
     [called] = [item for item in asked.output if item.type == "function_call"]
     client.responses.create(model="m", previous_response_id=asked.id, tools=[tool], input=[{
