@@ -41,10 +41,11 @@ from nonoka.serve.additional import without_carriers
 from nonoka.serve.as_functions import Calls, function_choice, sent_as_functions
 from nonoka.serve.hosted import Wired
 from nonoka.serve.ids import ResponsePoint
+from nonoka.serve.marks import Marks, marks_of
 from nonoka.serve.record import STAMP, Asked
 from nonoka.state.entries import EntryMessages, MemoryEntry
 from nonoka.state.messages import Message
-from nonoka.state.prefix_memo import ConversationPasses
+from nonoka.state.prefix_memo import ConversationPasses, PrefixMemo
 
 
 class Models:
@@ -130,6 +131,9 @@ class Answering:
     """The request's custom and namespace tools, whose calls a model that takes function
     tools only makes as function calls (``nonoka.serve.as_functions``)."""
     include: tuple[str, ...] = ()
+    marks: PrefixMemo[Marks] | None = None
+    """Where the last pass over the session's conversation for its marks stopped
+    (``nonoka.serve.marks``), kept with the session's other passes."""
     """The ``include`` values the upstream is asked for (``nonoka.serve.included``)."""
     on_item: Callable[[dict[str, Any]], None] = lambda event: None
     """Takes the upstream's stream events of its hosted tools' items as they come, for
@@ -180,7 +184,12 @@ class StampedModel:
                                                on_reasoning=on_reasoning, options=options,
                                                on_item=run.on_item)
         else:
-            sent = without_carriers(sent_as_functions(sent))
+            marks = marks_of(messages.entries, run.marks) \
+                if isinstance(messages, EntryMessages) else None
+            if marks is None or marks.custom_calls:
+                sent = sent_as_functions(sent)
+            if marks is None or marks.carriers:
+                sent = without_carriers(sent)
             options = function_choice(options)
             if isinstance(model, TakesCallOptions):
                 answer = await model.complete_with(sent, tools, on_text=on_text,

@@ -81,6 +81,7 @@ from nonoka.serve.lines import (
     line_signal,
     proven_summaries,
 )
+from nonoka.serve.marks import marks_of
 from nonoka.serve.model import Answering, KeptPasses, Models, StampedModel
 from nonoka.serve.reasoning import INCLUDE as SEALED
 from nonoka.serve.reasoning import wants_sealed
@@ -343,8 +344,10 @@ class Responses:
             model = self.models.resolve(spec, passes)
         except ConfigurationError as exc:
             raise invalid(str(exc), "model", code="model_not_found") from None
-        carried = offered(given.tools, carried_tools([*before, *messages]))
+        carried = offered(given.tools, carried_tools(
+            [*marks_of(before, passes.marks).carriers, *messages]))
         run = _answering(body, given, asked, model, carried)
+        run.marks = passes.marks
         if previous is not None and given.store and given.tools and \
                 previous.tools() == list(given.tools):
             run.tools_at = previous.tools_at()

@@ -77,7 +77,7 @@ class ConversationPasses:
     every pass reads the whole conversation, with the same result.
     """
 
-    __slots__ = ("blocks", "pairing", "tokens", "wire")
+    __slots__ = ("blocks", "marks", "pairing", "tokens", "wire")
 
     def __init__(self) -> None:
         self.pairing: PrefixMemo[tuple[int | None, set[Any]]] = PrefixMemo()
@@ -85,3 +85,5 @@ class ConversationPasses:
         self.wire: PrefixMemo[str] = PrefixMemo()
         self.blocks: PrefixMemo[Any] = PrefixMemo()
         """The Messages API adapter's conversation (``nonoka.llm.anthropic``)."""
+        self.marks: PrefixMemo[Any] = PrefixMemo()
+        """What ``nonoka serve`` looks for in a stored conversation (``serve.marks``)."""
