@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from nonoka.state.messages import ToolCall
 
 OPENAI_RESPONSES = "openai_responses"
 """The ``provider_metadata`` key of what the Responses API adapter keeps."""
-TOOL_OF = {"local_shell_call": "local_shell", "shell_call": "shell",
-           "apply_patch_call": "apply_patch"}
+TOOL_OF: Mapping[str, str] = MappingProxyType({
+    "local_shell_call": "local_shell", "shell_call": "shell", "apply_patch_call": "apply_patch"})
 """Each built-in call item's tool (the name its ``ToolCall`` has)."""
 BUILTIN_TOOLS = frozenset(TOOL_OF.values())
 BUILTIN_CALLS = frozenset(TOOL_OF)

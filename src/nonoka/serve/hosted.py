@@ -54,10 +54,12 @@ HOSTED_ITEMS = frozenset({
 """The items hosted tools make, carried whole in an answer (and a client's resent
 history) as the upstream gave them."""
 CUSTOM_OUTPUT = "custom_tool_call_output"
-FREEFORM = {"type": "object", "properties": {"input": {"type": "string"}},
+def freeform() -> dict[str, Any]:
+    """What a custom tool's host tool takes: its freeform text, as ``input`` (a model that
+    takes function tools only calls it so). A new object each time: a tool's parameters
+    are its own."""
+    return {"type": "object", "properties": {"input": {"type": "string"}},
             "required": ["input"]}
-"""What a custom tool's host tool takes: its freeform text, as ``input`` (a model that
-takes function tools only calls it so)."""
 
 
 def checked(tool: dict[str, Any], param: str) -> dict[str, Any]:
@@ -136,7 +138,7 @@ def host_tools(tools: Sequence[dict[str, Any]]) -> list[Tool]:
             elif kind == "custom":
                 found.append(host_tool(member["name"],
                                        _joined(freeform_description(member), within),
-                                       FREEFORM))
+                                       freeform()))
     return found
 
 
@@ -189,16 +191,13 @@ def refusal(tools: Sequence[dict[str, Any]], spec: str, responses_api: bool,
     given = among == "tools"
     of = "" if given else " of an additional_tools item"
     if kind in BUILTIN_TOOLS:
-        return ApiError(400, f"the built-in {kind} tool{of} is one only OpenAI's models "
-                             f"are given (through the Responses API), and model {spec!r} "
-                             "is not an openai-responses:<model> one: use such a model, "
-                             "or offer the action as a function or custom tool",
-                        param=f"tools[{at}].type" if given else "input",
-                        code="unsupported_feature")
-    return ApiError(400, f"the {kind}{named} tool{of} runs on the OpenAI Responses API "
-                         f"upstream, and model {spec!r} is not one: run it with an "
-                         "openai-responses:<model> model, or offer the action as a "
-                         "function or custom tool",
+        why = (f"the built-in {kind} tool{of} is one only OpenAI's models are given "
+               f"(through the Responses API), and model {spec!r} is not an "
+               "openai-responses:<model> one: use such a model")
+    else:
+        why = (f"the {kind}{named} tool{of} runs on the OpenAI Responses API upstream, and "
+               f"model {spec!r} is not one: run it with an openai-responses:<model> model")
+    return ApiError(400, f"{why}, or offer the action as a function or custom tool",
                     param=f"tools[{at}].type" if given else "input",
                     code="unsupported_feature")
 
