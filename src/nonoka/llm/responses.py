@@ -58,7 +58,6 @@ Internal: not part of the public API (docs/architecture.md, "Public API").
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -488,7 +487,7 @@ class _Stream:
                 self.added.get(index, {}).get("type") not in _NOT_WHOLE:
             self.delivered = True  # shown: another attempt would show it twice
             outcome = self.on_item(event)
-            if inspect.isawaitable(outcome):
+            if outcome is not None:  # a coroutine sink's
                 await outcome
 
     async def _feed(self, event: dict[str, Any], on_text: TextSink | None) -> None:
