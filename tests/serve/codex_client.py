@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.serve.harness import ServeProcess, openai_upstream
 from tests.support.trap_proxy import TrapProxy
 
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
@@ -127,3 +130,17 @@ class Codex:
         kept of every answer, the compacted history included."""
         [path] = sorted((self.home / "sessions").rglob("rollout-*.jsonl"))
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@contextmanager
+def codex_on_serve(root: Path, project: Path, model: str, upstream: str, outside: Outside,
+                   codex_model: str) -> Iterator[Codex]:
+    """Codex (its home and workspace under ``root``) pointed at ``nonoka serve`` as a
+    process of its own in ``project``, whose ``model`` is the OpenAI-compatible endpoint
+    at ``upstream``; the server is stopped afterwards, with no traceback on its stderr."""
+    served = ServeProcess(project, model, openai_upstream(upstream))
+    try:
+        yield Codex(root / "codex-home", root / "workspace", served.url, outside,
+                    model=codex_model)
+    finally:
+        served.stop_clean()

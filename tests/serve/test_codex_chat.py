@@ -14,8 +14,7 @@ from nonoka.llm.base import ModelResponse
 from nonoka.state.messages import ToolCall
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer
-from tests.serve.codex_client import Codex, Outside
-from tests.serve.harness import ServeProcess, openai_upstream
+from tests.serve.codex_client import Outside, codex_on_serve
 
 FREEFORM_MODEL = "gpt-5.5"
 """A model Codex's bundled model list gives ``"apply_patch_tool_type": "freeform"``."""
@@ -59,16 +58,10 @@ def test_codex_applies_a_patch_a_chat_completions_model_wrote(
                               strict=["reasoning_back", "gemini_signatures"]) as chat:
         # a process of its own: the OpenResponses spec the in-process harness checks
         # every response against has no custom tools
-        served = ServeProcess(project, "openai:scripted-model",
-                              openai_upstream(chat.base_url))
-        try:
-            codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
-                          outside, model=FREEFORM_MODEL)
+        with codex_on_serve(tmp_path, project, "openai:scripted-model", chat.base_url,
+                            outside, FREEFORM_MODEL) as codex:
             run = codex.exec("Add hello.txt saying hello from nonoka.")
-        finally:
-            errors = served.stop()
         assert chat.rejections == []
-    assert "Traceback" not in errors, errors
     assert run.returncode == 0, run.stderr
     assert (codex.workspace / "hello.txt").read_text() == "hello from nonoka\n"
     assert "Added hello.txt." in run.stdout

@@ -21,8 +21,7 @@ from nonoka.testing.server import (
     ScriptedOpenAIServer,
     ScriptedResponsesServer,
 )
-from tests.serve.codex_client import Codex, Outside
-from tests.serve.harness import ServeProcess, openai_upstream
+from tests.serve.codex_client import Outside, codex_on_serve
 from tests.serve.test_codex import exported, thread_of
 
 CODE_MODE_MODEL = "gpt-6.1-sol"
@@ -75,17 +74,11 @@ def test_codex_code_mode_through_a_chat_completions_model(
     steps = [run_script, answer, resumed]
     with ScriptedOpenAIServer(lambda body: steps.pop(0)(body),
                               strict=["reasoning_back", "gemini_signatures"]) as chat:
-        served = ServeProcess(project, "openai:scripted-model",
-                              openai_upstream(chat.base_url))
-        try:
-            codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
-                          outside, model=CODE_MODE_MODEL)
+        with codex_on_serve(tmp_path, project, "openai:scripted-model", chat.base_url,
+                            outside, CODE_MODE_MODEL) as codex:
             run = codex.exec("Add hello.txt saying hello from nonoka.")
             again = codex.exec("Anything else?", resume=thread_of(run))
-        finally:
-            errors = served.stop()
         assert chat.rejections == []
-    assert "Traceback" not in errors, errors
     assert run.returncode == 0, run.stderr
     assert (codex.workspace / "hello.txt").read_text() == "hello from nonoka\n"
     assert "Added hello.txt." in run.stdout
@@ -110,16 +103,10 @@ def test_codex_code_mode_through_a_responses_model(
     replies = [ResponsesReply(output=(HostedItem(call),)),
                ResponsesReply(output=("Added hello.txt.",))]
     with ScriptedResponsesServer(replies, strict=["openai_reasoning"]) as upstream:
-        served = ServeProcess(project, "openai-responses:scripted-model",
-                              openai_upstream(upstream.base_url))
-        try:
-            codex = Codex(tmp_path / "codex-home", tmp_path / "workspace", served.url,
-                          outside, model=CODE_MODE_MODEL)
+        with codex_on_serve(tmp_path, project, "openai-responses:scripted-model",
+                            upstream.base_url, outside, CODE_MODE_MODEL) as codex:
             run = codex.exec("Add hello.txt saying hello from nonoka.")
-        finally:
-            errors = served.stop()
         assert not upstream.failures, upstream.failures
-    assert "Traceback" not in errors, errors
     assert run.returncode == 0, run.stderr
     assert (codex.workspace / "hello.txt").read_text() == "hello from nonoka\n"
     assert "Added hello.txt." in run.stdout
