@@ -49,40 +49,105 @@ def _with_lines(replacement: str) -> Callable[[re.Match[str]], str]:
     return substitute
 
 
+Gate = Callable[[str, str], bool]
+"""Whether a pattern may match, from the text and its folded letters (``_fold``): false only when
+it cannot, so that the pattern's scan (tens to hundreds of microseconds a text) is
+skipped for the ordinary text that holds nothing like it."""
+
+_FOLDED = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s"})
+"""The letters ``(?i)`` matches to an ASCII letter that ``str.lower`` does not lower to it
+(capital I with a dot, dotless i, long s; the Kelvin sign lowers to ``k`` by itself)."""
+
+
+def _fold(text: str) -> str:
+    """``text`` in lower case, with every letter that a ``(?i)`` pattern takes for an ASCII
+    letter turned into that letter: a word a case-blind pattern can match is in it."""
+    if not text.isascii() and ("\u0130" in text or "\u0131" in text or "\u017f" in text):
+        text = text.translate(_FOLDED)
+    return text.lower()
+
+
+def _in_text(*words: str) -> Gate:
+    return lambda text, _folded: any(word in text for word in words)
+
+
+def _in_folded(*words: str) -> Gate:
+    return lambda _text, lowered: any(word in lowered for word in words)
+
+
+def _all_in_text(*words: str) -> Gate:
+    return lambda text, _folded: all(word in text for word in words)
+
+
+def _all_folded(*words: str) -> Gate:
+    return lambda _text, lowered: all(word in lowered for word in words)
+
+
+_TOKEN_STARTS = ("sk_", "rk_", "pk_", "whsec_", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+                 "github_pat_", "glpat-", "ATBB", "npm_", "pypi-", "hf_", "AKIA", "ASIA",
+                 "AIza", "ya29.", "GOCSPX-", "xox", "xapp-", "SG.", "AGE-SECRET-KEY-1")
+"""What each well-known token format starts with (but the bot tokens' digits)."""
+_BOT_TOKEN_START = re.compile(r"[0-9]{8}:")
+
+
+def _token_gate(text: str, _folded: str) -> bool:
+    return any(start in text for start in _TOKEN_STARTS) \
+        or _BOT_TOKEN_START.search(text) is not None
+
+
+_PASSWORD_SETTING = re.compile(r"(?i)pass[a-z_]{0,7}(?:\\*\")?[ \t]*[:=]")
+"""A pass-word keyword (``password``, ``passphrase``...) followed by its separator."""
+_SECRET_SETTING = re.compile(r"(?i)(?:key|secret|token|credential|pass)[a-z0-9_.-]{0,60}"
+                             r"(?:\\*\")?\s*[:=]")
+"""A secret's keyword, the rest of its name (at most 48 characters: ``word`` of
+``password``, then ``_`` and 40 more) and its separator."""
+
+
+def _password_gate(text: str, lowered: str) -> bool:
+    return "pass" in lowered and _PASSWORD_SETTING.search(text) is not None
+
+
+def _secret_gate(text: str, lowered: str) -> bool:
+    return any(word in lowered for word in ("key", "secret", "token", "credential", "pass")) \
+        and _SECRET_SETTING.search(text) is not None
+
+
 @cache
-def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
-    """``(pattern, replacement)`` pairs, most specific first."""
+def _patterns() -> tuple[tuple[re.Pattern[str], str, Gate], ...]:
+    """``(pattern, replacement, gate)``, most specific first."""
     return (
         # Private key blocks: the whole block, or everything after BEGIN when it is cut;
         # a block masked already is left as it is (it has no END any more).
         (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----"
                     r"(?!" + re.escape(MASK) + r")"
                     r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|.*)", re.S),
-         r"-----BEGIN \1PRIVATE KEY\2-----" + MASK),
+         r"-----BEGIN \1PRIVATE KEY\2-----" + MASK, _in_text("-----BEGIN ")),
         # PuTTY private keys: the lines after "Private-Lines: N".
         (re.compile(r"(Private-Lines:[ \t]*\d+)"
                     r"(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/=]+(?=[ \t]*(?:\r?\n|\Z)))+"),
-         r"\1 " + MASK),
+         r"\1 " + MASK, _in_text("Private-Lines:")),
         # Authorization headers, whatever the scheme (Basic, Bearer, Token, Digest...).
         (re.compile(r"(?i)\b(authorization" + _SEPARATOR + r")"
                     r"(?:(?:basic|bearer|token|digest|apikey)\s+)?[^\s\"',}\\]+"),
-         r"\1" + MASK),
-        (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
+         r"\1" + MASK, _in_folded("authorization")),
+        (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK,
+         _in_folded("bearer")),
         (re.compile(r"(?i)\b(basic)\s+(?=[A-Za-z0-9+/]*[0-9+/])[A-Za-z0-9+/]{12,}={0,2}"),
-         r"\1 " + MASK),
+         r"\1 " + MASK, _in_folded("basic")),
         # Webhook URLs whose path is the secret.
         (re.compile(r"(?i)\b(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)"
                     r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks)/)"
-                    r"[A-Za-z0-9/_-]+"), r"\1" + MASK),
+                    r"[A-Za-z0-9/_-]+"), r"\1" + MASK, _in_folded("hooks.slack.com/", "discord")),
         # Passwords in URLs: scheme://user:password@host.
         (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^\s:/@\"']*:)[^\s@/\"']+@"),
-         r"\1" + MASK + "@"),
+         r"\1" + MASK + "@", _all_in_text("://", "@")),
         # Azure: connection strings' keys and shared access signatures (sig=...).
         (re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)=)"
-                    r"[^;\s\"']+"), r"\1" + MASK),
-        (re.compile(r"(?i)([?&;]sig=)[^&\s\"'<>]+"), r"\1" + MASK),
+                    r"[^;\s\"']+"), r"\1" + MASK, _in_folded("accountkey=", "sharedaccess")),
+        (re.compile(r"(?i)([?&;]sig=)[^&\s\"'<>]+"), r"\1" + MASK, _in_folded("sig=")),
         # JSON Web Tokens.
-        (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
+        (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK,
+         _in_text("eyJ")),
         # Well-known token formats: model providers, payments, forges, clouds, chat, mail
         # (the look-ahead, the first characters of them all, only makes the scan faster).
         (re.compile(r"(?=[srpwgAnhyGxS0-9])(?:\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}"
@@ -96,22 +161,22 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
                     r"|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bxapp-[A-Za-z0-9-]{10,}"
                     r"|\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"
                     r"|(?<![0-9])[0-9]{8,10}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"
-                    r"|\bAGE-SECRET-KEY-1[0-9A-Z]{50,})"), MASK),
+                    r"|\bAGE-SECRET-KEY-1[0-9A-Z]{50,})"), MASK, _token_gate),
         # .netrc: machine host login name password secret (on one line or several).
         (re.compile(r"(?i)(\bmachine[ \t]+\S+"
                     r"(?:\s+(?:login|account|port|protocol)[ \t]+\S+)*\s+password[ \t]+)\S+"),
-         r"\1" + MASK),
+         r"\1" + MASK, _all_folded("machine", "password")),
         # password: correct horse battery staple -- a phrase, to the end of its line or
         # its closing quote; all digits too.
         (re.compile(r"(?i)(?<![a-z0-9])(" + _NAME + r"(?:" + _PASSWORDS + r"))"
                     r"((?:\\*\")?[ \t]*[:=][ \t]*)"
                     r"(?:(\\*\")[^\n]{1,400}?\3|(\\*')[^\n]{1,400}?\4|[^\s\"'\\][^\n]*)"),
-         r"\1\2\3\4" + MASK + r"\3\4"),
+         r"\1\2\3\4" + MASK + r"\3\4", _password_gate),
         # NAME_API_KEY=value, "token": "...", aws_secret_access_key = ..., DB_PASSWORD: ...
         (re.compile(r"(?i)(?<![a-z0-9])(" + _NAME + r"(?:" + _KEYWORDS + r")"
                     r"(?:[_.-]" + _NAME + r")?)(" + _SEPARATOR + r")(?!\d+\b)"
                     r"(?:[^\s\"',}\\]|\\(?![\"\\])){4,}"),
-         r"\1\2" + MASK),
+         r"\1\2" + MASK, _secret_gate),
     )
 
 
@@ -204,8 +269,18 @@ def redact_text(text: str, *, keep_lines: bool = False, open_end: bool = False) 
             text = pattern.sub(_with_lines(replacement) if keep_lines else replacement, text)
     if open_end:
         text = _mask_open_end(text)
-    for pattern, replacement in _patterns():
-        text = pattern.sub(_with_lines(replacement) if keep_lines else replacement, text)
+    return _mask_patterns(text, keep_lines=keep_lines)
+
+
+def _mask_patterns(text: str, *, keep_lines: bool) -> str:
+    """``text`` through every pattern whose gate lets it in."""
+    lowered = _fold(text)
+    for pattern, replacement, gate in _patterns():
+        if gate(text, lowered):
+            text, count = pattern.subn(_with_lines(replacement) if keep_lines else replacement,
+                                       text)
+            if count:
+                lowered = _fold(text)
     return text
 
 

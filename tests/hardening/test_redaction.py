@@ -8,7 +8,10 @@ import json
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from nonoka import redact as redact_module
 from nonoka.redact import MASK, is_env_file, mask_env_line, redact, redact_text
 from nonoka.testing import text
 from tests.cli.conftest import Project
@@ -82,3 +85,46 @@ def test_a_token_in_the_first_message_never_reaches_the_index_or_the_listing(
     shown = project.nonoka("sessions", "show", record.session_id, "--json")
     for out in (listed.stdout, shown.stdout):
         assert token not in out
+
+
+# -- the gates: a pattern is skipped only where it cannot match ------------------------------
+
+_PIECES = (
+    *(c.text for c in CREDENTIALS), *ORDINARY,
+    "api_key", "Api-Key", "ACCESS_KEY", "secret", "token", "credentials", "password",
+    "passphrase", "pass_phrase", "PassWd", "DB_", "_url", "=", ": ", ":", "\\\"", "\"", "'",
+    " ", "\t", "\n", "\r\n", "abcdEFGH1234xyz", "0123456789", "1234", "sk-", "sk_live_",
+    "ghp_", "xoxb-", "AKIA", "ASIA", "eyJ", ".", "-----BEGIN ", "RSA ", "PRIVATE KEY",
+    "-----", "-----END ", "Private-Lines: 2", "machine", " login ", "Authorization",
+    "Bearer ", "basic ", "https://", "user:", "@", "hooks.slack.com/services/",
+    "discord.com/api/webhooks/", "AccountKey=", "SharedAccessSignature=", "?sig=",
+    "\u0130", "\u0131", "\u017f", "\u212a", "é", "ß", "[redacted]",
+)
+
+
+def _every_pattern(text: str, keep_lines: bool) -> str:
+    """What the patterns give with no gate in front of them."""
+    for pattern, replacement, _gate in redact_module._patterns():
+        text = pattern.sub(redact_module._with_lines(replacement) if keep_lines
+                           else replacement, text)
+    return text
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=6), max_size=14).map("".join),
+       st.booleans())
+def test_a_gate_skips_a_pattern_only_where_it_would_mask_nothing(text: str,
+                                                                 keep_lines: bool) -> None:
+    assert redact_module._mask_patterns(text, keep_lines=keep_lines) \
+        == _every_pattern(text, keep_lines)
+
+
+@pytest.mark.parametrize("text", [
+    "my \u0130\u0130-api_key= longvaluehere", "a pa\u017f\u017fword: phrase here",
+    "AP\u0130_KEY=abcdefgh1234", "API_\u212aEY=abcdefgh1234", "machine h login u pa\u017fsword p",
+    "Authorizat\u0131on: Bearer abcdefghijkl",
+])
+def test_letters_that_fold_to_a_keyword_still_open_its_gate(text: str) -> None:
+    """``(?i)`` takes these letters for ASCII ones; the gate must too."""
+    assert redact_text(text) == _every_pattern(text, False)
+    assert redact_text(text) != text
