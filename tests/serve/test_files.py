@@ -203,6 +203,30 @@ def test_a_file_by_id_reaches_the_model_and_stays_with_the_session(
     assert server.requests[1]["messages"][0]["content"] == sent
 
 
+def test_a_file_id_spelled_with_escapes_is_found(place: Place, scripted: list[Any],
+                                                 server: ScriptedOpenAIServer) -> None:
+    """JSON may spell a key with escapes; the server's quick look for ``file_id`` in the
+    bytes must not miss it (a missed id would be answered 404)."""
+    pdf = place.client().files.create(file=("report.pdf", PDF, "application/pdf"),
+                                      purpose="user_data")
+    scripted.append(text("a report"))
+    body = json.dumps({"model": "m", "input": [{"type": "message", "role": "user", "content": [
+        {"type": "input_file", "file_id": pdf.id}]}]}).replace('"file_id"', '"file\\u005fid"')
+    assert "file_id" not in body
+    connection = http.client.HTTPConnection("127.0.0.1", place.served.port, timeout=60)
+    try:
+        connection.request("POST", "/v1/responses", body=body,
+                           headers={"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        assert answer.status == 200, answer.read()
+    finally:
+        connection.close()
+    sent = server.requests[0]["messages"][0]["content"]
+    assert sent == [{"type": "file", "file": {
+        "filename": "report.pdf",
+        "file_data": f"data:application/pdf;base64,{base64.b64encode(PDF).decode()}"}}]
+
+
 def test_a_tool_output_s_image_by_id_reaches_the_model(
         place: Place, scripted: list[Any], server: ScriptedOpenAIServer) -> None:
     """A function call's output may be content parts: an image there by ``file_id`` is
