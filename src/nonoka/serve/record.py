@@ -178,7 +178,7 @@ class Located:
     def input_items(self, image_urls: bool = False) -> list[dict[str, Any]]:
         """The response's input items (``image_urls``: an image sent by ``file_id``
         with its ``image_url`` too, as ``include`` asks)."""
-        custom = client_calls(self.entries[:self.first])
+        custom = self._client_calls(self.point.start, self.first)
         return [with_image_urls(item, self.entries[at]) if image_urls else item
                 for at in range(self.point.start, self.first)
                 for item in entry_items(self.entries[at], self.point, at - self.point.start,
@@ -192,10 +192,17 @@ class Located:
                 return []
             item_id = self.point.item_id("msg_", self.end - self.point.start, ENTRY_MESSAGE)
             return [message_item(item_id, self.left.text, "incomplete")]
-        custom = client_calls(self.entries[:self.end])
+        custom = self._client_calls(self.first, self.end)
         return [item for at in range(self.first, self.end)
                 for item in entry_items(self.entries[at], self.point, at - self.point.start,
                                         sealed_reasoning, custom)]
+
+    def _client_calls(self, start: int, end: int) -> dict[str, str]:
+        """``client_calls`` of the history before ``end``, which only the tool outputs
+        among entries ``start`` to ``end`` look up: none, and the history is not read."""
+        if all(entry.role != "tool" for entry in self.entries[start:end]):
+            return {}
+        return client_calls(self.entries[:end])
 
     def usage(self) -> dict[str, Any] | None:
         return None if self.left is not None else usage_of(self.entries[self.first:self.end])
