@@ -52,7 +52,7 @@ from nonoka.bridge.choose import (
     unanswered_first_turn,
 )
 from nonoka.bridge.early import Dispatched
-from nonoka.bridge.history import split_for_new_session, turn_input
+from nonoka.bridge.history import split_for_new_session, turn_input, whole_prompt
 from nonoka.bridge.host_step import StepModel, host_step
 from nonoka.bridge.reconcile import Reconciliation, classify
 from nonoka.bridge.reuse import BridgeReuse
@@ -278,7 +278,7 @@ class BridgeHandler:
                            revision_seen=self._revision_seen(choice.session))
         seed, prompt = split_for_new_session(self.history)
         last = self.history[-1]
-        plan = TurnInput("prompt", prompt, prompt_message=last if last.parts else None
+        plan = TurnInput("prompt", prompt, prompt_message=whole_prompt(last)
                          ) if prompt is not None else TurnInput()
         return Opening(None, plan, seed=seed, warnings=warnings)
 

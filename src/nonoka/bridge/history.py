@@ -79,8 +79,7 @@ def turn_input(rec: Reconciliation, stored: Sequence[MemoryEntry],
     if tail and tail[-1].role == "user":
         last = tail[-1]
         return TurnInput("prompt", last.content, seed=[*seed, *tail[:-1]],
-                         replace=replace, edit=edit,
-                         prompt_message=last if last.parts else None)
+                         replace=replace, edit=edit, prompt_message=whole_prompt(last))
     return TurnInput(reopen=True, seed=[*seed, *tail], replace=replace, edit=edit)
 
 
@@ -109,6 +108,15 @@ def _results_for_pending(base: Sequence[MemoryEntry], seed: Sequence[Message],
         results.append(ToolResult(tool_call_id=call_id, content=message.content,
                                   parts=message.parts, is_error=_failed(message)))
     return results
+
+
+def whole_prompt(message: Message) -> Message | None:
+    """The prompt as its own message, when it holds more than its text, so that its
+    entry keeps it: files, or what a Messages API client's message says besides them
+    (Anthropic's provider metadata: it sent its content as a string); ``None``: its
+    text is all (another host's metadata on a prompt is not kept, as before)."""
+    return message if message.parts or (message.provider_metadata or {}).get(
+        "anthropic") else None
 
 
 def _failed(message: Message) -> bool:
@@ -173,7 +181,7 @@ def _appended(stored: Sequence[MemoryEntry], messages: Sequence[Message]) -> Tur
         return _resumed(messages)
     last = users[-1]
     return TurnInput("prompt", last.content, seed=[m for m in tail[:-1] if m.role != "system"],
-                     prompt_message=last if last.parts else None)
+                     prompt_message=whole_prompt(last))
 
 
 ORIGINAL_TEXT = 2000

@@ -40,6 +40,7 @@ from nonoka.llm.anthropic_wire import (
     DEFAULT_MAX_TOKENS,
     KEY_VARIABLE,
     PROVIDER,
+    STRING_ANSWERS,
     Conversation,
     Endpoint,
     cache_control,
@@ -155,7 +156,9 @@ class AnthropicChatModel(HTTPModel):
 
     def _body(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
               options: CallOptions | None, fields: dict[str, Any]) -> bytes:
-        return request_body(self.model, conversation(messages, self._memo), tools, fields,
+        answers = options.extra.get(STRING_ANSWERS) if options is not None else None
+        return request_body(self.model, conversation(
+            messages, self._memo, answers if isinstance(answers, str) else ""), tools, fields,
                             cache_control(self._cache_setting(options)),
                             eager=(options and options.eager_input_streaming) or ()).encode()
 
@@ -219,33 +222,51 @@ class AnthropicChatModel(HTTPModel):
 
 
 def conversation(messages: Sequence[Message],
-                 memo: PrefixMemo[Conversation] | None = None) -> Conversation:
+                 memo: PrefixMemo[Conversation] | None = None,
+                 answers: str = "") -> Conversation:
     """``messages`` in the API's shape. A session's conversation (``EntryMessages``) is
     read from its entries without building ``Message`` models; both give the same
     blocks. ``memo``: for a session's conversation, the one the last call built, which
-    a conversation that extends it goes on from (``nonoka.state.prefix_memo``)."""
+    a conversation that extends it goes on from (``nonoka.state.prefix_memo``): only the
+    messages after it are read. ``answers``: how the client sent the assistant messages
+    back (``STRING_ANSWERS``); a message keeps the form it was first read with."""
     if isinstance(messages, EntryMessages):
         entries = messages.entries
         resumed = memo.resume(entries) if memo is not None else None
         conv, start = (Conversation(), 0) if resumed is None else (resumed[1].copy(),
                                                                    resumed[0][0])
-        for entry in entries[start:]:
+        new = entries[start:]
+        strings = _string_answers(new, answers)
+        for n, entry in enumerate(new):
             meta = entry.metadata
             call_id = meta.get("tool_call_id")
             conv.add(entry.role, entry.content, meta, meta.get("tool_calls") or None,
-                     None if call_id is None else str(call_id))
+                     None if call_id is None else str(call_id), string=n in strings)
         if memo is not None:
             conv.settle()
             memo.keep(conv.copy(), entries)
         return conv
     conv = Conversation()
-    for message in messages:
+    strings = _string_answers(messages, answers)
+    for n, message in enumerate(messages):
         meta = message.model_dump(include={"parts", "reasoning", "provider_metadata"},
                                   exclude_none=True)
         calls = ([c.model_dump(exclude_none=True) for c in message.tool_calls]
                  if message.tool_calls else None)
-        conv.add(message.role, message.content, meta, calls, message.tool_call_id)
+        conv.add(message.role, message.content, meta, calls, message.tool_call_id,
+                 string=n in strings)
     return conv
+
+
+def _string_answers(messages: Sequence[Any], answers: str) -> frozenset[int]:
+    """The places in ``messages`` (the conversation's last ones) of the assistant
+    messages the client sent back as strings: the last assistant message is the
+    client's last, and so on back (``STRING_ANSWERS``)."""
+    if "s" not in answers:
+        return frozenset()
+    places = [n for n, m in enumerate(messages) if m.role == "assistant"]
+    return frozenset(n for n, form in zip(reversed(places), reversed(answers), strict=False)
+                     if form == "s")
 
 
 def prompt_cache_setting(project: Path) -> str | None:

@@ -9,9 +9,7 @@ so that nothing but the new input differs and the provider's prompt cache (and a
 byte-level comparison) sees the same prefix. So:
 
 - every piece is encoded one way only: a stored entry, a ``Message`` built from it and
-  a host's raw message of the same content give the same blocks, and a message's
-  content is always a list of blocks (never a bare string, which a breakpoint would
-  have to turn into a list);
+  a host's raw message of the same content give the same blocks;
 - the body holds its fields in a fixed order, the conversation last;
 - a breakpoint is ``, "cache_control": {...}`` added at the very end of a block's
   object: marking a block never changes a byte before the mark, and unmarking it
@@ -24,6 +22,16 @@ cache) and the last message (the moving one, which the next step reads). The mov
 breakpoint of one step is the fixed one of the next, so a message keeps its mark from
 one request to the next; only the mark of the step before is dropped.
 
+**A client's strings.** A message a client sent with its ``content`` as a plain string
+(``STRING_CONTENT`` in its ``provider_metadata``, as ``nonoka serve``'s Messages API
+keeps it), and a system prompt it sent as one string, go on as that string, as the
+client would have sent them directly, unless a breakpoint lands on them: a breakpoint
+needs a block, so that message is one text block with the mark (what Claude Code sends
+for a string message it marks). A message whose mark the next step drops goes back to
+its string, which changes bytes before the mark; the prompt cache does not see it (the
+API reads a string as that one text block). A message merged with a neighbour, or
+holding more than its text (thinking the store kept, files), is blocks.
+
 Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
@@ -32,6 +40,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -68,7 +77,13 @@ CACHE_SETTINGS = ("off", "5m", "1h")
 
 DEFAULT_CACHE = "5m"
 
-NONOKA_OPTIONS = frozenset({"prompt_cache"})
+STRING_ANSWERS = "string_answers"
+"""The ``CallOptions.extra`` key of how a Messages API client sent its assistant messages
+back (``nonoka serve``): one character each, in order, ``s`` where it sent the content as
+a string, ``b`` where as blocks. An answer the session stored without the client's form
+takes it from here, matched from the end (the last assistant message with the last)."""
+
+NONOKA_OPTIONS = frozenset({"prompt_cache", STRING_ANSWERS})
 """``CallOptions.extra`` keys nonoka reads itself and never sends."""
 
 ANTHROPIC_FIELDS = frozenset({
@@ -90,6 +105,10 @@ _RESERVED = frozenset({"model", "stream", "tools", "system", "messages"})
 """Body fields the adapter writes itself: ``CallOptions.extra`` never replaces them."""
 
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+STRING_CONTENT: Mapping[str, str] = MappingProxyType({"content": "string"})
+"""What a message's ``provider_metadata["anthropic"]`` holds when the client sent its
+``content`` (or the ``system`` prompt) as a plain string, not as blocks."""
 
 HOST_TOOL_MEDIA_NOTE = "Attached media from tool result:"
 """The text of the user message OpenCode puts a tool's images and PDFs in, right after
@@ -284,6 +303,12 @@ def _data_url(url: str, fallback: str) -> tuple[str, str | None]:
     return media_type or fallback, payload
 
 
+def sent_as_string(meta: Mapping[str, Any]) -> bool:
+    """Whether a message's metadata says the client sent its content as a string."""
+    sent = (meta.get("provider_metadata") or {}).get(PROVIDER)
+    return isinstance(sent, Mapping) and sent.get("content") == STRING_CONTENT["content"]
+
+
 # -- the conversation -----------------------------------------------------------------------
 
 
@@ -292,11 +317,15 @@ class Conversation:
     consecutive same-role messages merged (tool results are the user's) and the
     ``tool_result`` blocks of a user message first, as the API requires."""
 
-    __slots__ = ("_texts", "messages", "system")
+    __slots__ = ("_texts", "messages", "strings", "system", "system_string")
 
     def __init__(self) -> None:
         self.system: list[str] = []
+        self.system_string = False
+        """The system prompt is one text the client sent as a string."""
         self.messages: list[tuple[str, list[Block]]] = []
+        self.strings: dict[int, str] = {}
+        """The messages (by index) sent as a string: the JSON of that string."""
         self._texts: list[str] = []
         """The JSON of the first messages without a breakpoint, as ``encoded`` made it:
         only messages before the last, which ``add`` never changes again."""
@@ -306,7 +335,9 @@ class Conversation:
         changes only the last message's blocks)."""
         other = Conversation()
         other.system = list(self.system)
+        other.system_string = self.system_string
         other.messages = list(self.messages)
+        other.strings = dict(self.strings)
         other._texts = list(self._texts)
         if other.messages:
             role, blocks = other.messages[-1]
@@ -315,9 +346,13 @@ class Conversation:
 
     def add(self, role: str, content: str, meta: Mapping[str, Any],
             tool_calls: Sequence[Mapping[str, Any]] | None = None,
-            tool_call_id: str | None = None) -> None:
+            tool_call_id: str | None = None, *, string: bool = False) -> None:
+        """One message; ``string``: the client sent its content as a string (else its
+        metadata says so, or not): it goes on as one, when it is a message of its own
+        holding only that text."""
         if role == "system":
             if content:
+                self.system_string = not self.system and sent_as_string(meta)
                 self.system.append(content)
             return
         if role == "user" and self._took_tool_media(meta):
@@ -328,8 +363,12 @@ class Conversation:
         api_role = "assistant" if role == "assistant" else "user"
         if self.messages and self.messages[-1][0] == api_role:
             self.messages[-1][1].extend(blocks)
-        else:
-            self.messages.append((api_role, blocks))
+            self.strings.pop(len(self.messages) - 1, None)
+            return
+        if (len(blocks) == 1 and blocks[0][0] == "text" and (string or sent_as_string(meta))
+                and not tool_calls and not meta.get("parts")):
+            self.strings[len(self.messages)] = json.dumps(content)
+        self.messages.append((api_role, blocks))
 
     def _took_tool_media(self, meta: Mapping[str, Any]) -> bool:
         """Put the files of a host's "Attached media from tool result:" message inside
@@ -362,14 +401,14 @@ class Conversation:
     def settle(self) -> None:
         """Make the JSON of the messages before the last now, so that a copy kept for
         the next call has it (``encoded`` takes it from there)."""
-        texts = self._texts
-        for role, blocks in self.messages[len(texts):len(self.messages) - 1]:
-            texts.append(_message_json(role, blocks, None))
+        texts, strings = self._texts, self.strings
+        for i in range(len(texts), len(self.messages) - 1):
+            texts.append(_message_json(*self.messages[i], None, strings.get(i)))
 
     def encoded(self, mark: str | None) -> list[str]:
         """Each message's JSON text, with the two conversation breakpoints when
         ``mark`` (the ``cache_control`` text to add) is given."""
-        messages = _prefilled(self.messages)
+        messages, strings = _prefilled(self.messages, self.strings)
         marked: set[int] = set()
         if mark is not None and messages:
             last = len(messages) - 1
@@ -388,33 +427,46 @@ class Conversation:
                 out[i] = _message_json(*messages[i], mark)
         for i in range(len(out), len(messages)):
             role, blocks = messages[i]
-            if i in marked or i == final:
-                out.append(_message_json(role, blocks, mark if i in marked else None))
+            if i in marked:
+                out.append(_message_json(role, blocks, mark))
+            elif i == final:
+                out.append(_message_json(role, blocks, None, strings.get(i)))
             else:
-                text = _message_json(role, blocks, None)
+                text = _message_json(role, blocks, None, strings.get(i))
                 if i == len(texts):
                     texts.append(text)
                 out.append(text)
         return out
 
 
-def _prefilled(messages: list[tuple[str, list[Block]]]) -> list[tuple[str, list[Block]]]:
-    """The messages with the API's rule for a final assistant message (a prefill, which
-    the model's answer continues) applied: its text may not end with whitespace, so
-    the whitespace is trimmed (as Anthropic's own SDKs do); a prefill of whitespace only
-    is no prefill."""
+def _prefilled(messages: list[tuple[str, list[Block]]], strings: dict[int, str]
+               ) -> tuple[list[tuple[str, list[Block]]], dict[int, str]]:
+    """The messages (and which are strings) with the API's rule for a final assistant
+    message (a prefill, which the model's answer continues) applied: its text may not
+    end with whitespace, so the whitespace is trimmed (as Anthropic's own SDKs do); a
+    prefill of whitespace only is no prefill."""
     if not messages or messages[-1][0] != "assistant" or messages[-1][1][-1][0] != "text":
-        return messages
+        return messages, strings
     blocks = messages[-1][1]
     value = json.loads(blocks[-1][1])
     text = str(value.get("text") or "").rstrip()
     if text == value.get("text"):
-        return messages
+        return messages, strings
     kept = blocks[:-1] + ([_block({**value, "text": text})] if text else [])
-    return messages[:-1] + ([("assistant", kept)] if kept else [])
+    last = len(messages) - 1
+    if last in strings:
+        strings = {i: s for i, s in strings.items() if i != last}
+        if kept:
+            strings[last] = json.dumps(text)
+    return messages[:-1] + ([("assistant", kept)] if kept else []), strings
 
 
-def _message_json(role: str, blocks: list[Block], mark: str | None) -> str:
+def _message_json(role: str, blocks: list[Block], mark: str | None,
+                  string: str | None = None) -> str:
+    """A message's JSON: ``string`` (the JSON of its content as the client sent it, a
+    string) as it is when no breakpoint is on the message, else its blocks."""
+    if string is not None and mark is None:
+        return f'{{"role": "{role}", "content": {string}}}'
     if role == "user":  # tool results first: the API refuses text before them
         blocks = ([b for b in blocks if b[0] == "tool_result"]
                   + [b for b in blocks if b[0] != "tool_result"])
@@ -611,7 +663,9 @@ def request_body(model: str, conversation: Conversation, tools: Sequence[ToolSpe
         payload["tools"] = [tool_json(t, eager=t.name in unbuffered) for t in tools]
         if cache is not None:
             payload["tools"][-1]["cache_control"] = dict(cache)
-    if conversation.system:
+    if conversation.system_string and cache is None:
+        payload["system"] = conversation.system[0]  # as the client sent it
+    elif conversation.system:
         payload["system"] = [{"type": "text", "text": text} for text in conversation.system]
         if cache is not None:
             payload["system"][-1]["cache_control"] = dict(cache)

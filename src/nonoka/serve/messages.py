@@ -26,9 +26,12 @@ Anthropic's, ``stop_sequence`` and ``pause_turn`` included.
 The adapter places the prompt cache's breakpoints itself (the last system block, the
 last tool, the last message: where Claude Code puts its own), and a top-level
 ``cache_control`` (automatic caching) is passed on; a client's marks on single blocks
-are not copied one by one. A request's ``model`` is used when nonoka knows it as an
-``anthropic:`` model (Claude Code's small model for its side requests), else the
-server's model answers.
+are not copied one by one. A message (or ``system``) sent with its content as a plain
+string is kept as one (``STRING_CONTENT`` in its provider metadata, stored with it), and
+how the client sends the answers back (``STRING_ANSWERS``) goes with the call: the
+adapter sends each as the client did, but where its own breakpoint needs a block.
+A request's ``model`` is used when nonoka knows it as an ``anthropic:`` model (Claude
+Code's small model for its side requests), else the server's model answers.
 
 A server whose model is not ``anthropic:`` runs the same history on that model: the
 neutral messages go to its adapter, which leaves out what its API cannot take (signed
@@ -59,6 +62,7 @@ from typing import Any
 from nonoka.bridge.choose import remember_summary
 from nonoka.bridge.handler import BridgeHandler
 from nonoka.errors import Failure
+from nonoka.llm.anthropic_wire import STRING_ANSWERS, STRING_CONTENT
 from nonoka.protocol.frames import Purpose, conversation_key
 from nonoka.protocol.models import (
     AssistantMetadata,
@@ -254,12 +258,19 @@ def system_messages(system: Any) -> list[Message]:
     if system is None or system == "":
         return []
     if isinstance(system, str):
-        return [Message(role="system", content=system)]
+        return [Message(role="system", content=system, provider_metadata=_as_string())]
     if not isinstance(system, list):
         raise invalid("system: must be a string or a list of text blocks")
     texts = [str(b.get("text", "")) for b in system
              if isinstance(b, dict) and b.get("type") == "text"]
     return [Message(role="system", content=t) for t in texts if t]
+
+
+def _as_string() -> dict[str, Any]:
+    """The ``provider_metadata`` of a message (or system prompt) the client sent with its
+    ``content`` as a plain string: kept with it, so that it goes on as one
+    (``nonoka.llm.anthropic_wire``)."""
+    return {PROVIDER: dict(STRING_CONTENT)}
 
 
 def _messages_of(raw: Any, param: str) -> list[Message]:
@@ -271,7 +282,9 @@ def _messages_of(raw: Any, param: str) -> list[Message]:
     if not blocks and not isinstance(content, str):
         raise invalid(f"{param}.content: must be a string or a list of blocks")
     if raw["role"] == "assistant":
-        return [_assistant(blocks, param)]
+        answer = _assistant(blocks, param)
+        return [answer.model_copy(update={"provider_metadata": _as_string()})
+                if isinstance(content, str) else answer]
     found: list[Message] = []
     groups: list[list[TextPart | FilePart]] = [[]]
     for n, block in enumerate(blocks):
@@ -295,6 +308,8 @@ def _messages_of(raw: Any, param: str) -> list[Message]:
             only_text = len(parts) == 1 and isinstance(parts[0], TextPart)
             found.append(Message(role="user", content="\n".join(texts),
                                  parts=None if only_text else parts))
+    if isinstance(content, str) and len(found) == 1:  # kept: it goes on as a string
+        found[0] = found[0].model_copy(update={"provider_metadata": _as_string()})
     return found
 
 
@@ -397,6 +412,10 @@ def _options(body: Mapping[str, Any]) -> CallOptionsSpec:
     if isinstance(body.get("stop_sequences"), list):
         fields["stop"] = body["stop_sequences"]
     extra = {name: body[name] for name in _OPTION_FIELDS if body.get(name) is not None}
+    answers = "".join("s" if isinstance(m.get("content"), str) else "b"
+                      for m in body["messages"] if m.get("role") == "assistant")
+    if "s" in answers:  # how the client keeps the answers nonoka gave it
+        extra[STRING_ANSWERS] = answers
     if extra:
         fields["extra"] = extra
     try:
