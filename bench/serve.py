@@ -19,7 +19,9 @@ own on a fresh project. Three measurements:
    calls: one connection to ``nonoka serve`` kept from request to request, and one to
    the endpoint for the direct requests. Either way ``nonoka serve`` keeps its own
    connections to the endpoint (``nonoka.llm.connections``): the scripted endpoints
-   speak HTTP/1.1 keep-alive as the providers do.
+   speak HTTP/1.1 keep-alive as the providers do. Beside them, the size of what the
+   endpoint receives for the last request of a ``--turns``-long ``/v1/messages``
+   conversation, through ``nonoka serve`` and directly.
 2. Storage: a chain of ``--turns`` responses (``previous_response_id``), questions and
    answers of 200-800 characters; the SQLite file (its write-ahead log folded in)
    against the bytes of every item of the chain as the API gives them (each response's
@@ -243,6 +245,36 @@ def overhead(reps: int, root: Path, results: dict[str, float]) -> None:
             claude.stop()
 
 
+def sent_bytes(turns: int, root: Path, results: dict[str, float]) -> None:
+    """What the endpoint receives for the last request of a ``turns``-long ``/v1/messages``
+    conversation (the client's contents strings, as in ``cases_for``): through ``nonoka
+    serve`` (its prompt cache on, as by default) and the same messages sent directly."""
+    with ScriptedAnthropicServer(lambda _body: ANSWER, keep_alive=True) as endpoint:
+        (root / "sizes").mkdir()
+        claude = Serve(root / "sizes", ANTHROPIC_MODEL, {
+            "ANTHROPIC_BASE_URL": endpoint.base_url, "ANTHROPIC_API_KEY": "sk-bench",
+            "NONOKA_DATABASE_URL": "", "NONOKA_MODEL": ""})
+        kept = Kept()
+        messages: list[dict[str, str]] = []
+        try:
+            for n in range(turns):
+                messages.append({"role": "user", "content": f"message {n}"})
+                kept(claude.port, "/v1/messages", {"model": "claude-x", "max_tokens": 100,
+                                                   "messages": messages},
+                     {"anthropic-version": "2023-06-01"})
+                messages.append({"role": "assistant", "content": ANSWER})
+            post(endpoint.port, "/v1/messages", {"model": "claude-scripted", "max_tokens": 100,
+                                                 "messages": messages[:-1]},
+                 {"anthropic-version": "2023-06-01", "x-api-key": "sk-bench"})
+        finally:
+            kept.close()
+            claude.stop()
+        through, direct = endpoint.bodies[-2:]
+        results[f"Messages, {turns} turns: request through nonoka serve (KB)"] = \
+            len(through) / 1024
+        results[f"Messages, {turns} turns: request sent directly (KB)"] = len(direct) / 1024
+
+
 def cases_for(serve: int, claude: int, chat: int, anthropic: int, post: Post, tag: str
               ) -> dict[str, tuple[Callable[[int], None], Callable[[int], None]]]:
     """Each measured exchange: through ``nonoka serve``, and the same sent directly,
@@ -444,6 +476,7 @@ def main() -> int:
         root = Path(tmp)
         if args.only in (None, "overhead"):
             overhead(args.reps, root, results)
+            sent_bytes(args.turns, root, results)
         if args.only in (None, "storage"):
             storage(args.turns, root, results, prose=args.text == "docs")
         if args.only in (None, "throughput"):
