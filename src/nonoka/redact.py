@@ -61,7 +61,8 @@ _FOLDED = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s"})
 
 def _fold(text: str) -> str:
     """``text`` in lower case, with every letter that a ``(?i)`` pattern takes for an ASCII
-    letter turned into that letter: a word a case-blind pattern can match is in it."""
+    letter turned into that letter: a word a case-blind pattern can match is in it, at
+    the same place (capital I with a dot is the one letter whose lower case is two)."""
     if not text.isascii() and ("\u0130" in text or "\u0131" in text or "\u017f" in text):
         text = text.translate(_FOLDED)
     return text.lower()
@@ -87,29 +88,44 @@ _TOKEN_STARTS = ("sk_", "rk_", "pk_", "whsec_", "sk-", "ghp_", "gho_", "ghu_", "
                  "github_pat_", "glpat-", "ATBB", "npm_", "pypi-", "hf_", "AKIA", "ASIA",
                  "AIza", "ya29.", "GOCSPX-", "xox", "xapp-", "SG.", "AGE-SECRET-KEY-1")
 """What each well-known token format starts with (but the bot tokens' digits)."""
-_BOT_TOKEN_START = re.compile(r"[0-9]{8}:")
-
 
 def _token_gate(text: str, _folded: str) -> bool:
-    return any(start in text for start in _TOKEN_STARTS) \
-        or _BOT_TOKEN_START.search(text) is not None
+    if any(start in text for start in _TOKEN_STARTS):
+        return True
+    colon = text.find(":", 8)  # a bot token: eight digits or more, then a colon
+    while colon >= 0:
+        if text[colon - 8:colon].isdigit():
+            return True
+        colon = text.find(":", colon + 1)
+    return False
 
 
-_PASSWORD_SETTING = re.compile(r"(?i)pass[a-z_]{0,7}(?:\\*\")?[ \t]*[:=]")
-"""A pass-word keyword (``password``, ``passphrase``...) followed by its separator."""
-_SECRET_SETTING = re.compile(r"(?i)(?:key|secret|token|credential|pass)[a-z0-9_.-]{0,60}"
-                             r"(?:\\*\")?\s*[:=]")
-"""A secret's keyword, the rest of its name (at most 48 characters: ``word`` of
-``password``, then ``_`` and 40 more) and its separator."""
+_PASSWORD_SETTING = re.compile(r"(?i)[a-z_]{0,7}(?:\\*\")?[ \t]*[:=]")
+"""What follows ``pass`` in a pass-word setting (``word``, ``phrase``...): the rest of
+the keyword, then its separator."""
+_SECRET_SETTING = re.compile(r"(?i)[a-z0-9_.-]{0,60}(?:\\*\")?\s*[:=]")
+"""What follows a secret's keyword in a setting: the rest of its name (at most 48
+characters: ``word`` of ``password``, then ``_`` and 40 more), then its separator."""
+
+
+def _followed(text: str, lowered: str, word: str, rest: re.Pattern[str]) -> bool:
+    """Whether ``word`` occurs in ``lowered`` with ``rest`` matching right after it in
+    ``text`` (a word found in the folded text is at the same place in the text)."""
+    at = lowered.find(word)
+    while at >= 0:
+        if rest.match(text, at + len(word)) is not None:
+            return True
+        at = lowered.find(word, at + 1)
+    return False
 
 
 def _password_gate(text: str, lowered: str) -> bool:
-    return "pass" in lowered and _PASSWORD_SETTING.search(text) is not None
+    return _followed(text, lowered, "pass", _PASSWORD_SETTING)
 
 
 def _secret_gate(text: str, lowered: str) -> bool:
-    return any(word in lowered for word in ("key", "secret", "token", "credential", "pass")) \
-        and _SECRET_SETTING.search(text) is not None
+    return any(_followed(text, lowered, word, _SECRET_SETTING)
+               for word in ("key", "secret", "token", "credential", "pass"))
 
 
 @cache

@@ -93,7 +93,8 @@ _PIECES = (
     *(c.text for c in CREDENTIALS), *ORDINARY,
     "api_key", "Api-Key", "ACCESS_KEY", "secret", "token", "credentials", "password",
     "passphrase", "pass_phrase", "PassWd", "DB_", "_url", "=", ": ", ":", "\\\"", "\"", "'",
-    " ", "\t", "\n", "\r\n", "abcdEFGH1234xyz", "0123456789", "1234", "sk-", "sk_live_",
+    " ", "\t", "\n", "\r\n", "abcdEFGH1234xyz", "0123456789", "12345678", "1234",
+    "AAbbCCddEEff00112233445566778899_-x", "sk-", "sk_live_",
     "ghp_", "xoxb-", "AKIA", "ASIA", "eyJ", ".", "-----BEGIN ", "RSA ", "PRIVATE KEY",
     "-----", "-----END ", "Private-Lines: 2", "machine", " login ", "Authorization",
     "Bearer ", "basic ", "https://", "user:", "@", "hooks.slack.com/services/",
@@ -123,8 +124,12 @@ def test_a_gate_skips_a_pattern_only_where_it_would_mask_nothing(text: str,
     "my \u0130\u0130-api_key= longvaluehere", "a pa\u017f\u017fword: phrase here",
     "AP\u0130_KEY=abcdefgh1234", "API_\u212aEY=abcdefgh1234", "machine h login u pa\u017fsword p",
     "Authorizat\u0131on: Bearer abcdefghijkl",
+    "bot x12345678:AAbbCCddEEff00112233445566778899_-x",
+    "my_pass_phrase_" + "b" * 40 + " = hunter2hunter2", "api_key_" + "a" * 40 + ": abcdefgh",
+    "PASSWORD\t: a phrase", 'pass_phrase\\": \\"a phrase\\"',
 ])
-def test_letters_that_fold_to_a_keyword_still_open_its_gate(text: str) -> None:
-    """``(?i)`` takes these letters for ASCII ones; the gate must too."""
+def test_the_edges_of_a_gate_open_it(text: str) -> None:
+    """Texts a gate lets in only just: letters ``(?i)`` takes for ASCII ones, a bot
+    token's eight digits, a setting's longest name."""
     assert redact_text(text) == _every_pattern(text, False)
     assert redact_text(text) != text
