@@ -7,6 +7,7 @@ The helpers these build on live in ``tests/support/``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -19,6 +20,11 @@ from tests.support.bridge import Bridge, first_turn
 from tests.support.scheduling import GroupedLoad, work_order
 
 reaper.install()
+# pytest keeps each test module's rewritten asserts in __pycache__ as bytecode is kept,
+# unless bytecode writing is off (PYTHONDONTWRITEBYTECODE): then every worker rewrites
+# every module again on every run, ~11 s of CPU each. This process writes them; the
+# processes the tests start still inherit the environment's choice.
+sys.dont_write_bytecode = False
 
 ScriptItem: TypeAlias = "Step | Callable[[dict[str, Any]], Step]"
 """A step, or a function from the request body to a step (called when the request comes)."""
