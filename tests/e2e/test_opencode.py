@@ -13,6 +13,7 @@ because OpenCode's call pattern (title first or in parallel, extra steps) may va
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -37,7 +38,11 @@ WRITE_ARGS = {"filePath": "", "content": "written by OpenCode's write tool, aske
 # -- OpenCode from npm -----------------------------------------------------------------------
 
 
-def _works(binary: Path) -> bool:
+@functools.cache
+def works(binary: Path) -> bool:
+    """``binary`` runs and is OPENCODE_VERSION. Asked once a process per binary: each
+    ``--version`` loads all of OpenCode (over a second of CPU), and every module that
+    imports ``opencode_bin`` holds its own copy of the session fixture."""
     try:
         done = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
                               timeout=60, check=False)
@@ -50,7 +55,7 @@ def _find_binary(prefix: Path) -> Path | None:
     """The launcher npm linked, else the platform package's binary (if postinstall did not run)."""
     candidates = [prefix / "node_modules" / ".bin" / "opencode",
                   *sorted(prefix.glob("node_modules/opencode-*/bin/opencode"))]
-    return next((c for c in candidates if c.is_file() and _works(c)), None)
+    return next((c for c in candidates if c.is_file() and works(c)), None)
 
 
 @pytest.fixture(scope="session")

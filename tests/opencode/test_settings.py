@@ -35,7 +35,7 @@ from nonoka.cli.opencode_cmd import ANTHROPIC_BETA, init_project
 from nonoka.testing.anthropic_replies import AnthropicReply
 from nonoka.testing.anthropic_server import ScriptedAnthropicServer
 from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
-from tests.e2e.test_opencode import OPENCODE_VERSION, opencode_bin
+from tests.e2e.test_opencode import opencode_bin, works
 
 __all__ = ["opencode_bin"]  # the npm-installed OpenCode, when none is on PATH
 
@@ -273,11 +273,8 @@ def _pump(process: subprocess.Popen[str], lines: queue.Queue[str | None], log: P
 def _binary(request: pytest.FixtureRequest) -> Path:
     """``opencode`` at OPENCODE_VERSION: the one on PATH, else the e2e tests' npm copy."""
     found = shutil.which("opencode")
-    if found is not None:
-        version = subprocess.run([found, "--version"], capture_output=True, text=True,
-                                 timeout=60, check=False).stdout.strip()
-        if version == OPENCODE_VERSION:
-            return Path(found)
+    if found is not None and works(Path(found)):
+        return Path(found)
     binary: Path = request.getfixturevalue("opencode_bin")
     return binary
 

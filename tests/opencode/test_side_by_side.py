@@ -47,7 +47,7 @@ from nonoka.testing.server import (
     context_length_exceeded,
     insufficient_quota,
 )
-from tests.e2e.test_opencode import OPENCODE_VERSION, opencode_bin
+from tests.e2e.test_opencode import opencode_bin, works
 
 __all__ = ["opencode_bin"]  # the npm-installed OpenCode, when none is on PATH
 
@@ -423,11 +423,8 @@ def _opencode(request: pytest.FixtureRequest) -> Path:
     """``opencode`` at OPENCODE_VERSION: the one on PATH (``.ci/run`` installs it globally),
     else the e2e tests' npm-installed copy."""
     found = shutil.which("opencode")
-    if found is not None:
-        version = subprocess.run([found, "--version"], capture_output=True, text=True,
-                                 timeout=60, check=False).stdout.strip()
-        if version == OPENCODE_VERSION:
-            return Path(found)
+    if found is not None and works(Path(found)):
+        return Path(found)
     binary: Path = request.getfixturevalue("opencode_bin")
     return binary
 
