@@ -5,10 +5,11 @@ One project holds both paths: OpenCode's own ``anthropic`` and ``openai`` provid
 models as OpenCode 1.18.33 lists them, its bundled models.dev snapshot; offline) pointed
 at scripted endpoints, and nonoka's ``anthropic:claude-sonnet-4-5`` and
 ``openai-responses:gpt-5`` (``nonoka opencode init --model ...``) in front of scripted
-endpoints of their own. One ``opencode serve`` runs every case (``opencode run --attach``),
-directly and through nonoka at the same time, and the test compares what each endpoint
-received and what OpenCode reported: the agent's temperature, the thinking a variant asks
-for (``--variant high``), the family's system prompt and the session's cost.
+endpoints of their own. One ``opencode serve`` runs every case (the two calls ``opencode
+run --attach`` makes, through the server's API), directly and through nonoka at the same
+time, and the test compares what each endpoint received and what OpenCode reported: the
+agent's temperature, the thinking a variant asks for (``high``), the family's system prompt
+and the session's cost.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ OPENAI = ("openai/gpt-5", "nonoka/openai-responses:gpt-5")
 MINIMAX = ("anthropic/MiniMax-M2.5", "nonoka/anthropic:MiniMax-M2.5")
 """A model over Anthropic's API whose id names no Claude: OpenCode gives it a ``topK`` of
 its own (ProviderTransform.topK) and turns tool streaming off (ProviderTransform.options)."""
+RUN_PERMISSION = [{"permission": name, "action": "deny", "pattern": "*"}
+                  for name in ("question", "plan_enter", "plan_exit")]
+"""The rules ``opencode run`` creates its session with (OpenCode 1.18.33): no tool that
+waits for a person."""
 MODEL_LINE = re.compile(r"You are powered by the model named [^\n]*\. The exact model ID is \S+")
 """The one line of OpenCode's system prompt that names the model it runs (docs/opencode.md,
 ``model-identity-line``)."""
@@ -93,7 +98,7 @@ def _responses_step(body: dict[str, Any]) -> ResponsesReply:
 
 @dataclass
 class Run:
-    """One ``opencode run`` and the chat requests its endpoint received."""
+    """One message on one path, and the chat requests its endpoint received."""
 
     done: subprocess.CompletedProcess[str]
     events: list[dict[str, Any]]
@@ -228,24 +233,40 @@ class Host:
         with urllib.request.urlopen(self.base + path, timeout=60) as response:
             return json.loads(response.read().decode())
 
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(self.base + path, data=json.dumps(body).encode(),
+                                         method="POST",
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=RUN_TIMEOUT) as response:
+            return json.loads(response.read().decode() or "null")
+
     def run(self, model: str, message: str, variant: str | None = None) -> Run:
+        """What ``opencode run --attach <serve> --format json --model <model> [--variant]
+        <message>`` does, as the server's API: a session with the permissions ``run`` gives
+        it, the message, then every part of the session's assistant messages as ``run``
+        prints them. (An ``opencode run`` process would load all of OpenCode once more for
+        each side of each case, to make the same two calls.)"""
         family = "anthropic" if "anthropic" in model else "openai"
         side = "nonoka" if model.startswith("nonoka/") else "direct"
         server = self.servers[f"{family}-{side}"]
         before = len(server.requests)
-        chosen = ["--variant", variant] if variant is not None else []
-        done = subprocess.run(
-            [str(self.binary), "run", "--attach", self.base, "--format", "json", "--model",
-             model, *chosen, message], cwd=self.path, env=self.env, capture_output=True,
-            text=True, timeout=RUN_TIMEOUT, check=False)
-        assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-        events = []
-        for line in done.stdout.splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
+        provider, model_id = model.split("/", 1)
+        session = self.post("/session", {"permission": RUN_PERMISSION})["id"]
+        chosen = {"variant": variant} if variant is not None else {}
+        self.post(f"/session/{session}/message", {
+            "model": {"providerID": provider, "modelID": model_id}, **chosen,
+            "parts": [{"type": "text", "text": message}]})
+        events: list[dict[str, Any]] = []
+        for sent in self.get(f"/session/{session}/message"):
+            if sent["info"]["role"] != "assistant":
                 continue
-        assert not [e for e in events if e.get("type") == "error"], done.stdout[-3000:]
+            if sent["info"].get("error"):
+                events.append({"type": "error", "error": sent["info"]["error"]})
+            events.extend({"type": part["type"].replace("-", "_"), "sessionID": session,
+                           "part": part} for part in sent["parts"])
+        said = "\n".join(json.dumps(e) for e in events)
+        done = subprocess.CompletedProcess(["POST", f"/session/{session}/message"], 0, said, "")
+        assert not [e for e in events if e.get("type") == "error"], said[-3000:]
         chat = [r for r in server.requests[before:] if r.get("tools")]
         return Run(done, events, chat)
 
