@@ -7,8 +7,8 @@ OpenCode's own ``@ai-sdk/openai-compatible`` provider (a custom provider ``scrip
 ``opencode.json``; OpenCode bundles that package, so nothing is downloaded), once through
 nonoka (``nonoka opencode init``, the provider ``nonoka``). One ``opencode serve`` holds
 both providers in one project, so paths and prompts are the same on both sides; every case
-is an ``opencode run --attach`` against it (a PDF part: the server's message API), direct
-and through nonoka at the same time.
+is what ``opencode run --attach`` sends it, through the server's message API (a PDF part:
+how the TUI attaches one), direct and through nonoka at the same time.
 
 For each case the requests each server received are compared after removing exactly the
 differences ``docs/opencode.md`` lists ("Side by side with OpenCode's own provider"), each
@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import mimetypes
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
@@ -204,6 +206,25 @@ class Run:
                        if e.get("type") == "text")
 
 
+RUN_PERMISSION = [{"permission": name, "action": "deny", "pattern": "*"}
+                  for name in ("question", "plan_enter", "plan_exit")]
+"""The rules ``opencode run`` creates its session with (OpenCode 1.18.33): no tool that
+waits for a person."""
+
+
+def _attached(path: Path) -> dict[str, Any]:
+    """``path`` as ``opencode run --attach --file`` sends it: its bytes in a data URL,
+    ``text/plain`` when they are UTF-8 (a PDF made of text too), else its type by name."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+        mime = "text/plain"
+    except UnicodeDecodeError:
+        mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return {"type": "file", "url": f"data:{mime};base64,{base64.b64encode(data).decode()}",
+            "filename": path.name, "mime": mime}
+
+
 class World:
     """A git project, ``opencode.json`` with both providers, and ``opencode serve`` in it."""
 
@@ -328,26 +349,46 @@ class World:
 
     def run(self, side: str, model: str, message: str, *files: str,
             session: str | None = None) -> Run:
+        """What ``opencode run --attach <serve> --format json --model <provider/model>
+        --title <title> [--session <id>] <message> [--file <file>...]`` does, as the
+        server's API: a session with the title and the permissions ``run`` gives it (or
+        the one named), the files as ``run`` attaches them, the message, then the parts of
+        the assistant messages it added, as ``run`` prints them. (An ``opencode run``
+        process would load all of OpenCode once more for each side of each case, to make
+        the same calls.)"""
         provider = "scripted" if side == "direct" else "nonoka"
         server = self.servers[side]
         before = len(server.requests)
         rejected = len(server.rejections)
-        attached = [a for f in files for a in ("--file", f)]
-        goes_on = ["--session", session] if session is not None else []
-        args = [str(self.binary), "run", "--attach", self.base, "--format", "json",
-                "--model", f"{provider}/{model}", "--title", f"{side} {message[:20]}",
-                *goes_on, message, *attached]
-        done = subprocess.run(args, cwd=self.path, env=self.env, capture_output=True,
-                              text=True, timeout=RUN_TIMEOUT, check=False)
-        events = []
-        for line in done.stdout.splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
+        again = session is not None
+        if session is None:
+            session = self.post("/session", {"title": f"{side} {message[:20]}",
+                                              "permission": RUN_PERMISSION})["id"]
+        earlier = {m["info"]["id"] for m in self.get(f"/session/{session}/message")}
+        parts = [*(_attached(self.path / f) for f in files), {"type": "text", "text": message}]
+        events: list[dict[str, Any]] = []
+        try:
+            self.post(f"/session/{session}/message", {
+                "model": {"providerID": provider, "modelID": model}, "parts": parts},
+                timeout=RUN_TIMEOUT)
+        except urllib.error.HTTPError as refused:
+            events.append({"type": "error", "sessionID": session,
+                           "error": json.loads(refused.read().decode() or "null")})
+        for sent in self.get(f"/session/{session}/message"):
+            if sent["info"]["role"] != "assistant" or sent["info"]["id"] in earlier:
                 continue
+            events.extend({"type": part["type"].replace("-", "_"), "sessionID": session,
+                           "part": part} for part in sent["parts"])
+            if sent["info"].get("error"):
+                events.append({"type": "error", "sessionID": session,
+                               "error": sent["info"]["error"]})
+        failed = any(e["type"] == "error" for e in events)
+        done = subprocess.CompletedProcess(["POST", f"/session/{session}/message"],
+                                           1 if failed else 0,
+                                           "\n".join(json.dumps(e) for e in events), "")
         run = Run(done, copy.deepcopy(server.requests[before:]),
                   [i - before for i in server.rejections[rejected:]], events)
-        self.keep(run, f"{case_of_text(message)}{'-again' if session else ''}-{side}")
+        self.keep(run, f"{case_of_text(message)}{'-again' if again else ''}-{side}")
         return run
 
     def keep(self, run: Run, name: str) -> None:
