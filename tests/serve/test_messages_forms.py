@@ -86,15 +86,21 @@ def nonoka(project: Path, *args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_strings_stay_strings_and_blocks_stay_blocks(
-        project: Path, upstream: ScriptedAnthropicServer) -> None:
-    process = serve(uncached(project), upstream)
+def conversed(project: Path, upstream: ScriptedAnthropicServer, turns: int = 6
+              ) -> tuple[list[list[dict[str, Any]]], list[int]]:
+    """``converse`` through the official client with a ``nonoka serve`` of ``project``."""
+    process = serve(project, upstream)
     try:
         with Anthropic(base_url=process.url.removesuffix("/v1"), api_key="client-key",
                        max_retries=0) as client:
-            sent, _ = converse(client, 6)
+            return converse(client, turns)
     finally:
         process.stop_clean()
+
+
+def test_strings_stay_strings_and_blocks_stay_blocks(
+        project: Path, upstream: ScriptedAnthropicServer) -> None:
+    sent, _ = conversed(uncached(project), upstream)
     assert not upstream.rejections and not upstream.failures
     assert len(upstream.requests) == len(sent)
     for given, got in zip(sent, upstream.requests, strict=True):
@@ -138,13 +144,7 @@ def sessions_of(project: Path) -> list[SessionRecord]:
 
 def test_only_nonokas_breakpoints_turn_a_string_into_a_block(
         project: Path, upstream: ScriptedAnthropicServer) -> None:
-    process = serve(project, upstream)
-    try:
-        with Anthropic(base_url=process.url.removesuffix("/v1"), api_key="client-key",
-                       max_retries=0) as client:
-            sent, reads = converse(client, 6)
-    finally:
-        process.stop_clean()
+    sent, reads = conversed(project, upstream)
     assert not upstream.rejections and not upstream.failures
     for turn, (given, got) in enumerate(zip(sent, upstream.requests, strict=True)):
         # The system prompt carries a breakpoint: one text block, with the mark.
