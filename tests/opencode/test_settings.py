@@ -37,6 +37,7 @@ from nonoka.testing.anthropic_replies import AnthropicReply
 from nonoka.testing.anthropic_server import ScriptedAnthropicServer
 from nonoka.testing.server import ResponsesReply, ScriptedResponsesServer
 from tests.e2e.test_opencode import opencode_bin, works
+from tests.opencode.test_side_by_side import RUN_PERMISSION
 
 __all__ = ["opencode_bin"]  # the npm-installed OpenCode, when none is on PATH
 
@@ -49,10 +50,6 @@ OPENAI = ("openai/gpt-5", "nonoka/openai-responses:gpt-5")
 MINIMAX = ("anthropic/MiniMax-M2.5", "nonoka/anthropic:MiniMax-M2.5")
 """A model over Anthropic's API whose id names no Claude: OpenCode gives it a ``topK`` of
 its own (ProviderTransform.topK) and turns tool streaming off (ProviderTransform.options)."""
-RUN_PERMISSION = [{"permission": name, "action": "deny", "pattern": "*"}
-                  for name in ("question", "plan_enter", "plan_exit")]
-"""The rules ``opencode run`` creates its session with (OpenCode 1.18.33): no tool that
-waits for a person."""
 MODEL_LINE = re.compile(r"You are powered by the model named [^\n]*\. The exact model ID is \S+")
 """The one line of OpenCode's system prompt that names the model it runs (docs/opencode.md,
 ``model-identity-line``)."""
