@@ -68,26 +68,23 @@ def _fold(text: str) -> str:
     return text.lower()
 
 
-def _in_text(*words: str) -> Gate:
-    return lambda text, _folded: any(word in text for word in words)
+def _in_text(*words: str, every: bool = False) -> Gate:
+    """Open when one of ``words`` (``every``: each of them) is in the text as it is."""
+    need = all if every else any
+    return lambda text, _folded: need(word in text for word in words)
 
 
-def _in_folded(*words: str) -> Gate:
-    return lambda _text, lowered: any(word in lowered for word in words)
-
-
-def _all_in_text(*words: str) -> Gate:
-    return lambda text, _folded: all(word in text for word in words)
-
-
-def _all_folded(*words: str) -> Gate:
-    return lambda _text, lowered: all(word in lowered for word in words)
+def _in_folded(*words: str, every: bool = False) -> Gate:
+    """Open when one of ``words`` (``every``: each) is in the text's folded letters."""
+    need = all if every else any
+    return lambda _text, lowered: need(word in lowered for word in words)
 
 
 _TOKEN_STARTS = ("sk_", "rk_", "pk_", "whsec_", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
                  "github_pat_", "glpat-", "ATBB", "npm_", "pypi-", "hf_", "AKIA", "ASIA",
                  "AIza", "ya29.", "GOCSPX-", "xox", "xapp-", "SG.", "AGE-SECRET-KEY-1")
 """What each well-known token format starts with (but the bot tokens' digits)."""
+
 
 def _token_gate(text: str, _folded: str) -> bool:
     if any(start in text for start in _TOKEN_STARTS):
@@ -156,7 +153,7 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str, Gate], ...]:
                     r"[A-Za-z0-9/_-]+"), r"\1" + MASK, _in_folded("hooks.slack.com/", "discord")),
         # Passwords in URLs: scheme://user:password@host.
         (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^\s:/@\"']*:)[^\s@/\"']+@"),
-         r"\1" + MASK + "@", _all_in_text("://", "@")),
+         r"\1" + MASK + "@", _in_text("://", "@", every=True)),
         # Azure: connection strings' keys and shared access signatures (sig=...).
         (re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)=)"
                     r"[^;\s\"']+"), r"\1" + MASK, _in_folded("accountkey=", "sharedaccess")),
@@ -181,7 +178,7 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str, Gate], ...]:
         # .netrc: machine host login name password secret (on one line or several).
         (re.compile(r"(?i)(\bmachine[ \t]+\S+"
                     r"(?:\s+(?:login|account|port|protocol)[ \t]+\S+)*\s+password[ \t]+)\S+"),
-         r"\1" + MASK, _all_folded("machine", "password")),
+         r"\1" + MASK, _in_folded("machine", "password", every=True)),
         # password: correct horse battery staple -- a phrase, to the end of its line or
         # its closing quote; all digits too.
         (re.compile(r"(?i)(?<![a-z0-9])(" + _NAME + r"(?:" + _PASSWORDS + r"))"

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nonoka.serve.chat import ChatCompletions
 from nonoka.serve.conversations import Conversations
 from nonoka.serve.errors import ApiError, api_error, error_body, invalid, not_available
-from nonoka.serve.file_inputs import attach, may_name_files
+from nonoka.serve.file_inputs import attach
 from nonoka.serve.files import Files
 from nonoka.serve.included import query_include
 from nonoka.serve.journal import Live
@@ -108,8 +108,7 @@ class _Routes:
     async def _input(self, request: Request) -> Any:
         """The JSON body, with the uploaded files it names by ``file_id`` loaded."""
         body = await _json(request)
-        if may_name_files(await request.body()):  # the bytes _json read, kept by Starlette
-            await attach(self.served.files.store, body)
+        await attach(self.served.files.store, body, await request.body())  # kept by Starlette
         return body
 
     async def create_response(self, request: Request) -> Response:

@@ -47,15 +47,18 @@ _ATTACHED: ContextVar[dict[str, Attached] | None] = ContextVar("nonoka_serve_fil
                                                                default=None)
 
 
-def may_name_files(raw: bytes) -> bool:
+def _may_name_files(raw: bytes) -> bool:
     """Whether a JSON body, as it came, can name a file by id: it holds the word
     ``file_id``, or an escape (``\\u...``) that could spell it. Most requests are a long
     history of text and name none: a byte search spares them the walk over every part."""
     return b"file_id" in raw or b"\\u" in raw
 
 
-async def attach(store: FileStore, body: Any) -> None:
-    """Load the owner's files ``body`` names by ``file_id`` for this request."""
+async def attach(store: FileStore, body: Any, raw: bytes) -> None:
+    """Load the owner's files ``body`` (parsed from ``raw``) names by ``file_id`` for
+    this request."""
+    if not _may_name_files(raw):
+        return
     wanted = list(dict.fromkeys(_file_ids(body)))
     if not wanted:
         return
