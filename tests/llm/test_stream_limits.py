@@ -16,9 +16,11 @@ import pytest
 
 from nonoka.errors import ConfigurationError, ModelError
 from nonoka.llm.anthropic import AnthropicChatModel
+from nonoka.llm.loop_exchange import LoopConnections
 from nonoka.llm.openai import OpenAIChatModel
 from nonoka.llm.responses import OpenAIResponsesModel
 from nonoka.llm.transport import StreamLimits
+from nonoka.llm.workers import Workers
 from nonoka.state.messages import Message
 from nonoka.testing.server import (
     AnthropicReply,
@@ -36,6 +38,13 @@ HI = [Message(role="user", content="hi")]
 SAFETY = 30.0
 """Seconds after which a test gives up on a client that never returns (a failure)."""
 T = TypeVar("T")
+
+
+@pytest.fixture(params=["thread", "loop"])
+def workers(request: pytest.FixtureRequest) -> Workers | None:
+    """Each limit both ways an exchange reads: on a thread of its own, and on the event
+    loop (``nonoka.llm.loop_exchange``, a server's way)."""
+    return None if request.param == "thread" else Workers(on_loop=LoopConnections())
 
 
 async def settled(call: Awaitable[T]) -> T:
@@ -60,29 +69,32 @@ def _responses(server: ScriptedResponsesServer, **kwargs: Any) -> OpenAIResponse
 # the last event ends the reading ------------------------------------------------------------
 
 
-async def test_the_responses_adapter_stops_reading_at_response_completed() -> None:
+async def test_the_responses_adapter_stops_reading_at_response_completed(
+        workers: Workers | None) -> None:
     """An endpoint that keeps the connection open after ``response.completed`` (no more
     events, no close): the answer is returned at once, not after the connection's
     60-second timeout."""
     reply = ResponsesReply(output=("Done.",), input_tokens=12, output_tokens=3)
     with ScriptedResponsesServer([Linger(reply)]) as server:
-        response = await settled(_responses(server).complete(HI))
+        response = await settled(_responses(server, workers=workers).complete(HI))
     assert response.text == "Done."
     assert (response.usage.input_tokens, response.usage.output_tokens) == (12, 3)
 
 
-async def test_the_anthropic_adapter_stops_reading_at_message_stop() -> None:
+async def test_the_anthropic_adapter_stops_reading_at_message_stop(
+        workers: Workers | None) -> None:
     with ScriptedAnthropicServer([Linger(AnthropicReply(text="Done."))]) as server:
-        response = await settled(_anthropic(server).complete(HI))
+        response = await settled(_anthropic(server, workers=workers).complete(HI))
     assert response.text == "Done."
 
 
-async def test_a_whole_answer_is_kept_when_the_connection_then_times_out() -> None:
+async def test_a_whole_answer_is_kept_when_the_connection_then_times_out(
+        workers: Workers | None) -> None:
     """Chat Completions ends with ``[DONE]``; a server that never sends it and idles
     after the finish and usage chunks times the connection out: the answer is whole,
     so it is kept (with its usage), not failed."""
     with ScriptedOpenAIServer([Linger(Reply(text="Whole.", input_tokens=4))]) as server:
-        response = await settled(_openai(server, timeout=0.2).complete(HI))
+        response = await settled(_openai(server, workers=workers, timeout=0.2).complete(HI))
     assert response.text == "Whole."
     assert response.usage.input_tokens == 4
 
@@ -90,13 +102,13 @@ async def test_a_whole_answer_is_kept_when_the_connection_then_times_out() -> No
 # time without progress, and the deadline ----------------------------------------------------
 
 
-async def test_keep_alive_comments_are_not_progress() -> None:
+async def test_keep_alive_comments_are_not_progress(workers: Workers | None) -> None:
     """A stream that sends part of an answer and then only SSE comments, for ever: it
     ends with the stall error (the comments keep the socket busy, so the connection's
     own timeout never fires)."""
     stuck = Linger(DropConnection("partial ans"), ping=0.01)
     with ScriptedOpenAIServer([stuck]) as server:
-        model = _openai(server, limits=StreamLimits(stall=0.3))
+        model = _openai(server, workers=workers, limits=StreamLimits(stall=0.3))
         with pytest.raises(ModelError) as caught:
             await settled(model.complete(HI))
     message = str(caught.value)
@@ -105,29 +117,33 @@ async def test_keep_alive_comments_are_not_progress() -> None:
     assert "\n" not in message
 
 
-async def test_anthropic_ping_events_are_not_progress() -> None:
+async def test_anthropic_ping_events_are_not_progress(workers: Workers | None) -> None:
     stuck = Linger(DropConnection("partial"), ping=0.01)  # ``event: ping`` every 10 ms
     with ScriptedAnthropicServer([stuck]) as server:
-        model = _anthropic(server, limits=StreamLimits(stall=0.3))
+        model = _anthropic(server, workers=workers, limits=StreamLimits(stall=0.3))
         with pytest.raises(ModelError, match=r"made no progress for 0\.3s"):
             await settled(model.complete(HI))
 
 
-async def test_a_stall_before_any_text_is_retried_and_then_answered() -> None:
+async def test_a_stall_before_any_text_is_retried_and_then_answered(
+        workers: Workers | None) -> None:
     """A stall is the connection's failure: retried while nothing reached the caller."""
     stuck = Linger(DropConnection(""), ping=0.01)
     with ScriptedOpenAIServer([stuck, "Second time lucky."]) as server:
         model = OpenAIChatModel("m", base_url=server.base_url, api_key="sk-test", max_retries=1,
-                                backoff_base=0.01, limits=StreamLimits(stall=0.3))
+                                backoff_base=0.01, limits=StreamLimits(stall=0.3),
+                                workers=workers)
         response = await settled(model.complete(HI, on_text=lambda _: None))
     assert response.text == "Second time lucky."
     assert len(server.requests) == 2
 
 
-async def test_an_answer_still_streaming_at_the_deadline_fails_with_its_limit() -> None:
+async def test_an_answer_still_streaming_at_the_deadline_fails_with_its_limit(
+        workers: Workers | None) -> None:
     stuck = Linger(DropConnection("partial"), ping=0.01)
     with ScriptedResponsesServer([stuck]) as server:
-        model = _responses(server, limits=StreamLimits(stall=60, deadline=0.4))
+        model = _responses(server, workers=workers,
+                           limits=StreamLimits(stall=60, deadline=0.4))
         with pytest.raises(ModelError) as caught:
             await settled(model.complete(HI))
     message = str(caught.value)
@@ -140,7 +156,8 @@ async def test_an_answer_still_streaming_at_the_deadline_fails_with_its_limit() 
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "responses"])
-async def test_a_line_without_end_is_cut_at_the_event_size_limit(kind: str) -> None:
+async def test_a_line_without_end_is_cut_at_the_event_size_limit(
+        kind: str, workers: Workers | None) -> None:
     """3 MiB of one ``data:`` line that never ends, against a 1 MiB limit: the read
     stops at the limit, with an error naming it (not a JSON error after reading it all)."""
     limits = StreamLimits(max_event_bytes=1 << 20)
@@ -157,7 +174,7 @@ async def test_a_line_without_end_is_cut_at_the_event_size_limit(kind: str) -> N
         server = ScriptedResponsesServer([flood])
         model = _responses
     with server, pytest.raises(ModelError) as caught:
-        await settled(model(server, limits=limits).complete(HI))
+        await settled(model(server, workers=workers, limits=limits).complete(HI))
     message = str(caught.value)
     assert "over 1,048,576 bytes" in message
     assert "NONOKA_STREAM_MAX_EVENT_BYTES" in message

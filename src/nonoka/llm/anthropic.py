@@ -54,6 +54,7 @@ from nonoka.llm.options import dropped_warning
 from nonoka.llm.transport import (
     MAX_ERROR_BODY,
     Dialect,
+    ErrorAnswer,
     Failure,
     HTTPModel,
     StreamLimits,
@@ -67,8 +68,6 @@ from nonoka.state.entries import EntryMessages
 from nonoka.state.messages import Message, ReasoningPart, ToolCall
 
 if TYPE_CHECKING:
-    import http.client
-
     from nonoka.llm.catalog import KnownModel
     from nonoka.llm.workers import Workers
     from nonoka.state.prefix_memo import ConversationPasses, PrefixMemo
@@ -514,7 +513,7 @@ def _event_failure(event: Mapping[str, Any]) -> Failure:
                    retryable=status is not None and retryable(status), body=json.dumps(event))
 
 
-def _http_failure(response: http.client.HTTPResponse) -> Failure:
+def _http_failure(response: ErrorAnswer) -> Failure:
     """An error answer: its ``error.type`` and message; ``x-should-retry`` decides, when
     sent, whether to retry (as the SDK does)."""
     body = response.read(MAX_ERROR_BODY).decode("utf-8", "replace")

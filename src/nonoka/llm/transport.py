@@ -29,7 +29,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from nonoka.llm.catalog import KnownModel
     from nonoka.llm.connections import Connections
     from nonoka.llm.inflight import EarlyRequest
-    from nonoka.llm.workers import Workers
+    from nonoka.llm.workers import Call, Workers
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every 5xx; the same set as the SDK
 UNREACHABLE_RETRIES = 1
@@ -159,6 +159,18 @@ class HTTPModel(CompletesWithOptions):
         return f"{type(self).__name__}(model={self.model!r}, endpoint={self._endpoint.url!r})"
 
 
+class ErrorAnswer(Protocol):
+    """What a dialect reads of an error answer: an ``http.client.HTTPResponse``, or the
+    same read on the event loop (``nonoka.llm.loop_exchange``)."""
+
+    status: int
+    reason: str
+
+    def read(self, amt: int | None = None) -> bytes: ...
+
+    def getheader(self, name: str) -> str | None: ...
+
+
 END = object()  # the worker is finished
 DONE = object()  # the server sent ``data: [DONE]``
 
@@ -192,7 +204,7 @@ class Dialect:
     """The variable that sets the endpoint, named when nobody answers there."""
     key_variable: str | None = None
     """The variable that sets the key, named when the endpoint answers 401."""
-    failure: Callable[[http.client.HTTPResponse], Failure] | None = None
+    failure: Callable[[ErrorAnswer], Failure] | None = None
     """How an error answer reads (``http_failure``, OpenAI's shape, when ``None``)."""
     last_event: Callable[[Any], bool] | None = None
     """Whether a decoded payload ends the stream (besides ``data: [DONE]``)."""
@@ -248,24 +260,12 @@ class Transport:
     async def _attempt(self, body: bytes, stream: Accumulator, on_text: TextSink | None,
                        early: EarlyRequest | None = None) -> None:
         """One HTTP exchange; raises ``Failure`` when it did not yield a whole answer."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[list[object]] = asyncio.Queue()
-
-        def post(items: list[object]) -> None:
-            with suppress(RuntimeError):  # the loop is gone: nobody is listening any more
-                loop.call_soon_threadsafe(queue.put_nowait, items)
-
-        exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early,
-                            self.dialect, self.limits,
-                            None if self._workers is None else self._workers.connections)
-        if self._workers is not None:
-            self._workers.run(exchange.run, self._thread_name)
-        else:
-            threading.Thread(target=exchange.run, name=self._thread_name, daemon=True).start()
+        call = self._start(body, early)
+        batches = call.batches()
         ended = False
         try:
-            while not ended:
-                for item in await queue.get():
+            async for items in batches:
+                for item in items:
                     if item is END:
                         ended = True
                         break
@@ -277,11 +277,39 @@ class Transport:
                         stream.done = True
                     elif isinstance(item, dict):
                         await stream.feed(item, on_text)
+                if ended:
+                    break
         finally:
             if not ended:  # a failure or a cancel: the connection is not kept either
-                exchange.abort()
+                call.abort()
+            await batches.aclose()
         if not stream.complete():
             raise Failure("the stream ended before the answer was complete", retryable=True)
+
+    def _start(self, body: bytes, early: EarlyRequest | None) -> Call:
+        """The exchange, under way: on the event loop when the process's workers say so
+        (``Workers.on_loop``) and the request is not one the bridge already sent; else on
+        a worker thread."""
+        workers = self._workers
+        if early is None and workers is not None and workers.on_loop is not None:
+            call: Call = workers.on_loop(self.endpoint, body, self.headers, self._timeout,
+                                         self.dialect, self.limits)
+            return call
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[list[object]] = asyncio.Queue()
+
+        def post(items: list[object]) -> None:
+            with suppress(RuntimeError):  # the loop is gone: nobody is listening any more
+                loop.call_soon_threadsafe(queue.put_nowait, items)
+
+        exchange = Exchange(self.endpoint, body, self.headers, self._timeout, post, early,
+                            self.dialect, self.limits,
+                            None if workers is None else workers.connections)
+        if workers is not None:
+            workers.run(exchange.run, self._thread_name)
+        else:
+            threading.Thread(target=exchange.run, name=self._thread_name, daemon=True).start()
+        return _ThreadCall(queue, exchange)
 
     def _wait(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -424,11 +452,164 @@ KEEPALIVE_TYPES = frozenset({"ping", "keepalive", "keep-alive", "heartbeat"})
 """Event ``type``s that only keep a connection open (Anthropic's ``ping``): not progress."""
 
 
+class Reading:
+    """What one exchange has read of an answer, however it reads (a worker thread's
+    ``Exchange``, or ``nonoka.llm.loop_exchange`` on the event loop): the ``data:``
+    events parsed from the bytes as they arrive, each payload decoded into the items a
+    caller takes a batch at a time (``DONE`` for ``[DONE]``, a ``Failure``, ``END``), and
+    the ``limits``' clock: a line or event larger than ``max_event_bytes``, no progress
+    for ``stall`` seconds (pings and comments are not progress) or an exchange longer
+    than ``deadline`` ends it with a ``Failure``; each wait for more is given the
+    connection's ``timeout`` unless one of those comes first.
+
+    Every payload is one JSON object (the ``event:`` lines are not needed: every payload
+    names its own type); comments (``: ping``) and other fields are skipped."""
+
+    def __init__(self, dialect: Dialect, limits: StreamLimits, timeout: float) -> None:
+        self.dialect = dialect
+        self.limits = limits
+        self.timeout = timeout
+        self.clean_end = False
+        """The answer's last event arrived and no event was an error."""
+        self.error_seen = False
+        now = time.monotonic()
+        self._deadline_at = now + limits.deadline
+        self._progress_at = now
+        self.bound = "timeout"
+        """Which limit the current wait stands for."""
+        self.out: list[object] = []
+        """What the next batch hands over."""
+        self._pending = bytearray()  # the line not ended yet
+        self._data: list[bytes] = []  # the event's data lines so far
+        self._held = 0  # their size
+
+    def post(self, item: object) -> None:
+        self.out.append(item)
+
+    def take(self) -> list[object]:
+        """The items since the last batch."""
+        items, self.out = self.out, []
+        return items
+
+    def feed(self, piece: bytes) -> bool:
+        """Parse what one read brought; ``True`` once the answer's last event came (read
+        no further)."""
+        pending = self._pending
+        searched = len(pending)
+        pending += piece
+        start = 0
+        while (end := pending.find(b"\n", max(start, searched))) >= 0:
+            line = bytes(pending[start:end]).rstrip(b"\r")
+            start = end + 1
+            if line.startswith(b"data:"):
+                self._data.append(line[5:].strip())
+                self._held += len(line)
+            elif not line and self._data:  # a blank line ends an event
+                payload = b"\n".join(self._data)
+                self._data, self._held = [], 0
+                if self.dispatch(payload):
+                    return True
+        del pending[:start]
+        limit = self.limits.max_event_bytes
+        if self._held + len(pending) > limit:
+            raise Failure(
+                f"the endpoint sent a line or event of over {limit:,} bytes "
+                f"({StreamLimits.VARIABLES['max_event_bytes']}) without ending it: it "
+                "is not streaming the API's events; check the model's base URL "
+                f"({self.dialect.base_url_variable})")
+        return False
+
+    def ended(self) -> None:
+        """The stream ended: an event it did not end with a blank line still counts."""
+        if self._pending.startswith(b"data:"):
+            self._data.append(bytes(self._pending[5:]).strip())
+        if self._data:
+            self.dispatch(b"\n".join(self._data))
+
+    def dispatch(self, payload: bytes) -> bool:
+        if payload == b"[DONE]":
+            self.post(DONE)
+            self.clean_end = True
+            return True
+        event = json.loads(payload)
+        if not _keepalive(event):
+            self._progress_at = time.monotonic()
+        if _error_event(event):
+            self.error_seen = True
+        self.post(event)
+        last = self.dialect.last_event
+        if last is not None and last(event):
+            self.clean_end = True
+            return True
+        return False
+
+    def next_wait(self) -> float:
+        """The time the next read may wait: the connection timeout, unless the stall or
+        the deadline comes first (then raise, if it has come already)."""
+        now = time.monotonic()
+        left = {"timeout": self.timeout, "deadline": self._deadline_at - now,
+                "stall": self._progress_at + self.limits.stall - now}
+        self.bound = min(left, key=lambda name: left[name])
+        if left[self.bound] <= 0:
+            failure = self.expired()
+            assert failure is not None
+            raise failure
+        return left[self.bound]
+
+    def expired(self) -> Failure | None:
+        """The failure of a stall or deadline the last wait stood for."""
+        limits = self.limits
+        if self.bound == "deadline":
+            return Failure(
+                f"the answer was still streaming after {limits.deadline:g}s, the most one "
+                f"answer may take ({StreamLimits.VARIABLES['deadline']}); ask for a shorter "
+                "answer or raise that limit")
+        if self.bound == "stall":
+            return Failure(
+                f"the stream made no progress for {limits.stall:g}s (only keep-alive pings "
+                "or comments, or nothing, arrived): the endpoint seems stuck; try again, or "
+                f"raise {StreamLimits.VARIABLES['stall']} for a model that is slow to start",
+                retryable=True, connection=True)
+        return None
+
+    def failed(self, exc: Exception, endpoint: Endpoint) -> Failure:
+        """The ``Failure`` an exception that ended the exchange stands for."""
+        if isinstance(exc, Failure):
+            return exc
+        if isinstance(exc, TimeoutError):
+            return self.expired() or Failure(
+                f"no answer within {self.timeout:g}s (timeout)", retryable=True,
+                connection=True)
+        if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):  # not JSON
+            return Failure(f"the server sent an invalid stream: {excerpt(str(exc))}")
+        # connection refused/reset, TLS, protocol errors
+        unreachable = _unreachable_detail(exc, endpoint, self.dialect.base_url_variable)
+        if unreachable is not None:
+            return Failure(unreachable, retryable=True, unreachable=True)
+        return Failure(_connection_detail(exc), retryable=_retryable_exception(exc),
+                       connection=True)
+
+
+class _ThreadCall:
+    """An ``Exchange`` on a worker thread: its batches cross to the loop in a queue."""
+
+    def __init__(self, queue: asyncio.Queue[list[object]], exchange: Exchange) -> None:
+        self._queue = queue
+        self._exchange = exchange
+
+    async def batches(self) -> AsyncGenerator[list[object], None]:
+        while True:
+            yield await self._queue.get()
+
+    def abort(self) -> None:
+        self._exchange.abort()
+
+
 class Exchange:
     """One blocking request/response on the worker thread; results go through ``post``,
     in order, a list at a time (what one socket read brought, and the last with
     ``END``): each ``data:`` payload decoded, ``DONE`` for ``[DONE]``, a ``Failure``,
-    then ``END``.
+    then ``END`` (``Reading``).
 
     With ``connections`` (the process's ``nonoka.llm.connections.Connections``) the
     request goes on an idle kept connection to the endpoint when there is one (a kept
@@ -439,9 +620,7 @@ class Exchange:
     cancel (``abort``) or a partial read.
 
     The stream is read as it arrives (``read1``, never a whole line at once), so the
-    ``limits`` hold whatever the server sends: a line or event larger than
-    ``max_event_bytes``, no progress for ``stall`` seconds (pings and comments are not
-    progress) or an exchange longer than ``deadline`` ends it with a ``Failure``."""
+    ``limits`` hold whatever the server sends."""
 
     def __init__(self, endpoint: Endpoint, body: bytes, headers: dict[str, str],
                  timeout: float, post: Callable[[list[object]], None],
@@ -450,23 +629,12 @@ class Exchange:
                  connections: Connections | None = None) -> None:
         self._endpoint = endpoint
         self._connections = connections
-        self._clean_end = False
-        """The answer's last event arrived and no event was an error."""
-        self._error_seen = False
-        self._dialect = dialect
-        self._limits = limits or StreamLimits()
-        now = time.monotonic()
-        self._deadline_at = now + self._limits.deadline
-        self._progress_at = now
-        self._bound = "timeout"
-        """Which limit the socket's current timeout stands for."""
+        self._reading = Reading(dialect, limits or StreamLimits(), timeout)
         self._early = early
         self._body = body
         self._headers = headers
         self._timeout = timeout
         self._send_out = post
-        self._outbox: list[object] = []
-        """What the next ``post`` hands over."""
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._aborted = False
@@ -484,6 +652,7 @@ class Exchange:
 
     def run(self) -> None:
         kept: tuple[http.client.HTTPConnection, http.client.HTTPResponse] | None = None
+        reading = self._reading
         try:
             kept = self._exchange()
             if kept is not None:
@@ -493,36 +662,18 @@ class Exchange:
                         kept = None
                     else:
                         self._sock = None
-        except Failure as failure:
-            self._post(failure)
-        except TimeoutError:
-            self._post(self._expired() or Failure(
-                f"no answer within {self._timeout:g}s (timeout)", retryable=True,
-                connection=True))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a chunk that is not JSON
-            self._post(Failure(f"the server sent an invalid stream: {excerpt(str(exc))}"))
-        except Exception as exc:  # connection refused/reset, TLS, protocol errors
-            unreachable = _unreachable_detail(exc, self._endpoint,
-                                              self._dialect.base_url_variable)
-            if unreachable is not None:
-                self._post(Failure(unreachable, retryable=True, unreachable=True))
-            else:
-                self._post(Failure(_connection_detail(exc),
-                                   retryable=_retryable_exception(exc), connection=True))
+        except Exception as exc:
+            reading.post(reading.failed(exc, self._endpoint))
         finally:
-            self._post(END)
+            reading.post(END)
             self._flush()
             if kept is not None:
                 self._keep(*kept)
 
-    def _post(self, item: object) -> None:
-        self._outbox.append(item)
-
     def _flush(self) -> None:
         """Hand what was posted since the last flush to the loop, in one call."""
-        if self._outbox:
-            items, self._outbox = self._outbox, []
-            self._send_out(items)
+        if self._reading.out:
+            self._send_out(self._reading.take())
 
     def _keep(self, conn: http.client.HTTPConnection,
               response: http.client.HTTPResponse) -> None:
@@ -558,37 +709,6 @@ class Exchange:
             connections.give(_key(self._endpoint), conn)
         else:
             _closed(conn, response)
-
-    def _expired(self) -> Failure | None:
-        """The failure of a stall or deadline the last socket timeout stood for."""
-        limits = self._limits
-        if self._bound == "deadline":
-            return Failure(
-                f"the answer was still streaming after {limits.deadline:g}s, the most one "
-                f"answer may take ({StreamLimits.VARIABLES['deadline']}); ask for a shorter "
-                "answer or raise that limit")
-        if self._bound == "stall":
-            return Failure(
-                f"the stream made no progress for {limits.stall:g}s (only keep-alive pings "
-                "or comments, or nothing, arrived): the endpoint seems stuck; try again, or "
-                f"raise {StreamLimits.VARIABLES['stall']} for a model that is slow to start",
-                retryable=True, connection=True)
-        return None
-
-    def _wait_next(self) -> None:
-        """Give the next socket read the time left: the connection timeout, unless the
-        stall or the deadline comes first (then raise, if it has come already)."""
-        now = time.monotonic()
-        left = {"timeout": self._timeout, "deadline": self._deadline_at - now,
-                "stall": self._progress_at + self._limits.stall - now}
-        self._bound = min(left, key=lambda name: left[name])
-        if left[self._bound] <= 0:
-            failure = self._expired()
-            assert failure is not None
-            raise failure
-        sock = self._sock
-        if sock is not None:
-            sock.settimeout(left[self._bound])
 
     def _exchange(self) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse] | None:
         """The exchange; the connection and its response when the connection may be
@@ -626,10 +746,10 @@ class Exchange:
                     response = self._send(conn)
             try:
                 if response.status != 200:
-                    raise (self._dialect.failure or http_failure)(response)
+                    raise (self._reading.dialect.failure or http_failure)(response)
                 self._read_events(response)
-                kept = (early is None and connections is not None and self._clean_end
-                        and not self._error_seen)
+                kept = (early is None and connections is not None
+                        and self._reading.clean_end and not self._reading.error_seen)
             finally:
                 if not kept:
                     response.close()  # it holds the socket when the server said "close"
@@ -657,16 +777,18 @@ class Exchange:
         self._wait_next()
         return conn.getresponse()
 
+    def _wait_next(self) -> None:
+        """Give the next socket read the time left (``Reading.next_wait``)."""
+        wait = self._reading.next_wait()
+        sock = self._sock
+        if sock is not None:
+            sock.settimeout(wait)
+
     def _read_events(self, response: http.client.HTTPResponse) -> None:
-        """Parse Server-Sent Events; each ``data:`` payload is one JSON object (the
-        ``event:`` lines are not needed: every payload names its own type). Comments
-        (``: ping``) and other fields are skipped. Stops at the dialect's last event."""
-        limit = self._limits.max_event_bytes
-        pending = bytearray()  # the line not ended yet
-        data: list[bytes] = []  # the event's data lines so far
-        held = 0  # their size
+        """Read the stream into ``Reading``; stops at the dialect's last event."""
         import http.client
 
+        reading = self._reading
         while True:
             self._flush()  # the events of the last read, before waiting for more
             self._wait_next()
@@ -676,47 +798,9 @@ class Exchange:
                 piece = b""
             if not piece:
                 break
-            searched = len(pending)
-            pending += piece
-            start = 0
-            while (end := pending.find(b"\n", max(start, searched))) >= 0:
-                line = bytes(pending[start:end]).rstrip(b"\r")
-                start = end + 1
-                if line.startswith(b"data:"):
-                    data.append(line[5:].strip())
-                    held += len(line)
-                elif not line and data:  # a blank line ends an event
-                    if self._dispatch(b"\n".join(data)):
-                        return
-                    data, held = [], 0
-            del pending[:start]
-            if held + len(pending) > limit:
-                raise Failure(
-                    f"the endpoint sent a line or event of over {limit:,} bytes "
-                    f"({StreamLimits.VARIABLES['max_event_bytes']}) without ending it: it "
-                    "is not streaming the API's events; check the model's base URL "
-                    f"({self._dialect.base_url_variable})")
-        if pending.startswith(b"data:"):
-            data.append(bytes(pending[5:]).strip())
-        if data:
-            self._dispatch(b"\n".join(data))
-
-    def _dispatch(self, payload: bytes) -> bool:
-        if payload == b"[DONE]":
-            self._post(DONE)
-            self._clean_end = True
-            return True
-        event = json.loads(payload)
-        if not _keepalive(event):
-            self._progress_at = time.monotonic()
-        if _error_event(event):
-            self._error_seen = True
-        self._post(event)
-        last = self._dialect.last_event
-        if last is not None and last(event):
-            self._clean_end = True
-            return True
-        return False
+            if reading.feed(piece):
+                return
+        reading.ended()
 
 
 def _error_event(event: object) -> bool:
@@ -742,7 +826,7 @@ def _keepalive(event: object) -> bool:
     return not event or (isinstance(kind, str) and kind in KEEPALIVE_TYPES)
 
 
-def http_failure(response: http.client.HTTPResponse) -> Failure:
+def http_failure(response: ErrorAnswer) -> Failure:
     body = response.read(MAX_ERROR_BODY).decode("utf-8", "replace")
     detail = body
     try:
@@ -761,7 +845,7 @@ def _quota(body: str) -> bool:
     return "insufficient_quota" in body
 
 
-def retry_after(response: http.client.HTTPResponse) -> float | None:
+def retry_after(response: ErrorAnswer) -> float | None:
     """Seconds to wait, from ``retry-after-ms`` (OpenAI) or ``Retry-After`` in seconds."""
     for header, scale in (("retry-after-ms", 1000.0), ("Retry-After", 1.0)):
         value = response.getheader(header)

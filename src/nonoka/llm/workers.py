@@ -13,6 +13,12 @@ resolves; without one, each call starts (and ends) a thread of its own. It also 
 the process's idle connections to the model endpoints (``connections``,
 ``nonoka.llm.connections``), which its exchanges reuse for the next call.
 
+A process that answers calls on one event loop (``nonoka serve``, a warm bridge) may
+instead give its ``Workers`` an ``on_loop`` opener (``nonoka.llm.loop_exchange``): its
+exchanges then read their sockets on the loop itself, and no thread is woken for a
+call. A request the bridge already sent before the runtime loaded still has its answer
+read on a thread.
+
 Internal: not part of the public API (docs/architecture.md, "Public API").
 """
 
@@ -20,7 +26,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, Protocol
 
 from nonoka.llm.connections import Connections
 
@@ -29,12 +36,35 @@ IDLE = "nonoka-idle-worker"
 """The name of a thread waiting for its next job (a job runs under the name it is given)."""
 
 
+class Call(Protocol):
+    """A model call's exchange under way (``nonoka.llm.transport``): what it read, a
+    batch of items at a time, and a way to stop it."""
+
+    def batches(self) -> AsyncGenerator[list[object], None]: ...
+
+    def abort(self) -> None: ...
+
+
+class OnLoop(Protocol):
+    """Starts an exchange on the event loop: the endpoint, body, headers, timeout, dialect
+    and limits are ``nonoka.llm.transport``'s."""
+
+    def __call__(self, endpoint: Any, body: bytes, headers: dict[str, str], timeout: float,
+                 dialect: Any, limits: Any) -> Call: ...
+
+    def close(self) -> None:
+        """Close the idle connections it keeps (on the loop, before it closes)."""
+
+
 class Workers:
     """Idle daemon threads that run one job at a time, handed to them by ``run``."""
 
-    def __init__(self, idle: int = 8, connections: Connections | None = None) -> None:
+    def __init__(self, idle: int = 8, connections: Connections | None = None,
+                 on_loop: OnLoop | None = None) -> None:
         self.connections = connections if connections is not None else Connections()
         """The process's idle keep-alive connections to model endpoints."""
+        self.on_loop = on_loop
+        """When set, how this process's exchanges run on its event loop instead."""
         self.idle = idle
         """The most threads that stay waiting for work."""
         self._lock = threading.Lock()
@@ -65,6 +95,12 @@ class Workers:
                     return
                 self._waiting.append(inbox)
                 self._changed.notify_all()
+
+    def close(self) -> None:
+        """Close the idle connections to the endpoints (the threads are daemons)."""
+        self.connections.close()
+        if self.on_loop is not None:
+            self.on_loop.close()
 
     def wait_idle(self, count: int, timeout: float) -> bool:
         """Whether ``count`` threads wait for work within ``timeout`` seconds (a job's

@@ -35,6 +35,7 @@ from nonoka.llm.base import (
     TextSink,
     ToolSpec,
 )
+from nonoka.llm.loop_exchange import LoopConnections
 from nonoka.llm.responses import OpenAIResponsesModel
 from nonoka.llm.workers import Workers
 from nonoka.serve.additional import without_carriers
@@ -54,8 +55,9 @@ class Models:
     def __init__(self, project: Path, default: str) -> None:
         self.project = project
         self.default = default
-        self.workers = Workers()
-        """The threads of the model calls' HTTP exchanges, idle between requests."""
+        self.workers = Workers(on_loop=LoopConnections())
+        """How the model calls' HTTP exchanges run: on the server's event loop, their
+        connections kept between requests (``close`` closes them)."""
 
     def pick(self, asked: str | None) -> str:
         """The spec a request runs with (see the module's docstring)."""
@@ -75,6 +77,10 @@ class Models:
         from nonoka.turn.project import configured
 
         return configured(self.project, spec, passes=passes, workers=self.workers)
+
+    def close(self) -> None:
+        """Close the connections to the model endpoints (on the server's loop)."""
+        self.workers.close()
 
     def listing(self) -> dict[str, Any]:
         """``GET /v1/models``."""

@@ -105,6 +105,7 @@ async def run(served: Served, sock: socket.socket, *, key: str | None,
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        served.models.close()
 
 
 async def serve(project: Path, database_url: str | None, *, model: str, host: str,
