@@ -29,9 +29,9 @@ from nonoka.llm.base import (
     ChatModel,
     ModelResponse,
     ReasoningSink,
-    TakesCallOptions,
     TextSink,
     ToolSpec,
+    takes_options,
 )
 from nonoka.state.entries import EntryMessages, MemoryEntry
 from nonoka.state.messages import Message
@@ -85,7 +85,7 @@ class StepModel:
                             options: CallOptions | None = None) -> ModelResponse:
         sent = self._with_step(messages)
         model = self.model
-        if isinstance(model, TakesCallOptions):
+        if takes_options(model):
             return await model.complete_with(sent, tools, on_text=on_text,
                                              on_reasoning=on_reasoning, options=options)
         return await model.complete(sent, tools, on_text=on_text)

@@ -29,11 +29,12 @@ from typing import Any
 from nonoka.llm.base import (
     CallOptions,
     ChatModel,
+    CompletesWithOptions,
     ModelResponse,
     ReasoningSink,
-    TakesCallOptions,
     TextSink,
     ToolSpec,
+    takes_options,
 )
 from nonoka.llm.loop_exchange import LoopConnections
 from nonoka.llm.responses import OpenAIResponsesModel
@@ -152,7 +153,7 @@ class Answering:
         return self.entry - self.point.start
 
 
-class StampedModel:
+class StampedModel(CompletesWithOptions):
     """``model``, answering for one response (see the module's docstring)."""
 
     def __init__(self, model: ChatModel, run: Answering) -> None:
@@ -197,7 +198,7 @@ class StampedModel:
             if marks is None or marks.carriers:
                 sent = without_carriers(sent)
             options = function_choice(options)
-            if isinstance(model, TakesCallOptions):
+            if takes_options(model):
                 answer = await model.complete_with(sent, tools, on_text=on_text,
                                                    on_reasoning=on_reasoning, options=options)
             else:

@@ -30,7 +30,7 @@ from nonoka.events import (
     ToolCallRequested,
 )
 from nonoka.extensions.base import ToolDecision
-from nonoka.llm.base import ModelResponse, TakesCallOptions, call_usage
+from nonoka.llm.base import ModelResponse, call_usage, takes_options
 from nonoka.runtime.paradigms.env import LoopEnv, RunResult, result_of
 from nonoka.runtime.session import Session
 from nonoka.runtime.tools import RunContext, Tool
@@ -107,7 +107,7 @@ class ReActAgent:
         specs = [t.spec for t in agent.tool_map.values()]
         messages = session.memory.messages()
         faults.point("model.call.before")
-        if isinstance(model, TakesCallOptions):
+        if takes_options(model):
             response = await model.complete_with(messages, specs, on_text=on_text,
                                                  on_reasoning=on_reasoning,
                                                  options=agent.call_options)
