@@ -98,46 +98,6 @@ def _no_split(project: OpenCodeProject, session_id: str) -> None:
     assert not codes & SPLIT_WARNINGS, codes
 
 
-def test_run_session_fork_branches_and_the_original_goes_on(project: OpenCodeProject) -> None:
-    started = time.monotonic()
-    project.opencode("TURN-ONE")
-    root = project.session_id()
-    listed = project.run(str(project.binary), "session", "list", "--format", "json")
-    assert listed.returncode == 0, listed.stderr
-    opencode_session = json.loads(listed.stdout)[0]["id"]
-
-    fork = project.opencode("--session", opencode_session, "--fork", "TURN-TWO")
-    assert "ANSWER-TURN-TWO" in fork.stdout, project.explain(fork)
-    original = project.opencode("--session", opencode_session, "TURN-THREE")
-    assert "ANSWER-TURN-THREE" in original.stdout, project.explain(original)
-
-    # Each OpenCode session's own history reached the model: the fork's turn is not in the
-    # original's, and nothing was seen twice.
-    requests = _chat_requests(project.server)
-    opening = [("user", "TURN-ONE"), ("assistant", "ANSWER-TURN-ONE")]
-    assert requests[-2] == [*opening, ("user", "TURN-TWO")]
-    assert requests[-1] == [*opening, ("user", "TURN-THREE")]
-
-    # nonoka: one conversation, branched where the two diverged; the parent is kept whole.
-    chats = {r["session_id"]: r for r in _chats(project)}
-    assert root in chats
-    branches = [r for r in chats.values() if r["session_id"] != root]
-    assert len(branches) == 1, chats
-    assert branches[0]["forked_from"] == root
-    assert branches[0]["fork_point"] is not None
-    assert project.session_id() == root  # the last step was the original's
-    hosts = {(r.get("metadata") or {}).get("host_session_id") for r in chats.values()}
-    assert opencode_session in hosts and len(hosts) == 2, chats
-    tree = project.nonoka("sessions", "list", "--tree")
-    assert tree.returncode == 0, tree.stderr
-    assert branches[0]["session_id"][:8] in tree.stdout and root[:8] in tree.stdout
-    branched = [e["data"] for e in project.show(branches[0]["session_id"])["events"]
-                if e["kind"] == "warning" and e["data"].get("code") == "session_branched"]
-    assert branched, "the branch is not explained in sessions show"
-    _no_split(project, root)
-    print(f"fork e2e: {time.monotonic() - started:.1f} s")
-
-
 class _Serve:
     """``opencode serve`` on a free loopback port, and JSON calls to it."""
 
@@ -177,7 +137,24 @@ class _Serve:
         model = {"providerID": "nonoka", "modelID": "default"}
         answer = self.call("POST", f"/session/{session}/message",
                            {"parts": [{"type": "text", "text": words}], "model": model})
-        return "".join(p.get("text", "") for p in answer["parts"] if p["type"] == "text")
+        said = "".join(p.get("text", "") for p in answer["parts"] if p["type"] == "text")
+        assert said, self.explain(answer)  # an empty answer: the step failed
+        return said
+
+    def explain(self, answer: Any) -> str:
+        self.log.flush()
+        log = Path(self.log.name).read_text(encoding="utf-8", errors="replace")[-3000:]
+        return f"{json.dumps(answer)[-3000:]}\n--- opencode serve (tail)\n{log}"
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """OpenCode's sessions of the project, as ``opencode session list`` lists them."""
+        listed: list[dict[str, Any]] = self.call("GET", "/session")
+        return listed
+
+    def users(self, session: str) -> list[str]:
+        """The ids of a session's user messages, oldest first."""
+        return [m["info"]["id"] for m in self.call("GET", f"/session/{session}/message")
+                if m["info"]["role"] == "user"]
 
     def close(self) -> None:
         self.process.terminate()
@@ -187,6 +164,57 @@ class _Serve:
             self.process.kill()
             self.process.wait(10)
         self.log.close()
+
+
+def test_run_session_fork_branches_and_the_original_goes_on(project: OpenCodeProject) -> None:
+    """``opencode run --session <id> --fork`` forks a session, and the original goes on:
+    one nonoka conversation, branched where the two diverged. The run attaches to an
+    ``opencode serve`` (``--attach``) that holds the session and takes the turns around
+    the fork: the CLI's fork, one OpenCode process for every turn. (nonoka judges each
+    request by what the database holds, so a warm bridge branches as a cold one does;
+    fresh processes finding their session are ``test_opencode.py``'s.)"""
+    started = time.monotonic()
+    serve = _Serve(project)
+    try:
+        opencode_session = serve.call("POST", "/session", {})["id"]
+        assert serve.say(opencode_session, "TURN-ONE") == "ANSWER-TURN-ONE"
+        root = project.session_id()
+        assert [s["id"] for s in serve.sessions()] == [opencode_session]
+
+        fork = project.opencode("--attach", serve.base, "--session", opencode_session,
+                                "--fork", "TURN-TWO")
+        assert "ANSWER-TURN-TWO" in fork.stdout, project.explain(fork)
+        assert serve.say(opencode_session, "TURN-THREE") == "ANSWER-TURN-THREE"
+        hosts_listed = {s["id"] for s in serve.sessions()}
+    finally:
+        serve.close()
+
+    # Each OpenCode session's own history reached the model: the fork's turn is not in the
+    # original's, and nothing was seen twice.
+    requests = _chat_requests(project.server)
+    opening = [("user", "TURN-ONE"), ("assistant", "ANSWER-TURN-ONE")]
+    assert requests[-2] == [*opening, ("user", "TURN-TWO")]
+    assert requests[-1] == [*opening, ("user", "TURN-THREE")]
+
+    # nonoka: one conversation, branched where the two diverged; the parent is kept whole.
+    chats = {r["session_id"]: r for r in _chats(project)}
+    assert root in chats
+    branches = [r for r in chats.values() if r["session_id"] != root]
+    assert len(branches) == 1, chats
+    assert branches[0]["forked_from"] == root
+    assert branches[0]["fork_point"] is not None
+    assert project.session_id() == root  # the last step was the original's
+    hosts = {(r.get("metadata") or {}).get("host_session_id") for r in chats.values()}
+    assert opencode_session in hosts and len(hosts) == 2, chats
+    assert hosts == hosts_listed, (hosts, hosts_listed)  # the fork is OpenCode's new session
+    tree = project.nonoka("sessions", "list", "--tree")
+    assert tree.returncode == 0, tree.stderr
+    assert branches[0]["session_id"][:8] in tree.stdout and root[:8] in tree.stdout
+    branched = [e["data"] for e in project.show(branches[0]["session_id"])["events"]
+                if e["kind"] == "warning" and e["data"].get("code") == "session_branched"]
+    assert branched, "the branch is not explained in sessions show"
+    _no_split(project, root)
+    print(f"fork e2e: {time.monotonic() - started:.1f} s")
 
 
 def test_a_revert_through_the_server_api_branches_without_rolling_back(
@@ -415,11 +443,11 @@ def test_a_tui_and_a_run_at_the_same_time_stay_in_their_own_lines(
     neither's turns reach the other's model requests."""
     with _tui_in(tmp_path, opencode_bin) as (project, server, tui):
         tui.say("SAME-OPENING", "ANSWER-SAME-OPENING")
-        beside = project.opencode("SAME-OPENING")
+        beside = project.opencode("--format", "json", "SAME-OPENING")
         assert "ANSWER-SAME-OPENING" in beside.stdout, project.explain(beside)
-        ran = project.run(str(project.binary), "session", "list", "--format", "json")
-        assert ran.returncode == 0, ran.stderr
-        newest = max(json.loads(ran.stdout), key=lambda s: s["created"])["id"]
+        # the run's events name its session (no `opencode session list` process needed)
+        (newest,) = {json.loads(line)["sessionID"] for line in beside.stdout.splitlines()
+                     if line.startswith("{")}
         tui.say("TUI-TURN", "ANSWER-TUI-TURN")
         more = project.opencode("--session", newest, "RUN-TURN")
         assert "ANSWER-RUN-TURN" in more.stdout, project.explain(more)
@@ -438,24 +466,30 @@ def test_a_tui_and_a_run_at_the_same_time_stay_in_their_own_lines(
 
 def test_two_opencode_sessions_alike_stay_in_their_own_lines(project: OpenCodeProject) -> None:
     """OpenCode says which of its sessions each step belongs to (``setCacheKey``): two
-    sessions that begin with the same message never share a nonoka line, and
-    ``opencode session list`` and ``nonoka sessions list`` describe the same ones."""
-    project.opencode("SAME start")
-    project.opencode("SAME start")
-    listed = project.run(str(project.binary), "session", "list", "--format", "json")
-    assert listed.returncode == 0, listed.stderr
-    hosts = [s["id"] for s in json.loads(listed.stdout)]
-    assert len(hosts) == 2
-    first, second = hosts
-    project.opencode("--session", first, "ONE goes on")
-    project.opencode("--session", second, "TWO goes on")
+    sessions that begin with the same message never share a nonoka line, though one
+    OpenCode process (and so one warm bridge) serves both, and OpenCode's session list
+    (``GET /session``, what ``opencode session list`` prints) and ``nonoka sessions list``
+    describe the same ones."""
+    serve = _Serve(project)
+    try:
+        first, second = (serve.call("POST", "/session", {})["id"] for _ in range(2))
+        assert serve.say(first, "SAME start") == "ANSWER-SAME"
+        assert serve.say(second, "SAME start") == "ANSWER-SAME"
+        hosts = {s["id"] for s in serve.sessions()}
+        assert hosts == {first, second}
+        assert serve.say(first, "ONE goes on") == "ANSWER-ONE"
+        assert serve.say(second, "TWO goes on") == "ANSWER-TWO"
+    finally:
+        serve.close()
     chats = _chats(project)
     lines = {(r.get("metadata") or {}).get("host_session_id"): r["session_id"] for r in chats}
-    assert set(lines) == {first, second}, chats
+    assert set(lines) == hosts, chats
     assert len({r["session_id"] for r in chats}) == 2
     requests = _chat_requests(project.server)
-    assert "ONE goes on" in requests[-2][-1][1] and "TWO goes on" in requests[-1][-1][1]
-    assert not any("ONE goes on" in content for _, content in requests[-1])
+    assert requests[-2] == [("user", "SAME start"), ("assistant", "ANSWER-SAME"),
+                            ("user", "ONE goes on")]
+    assert requests[-1] == [("user", "SAME start"), ("assistant", "ANSWER-SAME"),
+                            ("user", "TWO goes on")]
     tree = project.nonoka("sessions", "list", "--tree", "--json")
     assert tree.returncode == 0, tree.stderr
     for sid in lines.values():
@@ -465,9 +499,11 @@ def test_two_opencode_sessions_alike_stay_in_their_own_lines(project: OpenCodePr
 def test_auto_compaction_stays_in_the_chat_session_and_a_fork_after_it_is_a_branch(
         project: OpenCodeProject) -> None:
     """OpenCode compacts on its own and goes on: one chat session, the summary recorded
-    against it. Then ``--fork``, then back to the original: the fork is a branch with
-    its fork point, the original continues in its own line, and nothing is rewritten in
-    place (no ``history_compacted`` classification of either step)."""
+    against it. Then a fork (``POST /session/{id}/fork``, what ``opencode run --fork``
+    calls; the CLI's own is ``test_run_session_fork_branches_and_the_original_goes_on``),
+    then back to the original: the fork is a branch with its fork point, the original
+    continues in its own line, and nothing is rewritten in place (no
+    ``history_compacted`` classification of either step)."""
     config_file = project.path / "opencode.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["provider"]["nonoka"]["models"] = {
@@ -475,50 +511,50 @@ def test_auto_compaction_stays_in_the_chat_session_and_a_fork_after_it_is_a_bran
     config_file.write_text(json.dumps(config, indent=2), encoding="utf-8")
     started = time.monotonic()
 
-    project.opencode("TURN-ONE")
-    root = project.session_id()
-    big = project.opencode("--continue", "TURN-TWO-BIG")  # the context is now "full"
-    assert SUMMARY in big.stdout, project.explain(big)
-    three = project.opencode("--continue", "TURN-THREE")
-    assert "ANSWER-TURN-THREE" in three.stdout, project.explain(three)
+    serve = _Serve(project)
+    try:
+        host = serve.call("POST", "/session", {})["id"]
+        assert serve.say(host, "TURN-ONE") == "ANSWER-TURN-ONE"
+        root = project.session_id()
+        # The context is now "full": OpenCode compacts, and goes on, before it answers.
+        serve.say(host, "TURN-TWO-BIG")
+        assert serve.say(host, "TURN-THREE") == "ANSWER-TURN-THREE"
+        assert project.session_id() == root
+        listed_once = [s["id"] for s in serve.sessions()]
+
+        forked = serve.call("POST", f"/session/{host}/fork", {})["id"]
+        assert serve.say(forked, "FORKED-TURN") == "ANSWER-FORKED-TURN"
+        assert serve.say(host, "BACK-TURN") == "ANSWER-BACK-TURN"
+        hosts = {s["id"] for s in serve.sessions()}
+    finally:
+        serve.close()
+    assert listed_once == [host]
+    assert hosts == {host, forked}
 
     # OpenCode compacted on its own, once, and went on from its summary as it intends.
     compactions = [r for r in project.server.requests if _is_compaction(r)]
     assert len(compactions) == 1
     assert _said(compactions[0])[0][1].startswith("Here is the conversation so far:")
-    last = _chat_requests(project.server)[-1]
-    assert last[:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
-    assert last[-1] == ("user", "TURN-THREE")
-    # nonoka: still one chat session; the summary recorded against it.
-    assert project.session_id() == root
-    compacted = _chats(project)
-    assert [r["session_id"] for r in compacted] == [root], compacted
-    # one, two, OpenCode's "continue" after compacting, three
-    assert compacted[0]["turn_count"] >= 4
+    three = next(r for r in _chat_requests(project.server) if r[-1] == ("user", "TURN-THREE"))
+    assert three[:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
+    # nonoka: still one chat session after the compaction; the summary recorded against it.
     summaries = [r for r in project.sessions() if _purpose(r) == "compaction"]
     assert [r["metadata"].get("compaction_of") for r in summaries] == [root]
-    _no_split(project, root)
-
-    listed = project.run(str(project.binary), "session", "list", "--format", "json")
-    assert listed.returncode == 0, listed.stderr
-    (host,) = [s["id"] for s in json.loads(listed.stdout)]
-
-    fork = project.opencode("--session", host, "--fork", "FORKED-TURN")
-    assert "ANSWER-FORKED-TURN" in fork.stdout, project.explain(fork)
-    back = project.opencode("--session", host, "BACK-TURN")
-    assert "ANSWER-BACK-TURN" in back.stdout, project.explain(back)
 
     # Each OpenCode session's history reached the model: the summary, then its own turn.
     requests = _chat_requests(project.server)
     assert requests[-2][-1] == ("user", "FORKED-TURN")
+    assert requests[-2][:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
     assert requests[-1][-1] == ("user", "BACK-TURN")
     assert not any(content == "FORKED-TURN" for _, content in requests[-1])
 
     chats = {r["session_id"]: r for r in _chats(project)}
-    assert root in chats, chats
+    assert project.session_id() == root  # the last step was the original's
     assert (chats[root].get("metadata") or {}).get("host_session_id") == host
+    # one, two, OpenCode's "continue" after compacting, three, back
+    assert chats[root]["turn_count"] >= 5
     branches = [r for r in chats.values() if r["forked_from"] == root]
-    assert len(branches) == 1, chats
+    assert len(branches) == 1 and len(chats) == 2, chats
     branch = branches[0]
     assert branch["fork_point"] is not None and branch["fork_point"] > 0
 
@@ -528,9 +564,6 @@ def test_auto_compaction_stays_in_the_chat_session_and_a_fork_after_it_is_a_bran
         return [e["text"] for e in json.loads(shown.stdout)["entries"]]
 
     # OpenCode's list and nonoka's describe the same two conversations.
-    listed = project.run(str(project.binary), "session", "list", "--format", "json")
-    assert listed.returncode == 0, listed.stderr
-    hosts = {s["id"] for s in json.loads(listed.stdout)}
     lines = {(r.get("metadata") or {}).get("host_session_id"): r["session_id"]
              for r in chats.values()}
     assert set(lines) == hosts and lines[host] == root, (lines, hosts)
@@ -566,11 +599,8 @@ def test_an_undo_after_compaction_is_a_branch(project: OpenCodeProject) -> None:
         session = serve.call("POST", "/session", {})["id"]
         assert serve.say(session, "TURN-ONE") == "ANSWER-TURN-ONE"
         root = project.session_id()
-        serve.say(session, "TURN-TWO-BIG")
-        deadline = time.monotonic() + 60  # OpenCode compacts after the answer
-        while not any(_is_compaction(r) for r in project.server.requests):
-            assert time.monotonic() < deadline, "OpenCode never compacted"
-            time.sleep(0.3)
+        serve.say(session, "TURN-TWO-BIG")  # OpenCode compacts, and goes on, then answers
+        assert any(_is_compaction(r) for r in project.server.requests), "never compacted"
         assert serve.say(session, "TURN-THREE") == "ANSWER-TURN-THREE"
         users = [m["info"]["id"] for m in serve.call("GET", f"/session/{session}/message")
                  if m["info"]["role"] == "user"]
