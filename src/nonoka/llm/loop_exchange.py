@@ -60,7 +60,7 @@ class LoopConnections:
     def __init__(self, per_host: int = 8, idle_seconds: float = 30.0) -> None:
         self.per_host = per_host
         self.idle_seconds = idle_seconds
-        self._idle: dict[Key, list[tuple[float, Pair]]] = {}
+        self._idle: dict[Key, list[tuple[float, asyncio.AbstractEventLoop, Pair]]] = {}
         self._draining: set[asyncio.Task[None]] = set()
         self._ssl: ssl.SSLContext | None = None
         self.opened = 0
@@ -76,8 +76,11 @@ class LoopConnections:
         """The most recently kept connection for ``key`` that is still open, or ``None``."""
         kept = self._idle.get(key)
         now = time.monotonic()
+        loop = asyncio.get_running_loop()
         while kept:
-            since, (reader, writer) = kept.pop()
+            since, owner, (reader, writer) = kept.pop()
+            if owner is not loop:  # a connection of a loop that has ended is no use
+                continue
             if now - since <= self.idle_seconds and _quiet(reader, writer):
                 self.reused += 1
                 return reader, writer
@@ -86,9 +89,9 @@ class LoopConnections:
 
     def give(self, key: Key, pair: Pair) -> None:
         kept = self._idle.setdefault(key, [])
-        kept.append((time.monotonic(), pair))
+        kept.append((time.monotonic(), asyncio.get_running_loop(), pair))
         if len(kept) > self.per_host:
-            kept.pop(0)[1][1].close()
+            kept.pop(0)[2][1].close()
 
     def idle(self, key: Key) -> int:
         """How many connections wait for ``key``."""
@@ -136,8 +139,9 @@ class LoopConnections:
     def close(self) -> None:
         """Close every idle connection."""
         for kept in self._idle.values():
-            for _, (_, writer) in kept:
-                writer.close()
+            for _, owner, (_, writer) in kept:
+                if not owner.is_closed():
+                    writer.close()
         self._idle.clear()
 
 
