@@ -252,3 +252,15 @@ def test_the_stdlib_id_list_names_exactly_the_catalogs_models() -> None:
     from nonoka.llm.model_ids import BUILTIN_IDS
 
     assert {m.id for m in BUILTIN} == BUILTIN_IDS
+
+
+def test_an_entry_looked_up_alone_is_the_whole_catalogs() -> None:
+    """``known_model`` without a ``[models]`` table finds the built-in entry alone; it is
+    the entry the whole catalog holds, for every built-in id, its Responses API alias and
+    an id nobody describes."""
+    whole = models_from_config({})
+    specs = [*whole, "openai-responses:not-in-the-catalog", "anthropic:claude-scripted"]
+    assert any(spec.startswith("openai-responses:") for spec in whole)
+    for spec in specs:
+        assert known_model(spec) == whole.get(spec), spec
+        assert known_model(spec, {"anthropic": {}}) == whole.get(spec), spec

@@ -146,8 +146,22 @@ def cost(model: KnownModel, *, input_tokens: int, output_tokens: int,
 
 def known_model(spec: str, config: Mapping[str, Any] | None = None) -> KnownModel | None:
     """The catalog's entry for ``spec`` (``"openai:gpt-4o"``), with ``config``'s
-    ``[models]`` table applied; ``None`` for a model nobody described."""
-    return models_from_config(config or {}).get(spec)
+    ``[models]`` table applied; ``None`` for a model nobody described. Without a table,
+    the built-in entry is looked up alone: a server resolves its model on every request,
+    and building the whole catalog for one entry cost more than the rest of it."""
+    if config is None or "models" not in config:
+        return _builtin(spec)
+    return models_from_config(config).get(spec)
+
+
+def _builtin(spec: str) -> KnownModel | None:
+    """``models_from_config({})[spec]``, without the other entries."""
+    if spec.startswith(RESPONSES):
+        base = _builtin("openai:" + spec.removeprefix(RESPONSES))
+        if base is not None:
+            return base.model_copy(update={"id": spec})
+    found = [model for model in BUILTIN if model.id == spec]
+    return found[-1] if found else None
 
 
 def models_from_config(config: Mapping[str, Any],

@@ -54,8 +54,12 @@ def described(project: Path, spec: str) -> KnownModel | None:
     from nonoka.llm.model_ids import known as catalogued
 
     config = project / ".nonoka" / "config.toml"
-    if not catalogued(spec) and not (config.is_file() and "[models" in _text(config)):
-        return None
+    if not (config.is_file() and "[models" in _text(config)):
+        if not catalogued(spec):
+            return None
+        from nonoka.llm.catalog import known_model
+
+        return known_model(spec)
     from nonoka.llm.catalog import project_models
 
     return project_models(project).get(spec)
