@@ -152,6 +152,25 @@ async def test_an_answer_still_streaming_at_the_deadline_fails_with_its_limit(
     assert not caught.value.retryable
 
 
+async def test_text_reaches_the_caller_while_the_endpoint_still_answers(
+        workers: Workers | None) -> None:
+    """What arrived is handed over at once, not when more arrives: a stream that sends
+    part of an answer and then waits has its text at the caller while the call is still
+    under way."""
+    stuck = Linger(DropConnection("Hello there, still thinking"))
+    with ScriptedOpenAIServer([stuck], keep_alive=True, chunk_size=4) as server:
+        model = _openai(server, workers=workers, limits=StreamLimits(stall=60))
+        said = asyncio.Event()
+        call = asyncio.create_task(model.complete(HI, on_text=lambda _: said.set()))
+        await settled(said.wait())
+        assert not call.done()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    if workers is not None:
+        workers.close()
+
+
 # size -------------------------------------------------------------------------------------
 
 

@@ -148,8 +148,13 @@ class LoopConnections:
 def _quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
     """Whether an idle connection is open with nothing to read: anything there is the
     server's hang-up (or what nobody asked for), and the connection is no use."""
-    return (not writer.is_closing() and not reader.at_eof()
-            and not getattr(reader, "_buffer", None))
+    return not writer.is_closing() and not reader.at_eof() and not _buffered(reader)
+
+
+def _buffered(reader: asyncio.StreamReader) -> bool:
+    """Whether bytes wait unread in ``reader`` (its buffer; ``False`` where a Python
+    keeps it elsewhere, which only hands the events over in smaller batches)."""
+    return bool(getattr(reader, "_buffer", None))
 
 
 class LoopCall:
@@ -186,7 +191,7 @@ class LoopCall:
                         break
                     if reading.feed(piece):
                         break
-                    if reading.out:
+                    if reading.out and not answer.buffered():  # what came in one read
                         yield reading.take()
             except Exception as exc:
                 reading.post(reading.failed(exc, self._endpoint))
@@ -319,8 +324,18 @@ class _Answer:
             self.done = True
             return b""
         self._chunk -= len(data)
-        self._crlf = self._chunk == 0
+        if self._chunk == 0:
+            self._crlf = True
+            if len(getattr(reader, "_buffer", b"")) >= 2:  # the chunk's line break is here
+                await reader.readexactly(2)
+                self._crlf = False
         return data
+
+    def buffered(self) -> bool:
+        """Whether more of the answer has arrived already, beyond a chunk's line break
+        (the events of one read are handed over together, as a thread's exchange hands
+        over one socket read)."""
+        return _buffered(self._reader)
 
     async def error_body(self) -> _ErrorAnswer:
         """The answer read for its dialect's failure (up to ``MAX_ERROR_BODY``)."""
