@@ -226,14 +226,12 @@ def test_a_revert_through_the_server_api_branches_without_rolling_back(
         assert serve.say(session, "TURN-ONE") == "ANSWER-TURN-ONE"
         root = project.session_id()
         assert serve.say(session, "TURN-TWO") == "ANSWER-TURN-TWO"
-        users = [m["info"]["id"] for m in serve.call("GET", f"/session/{session}/message")
-                 if m["info"]["role"] == "user"]
-        serve.call("POST", f"/session/{session}/revert", {"messageID": users[1]})
+        serve.call("POST", f"/session/{session}/revert",
+                   {"messageID": serve.users(session)[1]})
         assert serve.say(session, "TURN-THREE") == "ANSWER-TURN-THREE"
         # Fork at the (new) second user message: the fork holds only the first exchange.
-        users = [m["info"]["id"] for m in serve.call("GET", f"/session/{session}/message")
-                 if m["info"]["role"] == "user"]
-        forked = serve.call("POST", f"/session/{session}/fork", {"messageID": users[1]})["id"]
+        forked = serve.call("POST", f"/session/{session}/fork",
+                            {"messageID": serve.users(session)[1]})["id"]
         assert serve.say(forked, "TURN-FOUR") == "ANSWER-TURN-FOUR"
     finally:
         serve.close()
@@ -602,9 +600,8 @@ def test_an_undo_after_compaction_is_a_branch(project: OpenCodeProject) -> None:
         serve.say(session, "TURN-TWO-BIG")  # OpenCode compacts, and goes on, then answers
         assert any(_is_compaction(r) for r in project.server.requests), "never compacted"
         assert serve.say(session, "TURN-THREE") == "ANSWER-TURN-THREE"
-        users = [m["info"]["id"] for m in serve.call("GET", f"/session/{session}/message")
-                 if m["info"]["role"] == "user"]
-        serve.call("POST", f"/session/{session}/revert", {"messageID": users[-1]})
+        serve.call("POST", f"/session/{session}/revert",
+                   {"messageID": serve.users(session)[-1]})
         assert serve.say(session, "TURN-FOUR") == "ANSWER-TURN-FOUR"
     finally:
         serve.close()

@@ -4,6 +4,8 @@ The Chat Completions adapter (``nonoka.llm.openai``), the Responses API adapter
 (``nonoka.llm.responses``) and the Messages API adapter (``nonoka.llm.anthropic``) post
 one JSON body and read a stream of ``data:`` events; a ``Dialect`` says how a vendor's
 error answers, last event and variables differ. What they share lives here: the
+reading of a stream's events and its limits (``Reading``, whichever way the answer is
+read; a server reads it on its event loop, ``nonoka.llm.loop_exchange``); the
 blocking exchange on a daemon worker thread (one the process keeps, when it passes its
 ``nonoka.llm.workers.Workers``), whose parsed events cross to the event loop
 through an ``asyncio.Queue``, those of one socket read in one batch (so sinks run on
