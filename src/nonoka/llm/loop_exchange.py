@@ -148,13 +148,13 @@ class LoopConnections:
 def _quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
     """Whether an idle connection is open with nothing to read: anything there is the
     server's hang-up (or what nobody asked for), and the connection is no use."""
-    return not writer.is_closing() and not reader.at_eof() and not _buffered(reader)
+    return not writer.is_closing() and not reader.at_eof() and not _waiting(reader)
 
 
-def _buffered(reader: asyncio.StreamReader) -> bool:
-    """Whether bytes wait unread in ``reader`` (its buffer; ``False`` where a Python
-    keeps it elsewhere, which only hands the events over in smaller batches)."""
-    return bool(getattr(reader, "_buffer", None))
+def _waiting(reader: asyncio.StreamReader) -> int:
+    """How many bytes wait unread in ``reader`` (its buffer; 0 where a Python keeps it
+    elsewhere, which only hands the events over in smaller batches)."""
+    return len(getattr(reader, "_buffer", b""))
 
 
 class LoopCall:
@@ -326,7 +326,7 @@ class _Answer:
         self._chunk -= len(data)
         if self._chunk == 0:
             self._crlf = True
-            if len(getattr(reader, "_buffer", b"")) >= 2:  # the chunk's line break is here
+            if _waiting(reader) >= 2:  # the chunk's line break is here
                 await reader.readexactly(2)
                 self._crlf = False
         return data
@@ -335,7 +335,7 @@ class _Answer:
         """Whether more of the answer has arrived already, beyond a chunk's line break
         (the events of one read are handed over together, as a thread's exchange hands
         over one socket read)."""
-        return _buffered(self._reader)
+        return _waiting(self._reader) > 0
 
     async def error_body(self) -> _ErrorAnswer:
         """The answer read for its dialect's failure (up to ``MAX_ERROR_BODY``)."""
