@@ -7,6 +7,7 @@ The helpers these build on live in ``tests/support/``.
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,13 @@ reaper.install()
 # every module again on every run, ~11 s of CPU each. This process writes them; the
 # processes the tests start still inherit the environment's choice.
 sys.dont_write_bytecode = False
+# A shell without job control starts a command put in the background (`pytest ... &`) with
+# SIGINT ignored, and every process under it inherits that: CPython then leaves SIGINT
+# ignored, and the tests that press Ctrl-C on a process they start (a stuck tool, a
+# bridge starting) would wait for an exit that never comes. They stand for a person at a
+# terminal, so the processes here take SIGINT as a terminal's foreground job does.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ScriptItem: TypeAlias = "Step | Callable[[dict[str, Any]], Step]"
 """A step, or a function from the request body to a step (called when the request comes)."""

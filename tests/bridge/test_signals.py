@@ -63,14 +63,22 @@ SWALLOWED = re.compile(r"Exception ignored in: <function _get_module_lock\.<loca
                        r"KeyboardInterrupt: \n")
 """CPython, still starting, ran its own SIGINT handler inside the import system's module
 lock callback, where the ``KeyboardInterrupt`` is printed and dropped: the signal is
-gone before any code of nonoka runs, and the process goes on."""
+gone before any code of nonoka runs, and the process goes on. A drop before
+``sys.stderr`` exists prints nothing at all (CPython writes an unraisable exception to
+``sys.stderr``, or nowhere when there is none yet): about one spawn in a thousand
+signalled in its first milliseconds on a busy machine ended that way, waiting for input
+with nothing on stderr. Once nonoka's code runs, a signal always ends the process at
+once (the second half of ``test_a_sigint_while_the_bridge_starts_ends_quietly``)."""
+
+SILENT_DROP = ""
+"""What stderr holds after that earlier drop (see ``SWALLOWED``)."""
 
 
 def _finish(proc: subprocess.Popen[bytes], *, starting: bool = False) -> str:
     """Wait for the exit (input still open), and return stderr. ``starting``: a SIGINT
-    sent as the interpreter starts may have been dropped by CPython itself (``SWALLOWED``);
-    the input is then closed, the bridge must end as at any end of input, and stderr must
-    show that drop and nothing else."""
+    sent as the interpreter starts may have been dropped by CPython itself (``SWALLOWED``,
+    ``SILENT_DROP``); the input is then closed, the bridge must end as at any end of
+    input, and stderr must show that drop and nothing else."""
     try:
         proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
@@ -84,7 +92,7 @@ def _finish(proc: subprocess.Popen[bytes], *, starting: bool = False) -> str:
                 err = proc.stderr.read().decode()
                 for stream in (proc.stdout, proc.stderr):
                     stream.close()
-                assert SWALLOWED.fullmatch(err), err
+                assert err == SILENT_DROP or SWALLOWED.fullmatch(err), err
                 return err
         proc.kill()
         proc.wait()
