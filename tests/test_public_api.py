@@ -61,7 +61,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "nonoka.testing.server": [
         "ANTHROPIC_STRICT_MODES", "AnthropicReply", "AnthropicStep", "Delay", "DropConnection",
-        "Flood", "HostedItem", "HttpError", "Linger",
+        "Flood", "HostedItem", "HttpError", "Linger", "Paced",
         "RESPONSES_STRICT_MODES", "ReasoningItem", "Reply", "ResponseFailed", "ResponsesReply",
         "STRICT_MODES", "ScriptedAnthropicServer", "ScriptedOpenAIServer",
         "ScriptedResponsesServer", "Step", "StreamError", "Thinking", "anthropic_overloaded",

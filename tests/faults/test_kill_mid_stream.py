@@ -2,7 +2,9 @@
 
 Each run SIGKILLs a real ``nonoka bridge`` at a random time after its request was sent
 (a seeded draw over the whole turn: before the model answers, while the answer streams,
-while the turn is saved), then a fresh bridge gets the same request, as a host retries
+while the turn is saved) to a model of each adapter (Chat Completions, Anthropic's
+Messages API, the Responses API: a scripted endpoint of its API that streams the answer
+a piece at a time), then a fresh bridge gets the same request, as a host retries
 after a crash. After every kill:
 
 - what the killed turn journaled of its answer (``partial_answer``) is a prefix of what
@@ -26,13 +28,19 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nonoka.store.sqlite.packing import unpack
+from nonoka.testing.server import (
+    Paced,
+    ScriptedAnthropicServer,
+    ScriptedOpenAIServer,
+    ScriptedResponsesServer,
+)
 from nonoka.turn.journal import PARTIAL_BYTES
 from tests.support.bridge import Bridge, chat, user
 from tests.support.processes import model_env
@@ -40,46 +48,50 @@ from tests.support.processes import model_env
 PIECES = [f"w{i:03d}x " * 8 for i in range(160)]
 ANSWER = "".join(PIECES)
 PIECE_SECONDS = 0.005
-SAMPLE = 8
+SAMPLES = {"openai": 8, "anthropic": 4, "openai-responses": 4}
+"""Kills per adapter in the suite's sample (the Chat Completions adapter's the most: it
+is every OpenAI-compatible provider's)."""
 CAMPAIGN = 40
 
 
-class Stream(BaseHTTPRequestHandler):
-    """An OpenAI-compatible endpoint streaming ``ANSWER`` a piece every 5 ms."""
+@pytest.fixture(scope="module", params=sorted(SAMPLES))
+def endpoint(request: pytest.FixtureRequest) -> Iterator[Endpoint]:
+    """A scripted endpoint of one adapter's API streaming ``ANSWER`` a piece every 5 ms,
+    every time it is asked, and the environment that points a bridge at it."""
+    adapter: str = request.param
 
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.end_headers()
-        try:
-            for piece in PIECES:
-                self._send({"delta": {"content": piece}, "finish_reason": None})
-                time.sleep(PIECE_SECONDS)
-            self._send({"delta": {}, "finish_reason": "stop"})
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            return
+    def script(body: dict[str, Any]) -> Paced:
+        return Paced(PIECE_SECONDS, ANSWER)
 
-    def _send(self, choice: dict[str, Any]) -> None:
-        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-                 "choices": [{"index": 0, **choice}]}
-        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.flush()
-
-    def log_message(self, *args: object) -> None:
-        pass
+    size = len(PIECES[0])
+    if adapter == "anthropic":
+        with ScriptedAnthropicServer(script, chunk_size=size) as anthropic:
+            yield Endpoint(adapter, {"NONOKA_MODEL": "anthropic:claude-haiku-4-5",
+                                     "ANTHROPIC_BASE_URL": anthropic.base_url,
+                                     "ANTHROPIC_API_KEY": "sk-ant-test"})
+        assert not anthropic.failures, anthropic.failures
+        return
+    served = (ScriptedResponsesServer(script, chunk_size=size) if adapter == "openai-responses"
+              else ScriptedOpenAIServer(script, chunk_size=size))
+    with served:
+        env = model_env(served.base_url)
+        if adapter == "openai-responses":
+            env["NONOKA_MODEL"] = "openai-responses:gpt-5"
+        yield Endpoint(adapter, env)
+    assert not served.failures, served.failures
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Stream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+@dataclass(frozen=True)
+class Endpoint:
+    adapter: str
+    env: dict[str, str]
+
+    def bridge(self, project: Path) -> Bridge:
+        """A bridge in ``project`` (made here) on this endpoint's model."""
+        project.mkdir()
+        bridge = Bridge(project, None)
+        bridge.env.update(self.env)
+        return bridge
 
 
 def _killed_turn(bridge: Bridge, delay: float, streamed: int = 0) -> tuple[str, bool]:
@@ -140,7 +152,7 @@ def _stored(db: Path) -> tuple[list[tuple[str, str]], list[tuple[str, dict[str, 
     return entries, events
 
 
-def _campaign(tmp_path: Path, endpoint: str, runs: int, seed: int) -> dict[str, int]:
+def _campaign(tmp_path: Path, endpoint: Endpoint, runs: int, seed: int) -> dict[str, int]:
     """Kill ``runs`` turns at seeded random moments; how many kills fell before the
     answer streamed, while it streamed, and after the host had all of it."""
     draw = random.Random(seed)
@@ -148,13 +160,11 @@ def _campaign(tmp_path: Path, endpoint: str, runs: int, seed: int) -> dict[str, 
     turn = len(PIECES) * PIECE_SECONDS
     for run in range(runs):
         delay = draw.uniform(0.0, turn + 0.6)  # start-up, the stream, the save after it
-        project = tmp_path / f"run{run}"
-        project.mkdir()
-        bridge = Bridge(project, None)
-        bridge.env.update(model_env(endpoint))
+        bridge = endpoint.bridge(tmp_path / f"run{run}")
         seen, finished = _killed_turn(bridge, delay)
         landed["before" if not seen else "after" if seen == ANSWER else "mid-stream"] += 1
-        where = f"run {run} (seed {seed}, killed after {delay * 1000:.0f} ms)"
+        where = (f"{endpoint.adapter}: run {run} (seed {seed}, killed after "
+                 f"{delay * 1000:.0f} ms)")
         if bridge.db.exists():
             entries, events = _stored(bridge.db)
             logged = "".join(d["text"] for kind, d in events if kind == "partial_answer")
@@ -168,27 +178,27 @@ def _campaign(tmp_path: Path, endpoint: str, runs: int, seed: int) -> dict[str, 
                 where, done)
         entries, _ = _stored(bridge.db)
         assert entries == [("user", "talk"), ("assistant", ANSWER)], (where, entries[:4])
-    print(f"kills (seed {seed}): {landed}")
+    print(f"{endpoint.adapter} kills (seed {seed}): {landed}")
     return landed
 
 
 def test_kills_at_random_moments_of_a_streamed_turn_lose_and_double_nothing(
-        tmp_path: Path, endpoint: str) -> None:
-    _campaign(tmp_path, endpoint, SAMPLE, seed=int(os.environ.get("NONOKA_KILL_SEED", "7")))
+        tmp_path: Path, endpoint: Endpoint) -> None:
+    _campaign(tmp_path, endpoint, SAMPLES[endpoint.adapter],
+              seed=int(os.environ.get("NONOKA_KILL_SEED", "7")))
 
 
 @pytest.mark.slow
-def test_a_long_kill_campaign_over_a_streamed_turn(tmp_path: Path, endpoint: str) -> None:
+def test_a_long_kill_campaign_over_a_streamed_turn(tmp_path: Path, endpoint: Endpoint
+                                                    ) -> None:
     _campaign(tmp_path, endpoint, CAMPAIGN, seed=int(time.time()))
 
 
-def test_a_kill_mid_answer_leaves_its_text_journaled(tmp_path: Path, endpoint: str) -> None:
+def test_a_kill_mid_answer_leaves_its_text_journaled(tmp_path: Path, endpoint: Endpoint
+                                                       ) -> None:
     """The campaign's prefix check has something to check: a kill in the middle of the
     answer leaves journaled text, which the retried turn does not store as an answer."""
-    project = tmp_path / "probe"
-    project.mkdir()
-    bridge = Bridge(project, None)
-    bridge.env.update(model_env(endpoint))
+    bridge = endpoint.bridge(tmp_path / "probe")
     seen, _ = _killed_turn(bridge, 0.0, streamed=len(ANSWER) // 2)
     _, events = _stored(bridge.db)
     logged = "".join(d["text"] for kind, d in events if kind == "partial_answer")

@@ -61,12 +61,12 @@ from nonoka.testing.anthropic_replies import (
 )
 from nonoka.testing.replies import Reply
 from nonoka.testing.served import ScriptedHandler, ScriptedHTTPServer, ServedScript
-from nonoka.testing.steps import Delay, DropConnection, Flood, HttpError, Linger
+from nonoka.testing.steps import Delay, DropConnection, Flood, HttpError, Linger, Paced
 
 __all__ = ("AnthropicStep", "ScriptedAnthropicServer")
 
 AnthropicStep: TypeAlias = ("AnthropicReply | ModelResponse | Reply | str | HttpError | Delay"
-                            " | DropConnection | StreamError | Linger | Flood")
+                            " | DropConnection | StreamError | Linger | Paced | Flood")
 AnthropicScript: TypeAlias = ("Sequence[AnthropicStep]"
                               " | Callable[[dict[str, Any]], AnthropicStep]")
 _ANSWERS = (AnthropicReply, ModelResponse, Reply, str)
@@ -139,7 +139,7 @@ class ScriptedAnthropicServer(ServedScript[AnthropicStep]):
                 return invalid_request(problem), None
             step = self._next_step(body)
             answer = step
-            while isinstance(answer, Delay | Linger):
+            while isinstance(answer, Delay | Linger | Paced):
                 answer = cast(AnthropicStep, answer.then)  # any step may follow a Delay
             if not isinstance(answer, _ANSWERS):
                 return step, None
@@ -197,9 +197,10 @@ class _Handler(ScriptedHandler):
     def _answer(self, step: AnthropicStep | None, counted: CacheUsage | None,
                 request: dict[str, Any]) -> None:
         owner = self.server.owner
-        while isinstance(step, Delay | Linger):
-            if isinstance(step, Linger):
-                self._linger = step
+        self._pace = 0.0
+        while isinstance(step, Delay | Linger | Paced):
+            if isinstance(step, Linger | Paced):
+                self._wrapped(step)
             elif step.wait(owner._closing):
                 self.close_connection = True
                 return

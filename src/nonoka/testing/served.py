@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from nonoka.testing.steps import Flood, HttpError, Linger
+from nonoka.testing.steps import Flood, HttpError, Linger, Paced
 
 StepT = TypeVar("StepT")
 OwnerT = TypeVar("OwnerT")
@@ -165,6 +165,8 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     """What a lingering stream sends every ``Linger.ping`` seconds (an SSE comment)."""
     _linger: Linger | None = None
     """This exchange's ``Linger`` step: its stream is held open instead of ended."""
+    _pace = 0.0
+    """Seconds between this exchange's events (``Paced``); 0: they leave together."""
     server: ScriptedHTTPServer[Any]
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -242,8 +244,19 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         """Add ``data`` to the stream as one chunk; it leaves with the next ``_flush``
         (an answer that is ready at once leaves in one write, as it would behind a
-        server's buffer, not one small packet per event)."""
+        server's buffer, not one small packet per event), or at once, ``_pace`` seconds
+        before the next, in a paced answer."""
         self._unsent.append(b"%x\r\n%s\r\n" % (len(data), data))
+        if self._pace:
+            self._flush()
+            self.server.owner._closing.wait(self._pace)
+
+    def _wrapped(self, step: Linger | Paced) -> None:
+        """Note how this exchange's answer is to stream (``Linger``, ``Paced``)."""
+        if isinstance(step, Paced):
+            self._pace = step.seconds
+        else:
+            self._linger = step
 
     def _flush(self) -> None:
         if self._unsent:

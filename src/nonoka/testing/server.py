@@ -90,6 +90,7 @@ from nonoka.testing.steps import (
     HostedItem,
     HttpError,
     Linger,
+    Paced,
     ReasoningItem,
     ResponseFailed,
     ResponsesReply,
@@ -114,6 +115,7 @@ __all__ = (
     "HostedItem",
     "HttpError",
     "Linger",
+    "Paced",
     "ReasoningItem",
     "Reply",
     "ResponseFailed",
@@ -206,7 +208,7 @@ class ScriptedOpenAIServer(ServedScript[Step]):
     def _noted(self, step: Step | None) -> Step | None:
         """Remember what ``step`` sends that a client must send back (under the lock)."""
         answer = step
-        while isinstance(answer, Delay | Linger):
+        while isinstance(answer, Delay | Linger | Paced):
             answer = answer.then
         if isinstance(answer, ModelResponse | Reply | str):
             self._produced.note(as_reply(answer))
@@ -303,7 +305,7 @@ class ScriptedResponsesServer(ScriptedOpenAIServer):
                 step.partial_text, response_id(number, self._token), handler._model(request),
                 request, self.chunk_size), drop=True)
             return
-        if isinstance(step, HttpError | Delay | Linger | Flood):  # the handler's own
+        if isinstance(step, HttpError | Delay | Linger | Paced | Flood):  # the handler's own
             raise TypeError(f"not an answer: {step!r}")
         reply = step if isinstance(step, ResponsesReply) else ResponsesReply.of(step)
         with self._lock:
@@ -360,9 +362,10 @@ class _Handler(ScriptedHandler):
 
     def _answer(self, step: Step | None, request: dict[str, Any]) -> None:
         owner = self.server.owner
-        while isinstance(step, Delay | Linger):
-            if isinstance(step, Linger):
-                self._linger = step
+        self._pace = 0.0
+        while isinstance(step, Delay | Linger | Paced):
+            if isinstance(step, Linger | Paced):
+                self._wrapped(step)
             elif step.wait(owner._closing):
                 self.close_connection = True
                 return  # shutting down: hang up without an answer

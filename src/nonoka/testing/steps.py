@@ -79,6 +79,17 @@ class Linger:
 
 
 @dataclass(frozen=True)
+class Paced:
+    """Stream ``then`` with ``seconds`` between its events, each written as it is made:
+    an answer that takes a while to stream, as a model's does (a kill can land in the
+    middle of it). A server's answers otherwise leave in one write."""
+
+    seconds: float
+    then: Any = ""
+    """Any answer of the server it is given to (``Step``, ``AnthropicStep``)."""
+
+
+@dataclass(frozen=True)
 class Flood:
     """Start a streamed answer and send one ``data:`` line of ``size`` bytes that never
     ends, then hang up: a server that is not speaking Server-Sent Events."""
@@ -165,7 +176,7 @@ class ResponseFailed:
 
 
 Step: TypeAlias = ("ModelResponse | Reply | str | HttpError | Delay | DropConnection"
-                   " | Linger | Flood | ResponsesReply | ResponseFailed")
+                   " | Linger | Paced | Flood | ResponsesReply | ResponseFailed")
 """What a scripted server answers a request with (``ResponsesReply`` and
 ``ResponseFailed``: the Responses API's server only)."""
 
