@@ -63,12 +63,12 @@ SWALLOWED = re.compile(r"Exception ignored in: <function _get_module_lock\.<loca
                        r"KeyboardInterrupt: \n")
 """CPython, still starting, ran its own SIGINT handler inside the import system's module
 lock callback, where the ``KeyboardInterrupt`` is printed and dropped: the signal is
-gone before any code of nonoka runs, and the process goes on. A drop before
-``sys.stderr`` exists prints nothing at all (CPython writes an unraisable exception to
-``sys.stderr``, or nowhere when there is none yet): about one spawn in a thousand
-signalled in its first milliseconds on a busy machine ended that way, waiting for input
-with nothing on stderr. Once nonoka's code runs, a signal always ends the process at
-once (the second half of ``test_a_sigint_while_the_bridge_starts_ends_quietly``)."""
+gone before any code of nonoka runs, and the process goes on. A drop may also print
+nothing at all: about one spawn in a thousand, signalled in its first milliseconds on a
+busy machine, went on waiting for input with nothing on stderr (CPython writes an
+unraisable exception to ``sys.stderr``, or nowhere while there is none yet: the likely
+place). Once nonoka's code runs, a signal always ends the process at once (the second
+half of ``test_a_sigint_while_the_bridge_starts_ends_quietly``)."""
 
 SILENT_DROP = ""
 """What stderr holds after that earlier drop (see ``SWALLOWED``)."""
