@@ -54,10 +54,26 @@ is every OpenAI-compatible provider's)."""
 CAMPAIGN = 40
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """One adapter's scripted endpoint: the adapter's name and the environment that
+    points a bridge at it."""
+
+    adapter: str
+    env: dict[str, str]
+
+    def bridge(self, project: Path) -> Bridge:
+        """A bridge in ``project`` (made here) on this endpoint's model."""
+        project.mkdir()
+        bridge = Bridge(project, None)
+        bridge.env.update(self.env)
+        return bridge
+
+
 @pytest.fixture(scope="module", params=sorted(SAMPLES))
 def endpoint(request: pytest.FixtureRequest) -> Iterator[Endpoint]:
     """A scripted endpoint of one adapter's API streaming ``ANSWER`` a piece every 5 ms,
-    every time it is asked, and the environment that points a bridge at it."""
+    every time it is asked."""
     adapter: str = request.param
 
     def script(body: dict[str, Any]) -> Paced:
@@ -79,19 +95,6 @@ def endpoint(request: pytest.FixtureRequest) -> Iterator[Endpoint]:
             env["NONOKA_MODEL"] = "openai-responses:gpt-5"
         yield Endpoint(adapter, env)
     assert not served.failures, served.failures
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    adapter: str
-    env: dict[str, str]
-
-    def bridge(self, project: Path) -> Bridge:
-        """A bridge in ``project`` (made here) on this endpoint's model."""
-        project.mkdir()
-        bridge = Bridge(project, None)
-        bridge.env.update(self.env)
-        return bridge
 
 
 def _killed_turn(bridge: Bridge, delay: float, streamed: int = 0) -> tuple[str, bool]:

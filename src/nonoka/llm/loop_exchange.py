@@ -334,8 +334,9 @@ class _Answer:
     def buffered(self) -> bool:
         """Whether more of the answer has arrived already, beyond a chunk's line break
         (the events of one read are handed over together, as a thread's exchange hands
-        over one socket read)."""
-        return _waiting(self._reader) > 0
+        over one socket read). A line break still owed is part of the chunk read: at
+        most its first byte can be here (``read`` takes both when they are)."""
+        return _waiting(self._reader) > (1 if self._crlf else 0)
 
     async def error_body(self) -> _ErrorAnswer:
         """The answer read for its dialect's failure (up to ``MAX_ERROR_BODY``)."""
