@@ -340,8 +340,12 @@ def _tui_in(tmp_path: Path, binary: Path) -> Iterator[tuple[OpenCodeProject,
             tui.close()
 
 
-def test_the_tui_tool_turn_undo_compact_stay_one_lineage(
+def test_the_tui_undo_and_compact_in_either_order_stay_one_lineage(
         tmp_path: Path, opencode_bin: Path) -> None:
+    """In one TUI: a turn, a tool turn, ``/undo`` of it, a turn, ``/compact``, a turn,
+    ``/undo`` of that turn (after the compaction), a new turn. Each undo is a branch of
+    the line it left, with its fork point; the compaction stays in its line; the parents
+    keep the undone turns; nothing is rewritten in place."""
     started = time.monotonic()
     with _tui_in(tmp_path, opencode_bin) as (project, server, tui):
         tui.say("TURN-ONE", "ANSWER-TURN-ONE")
@@ -361,77 +365,56 @@ def test_the_tui_tool_turn_undo_compact_stay_one_lineage(
         tui.wait("reverted")
         time.sleep(2)  # the undone message comes back into the prompt; say() clears it
         tui.say("TURN-TWO", "ANSWER-TURN-TWO")
+        after_undo = project.session_id()
         tui.keys("-l", "/compact")
         time.sleep(1)
         tui.keys("Enter")
         tui.wait(SUMMARY)
         tui.say("TURN-THREE", "ANSWER-TURN-THREE")
-
-    # Nothing rolled back: the undone turn is still stored, the database still private.
-    assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
-    parent = project.show(root)
-    assert parent["session"]["message_count"] >= stored_before
-    # One lineage: the undo branched the conversation; the compaction stayed in it.
-    chats = {r["session_id"]: r for r in _chats(project)}
-    roots = [r for r in chats.values() if r["forked_from"] is None]
-    assert [r["session_id"] for r in roots] == [root], chats
-    branches = [r for r in chats.values() if r["forked_from"] is not None]
-    assert len(branches) == 1 and branches[0]["forked_from"] == root, chats
-    assert project.session_id() == branches[0]["session_id"]
-    summaries = [r for r in project.sessions() if _purpose(r) == "compaction"]
-    assert [r["metadata"].get("compaction_of") for r in summaries] == [
-        branches[0]["session_id"]]
-    tree = project.nonoka("sessions", "list", "--tree")
-    assert tree.returncode == 0, tree.stderr
-    branch_line = next(line for line in tree.stdout.splitlines()
-                       if branches[0]["session_id"][:8] in line)
-    assert branch_line.lstrip().startswith(("└", "├")), tree.stdout  # drawn under its root
-    last = _chat_requests(server)[-1]
-    assert last[:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
-    assert ("user", "CREATE-FILE notes.txt") not in _chat_requests(server)[-2]
-    _no_split(project, root)
-    print(f"TUI e2e: {time.monotonic() - started:.1f} s")
-
-
-def test_the_tui_compaction_then_undo_is_a_branch(tmp_path: Path, opencode_bin: Path) -> None:
-    """In the TUI: two turns, ``/compact``, one more turn, ``/undo`` of it, a new turn.
-    The undo after the compaction is a branch with its fork point; the parent keeps the
-    undone turn; nothing is rewritten in place."""
-    started = time.monotonic()
-    with _tui_in(tmp_path, opencode_bin) as (project, server, tui):
-        tui.say("TURN-ONE", "ANSWER-TURN-ONE")
-        root = project.session_id()
-        tui.say("TURN-TWO", "ANSWER-TURN-TWO")
-        tui.keys("-l", "/compact")
-        time.sleep(1)
-        tui.keys("Enter")
-        tui.wait(SUMMARY)
-        tui.say("TURN-THREE", "ANSWER-TURN-THREE")
+        assert "reverted" not in tui.screen()  # the first undo's notice is gone
         tui.keys("-l", "/undo")
         time.sleep(1)
         tui.keys("Enter")
         tui.wait("reverted")
-        time.sleep(2)  # the undone message comes back into the prompt; say() clears it
+        time.sleep(2)
         tui.say("TURN-FOUR", "ANSWER-TURN-FOUR")
 
-    last = _chat_requests(server)[-1]
-    assert last[-1] == ("user", "TURN-FOUR")
-    assert ("user", "TURN-THREE") not in last
+    # Nothing rolled back: the undone turns are still stored, the database still private.
+    assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
+    assert project.show(root)["session"]["message_count"] >= stored_before
+    shown = project.nonoka("sessions", "show", after_undo, "--json", "--entries")
+    assert shown.returncode == 0, shown.stderr
+    assert "TURN-THREE" in [e["text"] for e in json.loads(shown.stdout)["entries"]]
+    # One lineage: root -> the first undo's branch -> the second undo's branch.
     chats = {r["session_id"]: r for r in _chats(project)}
     roots = [r for r in chats.values() if r["forked_from"] is None]
     assert [r["session_id"] for r in roots] == [root], chats
-    branches = [r for r in chats.values() if r["forked_from"] is not None]
-    assert len(branches) == 1 and branches[0]["forked_from"] == root, chats
-    assert branches[0]["fork_point"] is not None and branches[0]["fork_point"] > 0
-    for sid in (root, branches[0]["session_id"]):
+    assert after_undo != root and chats[after_undo]["forked_from"] == root, chats
+    last_branch = project.session_id()
+    assert last_branch not in (root, after_undo), chats
+    assert chats[last_branch]["forked_from"] == after_undo, chats
+    assert len(chats) == 3, chats
+    assert all(chats[b]["fork_point"] for b in (after_undo, last_branch)), chats
+    # The compaction stayed in the line it summarised: no branch of its own, no warning.
+    summaries = [r for r in project.sessions() if _purpose(r) == "compaction"]
+    assert [r["metadata"].get("compaction_of") for r in summaries] == [after_undo]
+    for sid in chats:
         codes = {e["data"].get("code") for e in project.show(sid)["events"]
                  if e["kind"] == "warning"}
         assert "history_compacted" not in codes, (sid, codes)
-    shown = project.nonoka("sessions", "show", root, "--json", "--entries")
-    assert shown.returncode == 0, shown.stderr
-    assert "TURN-THREE" in [e["text"] for e in json.loads(shown.stdout)["entries"]]
+    tree = project.nonoka("sessions", "list", "--tree")
+    assert tree.returncode == 0, tree.stdout + tree.stderr
+    branch_line = next(line for line in tree.stdout.splitlines() if after_undo[:8] in line)
+    assert branch_line.lstrip().startswith(("└", "├")), tree.stdout  # drawn under its root
+    # What the model saw: neither undone turn, and the summary in place of the old turns.
+    requests = _chat_requests(server)
+    assert requests[-1][:2] == [("user", "What did we do so far?"), ("assistant", SUMMARY)]
+    assert requests[-1][-1] == ("user", "TURN-FOUR")
+    assert ("user", "TURN-THREE") not in requests[-1]
+    after_first_undo = next(r for r in requests if r[-1] == ("user", "TURN-TWO"))
+    assert ("user", "CREATE-FILE notes.txt") not in after_first_undo
     _no_split(project, root)
-    print(f"TUI compaction-then-undo e2e: {time.monotonic() - started:.1f} s")
+    print(f"TUI undo/compact e2e: {time.monotonic() - started:.1f} s")
 
 
 def test_a_tui_and_a_run_at_the_same_time_stay_in_their_own_lines(
@@ -583,9 +566,9 @@ def test_an_undo_after_compaction_is_a_branch(project: OpenCodeProject) -> None:
     turn, the parent kept whole, no rewrite in place.
 
     Under ``-m slow``: the TUI's own ``/compact`` then ``/undo``
-    (``test_the_tui_compaction_then_undo_is_a_branch``) checks the same lineage in the
-    default run; this is the same through the server API after an automatic
-    compaction."""
+    (``test_the_tui_undo_and_compact_in_either_order_stay_one_lineage``) checks the
+    same lineage in the default run; this is the same through the server API after an
+    automatic compaction."""
     config_file = project.path / "opencode.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["provider"]["nonoka"]["models"] = {

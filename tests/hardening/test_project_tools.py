@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -47,40 +46,63 @@ def tools_of(root: Path) -> dict[str, Tool]:
     return {t.name: t for t in builtin_tools(root)}
 
 
-def test_a_file_flipping_to_an_outside_symlink_never_reads_outside(root: Path) -> None:
-    outside = root.parent / "outside.txt"
-    (root / "regular.tmp").write_text("inside needle\n")
-    target = root / "flip.txt"
-    target.write_text("inside needle\n")
-    stop = threading.Event()
+READS = 2000
+"""Tool calls made while the file flips (ten times as many under ``-m slow``)."""
 
-    def flipper() -> None:
-        while not stop.is_set():
-            link = root / "link.tmp"
-            link.unlink(missing_ok=True)
-            link.symlink_to(outside)
-            os.replace(link, target)  # now a symlink out of the project
-            regular = root / "regular.tmp"
-            regular.write_text("inside needle\n")
-            os.replace(regular, target)  # a regular file again
+FLIPPER = """
+import os, sys
+from pathlib import Path
+root, outside, stop = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+target, link, regular = root / "flip.txt", root / "link.tmp", root / "regular.tmp"
+flips = 0
+while not stop.exists():
+    link.unlink(missing_ok=True)
+    link.symlink_to(outside)
+    os.replace(link, target)  # now a symlink out of the project
+    regular.write_text("inside needle\\n")
+    os.replace(regular, target)  # a regular file again
+    flips += 1
+    if flips == 1:
+        print("flipping", flush=True)
+print(flips, flush=True)
+"""
+"""Another process that turns ``flip.txt`` into a symlink out of the project and back,
+as fast as it can, until the stop file appears; it says when it began and how often it
+flipped."""
 
+
+def _flipped_reads(root: Path, wanted: int) -> None:
+    """``wanted`` tool calls on a file that another process keeps flipping to a symlink
+    out of the project: none returns the outside file."""
+    (root / "flip.txt").write_text("inside needle\n")
+    stop = root.parent / "stop"
+    flipper = subprocess.Popen(
+        [sys.executable, "-c", FLIPPER, str(root), str(root.parent / "outside.txt"), str(stop)],
+        stdout=subprocess.PIPE, text=True)
     tools = tools_of(root)
-    thread = threading.Thread(target=flipper, daemon=True)
-    thread.start()
     leaked, reads = 0, 0
     try:
-        deadline = time.monotonic() + 6
-        while time.monotonic() < deadline:
+        assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
+        while reads < wanted:
             for tool, args in ((tools["read_file"], {"path": "flip.txt"}),
                                (tools["search_text"], {"text": "needle"})):
                 result, _ = use(tool, **args)
                 reads += 1
                 leaked += OUTSIDE in result
     finally:
-        stop.set()
-        thread.join(5)
-    assert reads > 200
+        stop.touch()
+        flips = int(flipper.communicate(timeout=60)[0] or 0)
+    assert flips > reads // 10, (flips, reads)  # the calls met a file that kept flipping
     assert leaked == 0, f"{leaked} of {reads} calls returned the outside file"
+
+
+def test_a_file_flipping_to_an_outside_symlink_never_reads_outside(root: Path) -> None:
+    _flipped_reads(root, READS)
+
+
+@pytest.mark.slow
+def test_a_long_race_with_a_flipping_symlink(root: Path) -> None:
+    _flipped_reads(root, READS * 10)
 
 
 def test_a_fifo_is_refused_at_once_and_search_goes_past_it(root: Path) -> None:

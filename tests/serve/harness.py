@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from openai import OpenAI
 from openresponses_types import types as spec
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -182,6 +183,7 @@ class Served:
         self.checked: Checked | None = None
         self.api: Any = None
         """What the routes serve (``nonoka.serve.app.Served``), once started."""
+        self._clients: list[OpenAI] = []
         self._args = (project, database_url, model, key, keys)
         self._thread = threading.Thread(target=self._main, name="nonoka-serve", daemon=True)
         self._thread.start()
@@ -221,7 +223,17 @@ class Served:
             self._failure = exc
             self._ready.set()
 
+    def client(self, key: str = "client-key", headers: dict[str, str] | None = None
+               ) -> OpenAI:
+        """openai-python pointed at this server, closed by ``stop``."""
+        opened = OpenAI(base_url=self.url, api_key=key, max_retries=0,
+                        default_headers=headers)
+        self._clients.append(opened)
+        return opened
+
     def stop(self) -> None:
+        for opened in self._clients:
+            opened.close()
         if self._server is not None:
             self._server.should_exit = True
         self._thread.join(60)

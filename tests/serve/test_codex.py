@@ -454,8 +454,7 @@ def developer(text: str) -> dict[str, Any]:
 
 def codex_client(served: Served, thread: str, key: str = "unused") -> OpenAI:
     """openai-python as Codex's requests look: its thread in the ``session-id`` header."""
-    return OpenAI(base_url=served.url, api_key=key, max_retries=0,
-                  default_headers={"session-id": thread})
+    return served.client(key, {"session-id": thread})
 
 
 def codex_turn(client: OpenAI, thread: str, history: list[Any]) -> Any:

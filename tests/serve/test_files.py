@@ -50,7 +50,7 @@ class Place:
         return self.served
 
     def client(self, key: str = "client-key") -> OpenAI:
-        return OpenAI(base_url=self.served.url, api_key=key, max_retries=0)
+        return self.served.client(key)
 
     def run(self, work: Any) -> Any:
         """``work(stores)`` on stores of its own over the same database."""

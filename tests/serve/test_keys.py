@@ -51,7 +51,7 @@ def keyed(project: Path, upstream_env: dict[str, str]) -> Iterator[tuple[Served,
 
 
 def as_(served: Served, key: str) -> OpenAI:
-    return OpenAI(base_url=served.url, api_key=key, max_retries=0)
+    return served.client(key)
 
 
 def answer(served: Served, key: str, method: str, path: str,
