@@ -38,6 +38,7 @@ class LosingProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # a kept connection's answers go out at once
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet."""
