@@ -18,6 +18,7 @@ import pytest
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.support import reaper
 from tests.support.bridge import Bridge, first_turn
+from tests.support.rewrite_ahead import rewrite_ahead
 from tests.support.scheduling import GroupedLoad, work_order
 
 reaper.install()
@@ -124,3 +125,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_WorkersLeftRunning())
+        if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+            rewrite_ahead(config, Path(__file__).parent)  # before the workers start
