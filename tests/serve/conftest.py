@@ -38,9 +38,8 @@ def served(project: Path, upstream_env: dict[str, str]) -> Iterator[Served]:
 
 
 @pytest.fixture
-def client(served: Served) -> Iterator[OpenAI]:
-    with OpenAI(base_url=served.url, api_key="client-key", max_retries=0) as opened:
-        yield opened
+def client(served: Served) -> OpenAI:
+    return served.client()  # closed when ``served`` stops
 
 
 @pytest.fixture
