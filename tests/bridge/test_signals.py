@@ -13,7 +13,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -269,25 +272,30 @@ def test_a_sigterm_while_the_bridge_starts_exits_0(bridge: Bridge) -> None:
         assert proc.returncode in (0, -signal.SIGTERM) and not err, (delay_ms, err)
 
 
-class _SignalBeforeTheRead(StopSignals):
-    """A stop signal that lands just before the first read is made interruptible: the
-    moment a counted-but-unseen signal would leave the bridge waiting for input for ever."""
+class _SignalBeforeTheWait(StopSignals):
+    """A real stop signal that lands right after the bridge last looked for one, before it
+    waits for input: the moment a counted-but-unseen signal would leave the bridge waiting
+    for ever. Installed, so its handlers are the process's: use it in ``_installed``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._flag = False
         self._fired = False
 
-    @property
-    def interrupt_reads(self) -> bool:
-        return self._flag
-
-    @interrupt_reads.setter
-    def interrupt_reads(self, value: bool) -> None:
-        if value and not self._fired:
+    def stopped(self) -> bool:
+        seen = super().stopped()
+        if not self._fired:
             self._fired = True
-            self._handle(signal.SIGINT, None)  # not raised: reads are not interruptible yet
-        self._flag = value
+            signal.raise_signal(signal.SIGINT)  # its handler runs now, and only counts
+        return seen
+
+
+@contextlib.contextmanager
+def _installed(signals: StopSignals) -> Iterator[StopSignals]:
+    signals.install()
+    try:
+        yield signals
+    finally:
+        signals.uninstall()
 
 
 def test_a_request_left_unread_by_a_signal_fails_with_a_code() -> None:
@@ -297,7 +305,7 @@ def test_a_request_left_unread_by_a_signal_fails_with_a_code() -> None:
     line = json.dumps(chat([user("hi")], new_session=True)).encode() + b"\n"
     read_end, write_end = os.pipe()
     with open(read_end, "rb") as stream, open(write_end, "wb") as writer:
-        signals = _SignalBeforeTheRead()
+        signals = StopSignals()
         reader = LineReader(stream, 1 << 20)
         assert stopped_code(signals, reader) == 0  # no signal: nothing in the input
         signals._handle(signal.SIGTERM, None)
@@ -364,13 +372,61 @@ def test_a_signal_while_the_bridge_imports_with_a_request_waiting_fails_with_a_c
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
 
-def test_a_signal_just_before_the_first_read_ends_the_wait() -> None:
-    """With a request waiting in the input, a signal that came as the bridge was about to
-    read it still stops the bridge before it answers anything."""
-    line = json.dumps(chat([user("hi")], new_session=True)).encode() + b"\n"
+def test_a_signal_just_before_the_first_wait_ends_it() -> None:
+    """A signal that came as the bridge was about to wait for its first request stops it
+    before it answers anything, though the request then arrives."""
+    read_end, write_end = os.pipe()
     out = io.BytesIO()
-    signals = _SignalBeforeTheRead()
-    first = _first_request(LineReader(io.BytesIO(line), 1 << 20), Output(out), signals,
-                           RequestLines())
-    assert signals.received == 1
+    with (open(read_end, "rb") as stream, open(write_end, "wb") as writer,
+          _installed(_SignalBeforeTheWait()) as signals):
+        writer.write(json.dumps(chat([user("hi")], new_session=True)).encode() + b"\n")
+        writer.flush()
+        first = _first_request(LineReader(stream, 1 << 20), Output(out), signals,
+                               RequestLines())
+    assert signals.received == 1 and signals.last == signal.SIGINT
+    assert first is None and out.getvalue() == b""
+
+
+class _SignalWhereRaisingIsIgnored(LineReader):
+    """A stop signal whose handler runs inside a weakref callback as the wait begins: where
+    Python drops anything a handler raises (the import system's module locks end in such
+    callbacks, so an ``import`` at the start of the wait was such a place). If the wait
+    misses the signal, input comes after 30 s (``missed``) rather than never, so that the
+    test fails instead of hanging."""
+
+    def __init__(self, stream: io.BufferedReader, writer: io.BufferedWriter) -> None:
+        super().__init__(stream, 1 << 20)
+        self.writer = writer
+        self.missed = False
+
+    def wait(self, wakeup: int | None = None) -> None:
+        class Lock:
+            pass
+
+        lock = Lock()
+        kept = weakref.ref(lock, lambda _: signal.raise_signal(signal.SIGTERM))
+        del lock  # the callback runs here, and the handler in it
+        assert kept() is None
+        timer = threading.Timer(30, self._end_the_wait)
+        timer.start()
+        try:
+            super().wait(wakeup)
+        finally:
+            timer.cancel()
+
+    def _end_the_wait(self) -> None:
+        self.missed = True
+        self.writer.write(b"\n")
+        self.writer.flush()
+
+
+def test_a_signal_handled_where_raising_is_ignored_still_ends_the_wait() -> None:
+    read_end, write_end = os.pipe()
+    out = io.BytesIO()
+    with (open(read_end, "rb") as stream, open(write_end, "wb") as writer,
+          _installed(StopSignals()) as signals):
+        reader = _SignalWhereRaisingIsIgnored(stream, writer)
+        first = _first_request(reader, Output(out), signals, RequestLines())
+    assert not reader.missed, "the wait went on after the signal"
+    assert signals.last == signal.SIGTERM
     assert first is None and out.getvalue() == b""

@@ -18,12 +18,13 @@ session as it stands and the request finishes ``cancelled``.
 from __future__ import annotations
 
 import os
+import select
 import sys
 
 from nonoka import __version__, faults
 from nonoka.protocol import frames
 from nonoka.protocol.frames import DEFAULT_MAX_FRAME_BYTES, RequestType
-from nonoka.signals import Interrupted, StopSignals
+from nonoka.signals import StopSignals
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -81,14 +82,12 @@ class LineReader:
         """Put ``line`` back in front of the input."""
         self._buffer[:0] = line
 
-    def wait(self) -> None:
-        """Return once ``read`` has input to work on, taking none of it (a signal handler
-        that raises ends the wait with the input as it was)."""
+    def wait(self, wakeup: int | None = None) -> None:
+        """Return once ``read`` has input to work on, taking none of it, or once the
+        descriptor ``wakeup`` is readable (``StopSignals.wakeup``: a signal came)."""
         if self._buffer or self._ended or self._fd is None:
             return
-        import select
-
-        select.select([self._fd], [], [])
+        select.select([self._fd] if wakeup is None else [self._fd, wakeup], [], [])
 
     def waiting(self) -> bool:
         """Whether input is here now (not only the end of it), without waiting for any."""
@@ -97,8 +96,6 @@ class LineReader:
         if self._ended:
             return False
         if self._fd is not None:
-            import select
-
             try:
                 if not select.select([self._fd], [], [], 0)[0]:
                     return False
@@ -221,25 +218,21 @@ def _first_request(reader: LineReader, out: Output, signals: StopSignals,
                    lines: frames.RequestLines) -> Checked | None:
     """Read until a usable chat request (acknowledged), end of input or a signal.
 
-    Only the wait for input is interruptible, never the read: a signal while waiting
-    leaves the request in the input, and a line read as a signal came is put back, so
+    A signal ends the wait for input, never a read: a signal while waiting leaves the
+    request in the input, and a line read as a signal came is put back, so
     ``stopped_code`` finds it there and the exit code says it was not answered."""
     while True:
-        # Waits are made interruptible before ``received`` is looked at: a signal between
-        # the two would otherwise be counted and the wait would then last for ever.
-        signals.interrupt_reads = True
-        try:
-            if signals.received:
-                return None  # stopped before any request
-            reader.wait()
-        except Interrupted:
+        # A signal at any moment of the wait, or just before it, leaves its number in the
+        # pipe ``wakeup`` watches, so the wait ends and ``stopped`` sees it.
+        if signals.stopped():
+            return None  # stopped before any request
+        reader.wait(signals.wakeup)
+        if signals.stopped():
             return None
-        finally:
-            signals.interrupt_reads = False
-        line = reader.read()  # a signal from here on is only counted
+        line = reader.read()
         if line is None:
             return None
-        if signals.last:  # one came during the read
+        if signals.stopped():  # one came during the read
             if isinstance(line, bytes):
                 reader.unread(line)
             return None
@@ -259,10 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     reader = LineReader(sys.stdin.buffer, max_frame)
     out = Output(sys.stdout.buffer)
     lines = frames.RequestLines()  # the first of what this process keeps between requests
-    try:
-        first = _first_request(reader, out, signals, lines)
-    except Interrupted:  # a signal as the read ended, once the read was interruptible
-        first = None
+    first = _first_request(reader, out, signals, lines)
     if first is None:
         return stopped_code(signals, reader)
     from nonoka.bridge import early
@@ -306,7 +296,7 @@ def stopped_code(signals: StopSignals, reader: LineReader) -> int:
     stopped by a signal with nothing waiting to be read; ``128 + signal`` (130, 143), said
     on stderr, when a signal stopped it before it read a request waiting in its input, so
     its host never takes the silence for an answer."""
-    if not signals.received or not reader.waiting():
+    if not signals.stopped() or not reader.waiting():
         return 0
     sys.stderr.write("nonoka bridge: stopped by a signal before it read the request waiting "
                      "in its input; nothing was done: send the request again\n")
