@@ -23,7 +23,8 @@ def test_one_worker_modules_are_one_unit_and_the_rest_one_test_each() -> None:
 
 
 def test_the_end_to_end_tests_start_first() -> None:
-    assert work_order("tests/e2e/test_opencode.py::test_x") == 0
+    assert work_order("tests/test_types.py::test_mypy_finds_no_type_errors") == 0
+    assert work_order("tests/e2e/test_opencode.py::test_x") == 1
     assert work_order("tests/cli/test_lineage.py::test_x") == len(FIRST)
     assert all((ROOT / prefix).exists() or any(ROOT.glob(prefix + "*"))
                for prefix in FIRST)

@@ -28,10 +28,10 @@ ONE_WORKER_MODULES = frozenset({
 })
 """Modules whose tests share a module-scoped fixture too costly to build once per worker."""
 
-FIRST = ("tests/e2e/", "tests/opencode/", "tests/handoff/", "tests/serve/test_clients",
-         "tests/ui/", "tests/faults/", "tests/serve/test_campaign")
-"""Where the long tests are (real OpenCode, Codex, Claude Code, a browser, kill
-campaigns): these start before the rest, in this order."""
+FIRST = ("tests/test_types.py", "tests/e2e/", "tests/opencode/", "tests/handoff/",
+         "tests/serve/test_clients", "tests/ui/", "tests/faults/", "tests/serve/test_campaign")
+"""Where the long tests are (the type check of the whole tree, real OpenCode, Codex,
+Claude Code, a browser, kill campaigns): these start before the rest, in this order."""
 
 
 def module_of(nodeid: str) -> str:
