@@ -46,6 +46,8 @@ class StopSignals:
         self._wakeup: tuple[socket.socket, socket.socket] | None = None
         self._previous: list[Any] = []
         self._pipe: tuple[int, int] | None = None
+        self._prior_wakeup = -1
+        """The wake-up descriptor someone else had set before ``install`` (-1: none)."""
 
     def install(self) -> None:
         """Take over SIGTERM and SIGINT (main thread only); each one is also written into
@@ -54,16 +56,27 @@ class StopSignals:
         for end in (reader, writer):
             os.set_blocking(end, False)
         self._pipe = reader, writer
-        signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
+        self._prior_wakeup = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
         self._previous = [signal.signal(s, self._handle) for s in STOP_SIGNALS]
 
     def uninstall(self) -> None:
-        """Give SIGTERM and SIGINT back to the handlers they had before ``install``."""
+        """Give SIGTERM and SIGINT back to the handlers they had before ``install``, and
+        the wake-up descriptor back to whoever had set it (an event loop's own signal
+        handling, say), if it is still open."""
         self.detach()
         for signum, previous in zip(STOP_SIGNALS, self._previous, strict=False):
             signal.signal(signum, previous)
         self._previous = []
         self._close_pipe()
+        prior, self._prior_wakeup = self._prior_wakeup, -1
+        current = signal.set_wakeup_fd(-1)
+        if current != -1:  # another was set since: it stays
+            signal.set_wakeup_fd(current, warn_on_full_buffer=False)
+        elif prior != -1:
+            try:  # noqa: SIM105 (contextlib is not loaded this early in the bridge)
+                signal.set_wakeup_fd(prior, warn_on_full_buffer=False)
+            except (ValueError, OSError):  # closed meanwhile: nothing to give back
+                pass
 
     @property
     def wakeup(self) -> int | None:

@@ -430,3 +430,49 @@ def test_a_signal_handled_where_raising_is_ignored_still_ends_the_wait() -> None
     assert not reader.missed, "the wait went on after the signal"
     assert signals.last == signal.SIGTERM
     assert first is None and out.getvalue() == b""
+
+
+
+def _wakeup_after(setup: str, fd: int, another: int) -> int:
+    """The wake-up descriptor left after ``fd`` was set, then a ``StopSignals`` installed,
+    ``setup`` done to it (``another`` set, say), and uninstalled (the process's
+    descriptor is cleared after)."""
+    import asyncio
+
+    signal.set_wakeup_fd(fd)
+    signals = StopSignals()
+    signals.install()
+    loop = asyncio.new_event_loop()
+    try:
+        if setup == "attached":
+            signals.attach(loop, lambda: None)
+            signals.detach()
+        elif setup == "another set since":
+            signal.set_wakeup_fd(another)
+        elif setup == "closed meanwhile":
+            os.close(fd)
+        signals.uninstall()
+    finally:
+        loop.close()
+    return signal.set_wakeup_fd(-1)
+
+
+@pytest.mark.parametrize("setup", ["", "attached", "another set since", "closed meanwhile"])
+def test_uninstall_gives_back_the_wake_up_descriptor_set_before_install(setup: str) -> None:
+    """An event loop's own signal handling (or a library user's) keeps its wake-up
+    descriptor across a ``StopSignals`` installed and removed; one set since stays, and
+    one closed meanwhile is not given back."""
+    read_end, write_end = os.pipe()
+    other_read, other_write = os.pipe()
+    for end in (write_end, other_write):
+        os.set_blocking(end, False)
+    try:
+        left = _wakeup_after(setup, write_end, other_write)
+    finally:
+        os.close(read_end)
+        os.close(other_read)
+        os.close(other_write)
+        if setup != "closed meanwhile":
+            os.close(write_end)
+    expected = {"another set since": other_write, "closed meanwhile": -1}
+    assert left == expected.get(setup, write_end)
