@@ -369,3 +369,39 @@ async def test_an_append_writes_the_entry_page_and_the_checkpoint_page(tmp_path:
         assert sorted(frames)[len(frames) // 2] == 2, frames
     finally:
         await store.close()
+
+
+def _lease_rows(path: Path) -> dict[str, float]:
+    with raw_sqlite(path) as db:
+        return dict(db.execute("SELECT session_id, expires_at FROM session_leases"))
+
+
+async def test_a_released_lease_of_no_stored_session_leaves_no_row(tmp_path: Path) -> None:
+    """A released lease keeps its row for the session's next turn, but a lock's name
+    (``nonoka serve``'s client lines) or a session deleted while held is no session: its
+    row goes at release rather than staying for ever. ``db vacuum`` removes the ones an
+    older nonoka left."""
+    from nonoka.ops.maintenance import vacuum
+    from nonoka.store.project import open_project_stores
+
+    path = tmp_path / ".nonoka" / "sessions.db"
+    async with open_project_stores(tmp_path) as stores:
+        store, leases = stores.checkpoints, stores.leases
+        await store.save_session(_state("kept"))
+        await store.save_session(_state("deleted"))
+        for name in ("kept", "deleted", "line-0123abcd"):
+            assert await leases.acquire_lease(name, "host:1:me", 30)
+        assert await store.delete_session("deleted")
+        for name in ("kept", "deleted", "line-0123abcd"):
+            assert await leases.release_lease(name, "host:1:me")
+        assert _lease_rows(path) == {"kept": 0}
+        assert await leases.acquire_lease("line-0123abcd", "host:1:me", 30)  # taken again
+        assert await leases.release_lease("line-0123abcd", "host:1:me")
+        assert _lease_rows(path) == {"kept": 0}
+
+        with raw_sqlite(path) as db:  # as an older nonoka left them
+            db.execute("INSERT INTO session_leases (session_id, owner, expires_at, "
+                       "acquired_at) VALUES ('line-old', 'host:1:me', 0, 0), "
+                       "('line-live', 'host:1:me', ?, 0)", (time.time() + 60,))
+        await vacuum(stores)
+        assert set(_lease_rows(path)) == {"kept", "line-live"}

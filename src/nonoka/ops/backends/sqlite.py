@@ -320,6 +320,9 @@ class SQLiteOps:
             with self.store.transaction() as db:  # files no entry refers to any more
                 db.execute(f"DELETE FROM media WHERE NOT "
                            f"{_REFERENCED.format(d='media.digest')}")
+                # released leases of no stored session, left by versions that kept them
+                db.execute("DELETE FROM session_leases WHERE expires_at = 0 AND session_id "
+                           "NOT IN (SELECT session_id FROM checkpoints)")
         self.catch_up()
         with self.store.transaction() as db:
             db.execute("INSERT INTO session_search (session_search) VALUES ('optimize')")

@@ -533,7 +533,10 @@ class SQLiteCheckpointStore(StepUpdateWriter):
 
     async def release_lease(self, session_id: str, owner: str) -> bool:
         with self.transaction() as db:
-            return db.execute(leases.RELEASE, (session_id, owner)).rowcount == 1
+            released = db.execute(leases.RELEASE, (session_id, owner)).rowcount == 1
+            if released:
+                db.execute(leases.FORGET, (session_id,))
+            return released
 
     async def get_lease(self, session_id: str) -> Lease | None:
         now = time.time()

@@ -42,6 +42,12 @@ RELEASE = ("UPDATE session_leases SET expires_at = 0 WHERE session_id = ? AND ow
 an ``UPDATE`` of the row's page rather than an insert into the table and its key index
 (and the release not a delete from both): one page each instead of two."""
 
+FORGET = ("DELETE FROM session_leases WHERE session_id = ?1 AND expires_at = 0 "
+          "AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE session_id = ?1)")
+"""After ``RELEASE``: the row of a lease that names no stored session goes (a lock's
+name, such as a ``nonoka serve`` client line's, or a session deleted while it was
+held): no next turn of it takes that row again, and kept it would stay for ever."""
+
 
 def acquire(db: sqlite3.Connection, session_id: str, owner: str, ttl: float,
             now: float) -> bool:
