@@ -85,6 +85,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def _root_exports() -> dict[str, str]:
     """``nonoka``'s lazily exported names and the modules that define them."""
     import nonoka
@@ -152,8 +153,10 @@ def _check(module: str, source: str, is_package: bool = False) -> list[str]:
     return bad
 
 
-def _modules() -> list[tuple[str, Path]]:
-    return [(_module_name(path), path) for path in sorted(SRC.rglob("*.py"))]
+@functools.cache
+def _modules() -> tuple[tuple[str, Path], ...]:
+    """Every module of ``src/nonoka`` and its file (read once: ~480 probes ask)."""
+    return tuple((_module_name(path), path) for path in sorted(SRC.rglob("*.py")))
 
 
 Graph = dict[str, set[str]]
