@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
-from playwright.sync_api import BrowserContext, expect
+from playwright.sync_api import BrowserContext, Route, expect
 
 from nonoka.state.session_state import SessionStatus
 from nonoka.store.project import open_project_stores
@@ -61,13 +63,62 @@ def test_a_turn_run_in_another_process_appears_live(
         events = bridge.run(chat(history, session_id=sid))
         assert one(events, "session_init")["session_id"] == sid
         entries = page.locator("#conversation .entry")
-        expect(entries).to_have_count(4, timeout=10_000)
+        expect(entries).to_have_count(4, timeout=60_000)
         expect(entries.last).to_contain_text("A second answer, written while you watched.")
         expect(page.locator("#part-summary")).to_contain_text("4 messages")
         expect(events_tab).not_to_have_text(events_before)  # the timeline grew too
         assert page.evaluate("window.__sameDocument") is True, "the page was not reloaded"
         page.close()
     finally:
+        ui.stop()
+
+
+def test_an_answer_stored_while_the_page_fetches_the_turn_is_shown_too(
+        browser: BrowserContext, project: Path, server: ScriptedOpenAIServer,
+        scripted: list[Any]) -> None:
+    """A turn's prompt and its answer are stored apart. When the answer lands after the
+    page fetched the prompt but before it fetched the other sections, the page must still
+    fetch the answer: it once took the sections' newer revision as what it showed, and
+    stayed one message short until something else changed."""
+    bridge = Bridge(project, server)
+    scripted.append(text("The first answer."))
+    history = [user("Watch this conversation")]
+    sid = one(bridge.run(chat(history)), "session_init")["session_id"]
+    history.append(assistant("The first answer."))
+    release = threading.Event()
+
+    def held_answer(body: dict[str, Any]) -> Step:
+        assert release.wait(120), "the page never fetched the sections"
+        return text("The answer stored mid-refresh.")
+
+    scripted.append(held_answer)
+    history.append(user("And another thing"))
+    turn = threading.Thread(target=bridge.run, args=(chat(history, session_id=sid),))
+    ui = UiServer(project)
+    try:
+        page = browser.new_page()
+        page.goto(ui.url)
+        page.goto(ui.base + f"s/{sid}")
+        entries = page.locator("#conversation .entry")
+        expect(entries).to_have_count(2)
+
+        def answer_first(route: Route) -> None:
+            """The sections' first fetch after the prompt shows: the turn ends first."""
+            if not release.is_set() and entries.count() == 3:
+                release.set()
+                turn.join(120)
+            route.continue_()
+
+        page.route("**/parts", answer_first)
+        turn.start()
+        expect(entries).to_have_count(4, timeout=60_000)
+        expect(entries.last).to_contain_text("The answer stored mid-refresh.")
+        assert release.is_set(), "the answer was not held back until the sections' fetch"
+        page.close()
+    finally:
+        release.set()
+        if turn.ident is not None:
+            turn.join(120)
         ui.stop()
 
 
@@ -123,13 +174,13 @@ def test_actions_cancel_a_paused_session_and_say_what_is_not_available(
         assert len(exported) > 1 and sid in exported[1]
         page.click("[data-action=cancel]")
         expect(page.locator("#toast")).to_have_text("session cancelled")
-        expect(page.locator("#part-header .status")).to_have_text("cancelled", timeout=10_000)
+        expect(page.locator("#part-header .status")).to_have_text("cancelled", timeout=60_000)
         expect(page.locator("#timeline-list [data-kind=cancel]")).to_have_count(1)
         assert stored_status(project, sid) == SessionStatus.CANCELLED
         page.click("[data-action=cancel]")
         expect(page.locator("#toast")).to_contain_text("nothing to cancel")
         page.click("[data-action=fork][data-entry='0']", force=True)
-        page.wait_for_url(lambda url: f"/s/{sid}" not in url, timeout=10_000)
+        page.wait_for_url(lambda url: f"/s/{sid}" not in url, timeout=60_000)
         branch = page.url.rstrip("/").rsplit("/", 1)[-1].split("#")[0]
         expect(page.locator("#part-header")).to_contain_text("branch of")
         assert stored_entries(project, branch) == stored_entries(project, sid)[:1]

@@ -196,7 +196,7 @@
       const chunk = await getJSON(base + "/entries?after=" + root.dataset.last);
       if (chunk.total - 1 < Number(root.dataset.last)) {  // compacted: rewritten, not appended
         location.reload();
-        return root.dataset.revision;
+        return;
       }
       if (!chunk.html) break;
       const holder = document.createElement("div");
@@ -219,7 +219,6 @@
     Object.keys(map).forEach((key) => { const el = $(map[key]); if (el && key in parts) el.innerHTML = parts[key]; });
     bindTabs();
     showTab(root.dataset.tab || "conversation");
-    return parts.revision;
   }
 
   async function poll() {
@@ -229,7 +228,11 @@
       const { revision } = await getJSON(base + "/revision");
       if (revision !== root.dataset.revision) {
         live.classList.add("flash");
-        root.dataset.revision = await refresh();
+        await refresh();
+        // The revision read before the fetches, not the newer one the sections were
+        // rendered at: a turn's answer stored between the entries and the sections then
+        // moves the revision again, and the next poll fetches it.
+        root.dataset.revision = revision;
         root.dataset.updates = String(Number(root.dataset.updates || 0) + 1);
         setTimeout(() => live.classList.remove("flash"), 600);
       }
