@@ -125,8 +125,7 @@ class _Frame(BaseModel):
     cost every bridge process ~15 ms).
     """
 
-    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False,
-                              defer_build=True)
+    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
 
 
 # -- requests --------------------------------------------------------------------------

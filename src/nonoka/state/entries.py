@@ -134,7 +134,7 @@ class EntryMessages(Sequence["Message"]):
 class MemoryEntry(BaseModel):
     """One stored conversation entry; immutable once written."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     role: Role
     content: str

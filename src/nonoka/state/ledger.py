@@ -24,7 +24,7 @@ TerminationReason = Literal["completed", "limit", "cancelled", "error"]
 class RuntimeLimits(BaseModel):
     """What a session may spend. ``None`` means unlimited."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     max_model_turns: int | None = None
     max_tool_calls: int | None = None
@@ -48,7 +48,7 @@ class RuntimeLimits(BaseModel):
 class RuntimeUsage(BaseModel):
     """What a session has spent so far, across every process that ran it."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     model_turns: int = 0
     tool_calls: int = 0
@@ -81,7 +81,7 @@ class RuntimeUsage(BaseModel):
 class Termination(BaseModel):
     """Why a run stopped; ``detail`` is written for a person."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     reason: TerminationReason
     detail: str = ""
@@ -92,7 +92,7 @@ class Termination(BaseModel):
 class SessionRuntimeState(BaseModel):
     """Checkpoint-owned runtime state. Resumes restore it; they never recreate it."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     limits: RuntimeLimits = Field(default_factory=RuntimeLimits)
     usage: RuntimeUsage = Field(default_factory=RuntimeUsage)

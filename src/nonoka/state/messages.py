@@ -30,7 +30,7 @@ received and sent back to the provider it came from."""
 class TextPart(BaseModel):
     """A piece of a message's text."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     type: Literal["text"] = "text"
     text: str
@@ -42,7 +42,7 @@ class FilePart(BaseModel):
     (``data``, base64) or at a ``url``; stored sessions keep inline bytes once, by
     digest, whatever the number of entries and branches holding them."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     type: Literal["file"] = "file"
     media_type: str = Field(min_length=1)
@@ -62,7 +62,7 @@ class ReasoningPart(BaseModel):
     the provider gives only an opaque form) and the provider's metadata that must come
     back with it (a signature, an encrypted form, the field it arrived in)."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     text: str = ""
     provider_metadata: ProviderMetadata | None = None
@@ -72,7 +72,7 @@ class ToolCall(BaseModel):
     """One call the model asked for. ``arguments`` is the JSON text the model wrote;
     ``provider_metadata`` what the provider sent with the call and wants back."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     id: str
     name: str
@@ -83,7 +83,7 @@ class ToolCall(BaseModel):
 class Message(BaseModel):
     """A chat message in the OpenAI-style shape every front end speaks."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     role: Role
     content: str = ""
@@ -105,7 +105,7 @@ def joined_text(parts: list[TextPart | FilePart]) -> str:
 class ToolResult(BaseModel):
     """A result the host sends back for one of its pending tool calls."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     tool_call_id: str
     content: str

@@ -22,7 +22,7 @@ _PROMPT_REF = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+?)(?:\.([A-Za-z0-9_.]+))?\s*\}
 class Ref(BaseModel):
     """A reference to another step's output, optionally to a path inside it (``a.b.0``)."""
 
-    model_config = ConfigDict(frozen=True, serialize_by_alias=True, defer_build=True)
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True)
 
     ref: str = Field(alias="$ref")
     path: str | None = None
@@ -47,7 +47,7 @@ class Step(BaseModel):
     In a prompt, ``{{step_id}}`` or ``{{step_id.path}}`` is replaced by that output.
     """
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     id: str
     tool: str | None = None
@@ -114,7 +114,7 @@ def _resolve(value: Any, outputs: dict[str, Any]) -> Any:
 class Plan(BaseModel):
     """Steps plus their dependency layers; steps of one layer may run concurrently."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     steps: list[Step]
     layers: list[list[str]] = Field(default_factory=list)

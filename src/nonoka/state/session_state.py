@@ -54,14 +54,14 @@ class StepStatus(StrEnum):
 
 
 class StepResult(BaseModel):
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     output: Any = None
     completed_at: float = Field(default_factory=time.time)
 
 
 class StepFailure(BaseModel):
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     error_type: str
     message: str
@@ -77,7 +77,7 @@ class CompletionContract(BaseModel):
     and carries on, at most ``max_repairs`` times.
     """
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     description: str = ""
     required_tools: list[str] = Field(default_factory=list)
@@ -87,7 +87,7 @@ class CompletionContract(BaseModel):
 
 
 class TraceEvent(BaseModel):
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     kind: str
     detail: str = ""
@@ -97,7 +97,7 @@ class TraceEvent(BaseModel):
 class SessionState(BaseModel):
     """Immutable snapshot of a ``Session``; pure data for storage."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     schema_version: int = SCHEMA_VERSION
     session_id: str
@@ -203,7 +203,7 @@ StepUpdateType = Literal["status", "result", "error"]
 class StepUpdate(BaseModel):
     """One row of ``step_updates``: the latest update of one kind for one step."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     step_id: str
     update_type: StepUpdateType

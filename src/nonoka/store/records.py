@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class SessionRecord(BaseModel):
     """One row of the session index."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     session_id: str
     title: str = ""
@@ -65,7 +65,7 @@ class SessionRecord(BaseModel):
 class EventRecord(BaseModel):
     """One entry of a session's timeline."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     session_id: str
     kind: str
@@ -78,7 +78,7 @@ class EventRecord(BaseModel):
 class UsageSummary(BaseModel):
     """Totals over a session's logged model calls."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     model_calls: int = 0
     input_tokens: int = 0
