@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from playwright.sync_api import BrowserContext, sync_playwright
+from playwright.sync_api import BrowserContext, Page, sync_playwright
 
 CHROMIUM = os.environ.get("NONOKA_TEST_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -87,6 +87,15 @@ class UiServer:
                 out, self.errors = self.process.communicate()
             self.output += out
         return self.errors
+
+
+def open_page(browser: BrowserContext, ui: UiServer, path: str = "") -> Page:
+    """A new tab that entered with the token, then went to ``path``."""
+    page = browser.new_page()
+    page.goto(ui.url)
+    if path:
+        page.goto(ui.base + path.lstrip("/"))
+    return page
 
 
 @contextmanager

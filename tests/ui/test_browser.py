@@ -5,20 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import BrowserContext, expect
 
 from tests.ui.fill import Filled
-from tests.ui.harness import UiServer
+from tests.ui.harness import UiServer, open_page
 from tests.ui.screens import check_screenshot, take_screenshots
-
-
-def open_page(browser: BrowserContext, ui: UiServer, path: str = "") -> Page:
-    """A new tab that entered with the token, then went to ``path``."""
-    page = browser.new_page()
-    page.goto(ui.url)
-    if path:
-        page.goto(ui.base + path.lstrip("/"))
-    return page
 
 
 def test_the_list_shows_the_sessions_newest_first(browser: BrowserContext, ui: UiServer,

@@ -10,7 +10,7 @@ from pathlib import Path
 from playwright.sync_api import BrowserContext, expect
 
 from nonoka.store.project import open_project_stores
-from tests.ui.harness import UiServer, run_async, stored_session
+from tests.ui.harness import UiServer, open_page, run_async, stored_session
 
 
 def log(project: Path, sid: str, *events: tuple[str, dict[str, object]]) -> None:
@@ -66,9 +66,7 @@ def test_a_live_page_drops_the_block_once_the_answer_is_stored(
     log(project, sid, ("request", {"messages": 1}), piece("Once upon a time"))
     ui = UiServer(project)
     try:
-        page = browser.new_page()
-        page.goto(ui.url)
-        page.goto(ui.base + f"s/{sid}")
+        page = open_page(browser, ui, f"s/{sid}")
         expect(page.locator("#live")).to_have_class("live on")
         block = page.locator("#part-cut-short .entry.interrupted")
         expect(block).to_contain_text("Once upon a time")

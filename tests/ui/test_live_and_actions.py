@@ -17,7 +17,7 @@ from nonoka.testing import call, text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.support.bridge import Bridge, assistant, chat, one, user
 from tests.ui.fill import WRITE
-from tests.ui.harness import UiServer, run_async
+from tests.ui.harness import UiServer, open_page, run_async
 
 
 def stored_status(project: Path, session_id: str) -> SessionStatus | None:
@@ -49,9 +49,7 @@ def test_a_turn_run_in_another_process_appears_live(
     history.append(assistant("The first answer."))
     ui = UiServer(project)
     try:
-        page = browser.new_page()
-        page.goto(ui.url)
-        page.goto(ui.base + f"s/{sid}")
+        page = open_page(browser, ui, f"s/{sid}")
         expect(page.locator("#conversation .entry")).to_have_count(2)
         expect(page.locator("#live")).to_have_class("live on")
         page.evaluate("window.__sameDocument = true")
@@ -96,9 +94,7 @@ def test_an_answer_stored_while_the_page_fetches_the_turn_is_shown_too(
     turn = threading.Thread(target=bridge.run, args=(chat(history, session_id=sid),))
     ui = UiServer(project)
     try:
-        page = browser.new_page()
-        page.goto(ui.url)
-        page.goto(ui.base + f"s/{sid}")
+        page = open_page(browser, ui, f"s/{sid}")
         entries = page.locator("#conversation .entry")
         expect(entries).to_have_count(2)
 

@@ -18,7 +18,7 @@ from nonoka.state.session_state import SessionState, SessionStatus
 from nonoka.store.media import digest_of
 from nonoka.store.project import open_project_stores
 from nonoka.store.records import SessionRecord
-from tests.ui.harness import UiServer, run_async
+from tests.ui.harness import UiServer, open_page, run_async
 
 SID = "1a6e0000-0000-4000-8000-000000000001"
 
@@ -160,9 +160,7 @@ def test_the_same_bytes_under_two_media_types_show_as_the_image(browser: Browser
         status, _, _ = ui.request(f"/media/{digest_of(IMAGE)}?type=image/svg%2Bxml",
                                   token=True)
         assert status == 404  # never a type a browser would run
-        tab = browser.new_page()
-        tab.goto(ui.url)
-        tab.goto(ui.base + f"s/{SID}")
+        tab = open_page(browser, ui, f"s/{SID}")
         expect(tab.locator("#conversation figure.file img")).to_have_count(1)
         tab.locator("#conversation figure.file img").scroll_into_view_if_needed()
         tab.wait_for_function("() => { const img = document.querySelector("

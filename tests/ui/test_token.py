@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 from playwright.sync_api import BrowserContext, expect
 
 from nonoka.ui.security import CODE_SECONDS, TokenGuard
-from tests.ui.harness import UiServer, run_async, stored_session
+from tests.ui.harness import UiServer, open_page, run_async, stored_session
 
 KEY = "nonoka-ui-token"
 
@@ -71,9 +71,7 @@ def test_a_link_to_another_local_port_carries_no_token(browser: BrowserContext,
                              f"See [the docs](http://127.0.0.1:{heard.port}/docs).")
         ui = UiServer(project)
         try:
-            page = browser.new_page()
-            page.goto(ui.url)
-            page.goto(ui.base + f"s/{sid}")
+            page = open_page(browser, ui, f"s/{sid}")
             link = page.locator("#conversation a[href$='/docs']")
             with browser.expect_page() as opened:
                 link.click()
