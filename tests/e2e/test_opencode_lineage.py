@@ -166,6 +166,7 @@ class _Serve:
         self.log.close()
 
 
+@pytest.mark.slow  # a long scenario: `-m slow`
 def test_run_session_fork_branches_and_the_original_goes_on(project: OpenCodeProject) -> None:
     """``opencode run --session <id> --fork`` forks a session, and the original goes on:
     one nonoka conversation, branched where the two diverged. The run attaches to an
@@ -217,6 +218,7 @@ def test_run_session_fork_branches_and_the_original_goes_on(project: OpenCodePro
     print(f"fork e2e: {time.monotonic() - started:.1f} s")
 
 
+@pytest.mark.slow  # a long scenario: `-m slow`
 def test_a_revert_through_the_server_api_branches_without_rolling_back(
         project: OpenCodeProject) -> None:
     started = time.monotonic()
@@ -340,6 +342,7 @@ def _tui_in(tmp_path: Path, binary: Path) -> Iterator[tuple[OpenCodeProject,
             tui.close()
 
 
+@pytest.mark.slow  # a long scenario: `-m slow`
 def test_the_tui_undo_and_compact_in_either_order_stay_one_lineage(
         tmp_path: Path, opencode_bin: Path) -> None:
     """In one TUI: a turn, a tool turn, ``/undo`` of it, a turn, ``/compact``, a turn,
@@ -417,6 +420,7 @@ def test_the_tui_undo_and_compact_in_either_order_stay_one_lineage(
     print(f"TUI undo/compact e2e: {time.monotonic() - started:.1f} s")
 
 
+@pytest.mark.slow  # a long scenario: `-m slow`
 def test_a_tui_and_a_run_at_the_same_time_stay_in_their_own_lines(
         tmp_path: Path, opencode_bin: Path) -> None:
     """The TUI open in a project while ``opencode run`` works in the same project, both
@@ -477,6 +481,7 @@ def test_two_opencode_sessions_alike_stay_in_their_own_lines(project: OpenCodePr
         assert sid in tree.stdout
 
 
+@pytest.mark.slow  # a long scenario: `-m slow`
 def test_auto_compaction_stays_in_the_chat_session_and_a_fork_after_it_is_a_branch(
         project: OpenCodeProject) -> None:
     """OpenCode compacts on its own and goes on: one chat session, the summary recorded
@@ -565,10 +570,10 @@ def test_an_undo_after_compaction_is_a_branch(project: OpenCodeProject) -> None:
     server API, what the TUI's ``/undo`` calls) and a new turn: a branch at the undone
     turn, the parent kept whole, no rewrite in place.
 
-    Under ``-m slow``: the TUI's own ``/compact`` then ``/undo``
+    The TUI's own ``/compact`` then ``/undo``
     (``test_the_tui_undo_and_compact_in_either_order_stay_one_lineage``) checks the
-    same lineage in the default run; this is the same through the server API after an
-    automatic compaction."""
+    same lineage; this is the same through the server API after an automatic
+    compaction."""
     config_file = project.path / "opencode.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["provider"]["nonoka"]["models"] = {

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nonoka.state.messages import ToolCall
 from nonoka.testing.anthropic_replies import AnthropicReply, Thinking
 from nonoka.testing.anthropic_server import ScriptedAnthropicServer
@@ -21,6 +23,8 @@ from tests.llm.test_anthropic_fidelity import assert_valid_request as valid_anth
 from tests.support.responses_api import assert_valid_request as valid_responses
 
 __all__ = ["opencode_bin"]
+
+pytestmark = pytest.mark.slow  # a long scenario with real clients: `-m slow`
 
 CONTENT = "written through a vendor API\n"
 

@@ -19,11 +19,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nonoka.testing import call, text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.e2e.test_opencode import OpenCodeProject, opencode_bin
 
 __all__ = ["opencode_bin"]
+
+pytestmark = pytest.mark.slow  # a long scenario with real clients: `-m slow`
 
 STEPS = 6
 KILL_AT = 3

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nonoka.testing import text
 from nonoka.testing.server import ScriptedOpenAIServer, Step
 from tests.e2e.test_opencode import OpenCodeProject, opencode_bin
@@ -17,6 +19,8 @@ from tests.handoff.support import claude_read_notes, handoff, in_order, said, se
 from tests.serve.claude_code import ClaudeCode
 
 __all__ = ["opencode_bin"]  # the fixture the test below uses
+
+pytestmark = pytest.mark.slow  # a long scenario with real clients: `-m slow`
 
 NOTE = "papaya and kiwi"
 GO_ON = "HANDED-OVER: now count the fruit"

@@ -23,6 +23,8 @@ from tests.serve.claude_code import MAIN_MODEL, ClaudeCode, strict_endpoint
 from tests.serve.codex_client import Codex, Outside
 from tests.serve.harness import ServeProcess, served_with
 
+pytestmark = pytest.mark.slow  # a long scenario with real clients: `-m slow`
+
 __all__ = ["opencode_bin", "recording", "server"]  # the fixtures the test below uses
 
 UPSTREAM_KEY = "sk-ant-upstream-key-for-the-handoff"

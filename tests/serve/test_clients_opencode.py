@@ -26,6 +26,8 @@ from nonoka.testing.server import Reply, ScriptedOpenAIServer, Step
 from tests.serve.client_loop import NOTES, call_id, stored_lines
 from tests.serve.harness import Served
 
+pytestmark = pytest.mark.slow  # a long scenario with real clients: `-m slow`
+
 OPENCODE_VERSION = "1.18.33"
 CONTENT = re.compile(r"[A-Z]+-CONTENT")
 FINAL = "LOOP-DONE " + " ".join(f"{name.upper()}-CONTENT" for name in NOTES)
