@@ -260,12 +260,13 @@ def test_a_circle_added_to_any_module_is_caught(module: str) -> None:
     assert layer is not None
     probe = LAYERS[layer][0][0] + ".probe"  # the api layer's (the root alone): no layer's
     path = next(p for m, p in _modules() if m == module)
-    source = path.read_text(encoding="utf-8")
     names = frozenset([*_graph(), probe])
     for back in (f"def f():\n    import {probe}\n",
                  f"if TYPE_CHECKING:\n    from {probe} import Thing\n"):
-        graph = {**_graph(), probe: {module},
-                 module: _imports(source + back, module, path.name == "__init__.py", names)}
+        # The module's imports with the lines added at its end: what it imported already
+        # (``_graph``: each import counts wherever it stands), and the added lines'.
+        added = _imports(back, module, path.name == "__init__.py", names)
+        graph = {**_graph(), probe: {module}, module: _graph()[module] | added}
         circles = _circles(graph)
         assert len(circles) == 1 and module in circles[0] and probe in circles[0], circles
 
