@@ -157,10 +157,8 @@ def test_actions_cancel_a_paused_session_and_say_what_is_not_available(
     assert stored_status(project, sid) == SessionStatus.PAUSED
     ui = UiServer(project, "--allow-actions")
     try:
-        page = browser.new_page()
+        page = open_page(browser, ui, f"s/{sid}")
         page.on("dialog", lambda dialog: dialog.accept())
-        page.goto(ui.url)
-        page.goto(ui.base + f"s/{sid}")
         status, _, _ = ui.request(f"/s/{sid}/cancel", method="POST", token=True)
         assert status == 403, "a request without the page's header is refused"
         with page.expect_download() as download:

@@ -238,8 +238,7 @@ def test_links_forms_back_and_forward_work_with_the_token_in_the_page(
     second = stored_session(project, "the second conversation", "another answer")
     ui = UiServer(project)
     try:
-        page = browser.new_page()
-        page.goto(ui.url)
+        page = open_page(browser, ui)
         assert "token" not in page.url
         page.click(f"tr[data-session='{first}'] a.row-link")
         expect(page.locator("h1")).to_have_text("the first conversation")
